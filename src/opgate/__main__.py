@@ -1,0 +1,3 @@
+from opgate.cli import main
+
+main()

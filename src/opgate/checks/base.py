@@ -1,0 +1,94 @@
+"""Base class for every check. The base owns the ceremony (timing, skip and exception capture);
+a subclass implements only `evaluate`, which judges facts and returns a CheckResult.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+from opgate.errors import SkipCheck
+from opgate.results import CheckResult, Figure, Outcome
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a check may know about the invocation. Plain data so it crosses a process boundary."""
+
+    verb: str = "doctor"
+    level: str = "basic"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Check:
+    """Subclass, set `check_id`, `title`, and implement `evaluate`.
+
+    `verbs` says which opgate verbs run it, `levels` at which `--level` it runs,
+    `timeout_s` how long the runner lets its child process live.
+    """
+
+    check_id: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    verbs: ClassVar[tuple[str, ...]] = ("doctor",)
+    levels: ClassVar[tuple[str, ...]] = ("basic", "standard")
+    timeout_s: ClassVar[float] = 60.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- ceremony -------------------------------------------------------------------------
+    def run(self, ctx: CheckContext) -> CheckResult:
+        start = time.perf_counter()
+        try:
+            result = self.evaluate(ctx)
+        except SkipCheck as skip:
+            result = self.skipped(str(skip))
+        except Exception as exc:  # a crash inside one check is that check's `error`, not the run's
+            result = self.result(
+                Outcome.ERROR,
+                f"check raised {type(exc).__name__}: {exc}",
+                extra={"traceback": traceback.format_exc(limit=12)},
+            )
+        return result.with_duration(time.perf_counter() - start)
+
+    # -- helpers for subclasses -----------------------------------------------------------
+    def result(
+        self,
+        outcome: Outcome,
+        reason: str,
+        figures: Sequence[Figure] = (),
+        remediation: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> CheckResult:
+        return CheckResult(
+            check_id=self.check_id,
+            title=self.title or self.check_id,
+            outcome=outcome,
+            reason=reason,
+            figures=tuple(figures),
+            remediation=remediation,
+            extra=dict(extra or {}),
+        )
+
+    def passed(self, reason: str, **kw: Any) -> CheckResult:
+        return self.result(Outcome.PASSED, reason, **kw)
+
+    def warned(self, reason: str, **kw: Any) -> CheckResult:
+        return self.result(Outcome.WARNED, reason, **kw)
+
+    def failed(self, reason: str, **kw: Any) -> CheckResult:
+        return self.result(Outcome.FAILED, reason, **kw)
+
+    def skipped(self, reason: str, **kw: Any) -> CheckResult:
+        return self.result(Outcome.SKIPPED, reason, **kw)
+
+
+def worst_outcome(outcomes: Sequence[Outcome]) -> Outcome:
+    """Combine sub-verdicts: failed > warned > passed; all skipped stays skipped."""
+    order = [Outcome.ERROR, Outcome.FAILED, Outcome.WARNED, Outcome.PASSED, Outcome.SKIPPED]
+    for outcome in order:
+        if outcome in outcomes:
+            return outcome
+    return Outcome.SKIPPED

@@ -1,0 +1,1 @@
+"""Reporters render results; they never judge them."""

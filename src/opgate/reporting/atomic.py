@@ -1,0 +1,30 @@
+"""Write report files atomically: a temp file beside the target, then rename. Never a partial file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from opgate.errors import InputError
+
+
+def write_atomically(path: Path, data: str | bytes) -> None:
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"cannot write report {path}: folder {parent} does not exist; create it or pick another path")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,200 @@
+"""Check results: evidence, not booleans.
+
+One encode/decode pair per type; the JSON carries SCHEMA_VERSION so readers can refuse what they
+do not understand. Declared fields plus one explicit `extra` dict, never free attributes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+SCHEMA_VERSION = 1
+
+
+
+class Outcome(str, enum.Enum):
+    PASSED = "passed"
+    WARNED = "warned"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+    @property
+    def is_problem(self) -> bool:
+        return self in (Outcome.FAILED, Outcome.ERROR)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """What a figure was judged against, and where that number comes from."""
+
+    value: float | int | str
+    comparison: str  # ">=", "<=", "==", "<", ">"
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "comparison": self.comparison, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Threshold":
+        return cls(value=data["value"], comparison=data["comparison"], source=data["source"])
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured or read value with its unit, e.g. ("HBM read bandwidth", 4.51, "TB/s")."""
+
+    name: str
+    value: float | int | str | bool | None
+    unit: str = ""
+    threshold: Threshold | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        value = self.value
+        if isinstance(value, float) and not math.isfinite(value):
+            value = repr(value)  # JSON has no NaN/Inf; keep them readable instead of invalid JSON
+        return {
+            "name": self.name,
+            "value": value,
+            "unit": self.unit,
+            "threshold": self.threshold.to_dict() if self.threshold else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Figure":
+        value = data["value"]
+        if value in ("nan", "inf", "-inf"):
+            value = float(value)
+        threshold = data.get("threshold")
+        return cls(
+            name=data["name"],
+            value=value,
+            unit=data.get("unit", ""),
+            threshold=Threshold.from_dict(threshold) if threshold else None,
+        )
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check_id: str
+    title: str
+    outcome: Outcome
+    reason: str
+    figures: tuple[Figure, ...] = ()
+    remediation: str = ""
+    duration_s: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return not self.outcome.is_problem
+
+    def with_duration(self, duration_s: float) -> "CheckResult":
+        return CheckResult(
+            self.check_id, self.title, self.outcome, self.reason, self.figures,
+            self.remediation, duration_s, self.extra,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check_id": self.check_id,
+            "title": self.title,
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "figures": [f.to_dict() for f in self.figures],
+            "remediation": self.remediation,
+            "duration_s": round(self.duration_s, 6),
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CheckResult":
+        return cls(
+            check_id=data["check_id"],
+            title=data.get("title", data["check_id"]),
+            outcome=Outcome(data["outcome"]),
+            reason=data["reason"],
+            figures=tuple(Figure.from_dict(f) for f in data.get("figures", ())),
+            remediation=data.get("remediation", ""),
+            duration_s=float(data.get("duration_s", 0.0)),
+            extra=dict(data.get("extra", {})),
+        )
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    CHECK_FAILED = 1
+    BAD_INPUT = 2
+    INTERNAL_ERROR = 3
+
+
+def exit_code_for(results: Sequence[CheckResult], strict: bool = False) -> ExitCode:
+    """0 all passed (warnings allowed), 1 any check failed (warnings too under --strict),
+    3 a check could not complete (`error`) and nothing failed outright."""
+    outcomes = {r.outcome for r in results}
+    if Outcome.FAILED in outcomes or (strict and Outcome.WARNED in outcomes):
+        return ExitCode.CHECK_FAILED
+    if Outcome.ERROR in outcomes:
+        return ExitCode.INTERNAL_ERROR
+    return ExitCode.OK
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything one opgate invocation found; what `--json` writes."""
+
+    verb: str
+    results: tuple[CheckResult, ...]
+    started_at: str
+    duration_s: float
+    host: Mapping[str, Any] = field(default_factory=dict)
+    tool_version: str = ""
+    strict: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return exit_code_for(self.results, self.strict)
+
+    def counts(self) -> dict[str, int]:
+        counts = {o.value: 0 for o in Outcome}
+        for r in self.results:
+            counts[r.outcome.value] += 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "opgate",
+            "tool_version": self.tool_version,
+            "verb": self.verb,
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 6),
+            "host": dict(self.host),
+            "strict": self.strict,
+            "exit_code": int(self.exit_code),
+            "counts": self.counts(),
+            "results": [r.to_dict() for r in self.results],
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunReport":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"report schema version {version!r} is not {SCHEMA_VERSION}; "
+                "read it with the opgate release that wrote it"
+            )
+        return cls(
+            verb=data["verb"],
+            results=tuple(CheckResult.from_dict(r) for r in data["results"]),
+            started_at=data["started_at"],
+            duration_s=float(data["duration_s"]),
+            host=dict(data.get("host", {})),
+            tool_version=data.get("tool_version", ""),
+            strict=bool(data.get("strict", False)),
+            extra=dict(data.get("extra", {})),
+        )

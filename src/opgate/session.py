@@ -1,0 +1,102 @@
+"""One opgate invocation: turn registered checks into tasks, run them with progress, make a RunReport."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import socket
+import sys
+import time
+from typing import Mapping, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from opgate import __version__
+from opgate.checks.base import CheckContext
+from opgate.checks.registry import CheckSpec
+from opgate.results import CheckResult, Outcome, RunReport
+from opgate.runner import CheckTask, run_checks
+
+
+def host_facts() -> dict[str, str]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+    }
+
+
+def tasks_for(
+    specs: Sequence[CheckSpec],
+    ctx: CheckContext,
+    env: Mapping[str, str] | None = None,
+) -> tuple[list[CheckTask], list[CheckResult]]:
+    """Load each check class (cheap: heavy imports stay inside `evaluate`) to read its metadata.
+
+    A check that cannot even be imported becomes an `error` result instead of a task.
+    """
+    tasks: list[CheckTask] = []
+    broken: list[CheckResult] = []
+    for spec in specs:
+        try:
+            cls = spec.load()
+        except Exception as exc:
+            broken.append(CheckResult(spec.name, spec.name, Outcome.ERROR,
+                                      f"check could not be imported: {type(exc).__name__}: {exc}"))
+            continue
+        if ctx.verb not in getattr(cls, "verbs", (ctx.verb,)):
+            continue
+        if ctx.level not in getattr(cls, "levels", (ctx.level,)):
+            continue
+        tasks.append(CheckTask(
+            check_id=getattr(cls, "check_id", "") or spec.name,
+            title=getattr(cls, "title", "") or spec.name,
+            target=spec.target,
+            timeout_s=float(getattr(cls, "timeout_s", 60.0)),
+            context=ctx,
+            env=dict(env or {}),
+            exclusive=bool(getattr(cls, "exclusive", False)),
+        ))
+    return tasks, broken
+
+
+def run_session(
+    verb: str,
+    tasks: Sequence[CheckTask],
+    console: Console,
+    jobs: int = 1,
+    strict: bool = False,
+    preset: Sequence[CheckResult] = (),
+    extra: Mapping[str, object] | None = None,
+) -> RunReport:
+    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    with Progress(
+        SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
+        MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
+        bar = progress.add_task(f"opgate {verb}", total=len(tasks))
+
+        def started(task: CheckTask) -> None:
+            progress.update(bar, description=f"{verb}: {task.check_id}")
+
+        def done(task: CheckTask, result: CheckResult) -> None:
+            progress.advance(bar)
+            if not console.is_terminal:
+                console.print(f"  {result.outcome.value:8s} {task.check_id} ({result.duration_s:.2f}s)",
+                              highlight=False)
+
+        results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done)
+    return RunReport(
+        verb=verb,
+        results=tuple(preset) + tuple(results),
+        started_at=started_at,
+        duration_s=time.perf_counter() - t0,
+        host=host_facts(),
+        tool_version=__version__,
+        strict=strict,
+        extra=dict(extra or {}),
+    )
