@@ -1,0 +1,1 @@
+"""`opgate verify`: numerical correctness of an operator across backends and dtypes."""

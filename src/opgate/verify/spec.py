@@ -1,0 +1,187 @@
+"""The operator spec: the user-facing contract of `opgate verify` and `opgate analyze`.
+
+A spec file is plain Python that builds `opgate.Operator` objects and registers implementations:
+
+    softmax = opgate.Operator(
+        "softmax",
+        reference=lambda x: torch.softmax(x, dim=-1),
+        inputs=[opgate.TensorSpec("x", ("M", "N"), kind="normal")],
+        dims={"M": [4, 64], "N": [128, 1024]},
+        dtypes=["float32", "float16", "bfloat16"],
+        flops=lambda M, N: 5 * M * N,
+    )
+
+    @softmax.implementation("triton")
+    def softmax_triton(x): ...
+
+Extend this API; never break it. Nothing here imports torch: a spec is data until a backend runs it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+KNOWN_BACKENDS = ("torch", "torch.compile", "triton", "onnxruntime", "tvm")
+FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "bool")
+KNOWN_DTYPES = FLOAT_DTYPES + INT_DTYPES
+VALUE_KINDS = ("normal", "uniform", "positive", "logits", "probability", "index", "integer", "constant")
+
+
+class SpecError(ValueError):
+    """A spec file is malformed; the message names the operator and field."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor input.
+
+    shape: dim names (looked up in the operator's `dims`) or ints.
+    dtype: None follows the dtype under test; a fixed name (e.g. "int64") pins it.
+    kind: value distribution; low/high bound `uniform`, `index` and `integer` kinds.
+    contiguous: True means the implementation only promises contiguous inputs (no strided fuzzing).
+    """
+
+    name: str
+    shape: tuple[str | int, ...]
+    dtype: str | None = None
+    kind: str = "normal"
+    low: float | None = None
+    high: float | None = None
+    contiguous: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.kind not in VALUE_KINDS:
+            raise SpecError(f"TensorSpec {self.name!r}: kind {self.kind!r} is not one of {', '.join(VALUE_KINDS)}")
+        if self.dtype is not None and self.dtype not in KNOWN_DTYPES:
+            raise SpecError(f"TensorSpec {self.name!r}: dtype {self.dtype!r} is not one of {', '.join(KNOWN_DTYPES)}")
+        for dim in self.shape:
+            if not isinstance(dim, (str, int)) or isinstance(dim, bool):
+                raise SpecError(f"TensorSpec {self.name!r}: shape entry {dim!r} must be a dim name or an int")
+
+    def concrete_shape(self, dims: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(dims[d] if isinstance(d, str) else d for d in self.shape)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A non-tensor argument passed as-is (e.g. eps=1e-6, dim=-1)."""
+
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    backend: str
+    fn: Callable[..., Any]
+
+
+@dataclass
+class Operator:
+    """An operator's meaning (the reference), its inputs, the sizes and dtypes that matter, and implementations."""
+
+    name: str
+    reference: Callable[..., Any]
+    inputs: Sequence[TensorSpec | Scalar]
+    dims: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    dtypes: Sequence[str] = ("float32",)
+    flops: Callable[..., float] | None = None
+    bytes: Callable[..., float] | None = None  # bytes(itemsize=..., **dims): optional traffic model
+    propagates_nonfinite: bool = True
+    tolerance: Mapping[str, Mapping[str, float]] | None = None  # {"float16": {"atol": .., "rtol": ..}}
+    quantized: Mapping[str, Any] | None = None  # {"scale": 0.0156, "zero_point": 0, "dtype": "int8"}
+    implementations: dict[str, Implementation] = field(default_factory=dict)
+    onnx_model_path: Path | None = None
+    spec_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.reference):
+            raise SpecError(f"operator {self.name!r}: reference must be callable")
+        self.inputs = list(self.inputs)
+        self.dtypes = list(self.dtypes)
+        self.dims = {k: list(v) for k, v in dict(self.dims).items()}
+        for dtype in self.dtypes:
+            if dtype not in KNOWN_DTYPES:
+                raise SpecError(f"operator {self.name!r}: dtype {dtype!r} is not one of {', '.join(KNOWN_DTYPES)}")
+        names = set()
+        for inp in self.inputs:
+            if inp.name in names:
+                raise SpecError(f"operator {self.name!r}: input name {inp.name!r} appears twice")
+            names.add(inp.name)
+            if isinstance(inp, TensorSpec):
+                for dim in inp.shape:
+                    if isinstance(dim, str) and dim not in self.dims:
+                        raise SpecError(
+                            f"operator {self.name!r}: input {inp.name!r} uses dim {dim!r}, which `dims` does not list"
+                        )
+        for dim, sizes in self.dims.items():
+            if not sizes or any((not isinstance(s, int)) or s < 1 for s in sizes):
+                raise SpecError(f"operator {self.name!r}: dims[{dim!r}] must be a non-empty list of positive ints")
+
+    @property
+    def tensor_inputs(self) -> list[TensorSpec]:
+        return [i for i in self.inputs if isinstance(i, TensorSpec)]
+
+    def implementation(self, name: str, backend: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register an implementation. `backend` defaults to `name` when `name` is a known backend."""
+        if backend is None:
+            if name not in KNOWN_BACKENDS:
+                raise SpecError(
+                    f"operator {self.name!r}: implementation {name!r} needs backend=, one of {', '.join(KNOWN_BACKENDS)}"
+                )
+            backend = name
+        if backend not in KNOWN_BACKENDS:
+            raise SpecError(f"operator {self.name!r}: backend {backend!r} is not one of {', '.join(KNOWN_BACKENDS)}")
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if name in self.implementations:
+                raise SpecError(f"operator {self.name!r}: implementation {name!r} is registered twice")
+            self.implementations[name] = Implementation(name=name, backend=backend, fn=fn)
+            return fn
+
+        return register
+
+    def onnx_model(self, path: str | Path) -> None:
+        """Use this ONNX model (relative to the spec file) as the `onnxruntime` implementation."""
+        self.onnx_model_path = Path(path)
+
+    def default_dims(self) -> dict[str, int]:
+        """The first declared size of every dim: the case analyze and quick checks use."""
+        return {dim: sizes[0] for dim, sizes in self.dims.items()}
+
+
+def load_spec_file(path: str | Path) -> list[Operator]:
+    """Import a spec file and return the Operators it defines, in definition order.
+
+    Raises SpecError with a one-line message when the file is missing, fails to import, or defines none.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"spec file {path} does not exist; pass the path of a Python file that defines opgate.Operator objects")
+    module_name = f"opgate_spec_{abs(hash(str(path.resolve())))}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise SpecError(f"spec file {path} cannot be imported as Python; give it a .py name")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except SpecError as exc:
+        raise SpecError(f"spec file {path}: {exc}") from None
+    except Exception as exc:
+        raise SpecError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}") from None
+    operators = [v for v in vars(module).values() if isinstance(v, Operator)]
+    if not operators:
+        raise SpecError(f"spec file {path} defines no opgate.Operator; see the README for the spec format")
+    for op in operators:
+        op.spec_file = path.resolve()
+        if op.onnx_model_path is not None and not op.onnx_model_path.is_absolute():
+            op.onnx_model_path = (path.parent / op.onnx_model_path).resolve()
+    return operators
