@@ -59,6 +59,8 @@ def tasks_for(
             env=dict(env or {}),
             exclusive=bool(getattr(cls, "exclusive", False)),
         ))
+    # Checks that must run alone (measured GPU probes) go last, so the others still run in parallel first.
+    tasks.sort(key=lambda task: task.exclusive)
     return tasks, broken
 
 

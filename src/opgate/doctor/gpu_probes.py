@@ -1,0 +1,479 @@
+"""`opgate doctor --level standard`: measured GPU probes, one check per probe family.
+
+Each check measures with opgate.gpu (CUDA events around opgate's own kernels, cudaMemcpy, PyTorch's
+plain equivalent where there is one) and judges the figures against the datasheet peak and the
+per-model bands of data/gpu_probe_policy.toml. They run alone (`exclusive`), so no other check competes
+for the GPU, and only at the standard level. Without a usable GPU each is `skipped` with the reason.
+"""
+
+from __future__ import annotations
+
+import traceback
+import dataclasses
+from typing import Any, ClassVar, Sequence
+
+from opgate.checks.base import Check, CheckContext
+from opgate.errors import SkipCheck
+from opgate.results import CheckResult, Figure, Outcome
+
+PROBE_BUDGET_NOTE = "measured with CUDA events after warm-up; medians of repeated runs"
+
+
+def _tbs(value: float) -> float:
+    return round(value, 3)
+
+
+def _gbs(value: float) -> float:
+    return round(value, 1)
+
+
+def _us(value: float) -> float:
+    return round(value, 3)
+
+
+def _pct(value: float) -> float:
+    return round(100.0 * value, 1)
+
+
+class GpuProbeCheck(Check):
+    """Base of the measured probes: standard level only, alone on the GPU, skipped without one.
+
+    A subclass implements `probe(ctx)`. CUDA errors raised by a probe become an `error` result explained
+    from data/cuda_errors.toml; `ProbeError` (a probe's own self-check failed) becomes `error` too.
+    """
+
+    levels: ClassVar[tuple[str, ...]] = ("standard",)
+    exclusive: ClassVar[bool] = True
+    timeout_s: ClassVar[float] = 90.0
+
+    def probe(self, ctx: CheckContext) -> CheckResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.device import GpuUnavailable, ProbeError, gpu_unavailable_reason
+
+        reason = gpu_unavailable_reason()
+        if reason:
+            raise SkipCheck(reason)
+        try:
+            return self.probe(ctx)
+        except GpuUnavailable as exc:
+            raise SkipCheck(str(exc)) from None
+        except ProbeError as exc:
+            return self.result(Outcome.ERROR, f"measurement unusable: {exc}",
+                               remediation="This is the probe's own self-check failing, not a verdict on the "
+                               "GPU; re-run with --check to isolate it and report it with the JSON report.",
+                               extra={"traceback": traceback.format_exc(limit=8)})
+        except Exception as exc:
+            explained = _explain_cuda_exception(exc)
+            if explained is None:
+                raise
+            return self.result(Outcome.ERROR, f"CUDA error during the probe: {type(exc).__name__}: {exc}",
+                               remediation=explained, extra={"traceback": traceback.format_exc(limit=8)})
+
+    # -- shared helpers --------------------------------------------------------------------------
+    @staticmethod
+    def devices() -> list[int]:
+        from opgate.gpu.device import device_count
+
+        return list(range(device_count()))
+
+    @staticmethod
+    def label(device: int, count: int) -> str:
+        return f"GPU{device} " if count > 1 else ""
+
+
+def _explain_cuda_exception(exc: BaseException) -> str | None:
+    """One-line explanation for CUDA runtime/driver errors and NVRTC compile failures, else None."""
+    kind = type(exc).__name__
+    if kind == "CompileException":
+        return ("NVRTC could not compile opgate's probe kernels for this GPU; check that CuPy's NVRTC "
+                "matches the driver (opgate doctor's driver_runtime check)")
+    if not kind.startswith("CUDA"):
+        return None
+    from opgate.gpu.cuda_errors import cuda_error_code_in, explain_cuda_error
+
+    code = getattr(exc, "status", None)
+    if not isinstance(code, int):
+        code = cuda_error_code_in(str(exc))
+    info = explain_cuda_error(code) if code is not None else None
+    return info.one_line() if info else f"CUDA reported {exc}; see the CUDA runtime API error list"
+
+
+def _band_figure(name: str, value: float, unit: str, band: Any, scale: float = 1.0, what: str = "") -> Figure:
+    from opgate.gpu.judge import band_threshold
+
+    return Figure(name, value, unit, band_threshold(band, scale=scale, what=what))
+
+
+# -------------------------------------------------------------------------------------------------
+class HbmBandwidthCheck(GpuProbeCheck):
+    check_id = "doctor.hbm_bandwidth"
+    title = "HBM bandwidth (read stream, D2D copy) vs datasheet"
+    timeout_s = 120.0
+
+    def probe(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.bandwidth import measure_hbm
+        from opgate.gpu.judge import combine, judge
+        from opgate.gpu.references import datasheet_bandwidth, gpu_key_for, policy_band
+
+        devices = self.devices()
+        figures: list[Figure] = []
+        outcomes: list[Outcome] = []
+        reasons: list[str] = []
+        extra: dict[str, Any] = {"method": PROBE_BUDGET_NOTE, "gpus": []}
+        for device in devices:
+            m = measure_hbm(device, include_torch=True)
+            tag = self.label(device, len(devices))
+            name = m.device.name
+            key = gpu_key_for(name)
+            sheet = datasheet_bandwidth(name)
+            read_band = policy_band("hbm_read_fraction", key)
+            copy_band = policy_band("copy_vs_memcpy", key)
+            extra["gpus"].append({**m.to_dict(), "gpu_key": key,
+                                  "datasheet": dataclasses.asdict(sheet) if sheet else None,
+                                  "read_band": dataclasses.asdict(read_band),
+                                  "copy_band": dataclasses.asdict(copy_band)})
+            if sheet is not None:
+                fraction = m.read.tbs / sheet.tbs
+                read_outcome = judge(fraction, read_band)
+                figures.append(_band_figure(
+                    f"{tag}HBM read (opgate kernel)", _tbs(m.read.tbs), "TB/s", read_band, scale=sheet.tbs,
+                    what=f"{read_band.pass_at:.0%} of the {name} datasheet {sheet.tbs:g} TB/s ({sheet.source})"))
+                figures.append(_band_figure(f"{tag}HBM read / datasheet", _pct(fraction), "%", read_band,
+                                            scale=100.0))
+                figures.append(Figure(f"{tag}datasheet memory bandwidth", _tbs(sheet.tbs), "TB/s"))
+                read_text = (f"HBM read {m.read.tbs:.2f} TB/s = {fraction:.1%} of the {sheet.tbs:g} TB/s "
+                             f"datasheet (goal {read_band.pass_at:.0%})")
+            else:
+                read_outcome = Outcome.WARNED
+                figures.append(Figure(f"{tag}HBM read (opgate kernel)", _tbs(m.read.tbs), "TB/s"))
+                read_text = (f"HBM read {m.read.tbs:.2f} TB/s, not judged: opgate has no datasheet bandwidth for "
+                             f"{name!r} (add it to data/gpu_probe_thresholds.toml)")
+            outcomes.append(read_outcome)
+            copy_text = ""
+            if m.copy_kernel is not None and m.memcpy is not None:
+                ratio = m.copy_kernel.tbs / m.memcpy.tbs
+                copy_outcome = judge(ratio, copy_band)
+                if copy_outcome == Outcome.FAILED:  # our kernel lagging the driver's copy is not the host's fault
+                    copy_outcome = Outcome.WARNED
+                outcomes.append(copy_outcome)
+                figures.append(_band_figure(
+                    f"{tag}D2D copy (opgate kernel, read+write)", _tbs(m.copy_kernel.tbs), "TB/s", copy_band,
+                    scale=m.memcpy.tbs, what="cudaMemcpy D2D measured in this run, less the tolerance"))
+                figures.append(Figure(f"{tag}cudaMemcpy D2D (read+write)", _tbs(m.memcpy.tbs), "TB/s"))
+                figures.append(_band_figure(f"{tag}copy kernel / cudaMemcpy", _pct(ratio), "%", copy_band,
+                                            scale=100.0))
+                copy_text = f"; copy kernel {m.copy_kernel.tbs:.2f} vs cudaMemcpy {m.memcpy.tbs:.2f} TB/s"
+            if m.torch_copy is not None:
+                figures.append(Figure(f"{tag}PyTorch dst.copy_(src) (read+write)", _tbs(m.torch_copy.tbs), "TB/s"))
+                copy_text += f" (PyTorch copy_ {m.torch_copy.tbs:.2f})"
+            else:
+                figures.append(Figure(f"{tag}PyTorch dst.copy_(src)", f"not measured: {m.torch_note}"))
+            figures.append(Figure(f"{tag}read run-to-run spread (p90-p10)/median",
+                                  _pct(m.read.samples_ms.relative_spread), "%"))
+            figures.append(Figure(f"{tag}buffer", round(m.buffer_bytes / (1 << 30), 2), "GiB"))
+            reasons.append(f"{tag}{name}: {read_text}{copy_text}")
+        outcome = combine(outcomes)
+        remediation = ""
+        if outcome in (Outcome.WARNED, Outcome.FAILED):
+            remediation = ("Check memory clocks and throttle reasons (nvidia-smi -q -d CLOCK,PERFORMANCE), ECC "
+                           "row remapping, MIG slicing and other processes on the GPU, then re-run.")
+        return self.result(outcome, "; ".join(reasons), figures=figures, remediation=remediation, extra=extra)
+
+
+# -------------------------------------------------------------------------------------------------
+class L2BandwidthCheck(GpuProbeCheck):
+    check_id = "doctor.l2_bandwidth"
+    title = "L2 cache bandwidth and the HBM/L2 ratio"
+
+    def probe(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.bandwidth import measure_l2
+        from opgate.gpu.judge import combine, judge
+        from opgate.gpu.references import gpu_key_for, policy_band
+
+        devices = self.devices()
+        figures: list[Figure] = []
+        outcomes: list[Outcome] = []
+        reasons: list[str] = []
+        extra: dict[str, Any] = {"method": PROBE_BUDGET_NOTE, "gpus": []}
+        for device in devices:
+            m = measure_l2(device)
+            tag = self.label(device, len(devices))
+            band = policy_band("l2_over_hbm", gpu_key_for(m.device.name))
+            outcomes.append(judge(m.l2_over_hbm, band))
+            extra["gpus"].append({**m.to_dict(), "band": dataclasses.asdict(band)})
+            figures += [
+                Figure(f"{tag}L2 read (opgate kernel)", _tbs(m.l2_read.tbs), "TB/s"),
+                Figure(f"{tag}HBM read (same kernel family, this run)", _tbs(m.hbm_read.tbs), "TB/s"),
+                Figure(f"{tag}HBM / L2 bandwidth ratio", round(m.hbm_over_l2, 3), ""),
+                _band_figure(f"{tag}L2 / HBM bandwidth ratio", round(m.l2_over_hbm, 3), "x", band),
+                Figure(f"{tag}L2 size (device attribute)", round(m.device.l2_bytes / 1e6, 1), "MB"),
+                Figure(f"{tag}working set", round(m.working_set_bytes / (1 << 20), 1), "MiB"),
+            ]
+            reasons.append(f"{tag}L2 read {m.l2_read.tbs:.2f} TB/s over a {m.working_set_bytes / (1 << 20):.0f} MiB "
+                           f"working set, {m.l2_over_hbm:.2f}x HBM read ({m.hbm_read.tbs:.2f} TB/s); "
+                           f"HBM/L2 = {m.hbm_over_l2:.2f}")
+        outcome = combine(outcomes)
+        remediation = "" if outcome == Outcome.PASSED else (
+            "An L2-resident working set should read faster than HBM; check for MIG slicing or a persisting-L2 "
+            "carve-out (cudaLimitPersistingL2CacheSize) and other work on the GPU.")
+        return self.result(outcome, "; ".join(reasons), figures=figures, remediation=remediation, extra=extra)
+
+
+# -------------------------------------------------------------------------------------------------
+class HostLinksCheck(GpuProbeCheck):
+    check_id = "doctor.host_links"
+    title = "Host links: H2D/D2H, pinned and pageable, vs PCIe generation x width"
+    timeout_s = 120.0
+
+    def probe(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.host_links import measure_all_to_host, measure_host_links
+        from opgate.gpu.judge import combine, judge, relative_spread
+        from opgate.gpu.references import gpu_key_for, policy_band
+
+        devices = self.devices()
+        figures: list[Figure] = []
+        outcomes: list[Outcome] = []
+        reasons: list[str] = []
+        extra: dict[str, Any] = {"method": "pinned: CUDA events; pageable: host clock around copy + synchronize",
+                                 "gpus": []}
+        alone: dict[int, dict[str, float]] = {}
+        for device in devices:
+            m = measure_host_links(device)
+            tag = self.label(device, len(devices))
+            band = policy_band("pinned_vs_pcie", gpu_key_for(m.device.name))
+            extra["gpus"].append({**m.to_dict(), "band": dataclasses.asdict(band)})
+            alone[device] = {"H2D": m.h2d_pinned.gbs, "D2H": m.d2h_pinned.gbs}
+            theoretical = m.link.theoretical_gbs() if m.link else None
+            if theoretical:
+                link = m.link
+                assert link is not None
+                gen = link.under_load_generation or link.idle_generation
+                width = link.under_load_width or link.idle_width
+                what = (f"{band.pass_at:.0%} of PCIe Gen{gen} x{width} = {theoretical:.2f} GB/s per direction "
+                        "(data/pcie_link_rates.toml, PCI-SIG)")
+                worst = min(m.h2d_pinned.gbs, m.d2h_pinned.gbs) / theoretical
+                outcomes.append(judge(worst, band))
+                figures += [
+                    _band_figure(f"{tag}H2D pinned", _gbs(m.h2d_pinned.gbs), "GB/s", band, theoretical, what),
+                    _band_figure(f"{tag}D2H pinned", _gbs(m.d2h_pinned.gbs), "GB/s", band, theoretical, what),
+                    Figure(f"{tag}PCIe link under load", f"Gen{gen} x{width}"),
+                    Figure(f"{tag}PCIe link max", f"Gen{link.max_generation} x{link.max_width}"),
+                    Figure(f"{tag}PCIe theoretical per direction", round(theoretical, 2), "GB/s"),
+                ]
+                degraded = ""
+                max_theory = link.max_theoretical_gbs()
+                if max_theory and max_theory > theoretical * 1.01:
+                    degraded = f" (link runs below its Gen{link.max_generation} x{link.max_width} maximum)"
+                reasons.append(f"{tag}pinned H2D {m.h2d_pinned.gbs:.1f} / D2H {m.d2h_pinned.gbs:.1f} GB/s = "
+                               f"{m.h2d_pinned.gbs / theoretical:.0%} / {m.d2h_pinned.gbs / theoretical:.0%} of "
+                               f"PCIe Gen{gen} x{width} ({theoretical:.1f} GB/s){degraded}")
+            else:
+                outcomes.append(Outcome.WARNED)
+                why = m.link_error or (m.link.note if m.link else "") or "NVML reported no PCIe generation/width"
+                figures += [Figure(f"{tag}H2D pinned", _gbs(m.h2d_pinned.gbs), "GB/s"),
+                            Figure(f"{tag}D2H pinned", _gbs(m.d2h_pinned.gbs), "GB/s")]
+                reasons.append(f"{tag}pinned H2D {m.h2d_pinned.gbs:.1f} / D2H {m.d2h_pinned.gbs:.1f} GB/s, not "
+                               f"judged: no PCIe link figure ({why})")
+            bidir = m.bidirectional_pinned
+            figures += [
+                Figure(f"{tag}H2D pageable", _gbs(m.h2d_pageable.gbs), "GB/s"),
+                Figure(f"{tag}D2H pageable", _gbs(m.d2h_pageable.gbs), "GB/s"),
+                Figure(f"{tag}both directions at once (pinned, aggregate)", _gbs(bidir.aggregate_gbs), "GB/s"),
+                Figure(f"{tag}both at once: H2D share", _gbs(bidir.h2d_gbs), "GB/s"),
+                Figure(f"{tag}both at once: D2H share", _gbs(bidir.d2h_gbs), "GB/s"),
+            ]
+        if len(devices) > 1:
+            spread_band = policy_band("host_contention_spread", None)
+            extra["all_gpus_at_once"] = []
+            for direction in ("H2D", "D2H"):
+                c = measure_all_to_host(devices, direction)
+                extra["all_gpus_at_once"].append(c.to_dict())
+                values = list(c.per_gpu_gbs.values())
+                spread = relative_spread(values)
+                outcomes.append(judge(spread, spread_band))
+                for device, gbs in c.per_gpu_gbs.items():
+                    figures.append(Figure(f"GPU{device} {direction} with all GPUs at once", _gbs(gbs), "GB/s"))
+                    if alone[device][direction] > 0:
+                        figures.append(Figure(f"GPU{device} {direction} all-at-once / alone",
+                                              _pct(gbs / alone[device][direction]), "%"))
+                figures.append(Figure(f"all GPUs {direction} at once, aggregate", _gbs(c.aggregate_gbs), "GB/s"))
+                figures.append(_band_figure(f"all GPUs {direction} at once, spread (max-min)/max", _pct(spread), "%",
+                                            spread_band, scale=100.0))
+                reasons.append(f"all {len(devices)} GPUs {direction} at once: {c.aggregate_gbs:.1f} GB/s aggregate, "
+                               f"spread {spread:.0%}")
+        outcome = combine(outcomes)
+        remediation = "" if outcome == Outcome.PASSED else (
+            "Check the link generation/width (nvidia-smi -q -d PCI; a GPU in a slower slot or behind a shared "
+            "switch), IOMMU/ACS settings, NUMA placement of the process (numactl --cpunodebind), and that "
+            "transfers use pinned memory.")
+        return self.result(outcome, "; ".join(reasons), figures=figures, remediation=remediation, extra=extra)
+
+
+# -------------------------------------------------------------------------------------------------
+class P2PCheck(GpuProbeCheck):
+    check_id = "doctor.p2p"
+    title = "Peer-to-peer bandwidth and latency between every GPU pair"
+
+    def probe(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.p2p import measure_p2p
+
+        devices = self.devices()
+        if len(devices) < 2:
+            raise SkipCheck(f"{len(devices)} GPU visible: peer-to-peer needs two or more")
+        m = measure_p2p(devices)
+        figures: list[Figure] = []
+        missing = [p for p in m.pairs if not p.can_access_peer]
+        for pair in m.pairs:
+            tag = f"GPU{pair.src}->GPU{pair.dst}"
+            figures += [Figure(f"{tag} peer copy", _gbs(pair.bandwidth_gbs), "GB/s"),
+                        Figure(f"{tag} 4-byte copy latency", _us(pair.latency_us), "us"),
+                        Figure(f"{tag} peer access", pair.can_access_peer)]
+        bandwidths = [p.bandwidth_gbs for p in m.pairs]
+        summary = (f"{len(m.pairs)} ordered pairs: peer copy {min(bandwidths):.1f}..{max(bandwidths):.1f} GB/s, "
+                   f"latency {min(p.latency_us for p in m.pairs):.2f}..{max(p.latency_us for p in m.pairs):.2f} us")
+        extra = m.to_dict()
+        if missing:
+            names = ", ".join(f"GPU{p.src}->GPU{p.dst}" for p in missing)
+            return self.warned(f"{summary}; no peer access for {names} (copies staged through the host)",
+                               figures=figures, extra=extra,
+                               remediation="Check the topology (nvidia-smi topo -m), ACS/IOMMU settings and "
+                                           "that the GPUs share an NVLink or PCIe switch.")
+        return self.passed(f"{summary}; peer access on every pair", figures=figures, extra=extra)
+
+
+# -------------------------------------------------------------------------------------------------
+class LaunchLatencyCheck(GpuProbeCheck):
+    check_id = "doctor.launch_latency"
+    title = "Kernel launch latency: eager vs CUDA graph replay"
+
+    def probe(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.judge import combine, judge
+        from opgate.gpu.launch import measure_launch_latency
+        from opgate.gpu.references import gpu_key_for, has_model_band, policy_band
+
+        m = measure_launch_latency(0)
+        key = gpu_key_for(m.device.name)
+        ratio_band = policy_band("graph_over_eager", key)
+        outcomes = [judge(m.graph_over_eager, ratio_band)]
+        eager_fig = Figure("eager launch, per kernel (events around 1000 launches)", _us(m.eager_us.median), "us")
+        graph_fig = Figure("CUDA graph replay, per kernel", _us(m.graph_us.median), "us")
+        if has_model_band("eager_launch_us", key):
+            band = policy_band("eager_launch_us", key)
+            outcomes.append(judge(m.eager_us.median, band))
+            eager_fig = _band_figure(eager_fig.name, eager_fig.value, "us", band)
+        if has_model_band("graph_launch_us", key):
+            band = policy_band("graph_launch_us", key)
+            outcomes.append(judge(m.graph_us.median, band))
+            graph_fig = _band_figure(graph_fig.name, graph_fig.value, "us", band)
+        figures = [
+            eager_fig, graph_fig,
+            _band_figure("graph / eager per-kernel time", round(m.graph_over_eager, 3), "x", ratio_band),
+            Figure("host time per eager launch call", _us(m.host_enqueue_us.median), "us"),
+            Figure("eager p95", _us(m.eager_us.p95), "us"),
+            Figure("graph p95", _us(m.graph_us.p95), "us"),
+            Figure("graph capture of 1000 launches", round(m.graph_capture_ms, 2), "ms"),
+        ]
+        outcome = combine(outcomes)
+        reason = (f"{m.device.name}: {m.eager_us.median:.2f} us per kernel launched eagerly, "
+                  f"{m.graph_us.median:.2f} us per kernel replayed from a graph "
+                  f"({1 / m.graph_over_eager:.1f}x less)")
+        remediation = "" if outcome == Outcome.PASSED else (
+            "Slow launches point at a loaded or power-saving host CPU (check the CPU governor and other "
+            "processes) or at a driver in a debug/profiling mode (CUDA_LAUNCH_BLOCKING, a profiler attached).")
+        return self.result(outcome, reason, figures=figures, remediation=remediation, extra=m.to_dict())
+
+
+# -------------------------------------------------------------------------------------------------
+class StreamPriorityCheck(GpuProbeCheck):
+    check_id = "doctor.stream_priority"
+    title = "Stream priority under a saturated GPU"
+
+    def probe(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.judge import judge
+        from opgate.gpu.priority import measure_stream_priority
+        from opgate.gpu.references import gpu_key_for, policy_band
+
+        m = measure_stream_priority(0)
+        if not m.supported:
+            raise SkipCheck(f"{m.device.name} reports no stream priorities (range {m.greatest_priority}.."
+                            f"{m.least_priority} from {m.range_source})")
+        assert m.high_us is not None and m.equal_us is not None and m.idle_us is not None
+        band = policy_band("priority_over_equal", gpu_key_for(m.device.name))
+        ratio = m.high_over_equal
+        outcome = judge(ratio, band)
+        figures = [
+            Figure("priority range (greatest..least)", f"{m.greatest_priority}..{m.least_priority}"),
+            Figure("probe latency, idle GPU", _us(m.idle_us.median), "us"),
+            Figure("probe latency, highest priority, GPU saturated", _us(m.high_us.median), "us"),
+            Figure("probe latency, equal priority, GPU saturated", _us(m.equal_us.median), "us"),
+            _band_figure("highest / equal priority latency", round(ratio, 3), "x", band),
+            Figure("one low-priority hog kernel alone", round(m.hog_kernel_ms, 3), "ms"),
+            Figure("highest priority p95", _us(m.high_us.p95), "us"),
+            Figure("equal priority p95", _us(m.equal_us.p95), "us"),
+        ]
+        reason = (f"short kernel under saturation: {m.high_us.median:.1f} us on the highest-priority stream vs "
+                  f"{m.equal_us.median:.1f} us at equal priority ({ratio:.2f}x; idle {m.idle_us.median:.1f} us)")
+        remediation = "" if outcome == Outcome.PASSED else (
+            "Priority did not help: check that no MPS server or time-slicing configuration flattens priorities, "
+            "and that the latency-critical work really runs on a stream created with the greatest priority.")
+        return self.result(outcome, reason, figures=figures, remediation=remediation, extra=m.to_dict())
+
+
+# -------------------------------------------------------------------------------------------------
+class EventTimingCheck(GpuProbeCheck):
+    check_id = "doctor.event_timing"
+    title = "Event timing resolution, launch round trip and launch queue health"
+
+    def probe(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.events import measure_event_timing
+        from opgate.gpu.judge import combine, judge
+        from opgate.gpu.references import gpu_key_for, policy_band
+
+        m = measure_event_timing(0)
+        key = gpu_key_for(m.device.name)
+        resolution_band = policy_band("event_resolution_us", key)
+        roundtrip_band = policy_band("event_roundtrip_us", key)
+        outcomes = [judge(m.smallest_step_us, resolution_band), judge(m.roundtrip_us.median, roundtrip_band)]
+        problems: list[str] = []
+        if not m.launch_returned_before_done:
+            outcomes.append(Outcome.FAILED)
+            problems.append("a launch call did not return before its kernel finished (launches are synchronous: "
+                            "CUDA_LAUNCH_BLOCKING=1 or a blocking profiler?)")
+        if m.spin_error_fraction > 0.05:
+            outcomes.append(Outcome.WARNED)
+            problems.append(f"events measured a {m.spin_requested_us:.0f} us %globaltimer wait as "
+                            f"{m.spin_event_us.median:.0f} us ({m.spin_error_fraction:.0%} off)")
+        depth = ("never blocked" if m.queue_depth_before_block is None
+                 else f"{m.queue_depth_before_block} launches")
+        figures = [
+            _band_figure("smallest non-zero interval between back-to-back events", _us(m.smallest_step_us), "us",
+                         resolution_band),
+            Figure("median interval between back-to-back events", _us(m.back_to_back_us.median), "us"),
+            Figure("back-to-back intervals reported as 0", m.zero_intervals),
+            Figure(f"{m.spin_requested_us:.0f} us %globaltimer wait, timed by events", _us(m.spin_event_us.median),
+                   "us"),
+            _band_figure("launch + event round trip seen by the host (median)", _us(m.roundtrip_us.median), "us",
+                         roundtrip_band),
+            Figure("launch + event round trip p95", _us(m.roundtrip_us.p95), "us"),
+            Figure("launch call while the GPU is busy", _us(m.launch_call_us), "us"),
+            Figure("launch returned before its kernel finished", m.launch_returned_before_done),
+            Figure(f"launch queue depth before the host blocked (of {m.queue_probe_launches})", depth),
+            Figure(f"stream order of {m.chain_steps} dependent kernels", "correct" if m.chain_ok else "WRONG"),
+        ]
+        outcome = combine(outcomes)
+        reason = (f"event timing steps of {m.smallest_step_us:.2f} us, launch round trip {m.roundtrip_us.median:.1f} us "
+                  f"(p95 {m.roundtrip_us.p95:.1f}), launches asynchronous, queue {depth}, stream order correct")
+        if problems:
+            reason += "; " + "; ".join(problems)
+        remediation = "" if outcome == Outcome.PASSED else (
+            "Check CUDA_LAUNCH_BLOCKING, attached profilers or debuggers, and host CPU load/frequency.")
+        return self.result(outcome, reason, figures=figures, remediation=remediation, extra=m.to_dict())
+
+
+STANDARD_CHECKS: Sequence[type[GpuProbeCheck]] = (
+    HbmBandwidthCheck, L2BandwidthCheck, HostLinksCheck, P2PCheck, LaunchLatencyCheck, StreamPriorityCheck,
+    EventTimingCheck,
+)
+

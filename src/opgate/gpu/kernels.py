@@ -1,0 +1,197 @@
+"""opgate's own measurement kernels, CUDA C compiled at run time with NVRTC through CuPy.
+
+One source, one RawModule (one NVRTC compile, cached on disk by CuPy across processes). Variants of the
+bandwidth kernels (loads in flight per thread, streaming stores) are plain extern "C" wrappers around
+templates, so kernel names stay readable in profilers and sanitizer reports.
+
+Everything reads and writes 16-byte vectors (uint4): one LDG.E.128 / STG.E.128 per access, the widest
+a thread can issue. Loads feed a folded checksum that is stored only when it equals a run-time `magic`
+value, so the compiler cannot drop a load, and nothing is written in practice.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+READ_UNROLLS = (4, 8)
+COPY_VARIANTS = ((4, False), (4, True), (8, False), (8, True))
+L2_UNROLL = 4
+
+KERNEL_SOURCE = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+__device__ __forceinline__ u64 opgate_globaltimer_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// L2-only load (bypasses L1), volatile so no pass of a repeated read can be folded into another.
+__device__ __forceinline__ uint4 opgate_load_cg(const uint4* p) {
+    uint4 r;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+// Streaming (evict-first) 16-byte store.
+__device__ __forceinline__ void opgate_store_cs(uint4* p, uint4 v) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+__device__ __forceinline__ u32 opgate_fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+// A pattern derived from the index and a seed: never zeros, different per run.
+extern "C" __global__ void opgate_fill(uint4* __restrict__ dst, u64 n_vec, u32 seed) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n_vec; i += stride) {
+        const u32 h = (u32)(i * 2654435761ull) ^ seed;
+        dst[i] = make_uint4(h, h ^ 0x9E3779B9u, h + 0x7F4A7C15u, ~h);
+    }
+}
+
+// Read stream: each thread keeps UNROLL independent 16-byte loads in flight per step of a grid-stride loop.
+template <int UNROLL>
+__device__ __forceinline__ void opgate_read_body(const uint4* __restrict__ src, u64 n_vec, u32 magic,
+                                                 u32* __restrict__ sink) {
+    const u64 nthreads = (u64)gridDim.x * blockDim.x;
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 acc = 0;
+    for (; i + (u64)(UNROLL - 1) * nthreads < n_vec; i += (u64)UNROLL * nthreads) {
+        uint4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[u] = src[i + (u64)u * nthreads];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) acc ^= opgate_fold(v[u]);
+    }
+    for (; i < n_vec; i += nthreads) acc ^= opgate_fold(src[i]);
+    if (acc == magic) sink[0] = acc;
+}
+
+// Device-to-device copy: UNROLL loads, then UNROLL stores (plain or streaming).
+template <int UNROLL, bool STREAMING>
+__device__ __forceinline__ void opgate_copy_body(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                                 u64 n_vec) {
+    const u64 nthreads = (u64)gridDim.x * blockDim.x;
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (u64)(UNROLL - 1) * nthreads < n_vec; i += (u64)UNROLL * nthreads) {
+        uint4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[u] = src[i + (u64)u * nthreads];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (STREAMING) opgate_store_cs(dst + i + (u64)u * nthreads, v[u]);
+            else dst[i + (u64)u * nthreads] = v[u];
+        }
+    }
+    for (; i < n_vec; i += nthreads) {
+        if (STREAMING) opgate_store_cs(dst + i, src[i]);
+        else dst[i] = src[i];
+    }
+}
+
+extern "C" __global__ void opgate_read_u4(const uint4* __restrict__ src, u64 n_vec, u32 magic, u32* __restrict__ sink) {
+    opgate_read_body<4>(src, n_vec, magic, sink);
+}
+extern "C" __global__ void opgate_read_u8(const uint4* __restrict__ src, u64 n_vec, u32 magic, u32* __restrict__ sink) {
+    opgate_read_body<8>(src, n_vec, magic, sink);
+}
+extern "C" __global__ void opgate_copy_u4_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_body<4, false>(src, dst, n_vec);
+}
+extern "C" __global__ void opgate_copy_u4_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_body<4, true>(src, dst, n_vec);
+}
+extern "C" __global__ void opgate_copy_u8_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_body<8, false>(src, dst, n_vec);
+}
+extern "C" __global__ void opgate_copy_u8_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_body<8, true>(src, dst, n_vec);
+}
+
+// L2 read: the same working set `passes` times; the start rotates by 4 KiB per pass.
+extern "C" __global__ void opgate_l2_read(const uint4* __restrict__ src, u64 n_vec, int passes, u32 magic,
+                                          u32* __restrict__ sink) {
+    const int UNROLL = 4;
+    const u64 nthreads = (u64)gridDim.x * blockDim.x;
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 acc = 0;
+    u64 shift = 0;
+    for (int p = 0; p < passes; ++p) {
+        for (u64 i = tid; i < n_vec; i += (u64)UNROLL * nthreads) {
+            uint4 v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                u64 j = i + (u64)u * nthreads;
+                if (j < n_vec) {
+                    j += shift;
+                    if (j >= n_vec) j -= n_vec;
+                    v[u] = opgate_load_cg(src + j);
+                } else {
+                    v[u] = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) acc += opgate_fold(v[u]);
+        }
+        shift += 256;  // 256 x 16 B = 4 KiB: keeps a warp's accesses contiguous
+        if (shift >= n_vec) shift -= n_vec;
+    }
+    if (acc == magic) sink[0] = acc;
+}
+
+// One thread of each block adds one: after N launches of one block, out[0] == N (all launches ran).
+extern "C" __global__ void opgate_tiny(u32* __restrict__ out) {
+    if (threadIdx.x == 0) out[blockIdx.x] += 1u;
+}
+
+// Every thread waits `ns` nanoseconds of %globaltimer, then each block counts itself done.
+extern "C" __global__ void opgate_spin(u64 ns, u32* __restrict__ done_blocks) {
+    const u64 start = opgate_globaltimer_ns();
+    while (opgate_globaltimer_ns() - start < ns) { }
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(done_blocks, 1u);
+}
+
+// Stream-order witness: value = value * 3 + k, one step per launch.
+extern "C" __global__ void opgate_chain_step(u32* __restrict__ value, u32 k) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) value[0] = value[0] * 3u + k;
+}
+
+// The computation the recovery trials verify: out = a * x + y.
+extern "C" __global__ void opgate_saxpy(const float* __restrict__ x, const float* __restrict__ y,
+                                        float* __restrict__ out, float a, u64 n) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = a * x[i] + y[i];
+}
+
+// Planted fault for the recovery trials: a store to an address nothing maps (error 700, sticky).
+extern "C" __global__ void opgate_illegal_store(u64 address) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *((volatile u32*)address) = 0xDEADu;
+}
+"""
+
+
+def read_kernel_name(unroll: int) -> str:
+    return f"opgate_read_u{unroll}"
+
+
+def copy_kernel_name(unroll: int, streaming: bool) -> str:
+    return f"opgate_copy_u{unroll}_{'stream' if streaming else 'plain'}"
+
+
+@functools.lru_cache(maxsize=1)
+def probe_module() -> Any:
+    """The compiled RawModule (compiled on first use per device, cached by CuPy on disk)."""
+    from opgate.gpu.device import require_gpu
+
+    cupy = require_gpu()
+    module = cupy.RawModule(code=KERNEL_SOURCE, options=("-std=c++17",))
+    return module
+
+
+def kernel(name: str) -> Any:
+    return probe_module().get_function(name)
