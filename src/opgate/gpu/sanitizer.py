@@ -186,15 +186,17 @@ def kernel_name(function: str) -> str:
     """'void ns::kern<int>(int *, float)' -> 'ns::kern<int>'; 'kern' -> 'kern'."""
     name = function.strip()
     depth = 0
-    for index, char in enumerate(name):  # cut at the '(' that opens the parameter list
+    start = 0
+    for index, char in enumerate(name):
         if char == "<":
             depth += 1
         elif char == ">":
             depth -= 1
-        elif char == "(" and depth == 0:
-            name = name[:index]
-            break
-    return name.split()[-1] if name.split() else name
+        elif char == " " and depth == 0:
+            start = index + 1  # a return type or qualifier before the name
+        elif char == "(" and depth == 0:  # the parameter list begins
+            return name[start:index].strip() or name
+    return name[start:].strip() or name
 
 
 def _new_finding(tool: str, text: str) -> _Draft | None:
@@ -496,11 +498,15 @@ def _tool_options(path: str, options: Sequence[tuple[str, str]]) -> tuple[list[s
 
 def judge_planted(case: Any, bug: SanitizerRun, clean: SanitizerRun) -> tuple[str, bool, str, bool, str]:
     """(status, caught, caught_by, clean_passed, note) for one planted case; pure, no GPU."""
-    hits = [f for f in bug.report.errors if f.kind in case.expected_kinds
-            and (f.kernel is None or case.bug_kernel in f.kernel)]
+    # A finding of the expected kind in the planted kernel (or with no kernel named), or a finding of a kind
+    # opgate does not know that names the planted kernel: either way the tool pointed at the bug.
+    hits = [f for f in bug.report.errors
+            if (f.kind in case.expected_kinds and (f.kernel is None or case.bug_kernel in f.kernel))
+            or (f.kind == "other" and f.kernel is not None and case.bug_kernel in f.kernel)]
+    others = [f for f in bug.report.errors if f not in hits]
     if hits:
         caught, caught_by = True, "finding"
-    elif bug.sanitizer_flagged:
+    elif bug.sanitizer_flagged and not others:
         caught, caught_by = True, "exit code only (report not parsed)"
     else:
         caught, caught_by = False, ""
@@ -511,6 +517,9 @@ def judge_planted(case: Any, bug: SanitizerRun, clean: SanitizerRun) -> tuple[st
     notes = []
     if bug.timed_out:
         notes.append("the bug run timed out")
+    if not caught and others:
+        notes.append("the sanitizer reported other errors instead: " + "; ".join(
+            f"{f.kind} in {f.kernel or '?'}" for f in others[:3]))
     if caught_by.startswith("exit code"):
         notes.append("the sanitizer flagged errors opgate's parser did not recognise; see the log")
     if not clean_passed:
