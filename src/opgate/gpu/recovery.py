@@ -49,12 +49,17 @@ class WorkerProcess:
         self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, env=child_env, text=True, bufsize=1,
                                      start_new_session=True)
+        self._closed = False
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        hello = self._next(start_timeout_s, "starting")
+        try:
+            hello = self._next(start_timeout_s, "starting")
+        except WorkerGone:
+            self.close()
+            raise
         if not hello.get("ok"):
-            self.kill()
+            self.close()
             raise WorkerGone(f"worker could not start: {hello.get('error', hello)}")
         self.pid = int(hello.get("pid", self.proc.pid))
         self.device = hello.get("device", "")
@@ -80,9 +85,11 @@ class WorkerProcess:
                 code = self.proc.wait(timeout=10)
                 raise WorkerGone(f"worker exited (code {code}) while {doing}: {self.stderr_tail()}")
             try:
-                return json.loads(line)
+                message = json.loads(line)
             except ValueError:
                 continue  # a stray print from a library: not a response
+            if isinstance(message, dict):
+                return message
 
     def request(self, message: dict[str, Any], timeout_s: float = 120.0) -> dict[str, Any]:
         if self.proc.poll() is not None:
@@ -96,6 +103,8 @@ class WorkerProcess:
         return self._next(timeout_s, f"handling {message.get('op')}")
 
     def stderr_tail(self, chars: int = 1500) -> str:
+        if self._closed:
+            return ""
         try:
             self._stderr.seek(0)
             return self._stderr.read().decode(errors="replace")[-chars:].strip()
@@ -119,14 +128,26 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             pass
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
+    def close(self, graceful: bool = True) -> None:
+        """Ask the worker to exit (kill it if it will not; at once when not graceful), then release its
+        pipes. Idempotent."""
+        if self._closed:
+            return
+        if graceful and self.proc.poll() is None:
             try:
                 self.request({"op": "exit"}, timeout_s=10)
             except WorkerGone:
                 pass
         self.kill()
+        self._reader.join(timeout=10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
         self._stderr.close()
+        self._closed = True
 
 
 @dataclass(frozen=True)
@@ -220,9 +241,8 @@ def run_sticky_trials(trials: int, worker_command: Sequence[str] | None = None,
                 detected_by = "worker stopped answering" if "did not answer" in str(exc) else "worker died"
                 note = str(exc)[:300]
             detected = time.perf_counter()
-            old_exit = worker.exit_code(wait_s=10.0)
-            worker.kill()
-            worker.close()
+            old_exit = worker.exit_code(wait_s=10.0 if detected_by != "worker stopped answering" else 0.5)
+            worker.close(graceful=False)  # a faulted worker is discarded, whatever state it is in
             recovered = False
             rel_error = None
             ready_s = 0.0
