@@ -124,8 +124,7 @@ def device_info(index: int) -> DeviceInfo:
     return DeviceInfo(
         index=index,
         name=str(name).strip(),
-        compute_capability=(attribute(runtime.cudaDevAttrComputeCapabilityMajor),
-                            attribute(runtime.cudaDevAttrComputeCapabilityMinor)),
+        compute_capability=(int(props["major"]), int(props["minor"])),
         sm_count=attribute(runtime.cudaDevAttrMultiProcessorCount),
         l2_bytes=attribute(runtime.cudaDevAttrL2CacheSize),
         total_memory_bytes=int(props["totalGlobalMem"]),

@@ -183,15 +183,22 @@ def copy_kernel_name(unroll: int, streaming: bool) -> str:
     return f"opgate_copy_u{unroll}_{'stream' if streaming else 'plain'}"
 
 
-@functools.lru_cache(maxsize=1)
-def probe_module() -> Any:
-    """The compiled RawModule (compiled on first use per device, cached by CuPy on disk)."""
+@functools.lru_cache(maxsize=None)
+def probe_module(device_id: int) -> Any:
+    """The RawModule for one device (one module object per device, so a kernel handle is never used in
+    another device's context; NVRTC's output is cached on disk by CuPy, so later devices load it)."""
     from opgate.gpu.device import require_gpu
 
     cupy = require_gpu()
-    module = cupy.RawModule(code=KERNEL_SOURCE, options=("-std=c++17",))
-    return module
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(code=KERNEL_SOURCE, options=("-std=c++17",))
 
 
 def kernel(name: str) -> Any:
-    return probe_module().get_function(name)
+    """The kernel `name` for the current device."""
+    from opgate.gpu.device import require_gpu
+
+    cupy = require_gpu()
+    device_id = cupy.cuda.Device().id
+    with cupy.cuda.Device(device_id):
+        return probe_module(device_id).get_function(name)
