@@ -140,10 +140,14 @@ def measure_stream_priority(device: int = 0, samples: int = 15, hog_block_us: fl
             time.sleep(0.002)  # let the hogs take every SM
 
         def saturated_samples(stream: Any) -> list[float]:
-            values = []
+            values: list[float] = []
             saturate()
+            first_refill = refills
             while len(values) < samples:
                 if all(event.done for event in hog_done):
+                    if refills - first_refill > 4 * samples:
+                        raise ProbeError("the low-priority hog kernels kept finishing before a probe could be "
+                                         "submitted: the GPU could not be kept saturated")
                     saturate()
                     continue
                 values.append(probe(stream))
