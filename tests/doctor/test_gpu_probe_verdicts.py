@@ -1,0 +1,215 @@
+"""How the standard-level checks judge and report measurements, without a GPU.
+
+The probes' measurement functions are replaced by functions returning measurement dataclasses filled with
+chosen inputs (named INPUT_* below, e.g. issue 6's H200 figures); nothing here is presented as measured.
+What is under test is the judging layer: outcomes against the sourced bands, figures with units and
+thresholds, reasons, JSON-ability of the evidence, and multi-GPU paths.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opgate.checks.base import CheckContext
+from opgate.doctor import gpu_probes
+from opgate.gpu import bandwidth, device, events, host_links, launch, p2p, priority
+from opgate.gpu.bandwidth import HbmMeasurement, L2Measurement, TimedFigure
+from opgate.gpu.device import DeviceInfo
+from opgate.gpu.events import EventTiming
+from opgate.gpu.host_links import BidirectionalFigure, ContentionMeasurement, HostLinkMeasurement, PcieLink
+from opgate.gpu.launch import LaunchLatency
+from opgate.gpu.p2p import P2PMeasurement, PeerPair
+from opgate.gpu.priority import StreamPriorityMeasurement
+from opgate.gpu.stats import Samples
+from opgate.results import Outcome
+
+CTX = CheckContext(level="standard")
+GiB = 1 << 30
+H200 = DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 62_914_560, 150_000_000_000, 2048, "0000:1b:00.0")
+
+
+def timed(label: str, nbytes: int, ms: float) -> TimedFigure:
+    return TimedFigure(label, nbytes, Samples.of([ms * 0.99, ms, ms * 1.01]))
+
+
+def ms_for(nbytes: int, tbs: float) -> float:
+    return nbytes / (tbs * 1e12) * 1e3
+
+
+@pytest.fixture
+def gpu_here(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    monkeypatch.setattr(device, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setattr(device, "device_count", lambda: 1)
+    return monkeypatch
+
+
+def hbm(read_tbs: float, copy_tbs: float, memcpy_tbs: float, info: DeviceInfo = H200) -> HbmMeasurement:
+    n = 4 * GiB
+    half = n // 2
+    return HbmMeasurement(info, n, timed("HBM read (opgate kernel)", n, ms_for(n, read_tbs)),
+                          timed("D2D copy", 2 * half, ms_for(2 * half, copy_tbs)),
+                          timed("cudaMemcpy D2D", 2 * half, ms_for(2 * half, memcpy_tbs)),
+                          timed("PyTorch dst.copy_(src)", 2 * half, ms_for(2 * half, 4.28)), "", (("read u4", 4.5),),
+                          1.0)
+
+
+def run(check: type, monkeypatch: pytest.MonkeyPatch | None = None):
+    result = check().run(CTX)
+    json.dumps(result.to_dict())  # the evidence must serialise
+    return result
+
+
+@pytest.mark.parametrize(("read", "copy", "expected"), [
+    (4.51, 4.31, Outcome.PASSED),   # INPUT: issue 6's H200 read stream, copy on par with cudaMemcpy
+    (4.51, 4.00, Outcome.WARNED),   # INPUT: issue 6's naive copy kernel, 7% under cudaMemcpy
+    (4.30, 4.31, Outcome.WARNED),   # INPUT: read at 89.6% of the datasheet
+    (3.00, 4.31, Outcome.FAILED),   # INPUT: read at 62.5%
+])
+def test_hbm_verdicts(gpu_here: pytest.MonkeyPatch, read: float, copy: float, expected: Outcome) -> None:
+    gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(read, copy, 4.30))
+    result = run(gpu_probes.HbmBandwidthCheck)
+    assert result.outcome == expected, result.reason
+    figures = {f.name: f for f in result.figures}
+    read_fig = figures["HBM read (opgate kernel)"]
+    assert read_fig.unit == "TB/s" and read_fig.threshold is not None
+    assert read_fig.threshold.value == pytest.approx(0.93 * 4.8) and "4.8 TB/s" in read_fig.threshold.source
+    assert figures["PyTorch dst.copy_(src) (read+write)"].value == pytest.approx(4.28, abs=0.01)
+    assert "NVIDIA H200" in result.reason and "datasheet" in result.reason
+
+
+def test_hbm_on_a_gpu_opgate_has_no_datasheet_for_is_reported_unjudged(gpu_here: pytest.MonkeyPatch) -> None:
+    other = DeviceInfo(0, "NVIDIA Imaginary 9000", (12, 0), 10, 1 << 20, 1 << 34, 1536, "0000:01:00.0")
+    gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(1.0, 1.0, 1.0, other))
+    result = run(gpu_probes.HbmBandwidthCheck)
+    assert result.outcome == Outcome.WARNED and "no datasheet bandwidth" in result.reason
+
+
+def test_l2_verdict(gpu_here: pytest.MonkeyPatch) -> None:
+    ws = 15 * (1 << 20)
+    m = L2Measurement(H200, ws, 500, timed("L2", ws * 500, ms_for(ws * 500, 9.0)),
+                      timed("HBM", GiB, ms_for(GiB, 4.5)), 1.0)  # INPUT
+    gpu_here.setattr(bandwidth, "measure_l2", lambda dev: m)
+    result = run(gpu_probes.L2BandwidthCheck)
+    assert result.outcome == Outcome.PASSED
+    ratio = {f.name: f.value for f in result.figures}["HBM / L2 bandwidth ratio"]
+    assert ratio == pytest.approx(0.5, abs=0.01)
+
+
+def links(h2d: float, d2h: float, gen: int | None = 5, info: DeviceInfo = H200) -> HostLinkMeasurement:
+    n = 256 * (1 << 20)
+    link = PcieLink(5, 16, 1, 16, gen, 16, 40) if gen else None
+    bidir = BidirectionalFigure(n, Samples.of([ms_for(n, 0.05)]), Samples.of([ms_for(n, 0.05)]),
+                                Samples.of([ms_for(n, 0.05)]))
+    return HostLinkMeasurement(info, n, timed("H2D pinned", n, ms_for(n, h2d / 1000)),
+                               timed("D2H pinned", n, ms_for(n, d2h / 1000)), timed("H2D pageable", n, ms_for(n, 0.02)),
+                               timed("D2H pageable", n, ms_for(n, 0.02)), bidir, link,
+                               "" if gen else "NVML could not start: test", 1.0)
+
+
+@pytest.mark.parametrize(("h2d", "d2h", "expected"), [
+    (57.5, 57.0, Outcome.PASSED),   # INPUT: 91% of Gen5 x16's 63.0 GB/s
+    (55.0, 54.0, Outcome.WARNED),   # INPUT: 86%
+    (30.0, 30.0, Outcome.FAILED),   # INPUT: a Gen5 link carrying Gen4 traffic
+])
+def test_host_link_verdicts(gpu_here: pytest.MonkeyPatch, h2d: float, d2h: float, expected: Outcome) -> None:
+    gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(h2d, d2h))
+    result = run(gpu_probes.HostLinksCheck)
+    assert result.outcome == expected, result.reason
+    figures = {f.name: f for f in result.figures}
+    assert figures["H2D pinned"].threshold.value == pytest.approx(0.9 * 63.015, abs=0.01)
+    assert "PCI-SIG" in figures["H2D pinned"].threshold.source
+    assert figures["PCIe link under load"].value == "Gen5 x16"
+
+
+def test_host_link_without_nvml_is_unjudged(gpu_here: pytest.MonkeyPatch) -> None:
+    gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(57.0, 57.0, gen=None))
+    result = run(gpu_probes.HostLinksCheck)
+    assert result.outcome == Outcome.WARNED and "not judged" in result.reason
+
+
+def test_host_links_with_several_gpus_report_contention(gpu_here: pytest.MonkeyPatch) -> None:
+    gpu_here.setattr(device, "device_count", lambda: 2)
+    gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(57.0, 57.0))
+    gpu_here.setattr(host_links, "measure_all_to_host", lambda devs, direction: ContentionMeasurement(
+        direction, 1 << 28, 4, {0: 40.0, 1: 20.0}, 60.0))  # INPUT: one GPU gets half the other's share
+    result = run(gpu_probes.HostLinksCheck)
+    assert result.outcome == Outcome.WARNED  # spread 50% sits at the warn line
+    names = {f.name for f in result.figures}
+    assert {"GPU0 H2D pinned", "GPU1 D2H pinned", "all GPUs D2H at once, aggregate"} <= names
+
+
+def test_p2p_skips_on_one_gpu_and_judges_pairs_on_two(gpu_here: pytest.MonkeyPatch) -> None:
+    result = run(gpu_probes.P2PCheck)
+    assert result.outcome == Outcome.SKIPPED and "two or more" in result.reason
+    gpu_here.setattr(device, "device_count", lambda: 2)
+    pairs = (PeerPair(0, 1, True, 370.0, Samples.of([0.3]), 2.1),
+             PeerPair(1, 0, False, 20.0, Samples.of([5.0]), 9.0, "staged"))  # INPUT
+    gpu_here.setattr(p2p, "measure_p2p", lambda devs: P2PMeasurement((0, 1), 1 << 27, pairs, 1.0))
+    result = run(gpu_probes.P2PCheck)
+    assert result.outcome == Outcome.WARNED and "GPU1->GPU0" in result.reason
+
+
+def test_launch_latency_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
+    def make(eager: float, graph: float) -> LaunchLatency:
+        return LaunchLatency(H200, 1000, Samples.of([eager]), Samples.of([graph]), Samples.of([eager]), 3.0, 1.0)
+
+    gpu_here.setattr(launch, "measure_launch_latency", lambda dev: make(5.1, 0.70))  # INPUT: issue 6's figures
+    result = run(gpu_probes.LaunchLatencyCheck)
+    assert result.outcome == Outcome.PASSED and "7.3x less" in result.reason
+    thresholds = {f.name: f.threshold for f in result.figures if f.threshold}
+    assert any("issue 6" in t.source for t in thresholds.values())
+    gpu_here.setattr(launch, "measure_launch_latency", lambda dev: make(5.1, 6.0))  # INPUT: graphs slower
+    assert run(gpu_probes.LaunchLatencyCheck).outcome == Outcome.FAILED
+
+
+def test_stream_priority_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
+    def make(high: float, equal: float, least: int = 0, greatest: int = -5) -> StreamPriorityMeasurement:
+        return StreamPriorityMeasurement(H200, least, greatest, "test", Samples.of([8.0]), Samples.of([high]),
+                                         Samples.of([equal]), 1.0, 2, 1.0)
+
+    gpu_here.setattr(priority, "measure_stream_priority", lambda dev: make(40.0, 900.0))  # INPUT
+    assert run(gpu_probes.StreamPriorityCheck).outcome == Outcome.PASSED
+    gpu_here.setattr(priority, "measure_stream_priority", lambda dev: make(880.0, 900.0))  # INPUT: no effect
+    assert run(gpu_probes.StreamPriorityCheck).outcome == Outcome.FAILED
+    gpu_here.setattr(priority, "measure_stream_priority",
+                     lambda dev: StreamPriorityMeasurement(H200, 0, 0, "test", None, None, None, 0.0, 0, 0.1))
+    result = run(gpu_probes.StreamPriorityCheck)
+    assert result.outcome == Outcome.SKIPPED and "no stream priorities" in result.reason
+
+
+def event_timing(async_ok: bool = True, roundtrip: float = 18.0) -> EventTiming:
+    return EventTiming(H200, Samples.of([0.5, 0.6, 0.0]), 0.5, 1, 2000.0, Samples.of([2003.0]),
+                       Samples.of([roundtrip]), 4.0, async_ok, 1024, 4096, 256, True, 1.0)  # INPUT
+
+
+def test_event_timing_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
+    gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing())
+    result = run(gpu_probes.EventTimingCheck)
+    assert result.outcome == Outcome.PASSED and "1024 launches" in result.reason
+    gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(async_ok=False))
+    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.FAILED
+    gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(roundtrip=400.0))
+    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.WARNED
+
+
+def test_cuda_errors_during_a_probe_are_explained(gpu_here: pytest.MonkeyPatch) -> None:
+    class CUDARuntimeError(Exception):
+        status = 700
+
+    def boom(dev: int) -> None:
+        raise CUDARuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
+
+    gpu_here.setattr(launch, "measure_launch_latency", boom)
+    result = run(gpu_probes.LaunchLatencyCheck)
+    assert result.outcome == Outcome.ERROR and "must be restarted" in result.remediation
+
+
+def test_a_failed_self_check_is_an_error_not_a_verdict(gpu_here: pytest.MonkeyPatch) -> None:
+    def wrong(dev: int) -> None:
+        raise device.ProbeError("the tiny kernel ran 3 times, not the 4 launched")
+
+    gpu_here.setattr(launch, "measure_launch_latency", wrong)
+    result = run(gpu_probes.LaunchLatencyCheck)
+    assert result.outcome == Outcome.ERROR and "measurement unusable" in result.reason
