@@ -9,7 +9,6 @@ how it reads the log and exit code, timeouts, and how it judges a planted case f
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 

@@ -221,7 +221,7 @@ def measure_hbm(device: int = 0, buffer_bytes: int | None = None, reps: int = 20
                 copy_fig, memcpy_fig, copy_tuning = _measure_copies(cupy, np, info, buffer, nbytes, stream, reps)
                 tuning.extend(copy_tuning)
         finally:
-            del buffer
+            buffer = None  # drop the last reference before emptying the pool
             cupy.get_default_memory_pool().free_all_blocks()
         torch_fig, torch_note = (None, "not requested")
         if include_copy and include_torch:
@@ -312,6 +312,6 @@ def measure_l2(device: int = 0, reps: int = 15, target_bytes_per_run: float = 8e
             assert best is not None
             hbm, _ = measure_hbm_read_only(cupy, np, info, buffer, hbm_bytes, stream, reps=reps, tune=True)
         finally:
-            del buffer
+            buffer = None  # drop the last reference before emptying the pool
             cupy.get_default_memory_pool().free_all_blocks()
     return L2Measurement(info, working_set, passes, best, hbm, time.perf_counter() - started)

@@ -259,7 +259,7 @@ def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_B
                                  "cudaMemcpyAsync + synchronize, host clock")
             if int(pageable_dst[0]) != 0x3C or int(pageable_dst[-1]) != 0x3C:
                 raise ProbeError("D2H copy delivered wrong bytes: the host-link figures would be meaningless")
-            del dev_a, dev_b
+            dev_a = dev_b = None  # drop the last references before emptying the pool
             cupy.get_default_memory_pool().free_all_blocks()
     finally:
         if sampler is not None:

@@ -37,8 +37,6 @@ class LaunchLatency:
 
 
 def measure_launch_latency(device: int = 0, kernels_per_run: int = 1000, runs: int = 7) -> LaunchLatency:
-    import numpy as np
-
     started = time.perf_counter()
     cupy = require_gpu()
     info = device_info(device)
