@@ -27,6 +27,16 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 MiB = 1 << 20
 
 
+@pytest.fixture(autouse=True)
+def _needs_a_usable_gpu() -> None:
+    """Skip with opgate's own reason (no driver, no device, CuPy missing): the gate the probes use."""
+    from opgate.gpu.device import gpu_unavailable_reason
+
+    reason = gpu_unavailable_reason()
+    if reason:
+        pytest.skip(f"GPU test: {reason}")
+
+
 def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
 
