@@ -43,7 +43,7 @@ class DriverRuntimeCheck(Check):
             if verdict.ptx_jit_risk and outcome is Outcome.PASSED:
                 outcome = Outcome.WARNED
             outcomes.append(outcome)
-            label = f"runtime {format_cuda(copy.cuda)} [{copy.origin}]"
+            label = f"runtime {format_cuda(copy.cuda)} ({copy.origin})"
             figures.append(Figure(label, verdict.compat.value,
                                   threshold=Threshold(format_cuda(driver_cuda), "<=", "; ".join(verdict.sources)
                                                       or "CUDA compatibility guide")))

@@ -14,11 +14,12 @@ from opgate.results import CheckResult, Figure, Outcome
 
 # Which disk copy of each family to load in the probe: one per family, pip wheels first (what a
 # framework in this environment loads), then the system toolkit.
-FAMILIES_TO_LOAD = ("cudart", "cuda (driver)", "cublas", "cublasLt", "cudnn", "cufft", "nccl", "nvrtc")
+FAMILIES_TO_LOAD = ("cudart", "cublas", "cublasLt", "cudnn", "cufft", "nccl", "nvrtc")
 
 
 def pick_vendor_libraries(copies: Mapping[str, list[str]]) -> list[str]:
-    chosen = []
+    # The driver library is found the way CUDA finds it: by soname, through the dynamic loader.
+    chosen = ["libcuda.so.1"]
     for family in FAMILIES_TO_LOAD:
         paths = copies.get(family, [])
         paths = sorted(paths, key=lambda p: (0 if "site-packages" in p else 1, p))

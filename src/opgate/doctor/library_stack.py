@@ -26,8 +26,9 @@ def judge_loaded(libraries: list[LoadedLibrary]) -> tuple[Outcome, list[str]]:
     if len(runtime_majors) == 1:
         runtime_major = next(iter(runtime_majors))
         for lib in libraries:
-            # cuDNN and NCCL version on their own scale; cuBLAS, cuFFT and NVRTC follow the CUDA major.
-            if lib.family in ("cublas", "cublasLt", "nvrtc", "cusparse") and lib.major and lib.major != runtime_major:
+            # cuBLAS and NVRTC carry the CUDA major in their soname; cuDNN, NCCL, cuFFT and cuSPARSE
+            # version on their own scale (CUDA 13.0 ships cuFFT 12.0 and cuSPARSE 12.6).
+            if lib.family in ("cublas", "cublasLt", "nvrtc") and lib.major and lib.major != runtime_major:
                 outcomes.append(Outcome.WARNED)
                 findings.append(f"{lib.family} {lib.version} is for CUDA {lib.major}, the runtime is CUDA {runtime_major}")
     return (worst_outcome(outcomes) if outcomes else Outcome.PASSED), findings

@@ -6,6 +6,7 @@ import glob
 import importlib
 import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,15 +89,26 @@ def default_frameworks() -> list[str]:
     return ["torch"] if importlib.util.find_spec("torch") is not None else []
 
 
+def ldconfig_libraries() -> list[str]:
+    """Paths the dynamic linker cache knows (`ldconfig -p`), for libraries outside the usual folders."""
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.split("=>")[-1].strip() for line in out.splitlines() if "=>" in line]
+
+
 def disk_copies() -> dict[str, list[str]]:
     """family -> real paths of every copy found in site-packages, the system toolkit and the linker cache."""
     roots = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
     patterns = [f"{r}/nvidia/*/lib/lib*.so*" for r in roots] + [f"{r}/torch/lib/lib*.so*" for r in roots]
-    patterns += ["/usr/local/cuda*/lib64/lib*.so*", "/usr/local/cuda*/lib/lib*.so*", "/usr/lib/x86_64-linux-gnu/lib*.so*"]
+    patterns += ["/usr/local/cuda*/lib64/lib*.so*", "/usr/local/cuda*/lib/lib*.so*",
+                 "/usr/local/cuda*/targets/*/lib/lib*.so*", "/usr/lib/x86_64-linux-gnu/lib*.so*",
+                 "/usr/local/nvidia/lib64/lib*.so*"]
+    paths = [p for pattern in patterns for p in glob.glob(pattern)] + ldconfig_libraries()
     copies: dict[str, set[str]] = {}
-    for pattern in patterns:
-        for path in glob.glob(pattern):
-            family = family_of(Path(path).name)
-            if family and os.path.isfile(path):
-                copies.setdefault(family, set()).add(os.path.realpath(path))
-    return {family: sorted(paths) for family, paths in copies.items()}
+    for path in paths:
+        family = family_of(Path(path).name)
+        if family and os.path.isfile(path):
+            copies.setdefault(family, set()).add(os.path.realpath(path))
+    return {family: sorted(found) for family, found in copies.items()}
