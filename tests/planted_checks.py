@@ -69,3 +69,19 @@ class WarningCheck(Check):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         return self.warned("planted warning")
+
+
+class PoisonsCudaContextCheck(Check):
+    """Launches a kernel that writes through a null pointer (sticky cudaErrorIllegalAddress), then claims success."""
+
+    check_id = "planted.poisons_cuda"
+    title = "poisons the CUDA context"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        import cupy
+
+        kernel = cupy.RawKernel(r'''
+        extern "C" __global__ void write_null(int *p) { p[threadIdx.x] = 1; }
+        ''', "write_null")
+        kernel((1,), (32,), (cupy.uint64(0),))
+        return self.passed("pretends all is well")

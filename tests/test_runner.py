@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from conftest import child_pythonpath
 
 from opgate.checks.base import CheckContext
@@ -44,3 +46,12 @@ def test_runner_keeps_order_with_parallel_jobs() -> None:
     results = run_checks(tasks, jobs=3)
     assert [r.check_id for r in results] == [t.check_id for t in tasks]
     assert all(r.outcome is Outcome.PASSED for r in results)
+
+
+@pytest.mark.gpu
+def test_check_that_poisons_the_cuda_context_becomes_error_and_next_check_runs() -> None:
+    pytest.importorskip("cupy")
+    results = run_checks([task("poison", "PoisonsCudaContextCheck"), task("after", "PassingCheck")])
+    assert results[0].outcome is Outcome.ERROR, results[0].reason
+    assert "CUDA context unusable" in results[0].reason
+    assert results[1].outcome is Outcome.PASSED
