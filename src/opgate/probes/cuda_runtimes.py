@@ -11,10 +11,11 @@ import ctypes
 import glob
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from opgate.probes.libraries import ldconfig_libraries
 
 SYSTEM_LIB_GLOBS = (
     "/usr/local/cuda*/lib64/libcudart.so*",
@@ -89,14 +90,6 @@ def _site_dirs() -> list[Path]:
     return dirs
 
 
-def _ldconfig_paths(name: str) -> list[str]:
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.split("=>")[-1].strip() for line in out.splitlines() if name in line and "=>" in line]
-
-
 def _origin(path: str) -> str:
     if "/torch/lib/" in path:
         return "torch (bundled)"
@@ -133,7 +126,7 @@ def find_runtime_libraries() -> list[str]:
             candidates += glob.glob(str(site / pattern), recursive=True)
     for pattern in SYSTEM_LIB_GLOBS:
         candidates += glob.glob(pattern)
-    candidates += _ldconfig_paths("libcudart.so")
+    candidates += [p for p in ldconfig_libraries() if "libcudart.so" in p]
     seen: dict[str, str] = {}
     for path in candidates:
         if not _SONAME_RE.search(Path(path).name) or not os.path.isfile(path):
