@@ -27,6 +27,12 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def make_console() -> Console:
+    """Terminal console; when output is piped (CI logs), use a wide fixed width so tables stay readable."""
+    probe = Console()
+    return Console(highlight=False, width=None if probe.is_terminal else 160)
+
+
 class Level(str, Enum):
     basic = "basic"
     standard = "standard"
@@ -69,7 +75,7 @@ def doctor(
     from opgate.checks.registry import select_checks
     from opgate.session import run_session, tasks_for
 
-    console = Console(highlight=False)
+    console = make_console()
     specs = select_checks("doctor.", check)
     if list_checks:
         for spec in specs:

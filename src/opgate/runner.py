@@ -8,6 +8,7 @@ timeout or exception; the next check starts in a clean process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -132,7 +133,9 @@ class _Running:
             except (ValueError, KeyError) as exc:
                 return self.error(f"check wrote an unreadable result ({exc})")
             if code == 0:
-                return result.with_duration(result.duration_s or self.elapsed())
+                # The registered name is the id users select and see, whatever the class calls itself.
+                return dataclasses.replace(result, check_id=self.task.check_id,
+                                           duration_s=result.duration_s or self.elapsed())
         if code is not None and code < 0:
             return self.error(f"check process died from {_signal_name(code)}", returncode=code)
         return self.error(f"check process exited with code {code} before reporting a result", returncode=code)

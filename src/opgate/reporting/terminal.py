@@ -46,11 +46,11 @@ def render_terminal(report: RunReport, console: Console, verbose: bool = False) 
         reason = result.reason
         if result.remediation and result.outcome in (Outcome.FAILED, Outcome.WARNED, Outcome.ERROR):
             reason += f"\n→ {result.remediation}"
-        table.add_row(
+        table.add_row(  # Text(), not markup: reasons and paths may contain [brackets]
             result.check_id,
             outcome_text(result.outcome),
-            reason,
-            _figure_lines(result, limit=50 if verbose else 6),
+            Text(reason),
+            Text(_figure_lines(result, limit=50 if verbose else 6)),
             f"{result.duration_s:.2f}s",
         )
     console.print(table)

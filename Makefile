@@ -1,0 +1,37 @@
+# Two commands on a fresh machine:
+#   make demo   - creates .venv-demo, installs opgate, and runs it for real on this machine (CPU-only works)
+#   make test   - creates .venv-test, installs opgate with its test extras, and runs the test suite
+# TORCH_SPEC pins the torch build pip takes; on CPU-only CI machines a local CPU wheel satisfies torch==2.13.0.
+
+PYTHON ?= python3
+TORCH_SPEC ?= torch==2.13.0
+REPORT_DIR ?= opgate-report
+PYTEST_ARGS ?=
+
+DEMO_VENV := .venv-demo
+TEST_VENV := .venv-test
+
+.PHONY: demo test clean
+
+$(DEMO_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install -q --upgrade pip
+	$(DEMO_VENV)/bin/pip install -q "$(TORCH_SPEC)"
+	$(DEMO_VENV)/bin/pip install -q -e ".[verify]"
+	touch $@
+
+$(TEST_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/pip install -q --upgrade pip
+	$(TEST_VENV)/bin/pip install -q "$(TORCH_SPEC)"
+	$(TEST_VENV)/bin/pip install -q -e ".[verify,test]"
+	touch $@
+
+demo: $(DEMO_VENV)/.installed
+	bash scripts/demo.sh $(DEMO_VENV) $(REPORT_DIR)
+
+test: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(DEMO_VENV) $(TEST_VENV) $(REPORT_DIR)

@@ -1,0 +1,118 @@
+"""Check 3: the GPU's architecture against what the toolkit and the frameworks target."""
+
+from __future__ import annotations
+
+import re
+
+from opgate.checks.base import Check, CheckContext, worst_outcome
+from opgate.errors import SkipCheck
+from opgate.results import CheckResult, Figure, Outcome, Threshold
+
+
+def arch_coverage(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
+    """How a framework's build serves a GPU: ("sass", arch) when machine code runs on it (same major,
+    minor <= GPU's; `a` variants only on their exact arch), ("ptx", arch) when only PTX can be JIT-compiled
+    (virtual arch <= GPU), ("none", "") otherwise."""
+    gpu = cc[0] * 10 + cc[1]
+    sass, ptx = [], []
+    for arch in arch_list:
+        match = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", arch)
+        if not match:
+            continue
+        kind, number, suffix = match.group(1), int(match.group(2)), match.group(3)
+        major, minor = divmod(number, 10)
+        if kind == "sm":
+            if suffix == "a" and number != gpu:
+                continue
+            if suffix == "f" and (major != cc[0] or minor > cc[1]):
+                continue
+            if major == cc[0] and minor <= cc[1]:
+                sass.append(arch)
+        elif kind == "compute" and not suffix and number <= gpu:
+            ptx.append(arch)
+    if sass:
+        return "sass", sass[-1]
+    if ptx:
+        return "ptx", ptx[-1]
+    return "none", ""
+
+
+def toolkit_range(release: tuple[int, int]) -> dict | None:
+    from opgate.cuda_versions import parse_version
+    from opgate.data import load_table
+
+    for row in load_table("cuda_arch_targets"):
+        if parse_version(row["first_cuda"])[:2] <= release <= parse_version(row["last_cuda"])[:2]:
+            return row
+    return None
+
+
+class ArchSupportCheck(Check):
+    check_id = "doctor.arch_support"
+    title = "GPU architecture vs toolkit and frameworks"
+    timeout_s = 120.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.probes.gpu_inventory import collect_inventory
+        from opgate.probes.nvml import NvmlUnavailable
+        from opgate.probes.toolkit import toolkit_info, torch_build
+
+        try:
+            gpus = [g for g in collect_inventory().gpus if g.compute_capability]
+        except NvmlUnavailable as exc:
+            raise SkipCheck(str(exc)) from None
+        if not gpus:
+            raise SkipCheck("no GPU with a known compute capability is visible")
+        figures, outcomes, findings = [], [], []
+        toolkit = toolkit_info()
+        torch = torch_build()
+        for cc in sorted({g.compute_capability for g in gpus}):
+            sm = cc[0] * 10 + cc[1]
+            label = f"sm_{sm}"
+            if toolkit.release:
+                row = toolkit_range(toolkit.release)
+                if row:
+                    ok = row["lowest_sm"] <= sm <= row["highest_sm"]
+                    outcome = Outcome.PASSED if ok else (Outcome.FAILED if sm < row["lowest_sm"] else Outcome.WARNED)
+                    outcomes.append(outcome)
+                    figures.append(Figure(f"{label}: nvcc {toolkit.release[0]}.{toolkit.release[1]} targets",
+                                          f"sm_{row['lowest_sm']}..sm_{row['highest_sm']}",
+                                          threshold=Threshold(f"sm_{row['lowest_sm']}", "<=", row["source"])))
+                    if outcome is Outcome.FAILED:
+                        findings.append(f"nvcc {toolkit.release[0]}.{toolkit.release[1]} cannot compile for {label} "
+                                        f"(lowest target sm_{row['lowest_sm']})")
+                    elif outcome is Outcome.WARNED:
+                        findings.append(f"nvcc {toolkit.release[0]}.{toolkit.release[1]} predates {label}")
+            if torch is not None:
+                if torch.error:
+                    outcomes.append(Outcome.WARNED)
+                    findings.append(f"torch: {torch.error}")
+                elif torch.cuda is None:
+                    outcomes.append(Outcome.WARNED)
+                    findings.append(f"torch {torch.version} is a CPU-only build: it cannot use the GPU")
+                else:
+                    how, arch = arch_coverage(cc, torch.arch_list)
+                    figures.append(Figure(f"{label}: torch {torch.version} (CUDA {torch.cuda}) coverage",
+                                          f"{how} ({arch})" if arch else how))
+                    if how == "none":
+                        outcomes.append(Outcome.FAILED)
+                        findings.append(f"torch {torch.version} has no SASS or PTX for {label} "
+                                        f"(built for {', '.join(torch.arch_list)})")
+                    elif how == "ptx":
+                        outcomes.append(Outcome.WARNED)
+                        findings.append(f"torch serves {label} only by JIT-compiling {arch} PTX (slow first launch)")
+                    else:
+                        outcomes.append(Outcome.PASSED)
+        if not toolkit.release:
+            figures.append(Figure("nvcc", toolkit.reason or "not found"))
+        if torch is None:
+            figures.append(Figure("torch", "not installed"))
+        if not outcomes:
+            raise SkipCheck("neither nvcc nor a CUDA framework was found to compare with the GPU")
+        outcome = worst_outcome(outcomes)
+        ccs = ", ".join(f"sm_{c[0]}{c[1]}" for c in sorted({g.compute_capability for g in gpus}))
+        reason = f"{ccs}: " + ("supported by the toolkit and frameworks" if not findings else "; ".join(findings))
+        return self.result(outcome, reason, figures=figures,
+                           remediation="" if outcome is Outcome.PASSED else
+                           "Install a toolkit/framework build that targets this GPU's architecture "
+                           "(e.g. a torch wheel whose get_arch_list() includes it).")

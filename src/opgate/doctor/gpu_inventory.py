@@ -1,0 +1,92 @@
+"""Check 1: every GPU NVML can see, and the health flags an operator owner must know about."""
+
+from __future__ import annotations
+
+from opgate.checks.base import Check, CheckContext, worst_outcome
+from opgate.errors import SkipCheck
+from opgate.probes.gpu_inventory import HARMFUL_THROTTLE_REASONS, GpuSnapshot
+from opgate.results import CheckResult, Figure, Outcome
+
+NVML_SOURCE = "NVML API reference, https://docs.nvidia.com/deploy/nvml-api/"
+
+
+def judge_gpu(gpu: GpuSnapshot) -> tuple[Outcome, list[str]]:
+    """Outcome and the findings for one GPU. Pure: tested on recorded snapshots."""
+    findings: list[tuple[Outcome, str]] = []
+    if gpu.ecc_uncorrected_volatile:
+        findings.append((Outcome.FAILED, f"{gpu.ecc_uncorrected_volatile} uncorrected ECC errors since the last driver load"))
+    if gpu.remapped_rows:
+        if gpu.remapped_rows.get("failure"):
+            findings.append((Outcome.FAILED, "row remapping failed: the GPU needs service"))
+        elif gpu.remapped_rows.get("pending"):
+            findings.append((Outcome.WARNED, "row remapping pending: reset the GPU to apply it"))
+        if gpu.remapped_rows.get("uncorrectable", 0) > 0 and not gpu.remapped_rows.get("failure"):
+            findings.append((Outcome.WARNED, f"{gpu.remapped_rows['uncorrectable']} rows remapped for uncorrectable errors"))
+    if gpu.retired_pages_pending == "yes":
+        findings.append((Outcome.WARNED, "retired pages pending: reset the GPU to retire them"))
+    harmful = sorted(set(gpu.throttle_reasons) & HARMFUL_THROTTLE_REASONS)
+    if harmful:
+        findings.append((Outcome.WARNED, f"clocks held back by {', '.join(harmful)}"))
+    if gpu.pcie_width_current and gpu.pcie_width_max and gpu.pcie_width_current < gpu.pcie_width_max:
+        findings.append((Outcome.WARNED, f"PCIe link degraded: x{gpu.pcie_width_current} of x{gpu.pcie_width_max}"))
+    if not findings:
+        return Outcome.PASSED, []
+    return worst_outcome([o for o, _ in findings]), [text for _, text in findings]
+
+
+def gpu_figures(gpu: GpuSnapshot) -> list[Figure]:
+    prefix = f"GPU{gpu.index}"
+    cc = ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else "n/a"
+    memory = round(gpu.memory_total_bytes / 2**30, 1) if gpu.memory_total_bytes else None
+    pcie_gen = f"{gpu.pcie_gen_current}/{gpu.pcie_gen_max}" if gpu.pcie_gen_current else "n/a"
+    pcie_width = f"x{gpu.pcie_width_current}/x{gpu.pcie_width_max}" if gpu.pcie_width_current else "n/a"
+    return [
+        Figure(f"{prefix} name", gpu.name),
+        Figure(f"{prefix} compute capability", cc),
+        Figure(f"{prefix} memory", memory, "GiB"),
+        Figure(f"{prefix} MIG mode", gpu.mig_mode),
+        Figure(f"{prefix} persistence mode", gpu.persistence_mode),
+        Figure(f"{prefix} ECC", gpu.ecc_enabled),
+        Figure(f"{prefix} PCIe generation (current/max)", pcie_gen,
+               "" if not gpu.pcie_gen_current else "gen"),
+        Figure(f"{prefix} PCIe width (current/max)", pcie_width),
+        Figure(f"{prefix} clock event reasons", ", ".join(gpu.throttle_reasons) or "none"),
+    ]
+
+
+class GpuInventoryCheck(Check):
+    check_id = "doctor.gpu_inventory"
+    title = "GPU inventory and health"
+    timeout_s = 30.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.probes.gpu_inventory import collect_inventory
+        from opgate.probes.nvml import NvmlUnavailable
+
+        try:
+            inventory = collect_inventory()
+        except NvmlUnavailable as exc:
+            raise SkipCheck(str(exc)) from None
+        figures = [Figure("driver version", inventory.driver_version),
+                   Figure("GPUs visible", len(inventory.gpus))]
+        if not inventory.gpus:
+            return self.failed("the NVIDIA driver is loaded but NVML sees no GPU", figures=figures,
+                               remediation="Check that GPUs are allocated to this container "
+                                           "(NVIDIA_VISIBLE_DEVICES, --gpus) and that nvidia-smi lists them.")
+        outcomes, findings = [], []
+        for gpu in inventory.gpus:
+            outcome, texts = judge_gpu(gpu)
+            outcomes.append(outcome)
+            findings += [f"GPU{gpu.index}: {t}" for t in texts]
+            figures += gpu_figures(gpu)
+        outcome = worst_outcome(outcomes)
+        names = sorted({g.name for g in inventory.gpus})
+        summary = f"{len(inventory.gpus)} GPU(s): {', '.join(names)}; driver {inventory.driver_version}"
+        reason = summary if not findings else f"{summary}; " + "; ".join(findings)
+        return self.result(
+            outcome, reason, figures=figures,
+            remediation="" if outcome is Outcome.PASSED else
+            "Drain the node and reset the affected GPU (nvidia-smi -r, by an administrator) or send it for service; "
+            "see NVIDIA's GPU memory error management guide.",
+            extra={"gpus": [g.to_dict() for g in inventory.gpus], "source": NVML_SOURCE},
+        )

@@ -1,0 +1,87 @@
+"""Checks that misbehave on purpose, to prove the runner contains them."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+from opgate.checks.base import Check, CheckContext
+from opgate.results import CheckResult
+
+
+class PassingCheck(Check):
+    check_id = "planted.passing"
+    title = "passes"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        return self.passed("all good")
+
+
+class SegfaultCheck(Check):
+    check_id = "planted.segfault"
+    title = "segfaults"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        os.kill(os.getpid(), signal.SIGSEGV)
+        ctypes.string_at(0)  # in case the signal is blocked
+        raise AssertionError("unreachable")
+
+
+class HangCheck(Check):
+    check_id = "planted.hang"
+    title = "hangs"
+    timeout_s = 1.5
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        time.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+class ExitCheck(Check):
+    check_id = "planted.exit"
+    title = "calls os._exit"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        os._exit(7)
+
+
+class RaisingCheck(Check):
+    check_id = "planted.raises"
+    title = "raises"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        raise RuntimeError("planted failure inside the check")
+
+
+class FailingCheck(Check):
+    check_id = "planted.failing"
+    title = "finds a problem"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        return self.failed("planted finding", remediation="fix it")
+
+
+class WarningCheck(Check):
+    check_id = "planted.warning"
+    title = "warns"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        return self.warned("planted warning")
+
+
+class PoisonsCudaContextCheck(Check):
+    """Launches a kernel that writes through a null pointer (sticky cudaErrorIllegalAddress), then claims success."""
+
+    check_id = "planted.poisons_cuda"
+    title = "poisons the CUDA context"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        import cupy
+
+        kernel = cupy.RawKernel(r'''
+        extern "C" __global__ void write_null(int *p) { p[threadIdx.x] = 1; }
+        ''', "write_null")
+        kernel((1,), (32,), (cupy.uint64(0),))
+        return self.passed("pretends all is well")

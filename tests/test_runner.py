@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import child_pythonpath
+
+from opgate.checks.base import CheckContext
+from opgate.results import Outcome
+from opgate.runner import CheckTask, run_checks
+
+
+def task(name: str, cls: str, timeout: float = 30.0) -> CheckTask:
+    return CheckTask(check_id=f"planted.{name}", title=name, target=f"planted_checks:{cls}", timeout_s=timeout,
+                     context=CheckContext(verb="doctor"), env={"PYTHONPATH": child_pythonpath()})
+
+
+def test_runner_contains_segfault_hang_exit_and_exception_and_goes_on() -> None:
+    tasks = [task("segfault", "SegfaultCheck"), task("hang", "HangCheck", timeout=1.5),
+             task("exit", "ExitCheck"), task("raises", "RaisingCheck"), task("passing", "PassingCheck")]
+    started = time.perf_counter()
+    results = {r.check_id: r for r in run_checks(tasks, jobs=2)}
+    assert time.perf_counter() - started < 30
+    assert [r for r in results] == [t.check_id for t in tasks]
+    assert results["planted.segfault"].outcome is Outcome.ERROR
+    assert "SIGSEGV" in results["planted.segfault"].reason
+    assert results["planted.hang"].outcome is Outcome.ERROR
+    assert "timed out after 1.5 s" in results["planted.hang"].reason
+    assert results["planted.exit"].outcome is Outcome.ERROR
+    assert "exited with code 7" in results["planted.exit"].reason
+    assert results["planted.raises"].outcome is Outcome.ERROR
+    assert "RuntimeError: planted failure" in results["planted.raises"].reason
+    assert "traceback" in results["planted.raises"].extra
+    assert results["planted.passing"].outcome is Outcome.PASSED
+
+
+def test_runner_reports_unloadable_check_as_error() -> None:
+    [result] = run_checks([task("missing", "NoSuchCheck")])
+    assert result.outcome is Outcome.ERROR
+    assert "could not be loaded" in result.reason
+
+
+def test_runner_keeps_order_with_parallel_jobs() -> None:
+    tasks = [task(f"p{i}", "PassingCheck") for i in range(5)]
+    results = run_checks(tasks, jobs=3)
+    assert [r.check_id for r in results] == [t.check_id for t in tasks]
+    assert all(r.outcome is Outcome.PASSED for r in results)
+
+
+@pytest.mark.gpu
+def test_check_that_poisons_the_cuda_context_becomes_error_and_next_check_runs() -> None:
+    pytest.importorskip("cupy")
+    results = run_checks([task("poison", "PoisonsCudaContextCheck"), task("after", "PassingCheck")])
+    assert results[0].outcome is Outcome.ERROR, results[0].reason
+    assert "CUDA context unusable" in results[0].reason
+    assert results[1].outcome is Outcome.PASSED
