@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason=f"GPU test: {reason}")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:  # the marker, not a keyword: tests/gpu/ holds CPU tests too
             item.add_marker(skip)
 
 
