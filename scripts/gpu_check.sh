@@ -9,7 +9,11 @@
 #   doctor_standard.json sanitizer.json recovery.json summary.txt logs.tar.gz   (five files)
 # Optional wheels installed elsewhere (e.g. /tmp/site) are used when PYTHONPATH already names them.
 # SKIP_PYTEST=1 / SKIP_DOCTOR=1 / SKIP_SANITIZER=1 / SKIP_RECOVERY=1 leave a step out.
+# GPU_CHECK_BUDGET_S (default 540) caps the whole run: each step's time limit is cut to what is left, so
+# the summary is printed inside a 10-minute window even when a step hangs.
 set -u
+BUDGET_S="${GPU_CHECK_BUDGET_S:-540}"
+START_S=$(date +%s)
 
 OUT="${OUT:-/tmp/opgate-out}"
 PY="${PYTHON:-python3}"
@@ -29,8 +33,15 @@ declare -A RC SECS
 run_step() {  # run_step NAME TIMEOUT_S command...
   local name="$1" limit="$2"
   shift 2
-  local t0 t1
-  echo "=== $name: $*" | tee -a "$LOGS/steps.log"
+  local t0 t1 left
+  left=$(( BUDGET_S - ($(date +%s) - START_S) - 15 ))  # keep 15 s for the summary
+  if [ "$left" -lt 20 ]; then
+    echo "=== $name: not run, the time budget (${BUDGET_S} s) is spent" | tee -a "$LOGS/steps.log"
+    RC[$name]=124; SECS[$name]=0; STEPS+=("$name")
+    return
+  fi
+  [ "$left" -lt "$limit" ] && limit=$left
+  echo "=== $name (limit ${limit} s): $*" | tee -a "$LOGS/steps.log"
   t0=$(date +%s.%N)
   timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
   RC[$name]=$?
@@ -72,8 +83,8 @@ cat "$LOGS/env.txt"
 [ "${SKIP_DOCTOR:-0}" = 1 ] || run_step doctor_standard 150 \
   "$PY" -m opgate doctor --level standard --verbose --json "$OUT/doctor_standard.json" --junit "$LOGS/doctor_standard.xml"
 
-[ "${SKIP_SANITIZER:-0}" = 1 ] || run_step sanitizer 300 \
-  "$PY" -m opgate.gpu.sanitizer planted --json "$OUT/sanitizer.json" --log-dir "$LOGS/sanitizer" --timeout 100
+[ "${SKIP_SANITIZER:-0}" = 1 ] || run_step sanitizer 330 \
+  "$PY" -m opgate.gpu.sanitizer planted --json "$OUT/sanitizer.json" --log-dir "$LOGS/sanitizer" --timeout 90
 
 [ "${SKIP_RECOVERY:-0}" = 1 ] || run_step recovery 150 \
   "$PY" -m opgate.gpu.recovery --trials 5 --oom-trials 3 --json "$OUT/recovery.json"

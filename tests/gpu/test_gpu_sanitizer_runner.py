@@ -150,3 +150,57 @@ def test_a_clean_twin_with_findings_or_a_wrong_result_fails() -> None:
     wrong = 'OPGATE_PLANTED {"status": "wrong", "detail": "bounded write"}\n'
     status, _, _, clean_passed, note = judge_planted(case, bug, _run("clean_memcheck.log", 1, "memcheck", wrong))
     assert (status, clean_passed) == ("false_positive", False) and "bounded write" in note
+
+
+SUITE_STUB = r'''#!{python}
+import json, os, sys
+args = sys.argv[1:]
+if args and args[0] == "--help":
+    print("--tool --print-limit --error-exitcode --log-file --target-processes --report-api-errors "
+          "--racecheck-report")  # this stand-in lacks --track-stream-ordered-races
+    sys.exit(0)
+if args and args[0] == "--version":
+    print("stand-in 0.0")
+    sys.exit(0)
+opts, i = {{}}, 0
+while i < len(args) and args[i].startswith("--"):
+    opts[args[i]] = args[i + 1]
+    i += 2
+case, variant = args[-2], args[-1]
+samples = {{"memcheck": "memcheck_oob_write.log", "racecheck": "racecheck_analysis.log",
+           "initcheck": "initcheck_uninit_read.log", "synccheck": "synccheck_divergent_barrier.log"}}
+if variant == "bug" and case != "free_async_race":
+    text = open(os.path.join(os.environ["SAMPLES"], samples[opts["--tool"]])).read()
+else:
+    text = "========= ERROR SUMMARY: 0 errors\n"
+open(opts["--log-file"], "w").write(text)
+status = "ran" if variant == "bug" else "verified"
+print("OPGATE_PLANTED " + json.dumps({{"case": case, "variant": variant, "status": status}}))
+sys.exit(int(opts["--error-exitcode"]) if "ERROR SUMMARY: 0 errors" not in text else 0)
+'''
+
+
+def test_planted_suite_loop_with_a_stand_in_sanitizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's loop, options and result shape (what scripts/gpu_check.sh summarises). The stand-in
+    reports every bug with the matching sample except the stream-ordered race, which it 'misses'."""
+    from opgate.gpu import device
+
+    path = tmp_path / "compute-sanitizer"
+    path.write_text(SUITE_STUB.format(python=sys.executable))
+    path.chmod(0o755)
+    monkeypatch.setenv(sanitizer.SANITIZER_ENV, str(path))
+    monkeypatch.setenv("SAMPLES", str(SAMPLES))
+    monkeypatch.setattr(device, "gpu_unavailable_reason", lambda: None)
+    sanitizer._help_text.cache_clear()
+    progress: list[dict] = []
+    result = run_planted_suite(log_dir=tmp_path / "logs", on_progress=progress.append)
+    by_case = {c["case"]: c for c in result["cases"]}
+    assert [p["status"] for p in progress] == ["incomplete"] * 5
+    assert result["status"] == "failed" and (result["caught"], result["clean_passed"], result["judged"]) == (4, 5, 5)
+    assert by_case["oob_write"]["status"] == "ok" and by_case["oob_write"]["first_finding"]["kernel"] == "planted_oob_write"
+    assert by_case["shared_race"]["bug_run"]["command"][1:3] == ["--tool", "racecheck"]
+    assert "--racecheck-report" in by_case["shared_race"]["bug_run"]["command"]
+    assert "--report-api-errors" in by_case["oob_write"]["bug_run"]["command"]
+    missed = by_case["free_async_race"]
+    assert missed["status"] == "missed" and "lacks --track-stream-ordered-races" in missed["note"]
+    assert json.dumps(result)

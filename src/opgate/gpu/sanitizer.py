@@ -338,6 +338,7 @@ def supports_option(path: str, option: str) -> bool:
     return option in _help_text(path)
 
 
+@functools.lru_cache(maxsize=8)
 def sanitizer_version(path: str) -> str:
     try:
         done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
@@ -536,9 +537,32 @@ def judge_planted(case: Any, bug: SanitizerRun, clean: SanitizerRun) -> tuple[st
     return status, caught, caught_by, clean_passed, "; ".join(notes)
 
 
+def _suite_result(outcomes: Sequence[PlantedOutcome], path: str, logs: Path, started: float,
+                  complete: bool) -> dict[str, Any]:
+    judged = [o for o in outcomes if o.status != "skipped"]
+    if not complete:
+        status = "incomplete"
+    elif not judged:
+        status = "skipped"
+    else:
+        status = "passed" if all(o.status == "ok" for o in judged) else "failed"
+    return {
+        "status": status,
+        "sanitizer": path,
+        "sanitizer_version": sanitizer_version(path),
+        "caught": sum(1 for o in judged if o.caught),
+        "clean_passed": sum(1 for o in judged if o.clean_passed),
+        "judged": len(judged),
+        "cases": [o.to_dict() for o in outcomes],
+        "log_dir": str(logs),
+        "duration_s": round(time.perf_counter() - started, 2),
+    }
+
+
 def run_planted_suite(cases: Sequence[str] | None = None, log_dir: str | os.PathLike[str] | None = None,
-                      timeout_s: float = 240.0) -> dict[str, Any]:
-    """Run each planted bug and its clean twin under the bug's tool; the suite's JSON-able result."""
+                      timeout_s: float = 240.0, on_progress: Any = None) -> dict[str, Any]:
+    """Run each planted bug and its clean twin under the bug's tool; the suite's JSON-able result.
+    `on_progress(result)` gets the result so far after every case (status "incomplete" until the end)."""
     from opgate.gpu.planted import CASES_BY_NAME, PLANTED_CASES
 
     started = time.perf_counter()
@@ -565,25 +589,17 @@ def run_planted_suite(cases: Sequence[str] | None = None, log_dir: str | os.Path
         if _child_record(clean).get("status") == "unsupported":
             outcomes.append(PlantedOutcome(case.name, case.tool, case.what, "skipped", None, "", None, bug, clean,
                                            _child_record(clean).get("detail", "")))
+            if on_progress is not None:
+                on_progress(_suite_result(outcomes, path, logs, started, complete=False))
             continue
         status, caught, caught_by, clean_passed, note = judge_planted(case, bug, clean)
         if dropped:
             note = (note + "; " if note else "") + f"this compute-sanitizer lacks {', '.join(dropped)}"
         outcomes.append(PlantedOutcome(case.name, case.tool, case.what, status, caught, caught_by, clean_passed,
                                        bug, clean, note))
-    judged = [o for o in outcomes if o.status != "skipped"]
-    status = "passed" if judged and all(o.status == "ok" for o in judged) else ("skipped" if not judged else "failed")
-    return {
-        "status": status,
-        "sanitizer": path,
-        "sanitizer_version": sanitizer_version(path),
-        "caught": sum(1 for o in judged if o.caught),
-        "clean_passed": sum(1 for o in judged if o.clean_passed),
-        "judged": len(judged),
-        "cases": [o.to_dict() for o in outcomes],
-        "log_dir": str(logs),
-        "duration_s": round(time.perf_counter() - started, 2),
-    }
+        if on_progress is not None:
+            on_progress(_suite_result(outcomes, path, logs, started, complete=False))
+    return _suite_result(outcomes, path, logs, started, complete=True)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -618,7 +634,12 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [c for c in ns.case or [] if c not in CASES_BY_NAME]
         if unknown:
             parser.error(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES_BY_NAME)}")
-        result = run_planted_suite(ns.case, ns.log_dir, ns.timeout)
+        def progress(partial: dict[str, Any]) -> None:
+            _write_json(ns.json, partial)
+            last = partial["cases"][-1]
+            print(f"  {last['case']}: {last['status']} ({last['tool']})", flush=True)
+
+        result = run_planted_suite(ns.case, ns.log_dir, ns.timeout, on_progress=progress)
         _write_json(ns.json, result)
         for case in result["cases"]:
             print(f"{case['case']:18s} {case['tool']:10s} {case['status']:15s} caught={case['caught']} "
