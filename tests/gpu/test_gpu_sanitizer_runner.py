@@ -9,6 +9,7 @@ how it reads the log and exit code, timeouts, and how it judges a planted case f
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -204,3 +205,38 @@ def test_planted_suite_loop_with_a_stand_in_sanitizer(tmp_path: Path, monkeypatc
     missed = by_case["free_async_race"]
     assert missed["status"] == "missed" and "lacks --track-stream-ordered-races" in missed["note"]
     assert json.dumps(result)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has exited
+
+
+def test_sigterm_leaves_no_sanitizer_process_behind(stub: Path) -> None:
+    """An outer `timeout` sends SIGTERM; the sanitizer run started in its own session must die with it."""
+    import signal
+    import subprocess
+    import time
+
+    pid_file = stub / "target.pid"
+    target = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    script = stub / "target.py"
+    script.write_text(target + "\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    cli = subprocess.Popen([sys.executable, "-m", "opgate.gpu.sanitizer", "run", "--tool", "memcheck", str(script)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.time() < deadline, "the target never started"
+        time.sleep(0.1)
+    target_pid = int(pid_file.read_text())
+    cli.send_signal(signal.SIGTERM)
+    cli.communicate(timeout=30)
+    assert cli.returncode == 128 + signal.SIGTERM
+    deadline = time.time() + 10
+    while _alive(target_pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(target_pid)

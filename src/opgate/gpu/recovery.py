@@ -323,6 +323,9 @@ def run_recovery(trials: int = 5, oom_trials: int = 3) -> RecoveryReport:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from opgate.gpu.sanitizer import exit_on_sigterm
+
+    exit_on_sigterm()  # so the trials' finally blocks kill their worker processes
     parser = argparse.ArgumentParser(prog="python -m opgate.gpu.recovery",
                                      description="Fault-recovery trials: out of memory and a sticky CUDA error.")
     parser.add_argument("--trials", type=int, default=5, help="sticky-error trials (default 5)")

@@ -429,6 +429,10 @@ def run_under_sanitizer(command: Sequence[str], tool: str = "memcheck", *, tool_
             _kill_group(proc)
             proc.wait()
             returncode, timed_out = None, True
+        except BaseException:  # interrupted (SIGTERM from an outer timeout, Ctrl-C): leave no GPU process behind
+            _kill_group(proc)
+            proc.wait()
+            raise
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode(errors="replace")
@@ -612,7 +616,14 @@ def _write_json(path: str | None, data: dict[str, Any]) -> None:
         os.replace(tmp, target)
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (an outer `timeout`) into SystemExit, so cleanup code kills the children it started
+    in their own sessions instead of leaving them running on the GPU."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m opgate.gpu.sanitizer",
                                      description="Run code under compute-sanitizer and report findings.")
     sub = parser.add_subparsers(dest="command", required=True)
