@@ -189,3 +189,14 @@ def patch_interpreter_bf16_rounding() -> Any:
         builder_cls.cast_impl = original
 
     return undo
+
+
+# Floors under which an error counts as rounding noise, whatever eager PyTorch's own error was.
+NOISE_FLOOR = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
+# An implementation "agrees" with the operator when its error is at most this multiple of eager PyTorch's.
+AGREE_MULTIPLE = 4.0
+
+
+def agrees(err: float, eager_err: float, dtype: str) -> bool:
+    """Is `err` (vs the float64 truth) within a small multiple of eager PyTorch's own error, or under a noise floor?"""
+    return err <= max(AGREE_MULTIPLE * eager_err, NOISE_FLOOR[dtype])
