@@ -1,6 +1,6 @@
 """Run the interpreter worker (interpreter_cases.py) in a child process and hand its records to the tests.
 
-The child gets TRITON_INTERPRET=1 before it imports triton; this pytest process never imports triton for these
+The child gets TRITON_INTERPRET=1 (=0 for the ahead-of-time compile mode) before it imports triton; this pytest process never imports triton for these
 tests, so they cannot be spoiled by (or spoil) another test's Triton mode.
 """
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 
 def run_worker(mode: str) -> list[dict[str, Any]]:
     env = dict(os.environ)
-    env["TRITON_INTERPRET"] = "1"
+    env["TRITON_INTERPRET"] = "0" if mode == "compile" else "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [sys.executable, str(WORKER), mode], capture_output=True, text=True, env=env, timeout=WORKER_TIMEOUT_S

@@ -9,6 +9,9 @@ file with `python interpreter_cases.py MODE` and read one JSON list of records f
     examples-quick  float32 only, first small shape
     corpus-load     load every corpus spec and report its implementations and BUGS metadata
     corpus          every corpus implementation on its operator's happy case and on every BUGS exposure case
+    compile         (run with TRITON_INTERPRET=0) every Triton launch of every example and corpus implementation,
+                    on small inputs of each declared dtype, compiled ahead of time to cubin for sm_80 and sm_90
+                    instead of launched: catches what only the compiler checks (loop-carried types, dot shapes)
 
 Each record carries the measured error of the implementation and of eager PyTorch in the same dtype (both against
 the float64 truth); the tests judge them.
@@ -23,7 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+if sys.argv[1:2] != ["compile"]:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -187,6 +191,86 @@ def run_corpus() -> list[dict[str, Any]]:
     return records
 
 
+TRITON_TYPES = {
+    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+    torch.int8: "i8", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+}
+COMPILE_TARGETS = ((80, "sm_80"), (90, "sm_90"))
+
+
+def run_compile() -> list[dict[str, Any]]:
+    """Compile (not launch) every Triton kernel the implementations would launch, for each target."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    records: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    current: dict[str, Any] = {}
+
+    def compile_instead_of_launch(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in ("num_warps", "num_stages", "num_ctas")}
+        values = dict(zip([p.name for p in self.params], args))
+        values.update(kwargs)
+        signature: dict[str, str] = {}
+        constexprs: dict[str, Any] = {}
+        for param in self.params:
+            value = values[param.name]
+            if param.is_constexpr:
+                signature[param.name] = "constexpr"
+                constexprs[param.name] = value
+            elif isinstance(value, torch.Tensor):
+                signature[param.name] = "*" + TRITON_TYPES[value.dtype]
+            elif isinstance(value, bool):
+                signature[param.name] = "i1"
+            elif isinstance(value, int):
+                signature[param.name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            elif isinstance(value, float):
+                signature[param.name] = "fp32"
+            else:
+                raise TypeError(f"{param.name}: cannot type {type(value).__name__} for compilation")
+        key = (self.fn.__module__, self.fn.__name__, tuple(signature.items()), tuple(constexprs.items()), tuple(options.items()))
+        if key in seen:
+            return None
+        seen.add(key)
+        for capability, label in COMPILE_TARGETS:
+            record = {"check": "compile", **current, "kernel": self.fn.__name__, "target": label,
+                      "signature": signature, "constexprs": {k: str(v) for k, v in constexprs.items()}}
+            try:
+                compiled = triton.compile(
+                    ASTSource(fn=self, signature=signature, constexprs=constexprs),
+                    target=GPUTarget("cuda", capability, 32), options=options,
+                )
+                record["ok"] = bool(compiled.asm.get("cubin"))
+            except Exception as exc:
+                record["ok"] = False
+                record["error"] = f"{type(exc).__name__}: {exc}"[:800]
+            records.append(record)
+        return None
+
+    original = JITFunction.run
+    JITFunction.run = compile_instead_of_launch  # type: ignore[method-assign]
+    try:
+        for path in example_specs() + corpus_specs():
+            for op in load_spec_file(path):
+                dims = SMALL_DIMS.get(op.name, [op.default_dims()])[0] if path.parent == EXAMPLES else op.default_dims()
+                for impl_name, impl in op.implementations.items():
+                    if impl.backend != "triton":
+                        continue
+                    for dtype in op.dtypes:
+                        current.update({"file": f"{path.parent.name}/{path.name}", "op": op.name, "impl": impl_name, "dtype": dtype})
+                        args = harness.make_inputs(op, harness.Case(dims, dtype=dtype))
+                        try:
+                            impl.fn(*args)
+                        except Exception as exc:
+                            records.append({"check": "compile", **current, "kernel": "?", "target": "-", "ok": False,
+                                            "error": f"launcher: {type(exc).__name__}: {exc}"[:800]})
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
+    return records
+
+
 def main(argv: list[str]) -> int:
     mode = argv[0] if argv else "examples"
     try:
@@ -196,8 +280,10 @@ def main(argv: list[str]) -> int:
             records = run_corpus_load()
         elif mode == "corpus":
             records = run_corpus()
+        elif mode == "compile":
+            records = run_compile()
         else:
-            print(f"unknown mode {mode!r}; use examples, examples-quick, corpus-load or corpus", file=sys.stderr)
+            print(f"unknown mode {mode!r}; use examples, examples-quick, corpus-load, corpus or compile", file=sys.stderr)
             return 2
     except Exception:
         traceback.print_exc()
