@@ -11,6 +11,11 @@ Implementations
 - torch: the math written out (scores, -inf above the diagonal, softmax, @ V), in float32 for half types.
 - onnxruntime: attention.onnx (Attention-23 with is_causal=1, float32 only), written by make_onnx_models.py.
 
+Non-finite inputs: propagates_nonfinite=False. A NaN in q or k lands where the meaning says (that query's row; the
+rows that see that key), but P @ V multiplies masked, zero probabilities by V, so a NaN in a *future* value row
+reaches rows that cannot see it: every row in torch's SDPA (the reference), the rows of the same key block in a
+blocked kernel. Where it lands is an artefact of blocking, not of the operator, so NaN/Inf injection is off here.
+
 Triton interpreter note: as in matmul.py, bfloat16 tiles are widened to float32 before tl.dot when the kernel is
 interpreted (the interpreter's bfloat16 tl.dot multiplies raw bit patterns, triton-lang/triton#11584). P is still
 rounded to bfloat16 first, so the result is what the GPU computes.
@@ -37,6 +42,7 @@ attention = opgate.Operator(
     ],
     dims={"B": [2, 1], "H": [4, 3], "S": [128, 64, 100, 1], "D": [64, 32, 80]},
     dtypes=["float32", "float16", "bfloat16"],
+    propagates_nonfinite=False,  # see the module docstring: NaN in a future V row leaks through 0 * NaN
     # QK^T and PV over the lower triangle only.
     flops=lambda B, H, S, D: 2 * B * H * S * (S + 1) * D,
     bytes=lambda B, H, S, D, itemsize: 4 * B * H * S * D * itemsize,
