@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 
 def run_worker(mode: str) -> list[dict[str, Any]]:
     env = dict(os.environ)
-    env["TRITON_INTERPRET"] = "0" if mode == "compile" else "1"
+    env["TRITON_INTERPRET"] = "0" if mode in ("compile", "examples-gpu") else "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [sys.executable, str(WORKER), mode], capture_output=True, text=True, env=env, timeout=WORKER_TIMEOUT_S

@@ -7,6 +7,7 @@ file with `python interpreter_cases.py MODE` and read one JSON list of records f
     examples        every example implementation x declared dtype on small shapes with tails, plus a strided case;
                     every ONNX model with onnxruntime; the committed .onnx files against make_onnx_models.py
     examples-quick  float32 only, first small shape
+    examples-gpu    (run with TRITON_INTERPRET=0 on a CUDA machine) the examples' implementations, compiled, on the GPU
     corpus-load     load every corpus spec and report its implementations and BUGS metadata
     corpus          every corpus implementation on its operator's happy case and on every BUGS exposure case
     compile         (run with TRITON_INTERPRET=0) every Triton launch of every example and corpus implementation,
@@ -25,9 +26,6 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any
-
-if sys.argv[1:2] != ["compile"]:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -62,8 +60,8 @@ def corpus_specs() -> list[Path]:
     return sorted(CORPUS.glob("*.py"))
 
 
-def _measure(op: Operator, impl: str, case: harness.Case) -> dict[str, Any]:
-    args = harness.make_inputs(op, case)
+def _measure(op: Operator, impl: str, case: harness.Case, device: str = "cpu") -> dict[str, Any]:
+    args = harness.make_inputs(op, case, device)
     truth = harness.truth(op, args)
     eager = harness.baseline(op, args)
     record: dict[str, Any] = {
@@ -129,6 +127,18 @@ def _bf16_patch_check(ops: dict[str, Operator]) -> dict[str, Any]:
         undo()
     return {"check": "bf16_patch", "patched_equal": torch.equal(rounded, expected),
             "unpatched_equal": torch.equal(truncated, expected)}
+
+
+def run_examples_gpu() -> list[dict[str, Any]]:
+    """Every example implementation, compiled Triton on the CUDA device, every dtype and small shape."""
+    records: list[dict[str, Any]] = []
+    for path in example_specs():
+        for op in load_spec_file(path):
+            for impl in op.implementations:
+                for dtype in op.dtypes:
+                    for dims in SMALL_DIMS[op.name]:
+                        records.append({"check": "impl", **_measure(op, impl, harness.Case(dims, dtype=dtype, seed=1), "cuda")})
+    return records
 
 
 def run_examples(quick: bool) -> list[dict[str, Any]]:
@@ -273,6 +283,12 @@ def run_compile() -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     mode = argv[0] if argv else "examples"
+    # Set here, not at import: the tests import this module for SMALL_DIMS and must not flip their own process.
+    if mode not in ("compile", "examples-gpu"):
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            print("triton was imported before TRITON_INTERPRET=1 could be set; run this file as a script", file=sys.stderr)
+            return 3
+        os.environ["TRITON_INTERPRET"] = "1"
     try:
         if mode in ("examples", "examples-quick"):
             records = run_examples(quick=mode == "examples-quick")
@@ -282,8 +298,10 @@ def main(argv: list[str]) -> int:
             records = run_corpus()
         elif mode == "compile":
             records = run_compile()
+        elif mode == "examples-gpu":
+            records = run_examples_gpu()
         else:
-            print(f"unknown mode {mode!r}; use examples, examples-quick, corpus-load, corpus or compile", file=sys.stderr)
+            print(f"unknown mode {mode!r}; use examples, examples-quick, examples-gpu, corpus-load, corpus or compile", file=sys.stderr)
             return 2
     except Exception:
         traceback.print_exc()

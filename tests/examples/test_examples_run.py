@@ -77,3 +77,18 @@ def test_interpreter_bf16_patch_restores_gpu_rounding(worker: Worker) -> None:
     [record] = [r for r in worker("examples") if r["check"] == "bf16_patch"]
     assert record["patched_equal"]
     assert not record["unpatched_equal"]
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA device: torch.cuda.is_available() is False here")
+@pytest.mark.parametrize("op_name", sorted(SMALL_DIMS))
+def test_example_compiled_on_gpu_matches_reference(worker: Worker, op_name: str) -> None:
+    records = [r for r in worker("examples-gpu") if r["op"] == op_name]
+    assert records
+    assert not _failures(records), "\n".join(_failures(records))
