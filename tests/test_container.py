@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from opgate_testing import DATA
 
 from opgate.doctor.container import judge_container
 from opgate.probes.container import (ContainerFacts, DeviceNode, detect_runtime, parse_proc_cgroup,

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import child_pythonpath
+from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
 from opgate.results import Outcome

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from conftest import child_pythonpath
+from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
 from opgate.results import Outcome
