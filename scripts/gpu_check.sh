@@ -78,7 +78,7 @@ PY
 cat "$LOGS/env.txt"
 
 [ "${SKIP_PYTEST:-0}" = 1 ] || run_step pytest_gpu 200 \
-  "$PY" -m pytest -m gpu tests/gpu -ra -p no:cacheprovider --junitxml="$LOGS/pytest_gpu.xml"
+  "$PY" -m pytest -m gpu tests -ra -p no:cacheprovider --junitxml="$LOGS/pytest_gpu.xml"
 
 [ "${SKIP_DOCTOR:-0}" = 1 ] || run_step doctor_standard 150 \
   "$PY" -m opgate doctor --level standard --verbose --json "$OUT/doctor_standard.json" --junit "$LOGS/doctor_standard.xml"
