@@ -3,54 +3,44 @@ device value on the host or synchronize inside capture fail with the cause named
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from opgate_testing import child_pythonpath
 
 pytestmark = pytest.mark.gpu
+CASES = Path(__file__).with_name("graph_capture_cases.py")
 
 
-def clean(x):
-    return (x * 2.0 + 1.0).relu()
-
-
-def reads_item(x):
-    scale = x.abs().max().item()
-    return x / scale
-
-
-def synchronizes(x):
-    import torch
-
-    y = x * 2
-    torch.cuda.synchronize()
-    return y
+def run_case(case: str) -> dict:
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, str(CASES), case], capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "PYTHONPATH": child_pythonpath()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_clean_implementation_captures_and_matches_eager() -> None:
-    torch = pytest.importorskip("torch")
-    from opgate.measure.graph_capture import check_graph_capture
-
-    x = torch.randn(1 << 20, device="cuda")
-    report = check_graph_capture(clean, (x,), (torch.randn_like(x),))
-    assert report.captured and report.matches_eager, report
-    assert report.graph_us_per_call is not None and report.graph_us_per_call > 0
+    report = run_case("clean")
+    assert report["captured"] and report["matches_eager"], report
+    assert report["graph_us_per_call"] > 0
 
 
-@pytest.mark.parametrize(("fn", "cause"), [(reads_item, "host read"), (synchronizes, "synchroniz")])
-def test_capture_failures_name_the_cause(fn, cause) -> None:
-    torch = pytest.importorskip("torch")
-    from opgate.measure.graph_capture import check_graph_capture
-
-    report = check_graph_capture(fn, (torch.randn(4096, device="cuda"),))
-    assert not report.captured
-    assert cause in report.cause, report
-    assert report.remedy
+@pytest.mark.parametrize(("case", "cause", "line"), [("reads_item", "host read", ".item()"),
+                                                     ("synchronizes", "synchroniz", "synchronize()")])
+def test_capture_failures_name_the_cause_and_line(case: str, cause: str, line: str) -> None:
+    report = run_case(case)
+    assert not report["captured"]
+    assert cause in report["cause"], report
+    assert report["remedy"]
+    assert any(line in point for point in report["sync_points"]), report["sync_points"]
 
 
 def test_time_cuda_reports_median_and_p95() -> None:
-    torch = pytest.importorskip("torch")
-    from opgate.measure.timing import time_cuda
-
-    sets = [(torch.randn(1 << 24, device="cuda"),) for _ in range(3)]
-    stats = time_cuda(clean, sets, repeats=20)
-    assert 0 < stats.min_us <= stats.median_us <= stats.p95_us
-    assert stats.l2_flushed and stats.input_sets == 3
+    stats = run_case("timing")
+    assert 0 < stats["min_us"] <= stats["median_us"] <= stats["p95_us"]
+    assert stats["l2_flushed"] and stats["input_sets"] == 3

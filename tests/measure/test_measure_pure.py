@@ -14,9 +14,9 @@ def test_percentile() -> None:
 
 @pytest.mark.parametrize(("message", "points", "expected"), [
     ("CUDA error: operation not permitted when stream is capturing", [
-        "called a synchronizing CUDA operation at /spec.py:12 (aten::_local_scalar_dense, item)"], "host read"),
+        "called a synchronizing CUDA operation at /spec.py:12: scale = x.abs().max().item()"], "host read"),
     ("CUDA error: operation not permitted when stream is capturing",
-     ["torch.cuda.synchronize() at /spec.py:20"], "synchronization"),
+     ["torch.cuda.synchronize() at /spec.py:20: torch.cuda.synchronize()"], "synchronization"),
     ("CUDA error: operation not permitted when stream is capturing", [], "synchronizes with the host"),
     ("operation would make the legacy stream depend on a capturing blocking stream", [], "legacy default stream"),
     ("x", ["called a synchronizing CUDA operation (aten::nonzero) at /spec.py:3"], "depend on the data"),

@@ -8,6 +8,7 @@ error itself (cudaErrorStreamCaptureUnsupported and friends) is classified from 
 
 from __future__ import annotations
 
+import linecache
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -55,17 +56,21 @@ class GraphCaptureReport:
         return self.eager_us_per_call - self.graph_us_per_call
 
 
+HOST_READS = (".item(", ".tolist(", ".cpu(", ".numpy(", "local_scalar_dense", "bool(", "float(", "int(")
+
+
 def classify_capture_error(message: str, sync_points: Sequence[str]) -> tuple[str, str]:
-    """Cause and remedy for a failed capture, preferring what the sync-debug dry run saw."""
+    """Cause and remedy for a failed capture, preferring what the sync-debug dry run saw (each sync point
+    carries the user's source line, which says whether it was a host read or an explicit sync)."""
     text = " ".join([message, *sync_points]).lower()
     if any(op in text for op in ("nonzero", "masked_select", "unique")):
         return DYNAMIC_SHAPE_CAUSE
     for point in sync_points:
         lowered = point.lower()
-        if "item" in lowered or "local_scalar_dense" in lowered or "tolist" in lowered:
-            return CAPTURE_FAILURES[0][1:]
-        if "synchronize" in lowered:
+        if "synchronize(" in lowered:
             return CAPTURE_FAILURES[1][1:]
+        if any(marker in lowered for marker in HOST_READS):
+            return CAPTURE_FAILURES[0][1:]
     for pattern, cause, remedy in CAPTURE_FAILURES:
         if pattern in text:
             return cause, remedy
@@ -90,7 +95,8 @@ def find_sync_points(fn: Callable[..., Any], args: tuple) -> list[str]:
     for warning in caught:
         message = str(warning.message).splitlines()[0]
         if "synchroniz" in message.lower():
-            points.append(f"{message} at {warning.filename}:{warning.lineno}")
+            source = linecache.getline(warning.filename, warning.lineno).strip()
+            points.append(f"{message.split(' (Triggered')[0]} at {warning.filename}:{warning.lineno}: {source}")
     explicit = _explicit_synchronize_calls(fn, args)
     return points + explicit
 
@@ -104,7 +110,7 @@ def _explicit_synchronize_calls(fn: Callable[..., Any], args: tuple) -> list[str
 
     def spy(*a: Any, **kw: Any) -> Any:
         frame = traceback.extract_stack(limit=2)[0]
-        seen.append(f"torch.cuda.synchronize() at {frame.filename}:{frame.lineno}")
+        seen.append(f"torch.cuda.synchronize() at {frame.filename}:{frame.lineno}: {frame.line or ''}")
         return original(*a, **kw)
 
     torch.cuda.synchronize = spy
@@ -141,7 +147,11 @@ def _as_tensors(value: Any) -> list[Any]:
 
 def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
                         calls_for_timing: int = 20) -> GraphCaptureReport:
-    """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager."""
+    """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
+
+    Run it last in its own process: a failed capture leaves PyTorch's CUDA generator in capture state
+    ("Offset increment outside graph capture"), so later random draws in that process fail.
+    """
     import torch
 
     static = tuple(a.clone() if torch.is_tensor(a) else a for a in args)
