@@ -257,7 +257,22 @@ def _judge(report: KernelReport, limits: SmLimits | None, target: str) -> Kernel
     return report
 
 
-def _report_for(compiled: Any, limits: SmLimits | None, target: str) -> KernelReport:
+def occupancy_static_shared(section_bytes: int, arch: int, limits: SmLimits | None) -> int:
+    """Static shared memory as the driver reports it (CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES), from a cubin.
+
+    From sm_90 on, ptxas puts the 1 KB the driver reserves per block at the start of the kernel's
+    .nv.shared.<kernel> section (a kernel using only dynamic shared memory gets a 1024 B section); the driver
+    reports static shared memory without it and adds the reserved 1 KB itself, e.g. 16 B static for a kernel
+    with one `__shared__ int` on an H200 (NVIDIA/Fuser#5272). scripts/occupancy_driver_cases.py checks this
+    mapping on a real GPU (cubin section vs the driver's attribute).
+    """
+    reserved = limits.reserved_smem_per_block if limits is not None else 1024
+    if arch >= 90 and section_bytes >= reserved:
+        return section_bytes - reserved
+    return section_bytes
+
+
+def _report_for(compiled: Any, limits: SmLimits | None, target: str, arch: int) -> KernelReport:
     from opgate.analyze.resources import read_kernel_resources
 
     metadata = compiled.metadata
@@ -279,7 +294,8 @@ def _report_for(compiled: Any, limits: SmLimits | None, target: str) -> KernelRe
         num_warps=metadata.num_warps,
         num_ctas=getattr(metadata, "num_ctas", None),
         registers=resources.registers if resources else None,
-        static_shared_bytes=resources.static_shared_bytes if resources else 0,
+        static_shared_bytes=(occupancy_static_shared(resources.static_shared_bytes, arch, limits)
+                             if resources else 0),
         dynamic_shared_bytes=int(metadata.shared),  # Triton launches with this much dynamic shared memory
         local_bytes=resources.local_bytes if resources else None,
         resources_source=resources.source if resources else "triton metadata (shared memory only)",
@@ -336,7 +352,7 @@ def compile_implementation(spec_file: str | Path, operator: str, implementation:
                                    dtypes=known.dtypes + ((dtype,) if dtype not in known.dtypes else ()))
             continue
         if record.compiled is not None:
-            report = _report_for(record.compiled, limits, target)
+            report = _report_for(record.compiled, limits, target, arch)
         else:
             error = record.error
             status = "capture_error" if isinstance(error, GpuNeededError) else "compile_error"

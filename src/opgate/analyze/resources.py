@@ -23,7 +23,7 @@ CUOBJDUMP_TIMEOUT_S = 60
 class CubinResources:
     name: str
     registers: int
-    static_shared_bytes: int
+    static_shared_bytes: int  # the cubin's .nv.shared.<kernel> size: from sm_90 on it includes the reserved 1 KB
     local_bytes: int  # per thread: stack frame (register spills, local arrays) + local memory
     source: str  # which reader produced it
 

@@ -276,14 +276,32 @@ def run_analyze(options: AnalyzeOptions, console: Console | None = None) -> tupl
 
 # -- render --------------------------------------------------------------------------------------------------------
 
+def _duration(seconds: float) -> str:
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds >= 1e-6:
+        return f"{seconds * 1e6:.3g} us"
+    return f"{seconds * 1e9:.3g} ns"
+
+
 def render_roofline(findings: AnalyzeFindings, console: Console) -> None:
+    """One table per operator: a row per (dtype, shape), a floor per GPU (m = memory-, c = compute-bound)."""
     for analysis in findings.rooflines:
-        table = Table(title=f"roofline floors: {analysis.operator}", expand=False)
-        for column in ("GPU", "dtype", "shape", "FLOPs", "bytes", "FLOP/B", "bound", "floor"):
-            table.add_column(column, justify="right" if column in ("FLOPs", "bytes", "FLOP/B", "floor") else "left")
+        gpus = list(dict.fromkeys(p.gpu for p in analysis.points))
+        table = Table(title=f"roofline floors: {analysis.operator} (m = memory-bound, c = compute-bound)",
+                      expand=False)
+        table.add_column("dtype")
+        table.add_column("shape")
+        for column in ("FLOPs", "bytes", "FLOP/B", *gpus):
+            table.add_column(column, justify="right", no_wrap=True)
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
         for p in analysis.points:
-            table.add_row(p.gpu, p.work.dtype, p.work.shape_label, f"{p.work.flops:.3g}", f"{p.work.bytes:.3g}",
-                          f"{p.work.intensity:.3g}", p.bound, f"{p.floor_s * 1e6:.3g} us")
+            row = rows.setdefault((p.work.dtype, p.work.shape_label), {"work": p.work})
+            row[p.gpu] = f"{_duration(p.floor_s)} {p.bound[0]}"
+        for (dtype, shape), row in rows.items():
+            work = row["work"]
+            table.add_row(dtype, shape, f"{work.flops:.3g}", f"{work.bytes:.3g}", f"{work.intensity:.3g}",
+                          *(row.get(g, "-") for g in gpus))
         console.print(table)
         for note in analysis.notes:
             console.print(f"  work: {note}", highlight=False)
