@@ -237,9 +237,19 @@ def _label(compiled: Any) -> str:
         index = key[0] if isinstance(key, tuple) and key else key
         name = names[index] if isinstance(index, int) and index < len(names) else str(key)
         constants.append(f"{name}={value}")
-    pointers = sorted({v for v in getattr(src, "signature", {}).values() if isinstance(v, str) and v.startswith("*")})
+    signature = getattr(src, "signature", {})
+    pointers = sorted({v for v in signature.values() if isinstance(v, str) and v.startswith("*")})
+    # Integer arguments Triton specialized as multiples of 16 (n=4096 and n=1000 compile differently).
+    divisible = []
+    for key, attributes in sorted(getattr(src, "attrs", {}).items()):
+        index = key[0] if isinstance(key, tuple) and key else key
+        if not isinstance(index, int) or index >= len(names):
+            continue
+        kind = signature.get(names[index], "")
+        if isinstance(kind, str) and not kind.startswith("*") and ["tt.divisibility", 16] in list(attributes):
+            divisible.append(f"{names[index]}%16")
     metadata = compiled.metadata
-    parts = [*pointers, *constants, f"num_warps={metadata.num_warps}"]
+    parts = [*pointers, *constants, *divisible, f"num_warps={metadata.num_warps}"]
     if getattr(metadata, "num_stages", None) is not None:
         parts.append(f"num_stages={metadata.num_stages}")
     return f"{compiled.metadata.name}[{', '.join(parts)}]"

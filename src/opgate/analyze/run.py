@@ -164,8 +164,9 @@ def _portability_result(outcome: CompileOutcome, required: bool) -> CheckResult:
     remediation = {
         "compile_error": "Guard the kernel for this architecture, or drop the target from the fleet.",
         "resource_overflow": "Lower BLOCK sizes / num_stages for this target (e.g. a per-arch autotune config).",
-        "capture_error": "Make the launcher allocate with torch.empty_like(...)/device=x.device and avoid "
-                         "device queries, or declare the kernel explicitly; see docs/analyze.md.",
+        "capture_error": "Let the launcher run on CPU tensors: allocate with torch.empty_like(x) or "
+                         "device=x.device, and read device limits from triton.runtime.driver.active.utils."
+                         "get_device_properties (opgate answers it per target); see docs/analyze.md.",
         "spills": "Reduce per-thread live values (smaller tiles, fewer stages) or raise num_warps.",
         "timeout": "Raise --compile-timeout, or report the kernel to Triton if the compiler hangs.",
         "crashed": "The compiler crashed in its child process; the stderr tail is in the JSON report.",
