@@ -24,6 +24,7 @@ def opgate(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]
                           timeout=timeout, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_analyze_writes_report_and_charts(tmp_path):
     report_path = tmp_path / "analyze.json"
     out = tmp_path / "report"
@@ -52,6 +53,7 @@ def test_analyze_writes_report_and_charts(tmp_path):
     assert report.extra["timings_s"]["portability"] > 0
 
 
+@pytest.mark.slow
 def test_analyze_exits_1_when_a_required_target_fails(tmp_path):
     report_path = tmp_path / "edge.json"
     done = opgate("analyze", str(DATA / "portability_edge_ops.py"), "--targets", "sm_86", "--stages", "portability",

@@ -162,3 +162,12 @@ def test_kernel_report_round_trips():
     report = KernelReport("k[BLOCK=1]", "k", "spills", "local", ("float16",), 2, "", 4, 1, 40, 0, 512, 16,
                           "cuobjdump -res-usage", ("note",))
     assert KernelReport.from_dict(report.to_dict()) == report
+
+
+def test_a_child_that_dies_is_reported_as_crashed_with_its_stderr():
+    (outcome,) = run_matrix([_request(DATA / "crashing_ops.py", "crash", "sm_90")], jobs=1, timeout_s=120)
+    assert outcome.status == "crashed"
+    assert "exited with code 7" in outcome.message
+    assert "simulated compiler crash" in outcome.details
+    result = _portability_result(outcome, required=True)
+    assert result.outcome is Outcome.ERROR

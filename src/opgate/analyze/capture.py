@@ -23,7 +23,7 @@ import contextlib
 import contextvars
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from opgate.analyze.limits import SmLimits
 

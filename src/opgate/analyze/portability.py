@@ -16,21 +16,20 @@ Each kernel gets a status:
 
 from __future__ import annotations
 
-import itertools
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from opgate.analyze.limits import SmLimits, known_ccs, sm_limits
 from opgate.analyze.occupancy import KernelLaunch, OccupancyResult, occupancy
+from opgate.analyze.roofline import dims_cases
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import InputError
 from opgate.results import CheckResult, Outcome
 
 DEFAULT_TARGETS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
-MAX_SHAPES_PER_DTYPE = 64  # cartesian products of dims beyond this are sampled in declaration order
 STATUS_OUTCOME = {
     "ok": Outcome.PASSED,
     "spills": Outcome.WARNED,
@@ -157,12 +156,14 @@ class CompileOutcome:
     message: str = ""
     kernels: tuple[KernelReport, ...] = ()
     duration_s: float = 0.0
+    details: str = ""  # stderr tail or traceback when the child crashed
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "operator": self.operator, "implementation": self.implementation, "target": self.target,
             "arch": self.arch, "status": self.status, "message": self.message,
             "kernels": [k.to_dict() for k in self.kernels], "duration_s": round(self.duration_s, 3),
+            "details": self.details,
         }
 
     @classmethod
@@ -171,7 +172,7 @@ class CompileOutcome:
             operator=data["operator"], implementation=data["implementation"], target=data["target"],
             arch=data["arch"], status=data["status"], message=data.get("message", ""),
             kernels=tuple(KernelReport.from_dict(k) for k in data.get("kernels", ())),
-            duration_s=float(data.get("duration_s", 0.0)),
+            duration_s=float(data.get("duration_s", 0.0)), details=data.get("details", ""),
         )
 
 
@@ -206,12 +207,6 @@ def error_headline(exc: BaseException) -> str:
 
 
 # -- the child: capture and compile -----------------------------------------------------------------------------
-
-def _dims_cases(dims: Mapping[str, Sequence[int]]) -> list[dict[str, int]]:
-    names = list(dims)
-    combos = itertools.islice(itertools.product(*(dims[n] for n in names)), MAX_SHAPES_PER_DTYPE)
-    return [dict(zip(names, combo)) for combo in combos] or [{}]
-
 
 def _capture_arguments(op: Any, dims: Mapping[str, int], dtype: str) -> list[Any]:
     """CPU tensors of the right shape and dtype (zeros: nothing is computed) and the scalars, in order."""
@@ -341,7 +336,7 @@ def compile_implementation(spec_file: str | Path, operator: str, implementation:
         launcher = op.implementations[implementation].fn
         failures: list[tuple[str, BaseException]] = []
         for dtype in dtypes or op.dtypes:
-            for dims in _dims_cases(op.dims):
+            for dims in dims_cases(op.dims):
                 with recorder.tagged(dtype=dtype, dims=dims):
                     try:
                         launcher(*_capture_arguments(op, dims, dtype))
@@ -468,11 +463,10 @@ def _outcome_from_result(request: MatrixRequest, result: CheckResult, timeout_s:
         return CompileOutcome.from_dict(data)
     if result.outcome is Outcome.ERROR and "timed out" in result.reason:
         status, message = "timeout", f"compiling took longer than {timeout_s:g} s and was stopped"
-    elif result.outcome is Outcome.ERROR and "raised" in result.reason:
-        # The child ran but the check raised: a bad spec/implementation name, or an opgate bug (traceback kept).
-        status, message = "crashed", result.reason
     else:
+        # The child died, or the check raised (a bad implementation name, or an opgate bug: traceback in extra).
         status, message = "crashed", result.reason
     return CompileOutcome(operator=request.operator, implementation=request.implementation,
                           target=request.target.label, arch=request.target.arch, status=status, message=message,
-                          duration_s=result.duration_s)
+                          duration_s=result.duration_s,
+                          details=str(result.extra.get("stderr_tail") or result.extra.get("traceback") or ""))

@@ -33,7 +33,11 @@ def _from_inspect(cubin: bytes, kernel_name: str) -> CubinResources | None:
         from opgate.inspect.cubin import read_cubin_kernels  # type: ignore[import-not-found]
     except ImportError:
         return None
-    for kernel in read_cubin_kernels(cubin):
+    try:
+        kernels = read_cubin_kernels(cubin)
+    except Exception:  # a cubin layout the reader does not know yet: NVIDIA's tool still reads it
+        return None
+    for kernel in kernels:
         if kernel.name == kernel_name:
             local = int(getattr(kernel, "local_bytes", 0) or 0) + int(getattr(kernel, "stack_bytes", 0) or 0)
             return CubinResources(

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from opgate.gpus import GpuModel
 
-MAX_SHAPES = 64
+MAX_SHAPES = 64  # dims combinations per dtype beyond this are dropped, in declaration order
 
 # Which catalogue precisions can execute an operator in a given dtype (the highest listed rate is used).
 DTYPE_PRECISIONS: Mapping[str, tuple[str, ...]] = {
