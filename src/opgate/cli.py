@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from opgate.errors import InputError
-from opgate.results import ExitCode
+from opgate.results import ExitCode, Outcome
 
 app = typer.Typer(
     name="opgate",
@@ -105,10 +105,102 @@ def verify(ctx: typer.Context) -> None:
     _not_yet("verify")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def analyze(ctx: typer.Context) -> None:
-    """Portability, occupancy and roofline for every target GPU. (not yet available)"""
-    _not_yet("analyze")
+@app.command()
+def analyze(
+    spec_file: Path = typer.Argument(..., help="Operator spec file (the `opgate verify` format)."),
+    targets: str = typer.Option("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120", "--targets",
+                                help="Required targets: sm_XY or catalogue GPU keys, comma-separated."),
+    optional_targets: str = typer.Option("", "--optional-targets",
+                                         help="Targets compiled and reported, whose failures only warn."),
+    gpus: str = typer.Option("t4,a100,a10,l40s,h100,b200,rtx5090", "--gpus",
+                             help="Catalogue GPUs for the roofline (one per default target by default)."),
+    stages: str = typer.Option("portability,occupancy,roofline", "--stages", help="Stages to run."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
+    out_dir: Path = typer.Option(Path("opgate-report"), "--out", help="Report folder for the roofline charts."),
+    jobs: int = typer.Option(max(1, min(4, os.cpu_count() or 1)), "--jobs", min=1, max=64,
+                             help="Compiles run at once, each in its own process (default: CPUs, at most 4)."),
+    compile_timeout: float = typer.Option(300.0, "--compile-timeout", min=1.0,
+                                          help="Seconds one implementation may take to compile for one target."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every check with its figures."),
+) -> None:
+    """Portability, occupancy and roofline for every target GPU, without a GPU. Exit 1: a required target fails."""
+    from opgate.analyze.portability import parse_targets
+    from opgate.analyze.render import render_matrix
+    from opgate.analyze.run import AnalyzeOptions, parse_gpus, parse_stages, render_roofline, run_analyze
+    from opgate.reporting.json_report import write_json
+    from opgate.reporting.terminal import render_terminal
+
+    if not spec_file.is_file():
+        raise InputError(f"spec file {spec_file} does not exist; pass the path of a Python file that defines "
+                         "opgate.Operator objects")
+    console = Console(highlight=False)
+    required = parse_targets(targets)
+    optional = [t for t in parse_targets(optional_targets) if t not in required] if optional_targets.strip() else []
+    options = AnalyzeOptions(
+        spec_file=spec_file.resolve(), targets=required, optional_targets=optional, gpus=parse_gpus(gpus),
+        out_dir=out_dir, jobs=jobs, compile_timeout_s=compile_timeout, stages=parse_stages(stages),
+    )
+    report, findings = run_analyze(options, console)
+    if findings.outcomes:
+        render_matrix(findings.outcomes, [t.label for t in [*required, *optional]], console)
+    render_roofline(findings, console)
+    problems = [r for r in report.results if r.outcome in (Outcome.FAILED, Outcome.WARNED, Outcome.ERROR)]
+    for result in problems:
+        console.print(f"{result.outcome.value.upper()} {result.check_id}: {result.reason}", highlight=False)
+        if result.remediation:
+            console.print(f"  -> {result.remediation}", highlight=False)
+    if verbose:
+        render_terminal(report, console, verbose=True)
+    counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
+    console.print(f"{counts} in {report.duration_s:.1f}s - exit code {int(report.exit_code)}")
+    if json_path:
+        write_json(report, json_path)
+        console.print(f"JSON report: {json_path}")
+    raise typer.Exit(int(report.exit_code))
+
+
+@app.command()
+def occupancy(
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Catalogue GPU, e.g. h200 (or give --cc)."),
+    cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability, e.g. 9.0 or sm_90 (or give --gpu)."),
+    threads: int = typer.Option(..., "--threads", help="Threads per block."),
+    registers: int = typer.Option(..., "--registers", help="Registers per thread (ptxas -v / cuobjdump -res-usage)."),
+    static_shared: int = typer.Option(0, "--static-shared", help="Static shared memory per block, bytes."),
+    dynamic_shared: int = typer.Option(0, "--dynamic-shared", help="Dynamic shared memory per block, bytes."),
+    carveout: Optional[int] = typer.Option(None, "--carveout", help="Preferred shared-memory carve-out, percent "
+                                           "(default: no preference, the driver's default)."),
+    barriers: int = typer.Option(1, "--barriers", help="Named barriers per block (CC >= 9 budgets them)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
+) -> None:
+    """Active blocks and warps per SM, occupancy and what limits it (NVIDIA's occupancy calculator).
+
+    Exit 0 when the block can be resident, 1 when it cannot (0 blocks per SM)."""
+    import json
+
+    from opgate.analyze.limits import sm_limits
+    from opgate.analyze.occupancy import KernelLaunch
+    from opgate.analyze.occupancy import occupancy as compute_occupancy
+    from opgate.analyze.render import render_occupancy
+    from opgate.gpus import lookup_gpu
+
+    if (gpu is None) == (cc is None):
+        raise InputError("give exactly one of --gpu (e.g. --gpu h200) or --cc (e.g. --cc 9.0)")
+    if gpu is not None:
+        model = lookup_gpu(gpu)
+        limits = sm_limits(model.compute_capability)
+        label = f"{model.name} (CC {model.cc_text}, {model.sm_count} SMs)"
+    else:
+        limits = sm_limits(cc)  # type: ignore[arg-type]
+        label = f"CC {limits.cc_text}"
+    launch = KernelLaunch(threads_per_block=threads, registers_per_thread=registers,
+                          static_shared_bytes=static_shared, dynamic_shared_bytes=dynamic_shared,
+                          carveout_percent=carveout, block_barriers=barriers)
+    result = compute_occupancy(launch, limits)
+    if as_json:
+        print(json.dumps({"device": label, **result.to_dict()}, indent=2))
+    else:
+        render_occupancy(result, Console(highlight=False), label)
+    raise typer.Exit(0 if result.fits else 1)
 
 
 @app.command()
