@@ -66,11 +66,11 @@ def test_bandwidth_kernels_issue_16_byte_loads_and_stores(tmp_path: Path) -> Non
     for unroll in READ_UNROLLS:
         sass = sass_of[read_kernel_name(unroll)]
         assert sass.count("LDG.E.128") >= unroll, read_kernel_name(unroll)
-    for unroll, streaming in COPY_VARIANTS:
-        sass = sass_of[copy_kernel_name(unroll, streaming)]
+    for unroll, streaming, tiled in COPY_VARIANTS:
+        sass = sass_of[copy_kernel_name(unroll, streaming, tiled)]
         assert "LDG.E.128" in sass and "STG.E" in sass
         stores = [line for line in sass.splitlines() if "STG.E" in line]
-        assert all(".128" in line for line in stores), copy_kernel_name(unroll, streaming)
+        assert all(".128" in line for line in stores), copy_kernel_name(unroll, streaming, tiled)
         assert any(".EF" in line for line in stores) == streaming  # evict-first = streaming store
     l2 = sass_of["opgate_l2_read"]
     assert "LDG.E.128.STRONG.GPU" in l2  # ld.global.cg: cached in L2 only, not L1

@@ -240,8 +240,8 @@ def _measure_copies(cupy: Any, np: Any, info: DeviceInfo, buffer: Any, nbytes: i
     runtime = cupy.cuda.runtime
     copied = 2 * half  # bytes read + bytes written
 
-    def copy_launcher(unroll: int, streaming: bool, bps: int) -> Any:
-        fn = kernels.kernel(kernels.copy_kernel_name(unroll, streaming))
+    def copy_launcher(unroll: int, streaming: bool, bps: int, tiled: bool = False) -> Any:
+        fn = kernels.kernel(kernels.copy_kernel_name(unroll, streaming, tiled))
         grid = (info.sm_count * bps,)
         return lambda: fn(grid, (THREADS,), (src_ptr, dst_ptr, np.uint64(n_vec)))
 
@@ -252,24 +252,31 @@ def _measure_copies(cupy: Any, np: Any, info: DeviceInfo, buffer: Any, nbytes: i
     _verify_copy(cupy, buffer, half)
 
     tuning: list[tuple[str, float]] = []
-    best: tuple[float, int, bool, int] | None = None
-    for unroll, streaming in kernels.COPY_VARIANTS:
+    best: tuple[float, int, bool, int, bool] | None = None
+    for unroll, streaming, tiled in kernels.COPY_VARIANTS:
         for bps in _blocks_per_sm_options(info):
-            samples = time_on_stream(cupy, stream, copy_launcher(unroll, streaming, bps), warmup=2, reps=5)
+            samples = time_on_stream(cupy, stream, copy_launcher(unroll, streaming, bps, tiled), warmup=2, reps=5)
             tbs = bandwidth_tbs(copied, samples.median)
-            label = f"copy unroll={unroll} {'streaming' if streaming else 'plain'} stores blocks/SM={bps}"
+            label = (f"copy {'tiled' if tiled else 'grid-stride'} unroll={unroll} "
+                     f"{'streaming' if streaming else 'plain'} stores blocks/SM={bps}")
             tuning.append((label, tbs))
             if best is None or tbs > best[0]:
-                best = (tbs, unroll, streaming, bps)
+                best = (tbs, unroll, streaming, bps, tiled)
     assert best is not None
-    _, unroll, streaming, bps = best
+    _, unroll, streaming, bps, tiled = best
+    with stream:  # the winner must copy correctly too: clear the destination, copy, compare
+        buffer[half:2 * half].fill(0)
+        copy_launcher(unroll, streaming, bps, tiled)()
+    stream.synchronize()
+    _verify_copy(cupy, buffer, half)
 
     def memcpy() -> None:
         runtime.memcpyAsync(int(dst_ptr), int(src_ptr), half, runtime.memcpyDeviceToDevice, stream.ptr)
 
     copy_samples, memcpy_samples = time_interleaved(
-        cupy, stream, [copy_launcher(unroll, streaming, bps), memcpy], warmup=3, reps=reps)
-    config = f"copy unroll={unroll} {'streaming' if streaming else 'plain'} stores blocks/SM={bps} threads={THREADS}"
+        cupy, stream, [copy_launcher(unroll, streaming, bps, tiled), memcpy], warmup=3, reps=reps)
+    config = (f"copy {'tiled' if tiled else 'grid-stride'} unroll={unroll} {'streaming' if streaming else 'plain'} "
+              f"stores blocks/SM={bps} threads={THREADS}")
     return (TimedFigure("D2D copy (opgate kernel)", copied, copy_samples, config),
             TimedFigure("cudaMemcpy D2D", copied, memcpy_samples, "cudaMemcpyAsync DeviceToDevice"),
             tuning)

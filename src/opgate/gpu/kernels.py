@@ -15,7 +15,10 @@ import functools
 from typing import Any
 
 READ_UNROLLS = (4, 8)
-COPY_VARIANTS = ((4, False), (4, True), (8, False), (8, True))
+# (loads in flight per thread, streaming stores, tiled): a tiled copy gives each block a contiguous
+# blockDim x UNROLL run of vectors per step, so reads and writes stay in fewer DRAM pages at a time.
+COPY_VARIANTS = ((4, False, False), (4, True, False), (8, False, False), (8, True, False),
+                 (4, False, True), (4, True, True), (8, False, True), (8, True, True))
 L2_UNROLL = 4
 
 KERNEL_SOURCE = r"""
@@ -93,6 +96,30 @@ __device__ __forceinline__ void opgate_copy_body(const uint4* __restrict__ src, 
     }
 }
 
+// Tiled copy: step t of block b moves the contiguous vectors [t*tile, (t+1)*tile), tile = blockDim x UNROLL.
+template <int UNROLL, bool STREAMING>
+__device__ __forceinline__ void opgate_copy_tiled_body(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                                       u64 n_vec) {
+    const u64 tile = (u64)blockDim.x * UNROLL;
+    const u64 n_tiles = n_vec / tile;
+    for (u64 t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+        const u64 base = t * tile + threadIdx.x;
+        uint4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[u] = src[base + (u64)u * blockDim.x];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (STREAMING) opgate_store_cs(dst + base + (u64)u * blockDim.x, v[u]);
+            else dst[base + (u64)u * blockDim.x] = v[u];
+        }
+    }
+    const u64 nthreads = (u64)gridDim.x * blockDim.x;
+    for (u64 i = n_tiles * tile + (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n_vec; i += nthreads) {
+        if (STREAMING) opgate_store_cs(dst + i, src[i]);
+        else dst[i] = src[i];
+    }
+}
+
 extern "C" __global__ void opgate_read_u4(const uint4* __restrict__ src, u64 n_vec, u32 magic, u32* __restrict__ sink) {
     opgate_read_body<4>(src, n_vec, magic, sink);
 }
@@ -110,6 +137,19 @@ extern "C" __global__ void opgate_copy_u8_plain(const uint4* __restrict__ src, u
 }
 extern "C" __global__ void opgate_copy_u8_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
     opgate_copy_body<8, true>(src, dst, n_vec);
+}
+
+extern "C" __global__ void opgate_copy_t4_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_tiled_body<4, false>(src, dst, n_vec);
+}
+extern "C" __global__ void opgate_copy_t4_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_tiled_body<4, true>(src, dst, n_vec);
+}
+extern "C" __global__ void opgate_copy_t8_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_tiled_body<8, false>(src, dst, n_vec);
+}
+extern "C" __global__ void opgate_copy_t8_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
+    opgate_copy_tiled_body<8, true>(src, dst, n_vec);
 }
 
 // L2 read: the same working set `passes` times; the start rotates by 4 KiB per pass.
@@ -179,8 +219,8 @@ def read_kernel_name(unroll: int) -> str:
     return f"opgate_read_u{unroll}"
 
 
-def copy_kernel_name(unroll: int, streaming: bool) -> str:
-    return f"opgate_copy_u{unroll}_{'stream' if streaming else 'plain'}"
+def copy_kernel_name(unroll: int, streaming: bool, tiled: bool = False) -> str:
+    return f"opgate_copy_{'t' if tiled else 'u'}{unroll}_{'stream' if streaming else 'plain'}"
 
 
 @functools.lru_cache(maxsize=None)
