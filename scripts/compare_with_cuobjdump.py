@@ -11,7 +11,6 @@ Prints one table row per file and a total; exits 1 on any disagreement.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import subprocess
 import sys
@@ -19,13 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opgate.inspect.listing import cuobjdump_lines
-from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport
+from opgate.inspect.listing import listing_of, parse_listing, parse_resource_usage, resource_usage_of
+from opgate.inspect.model import KIND_PTX, KIND_SASS
 from opgate.inspect.sources import inspect_paths
-
-_FUNCTION = re.compile(r"^\s*Function (\S+):\s*$")
-_USAGE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
-
 
 def find_cuobjdump(explicit: str | None) -> str | None:
     if explicit:
@@ -41,48 +36,6 @@ def find_cuobjdump(explicit: str | None) -> str | None:
 def run_cuobjdump(tool: str, flag: str, path: str, timeout_s: float = 600.0) -> tuple[int, str, str]:
     proc = subprocess.run([tool, flag, path], capture_output=True, text=True, timeout=timeout_s, check=False)
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def listing_by_member(stdout: str) -> dict[str, list[str]]:
-    """cuobjdump's listing, split by `member ARCHIVE:NAME:` headers for archives ("" otherwise)."""
-    members: dict[str, list[str]] = {}
-    current = ""
-    for line in stdout.splitlines():
-        if line.startswith("member "):
-            current = line[len("member "):].rstrip(":").rsplit(":", 1)[-1]
-            continue
-        if line.strip():
-            members.setdefault(current, []).append(line.strip("\n"))
-    return members
-
-
-def resource_usage(stdout: str) -> list[dict[str, tuple[int, int, int, int]]]:
-    """Per cubin (in listing order, archives flattened): function -> (REG, STACK, SHARED, LOCAL)."""
-    cubins: list[dict[str, tuple[int, int, int, int]]] = []
-    function = None
-    for line in stdout.splitlines():
-        if line.startswith("Resource usage:"):
-            cubins.append({})
-            continue
-        match = _FUNCTION.match(line)
-        if match:
-            function = match.group(1)
-            continue
-        usage = _USAGE.search(line)
-        if usage and function is not None and cubins:
-            cubins[-1][function] = tuple(int(x) for x in usage.groups())  # type: ignore[assignment]
-            function = None
-    return cubins
-
-
-def ours_resource_usage(report: BinaryReport) -> list[dict[str, tuple[int, int, int, int]]]:
-    by_entry: dict[int, dict[str, tuple[int, int, int, int]]] = {}
-    for kernel in report.kernels:
-        stack = kernel.max_stack_bytes if kernel.max_stack_bytes is not None else (kernel.stack_frame_bytes or 0)
-        by_entry.setdefault(kernel.entry or 0, {})[kernel.name] = (
-            kernel.registers or 0, stack, kernel.static_shared_bytes, kernel.local_bytes)
-    loaded = [i for i, e in enumerate(report.entries) if e.kind == KIND_SASS and e in report.loaded_entries()]
-    return [by_entry.get(i, {}) for i in loaded]
 
 
 @dataclass
@@ -101,7 +54,6 @@ def compare_file(tool: str, path: str, resources: bool) -> Row:
     start = time.perf_counter()
     reports = inspect_paths([Path(path)], kernels=resources)
     row.seconds = time.perf_counter() - start
-    by_member = {r.member or "": r for r in reports}
     agree = True
     for kind, flag, attr in ((KIND_SASS, "--list-elf", "elf"), (KIND_PTX, "--list-ptx", "ptx")):
         code, out, err = run_cuobjdump(tool, flag, path)
@@ -110,9 +62,8 @@ def compare_file(tool: str, path: str, resources: bool) -> Row:
             row.status = "cuobjdump-refused"
             row.notes.append(err.strip().splitlines()[-1] if err.strip() else f"exit {code}")
             continue
-        theirs = listing_by_member(out)
-        ours = {m: cuobjdump_lines(r, kind) for m, r in by_member.items()}
-        ours = {m: lines for m, lines in ours.items() if lines}
+        theirs = parse_listing(out)
+        ours = listing_of(reports, kind)
         total = sum(len(v) for v in theirs.values())
         matching = sum(sum(1 for a, b in zip(ours.get(m, []), lines) if a == b) for m, lines in theirs.items())
         same = ours == theirs
@@ -120,8 +71,8 @@ def compare_file(tool: str, path: str, resources: bool) -> Row:
         setattr(row, attr, f"{matching}/{total}" + ("" if same else f" (opgate {sum(len(v) for v in ours.values())})"))
     if resources and row.status == "ok":
         code, out, err = run_cuobjdump(tool, "--dump-resource-usage", path)
-        theirs_res = resource_usage(out)
-        ours_res = [c for r in reports for c in ours_resource_usage(r)]
+        theirs_res = parse_resource_usage(out)
+        ours_res = [c for r in reports for c in resource_usage_of(r)]
         compared = matched = 0
         if len(theirs_res) != len(ours_res):
             agree = False
