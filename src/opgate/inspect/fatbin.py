@@ -9,7 +9,7 @@ advance by the header-size field). Listing reads headers only; payloads are deco
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 from opgate.inspect.model import KIND_PTX, KIND_SASS, FatbinEntry
@@ -37,6 +37,10 @@ FLAG_FAMILY_SPECIFIC = 0x200000
 
 # No payload of a real fatbin comes near this; a header that claims more is refused (decompression bomb).
 MAX_DECOMPRESSED_BYTES = 512 * 1024 * 1024
+# An LZ4 block cannot expand more than ~255x (a match-length byte adds at most 255 bytes), so a larger
+# claimed size is a corrupt header; checked before lz4 allocates the output buffer.
+LZ4_MAX_RATIO = 255
+_ZSTD_CHUNK = 1 << 20
 
 
 class PayloadError(Exception):
@@ -171,8 +175,6 @@ def _walk_entries(data: Buffer, offset: int, end: int, section: str, container: 
 
 
 def _with_error(entry: FatbinEntry, error: str) -> FatbinEntry:
-    from dataclasses import replace
-
     return replace(entry, error=error)
 
 
@@ -204,6 +206,9 @@ def entry_payload(data: Buffer, entry: FatbinEntry, cap: int = MAX_DECOMPRESSED_
 def _lz4_block(stored: bytes, expected: int, where: int) -> bytes:
     import lz4.block
 
+    if expected > LZ4_MAX_RATIO * len(stored) + 64:
+        raise PayloadError(f"LZ4 payload of the entry at {where:#x} claims {expected} bytes from {len(stored)}, "
+                           f"more than LZ4 can expand; the size field is corrupt")
     try:
         out = lz4.block.decompress(stored, uncompressed_size=expected)
     except Exception as exc:  # lz4 raises LZ4BlockError (and ValueError/MemoryError on absurd sizes)
@@ -216,12 +221,21 @@ def _lz4_block(stored: bytes, expected: int, where: int) -> bytes:
 def _zstd(stored: bytes, expected: int, where: int) -> bytes:
     import zstandard
 
+    # Streaming read in chunks, bounded by the header's size: memory follows the real output, and a
+    # frame that claims more than the header is stopped one byte past it.
+    chunks: list[bytes] = []
+    produced = 0
     try:
-        # Streaming read bounded by the header's size: a frame that claims more is never allocated.
-        reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=False)
-        out = reader.read(expected + 1)
+        with zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=False) as reader:
+            while produced <= expected:
+                chunk = reader.read(min(_ZSTD_CHUNK, expected + 1 - produced))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                produced += len(chunk)
     except zstandard.ZstdError as exc:
         raise PayloadError(f"zstd payload of the entry at {where:#x} is corrupt: {exc}") from None
+    out = b"".join(chunks)
     if len(out) != expected:
         raise PayloadError(f"zstd payload of the entry at {where:#x} gave {len(out)} bytes, header says {expected}")
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import struct
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -208,8 +209,8 @@ def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernel
                 sections.append((section.name, section["sh_type"], int(section["sh_offset"]),
                                  int(section["sh_size"])))
     except Exception as exc:  # pyelftools raises many types on damaged headers; all mean "unreadable ELF"
-        return BinaryReport(path=path, member=member, file_format="elf", size=size,
-                            fatal=f"ELF headers unreadable ({type(exc).__name__}: {exc})")
+        problem = f"ELF headers unreadable ({type(exc).__name__}: {exc})"
+        return _scan_for_containers(buf, start, end, path, member, kernels, problem)
     entries: list[FatbinEntry] = []
     errors: list[str] = []
     container_base = 0
@@ -227,6 +228,30 @@ def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernel
         errors.extend(parsed.errors)
     report = BinaryReport(path=path, member=member, file_format=file_format, size=size,
                           entries=tuple(entries), errors=tuple(errors))
+    return _add_kernels(report, buf, start) if kernels else report
+
+
+def _scan_for_containers(buf, start: int, end: int, path: str, member: str | None, kernels: bool,
+                         problem: str) -> BinaryReport:
+    """Fallback for an ELF whose section table is lost (typically a truncated file, whose section
+    headers sit at its end): find fatbin containers by their magic so what survives is still reported."""
+    entries: list[FatbinEntry] = []
+    errors = [f"{problem}; fatbin containers located by scanning for their magic instead"]
+    containers = 0
+    offset = buf.find(CONTAINER_MAGIC_BYTES, start, end)
+    while offset >= 0:
+        header_size, fat_size = struct.unpack_from("<HQ", bytes(buf[offset + 6:offset + 16]).ljust(10, b"\0"))
+        stop = min(end, offset + header_size + fat_size) if header_size >= 16 else end
+        parsed = parse_fatbin(buf, offset, stop, section="(scanned)")
+        entries.extend(replace(e, offset=e.offset - start, container=e.container + containers)
+                       for e in parsed.entries)
+        errors.extend(parsed.errors)
+        containers += max(parsed.containers, 1)
+        offset = buf.find(CONTAINER_MAGIC_BYTES, max(stop, offset + 4), end)
+    if not entries:
+        return BinaryReport(path=path, member=member, file_format="elf", size=end - start, fatal=problem)
+    report = BinaryReport(path=path, member=member, file_format="elf", size=end - start, entries=tuple(entries),
+                          errors=tuple(errors))
     return _add_kernels(report, buf, start) if kernels else report
 
 
