@@ -80,7 +80,8 @@ def run_inspect(
     if fleet_targets:
         render_verdicts(reports, fleet_targets, verdicts, console)
 
-    run_report = to_run_report(reports, fleet_targets, verdicts, started_at, duration)
+    code = exit_code(reports, verdicts)
+    run_report = to_run_report(reports, fleet_targets, verdicts, started_at, duration, code)
     if json_path:
         from opgate.reporting.json_report import write_json
 
@@ -91,7 +92,6 @@ def run_inspect(
 
         write_junit(run_report, junit_path)
         console.print(f"JUnit report: {junit_path}")
-    code = exit_code(reports, verdicts)
     console.print(summary_line(reports, verdicts, duration, code))
     return code
 
@@ -269,7 +269,7 @@ def verdict_result(verdict: Verdict) -> CheckResult:
 
 
 def to_run_report(reports: Sequence[BinaryReport], targets: Sequence[Target], verdicts: Sequence[Verdict],
-                  started_at: str, duration: float) -> RunReport:
+                  started_at: str, duration: float, code: int | None = None) -> RunReport:
     from opgate import __version__
     from opgate.session import host_facts
 
@@ -284,5 +284,8 @@ def to_run_report(reports: Sequence[BinaryReport], targets: Sequence[Target], ve
             "binaries": [r.to_dict() for r in reports],
             "targets": [t.to_dict() for t in targets],
             "verdicts": [v.to_dict() for v in verdicts],
+            # what the process exits with: 2 (bad input) when a file was unreadable, which the
+            # results-derived top-level exit_code cannot express
+            "inspect_exit_code": code,
         },
     )

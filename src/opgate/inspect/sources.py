@@ -173,7 +173,7 @@ def _sniff(head: bytes, name: str) -> str | None:
     if head.startswith(AR_MAGIC):
         return "ar"
     if name.endswith(".ptx") or looks_like_ptx(head):
-        return "ptx" if looks_like_ptx(head) or name.endswith(".ptx") else None
+        return "ptx"
     return None
 
 
