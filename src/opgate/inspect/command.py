@@ -81,17 +81,18 @@ def run_inspect(
         render_verdicts(reports, fleet_targets, verdicts, console)
 
     code = exit_code(reports, verdicts)
-    run_report = to_run_report(reports, fleet_targets, verdicts, started_at, duration, code)
-    if json_path:
-        from opgate.reporting.json_report import write_json
+    if json_path or junit_path:
+        run_report = to_run_report(reports, fleet_targets, verdicts, started_at, duration, code)
+        if json_path:
+            from opgate.reporting.json_report import write_json
 
-        write_json(run_report, json_path)
-        console.print(f"JSON report: {json_path}")
-    if junit_path:
-        from opgate.reporting.junit import write_junit
+            write_json(run_report, json_path)
+            console.print(f"JSON report: {json_path}")
+        if junit_path:
+            from opgate.reporting.junit import write_junit
 
-        write_junit(run_report, junit_path)
-        console.print(f"JUnit report: {junit_path}")
+            write_junit(run_report, junit_path)
+            console.print(f"JUnit report: {junit_path}")
     console.print(summary_line(reports, verdicts, duration, code))
     return code
 
