@@ -193,10 +193,40 @@ def inspect_buffer(buf, start: int, end: int, path: str, member: str | None, kin
 
 # -- ELF -------------------------------------------------------------------------------------------
 
+# Below this size a host ELF is first searched for the fatbin section names (a fast C-level find),
+# so the thousands of plain libraries in a directory or static archive skip section-table parsing.
+# Larger files go straight to the section table: a whole-file search would touch every page.
+_QUICK_REJECT_MAX = 64 * 1024 * 1024
+_ELF_TYPE_CODES = {1: "elf-relocatable", 2: "elf-executable", 3: "elf-shared"}
+
+
+def _plainly_host_only(buf, start: int, end: int) -> str | None:
+    """The file format when buf[start:end] is a small non-CUDA ELF that names no fatbin section, else None."""
+    if end - start > _QUICK_REJECT_MAX or end - start < 64:
+        return None
+    header = bytes(buf[start:start + 64])
+    if header[5] != 1 or struct.unpack_from("<H", header, 18)[0] == EM_CUDA:
+        return None  # big-endian or a cubin: let the full reader decide
+    if header[4] == 2:
+        shoff, = struct.unpack_from("<Q", header, 40)
+        entsize, count = struct.unpack_from("<HH", header, 58)
+    else:
+        shoff, = struct.unpack_from("<I", header, 32)
+        entsize, count = struct.unpack_from("<HH", header, 46)
+    if shoff + entsize * count > end - start:
+        return None  # section table missing (truncated file): the full reader reports it
+    if any(buf.find(name.encode(), start, end) >= 0 for name in FATBIN_SECTIONS):
+        return None
+    return _ELF_TYPE_CODES.get(struct.unpack_from("<H", header, 16)[0], "elf")
+
+
 def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernels: bool) -> BinaryReport:
     from elftools.elf.elffile import ELFFile
 
     size = end - start
+    host_only = _plainly_host_only(buf, start, end)
+    if host_only is not None:
+        return BinaryReport(path=path, member=member, file_format=host_only, size=size)
     try:
         elf = ELFFile(_Window(buf, start, end))
         machine = elf.header["e_machine"]
