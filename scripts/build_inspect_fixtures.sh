@@ -55,6 +55,16 @@ echo "nvcc rdc_app"
 # A static library (ar archive) of two objects.
 rm -f libkernels.a && ar rcs libkernels.a ptx_only.o sass_only.o
 
+# A wheel (one deflated and one stored member), a seed for the fuzzer's zip path.
+rm -f demo-0.1-py3-none-linux_x86_64.whl
+"$PYTHON" - <<'PY'
+import zipfile
+with zipfile.ZipFile("demo-0.1-py3-none-linux_x86_64.whl", "w", compression=zipfile.ZIP_DEFLATED) as z:
+    z.write("sass_only.o", "demo/sass_only.o")
+    z.write("ptx_only.o", "demo/ptx_only.o", compress_type=zipfile.ZIP_STORED)
+    z.writestr("demo/__init__.py", "")
+PY
+
 # An ABI version 7 cubin (CUDA 12.x layout of e_flags), sm_90a, from a CUDA 12 ptxas when present.
 if [ -x "$PTXAS12" ] && "$PTXAS12" --version | grep -q "release 12\."; then
   sed -e 's/^\.version .*/.version 8.0/' -e 's/^\.target .*/.target sm_90a/' kernels.ptx > /tmp/opgate_abi7.ptx

@@ -15,6 +15,7 @@ than --time-limit, is a failure; failing inputs are saved under --crash-dir.
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import signal
 import struct
@@ -28,7 +29,7 @@ from opgate.inspect import cubin as cubin_module
 from opgate.inspect.cubin import CubinError, read_cubin
 from opgate.inspect.fatbin import CONTAINER_HEADER, parse_fatbin
 from opgate.inspect.ptx import parse_ptx
-from opgate.inspect.sources import _ar_members, _sniff, inspect_archive, inspect_buffer
+from opgate.inspect.sources import _ar_members, _sniff, inspect_archive, inspect_buffer, inspect_wheel
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "data" / "inspect"
 INTERESTING_U32 = (0, 1, 7, 8, 15, 16, 63, 64, 65, 80, 112, 0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000,
@@ -121,7 +122,9 @@ def exercise(data: bytes) -> None:
     """Run every reader over one input. Parsers must return reports/errors; only CubinError (the
     documented failure of the cubin API) may be raised, by read_cubin itself."""
     kind = _sniff(data[:4096], "fuzz.bin")
-    if kind == "ar":
+    if data[:4] == b"PK\x03\x04":
+        inspect_wheel(Path("fuzz.whl"), True, source=io.BytesIO(data))
+    elif kind == "ar":
         inspect_archive(data, "fuzz.a", True, len(data))
     elif kind is not None:
         inspect_buffer(data, 0, len(data), "fuzz.bin", None, kind, kernels=True)
@@ -151,7 +154,7 @@ def load_seeds(files: list[Path]) -> list[Seed]:
 
 
 def default_seed_files() -> list[Path]:
-    suffixes = {".o", ".so", ".a", ".cubin", ".fatbin", ".ptx"}
+    suffixes = {".o", ".so", ".a", ".cubin", ".fatbin", ".ptx", ".whl"}
     files = [p for p in sorted(FIXTURES.rglob("*")) if p.is_file() and (p.suffix in suffixes or p.name == "rdc_app")]
     return files
 

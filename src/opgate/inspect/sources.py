@@ -16,7 +16,7 @@ import struct
 import zipfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import IO, Iterator, Sequence
 
 from opgate.errors import InputError
 from opgate.inspect.cubin import EM_CUDA, CubinError, read_cubin
@@ -346,11 +346,14 @@ def _with_triton_metadata(path: Path, report: BinaryReport) -> BinaryReport:
 
 # -- wheels and archives ---------------------------------------------------------------------------
 
-def inspect_wheel(path: Path, kernels: bool = False) -> list[BinaryReport]:
-    """Every member of a wheel (a zip) that carries device code, read from the archive in memory."""
+def inspect_wheel(path: Path, kernels: bool = False, source: IO[bytes] | None = None) -> list[BinaryReport]:
+    """Every member of a wheel (a zip) that carries device code, read from the archive in memory.
+
+    `source` reads the zip from an open binary stream instead of `path` (which then only labels it).
+    """
     try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
+        archive = zipfile.ZipFile(source if source is not None else path)
+    except Exception as exc:  # zipfile raises BadZipFile, OSError, ValueError, struct.error... on damage
         return [BinaryReport(path=str(path), file_format="wheel", fatal=f"not a readable zip/wheel: {exc}")]
     reports: list[BinaryReport] = []
     scanned = 0
@@ -371,8 +374,9 @@ def inspect_wheel(path: Path, kernels: bool = False) -> list[BinaryReport]:
                                                           f"{MAX_MEMBER_BYTES} byte limit"))
                         continue
                     data = head + member.read()
-            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
-                reports.append(BinaryReport(path=str(path), member=info.filename, fatal=f"cannot read member: {exc}"))
+            except Exception as exc:  # damaged member: BadZipFile (CRC), zlib.error, EOFError, encrypted...
+                reports.append(BinaryReport(path=str(path), member=info.filename,
+                                            fatal=f"cannot read member: {type(exc).__name__}: {exc}"))
                 continue
             if kind == "ar":
                 found = inspect_archive(data, f"{path}!{info.filename}", kernels, len(data))
@@ -380,7 +384,8 @@ def inspect_wheel(path: Path, kernels: bool = False) -> list[BinaryReport]:
                 found = [inspect_buffer(data, 0, len(data), str(path), info.filename, kind, kernels)]
             reports.extend(r for r in found if r.entries or r.fatal or r.errors)
     if not reports:
-        reports.append(BinaryReport(path=str(path), file_format="wheel", size=path.stat().st_size,
+        size = path.stat().st_size if source is None else 0
+        reports.append(BinaryReport(path=str(path), file_format="wheel", size=size,
                                     metadata={"members_scanned": scanned}))
     return reports
 
