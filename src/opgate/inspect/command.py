@@ -194,20 +194,39 @@ def render_listing(reports: Sequence[BinaryReport], console: Console, kernels: b
                                "magenta"))
 
 
+# rich lays out each table cell; past a few hundred rows that takes seconds, so long kernel lists are
+# printed as plain aligned columns instead.
+RICH_KERNEL_ROWS = 300
+KERNEL_COLUMNS = ("arch", "registers", "static smem B", "stack B", "local B", "max threads", "params B", "kernel")
+
+
+def _kernel_row(kernel) -> tuple[str, ...]:
+    stack = kernel.max_stack_bytes if kernel.max_stack_bytes is not None else kernel.stack_frame_bytes
+    return (f"sm_{kernel.sm}{kernel.suffix}", _num(kernel.registers), _num(kernel.static_shared_bytes), _num(stack),
+            _num(kernel.local_bytes), _num(kernel.max_threads), _num(kernel.param_bytes), kernel.demangled)
+
+
 def render_kernels(reports: Sequence[BinaryReport], console: Console) -> None:
     for report in reports:
         if not report.kernels:
             continue
-        table = Table(title=f"kernels: {display_names([report])[report.label]}", expand=False)
-        for column, justify in (("arch", "left"), ("kernel", "left"), ("registers", "right"),
-                                ("static smem B", "right"), ("stack B", "right"), ("local B", "right"),
-                                ("max threads", "right"), ("params B", "right")):
-            table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
-        for kernel in report.kernels:
-            stack = kernel.max_stack_bytes if kernel.max_stack_bytes is not None else kernel.stack_frame_bytes
-            table.add_row(f"sm_{kernel.sm}{kernel.suffix}", kernel.demangled, _num(kernel.registers),
-                          _num(kernel.static_shared_bytes), _num(stack), _num(kernel.local_bytes),
-                          _num(kernel.max_threads), _num(kernel.param_bytes))
+        title = f"kernels: {display_names([report])[report.label]} ({len(report.kernels)} kernel images)"
+        rows = [_kernel_row(k) for k in report.kernels]
+        if len(rows) > RICH_KERNEL_ROWS:
+            widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(KERNEL_COLUMNS[:-1])]
+            console.print(title, style="bold")
+            console.out("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                                  enumerate(zip(KERNEL_COLUMNS, widths))) + "  kernel", highlight=False)
+            for row in rows:
+                console.out("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                            + "  " + row[-1], highlight=False)
+            continue
+        table = Table(title=title, expand=False)
+        for column in KERNEL_COLUMNS:
+            table.add_column(column, justify="left" if column in ("arch", "kernel") else "right",
+                             overflow="fold")
+        for row in rows:
+            table.add_row(*row)
         console.print(table)
 
 
