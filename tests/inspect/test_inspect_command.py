@@ -102,3 +102,14 @@ def test_help_stays_lazy():
     helped = subprocess.run([sys.executable, "-m", "opgate", "inspect", "--help"], capture_output=True, text=True,
                             env=env, timeout=60)
     assert helped.returncode == 0 and "--targets" in helped.stdout and "--fleet" in helped.stdout
+
+
+def test_long_kernel_lists_print_as_plain_columns(capsys, monkeypatch):
+    import opgate.inspect.command as command
+
+    monkeypatch.setattr(command, "RICH_KERNEL_ROWS", 2)
+    code, out, _ = run_cli(capsys, str(FIXTURES / "multi.o"), "--kernels")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("sm_")]
+    assert len(rows) == 12  # 4 kernels x 3 cubins
+    assert any(line.split()[:2] == ["sm_90", "10"] and line.endswith("tile_sum") for line in rows)
