@@ -93,10 +93,31 @@ def _not_yet(verb: str) -> None:
     raise InputError(f"'opgate {verb}' is not yet available in this release; see the README for what ships now")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def inspect(ctx: typer.Context) -> None:
-    """What machine code and PTX do these binaries carry, and will they run on the fleet? (not yet available)"""
-    _not_yet("inspect")
+@app.command()
+def inspect(
+    paths: List[Path] = typer.Argument(..., help="Binaries (.so, executables, .o, .a), .cubin/.fatbin/.ptx "
+                                       "files, wheels (.whl) or directories (searched recursively, Triton "
+                                       "cache folders included)."),
+    targets: Optional[str] = typer.Option(None, "--targets", help="Judge against these GPUs: catalogue names "
+                                          "or architectures, comma-separated, each optionally @DRIVER, e.g. "
+                                          "h100,a100@535.104.05,sm_89."),
+    fleet: Optional[Path] = typer.Option(None, "--fleet", help="TOML fleet file: [[gpu]] tables with model "
+                                         "(name or sm_XY), driver, optional name and count."),
+    kernels: bool = typer.Option(False, "--kernels", help="Also list every kernel with registers, shared "
+                                 "memory, stack, max threads and parameter size (decompresses the cubins)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
+    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
+                                              "per binary x target."),
+) -> None:
+    """What machine code and PTX do these binaries carry, and will they run on the fleet?
+
+    Exit code 1 when a binary cannot run on a target (no SASS and no PTX the driver can compile),
+    2 when an input cannot be read.
+    """
+    from opgate.inspect.command import run_inspect
+
+    console = Console(highlight=False)
+    raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,0 +1,311 @@
+"""`opgate inspect`: read the binaries, judge them against the targets, render, write reports.
+
+Layers: sources/fatbin/cubin collect facts, compat judges, this module renders and maps verdicts to
+CheckResults so the shared JSON and JUnit reporters apply unchanged.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from opgate.errors import InputError
+from opgate.inspect.compat import (
+    JIT,
+    NATIVE,
+    NO_DEVICE_CODE,
+    UNREADABLE,
+    UNSUPPORTED,
+    Target,
+    Verdict,
+    judge_all,
+    load_fleet,
+    parse_targets,
+)
+from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport
+from opgate.inspect.sources import inspect_paths
+from opgate.results import CheckResult, ExitCode, Figure, Outcome, RunReport
+
+STATUS_STYLE = {
+    NATIVE: ("native", "green", Outcome.PASSED),
+    JIT: ("jit", "yellow", Outcome.WARNED),
+    UNSUPPORTED: ("UNSUPPORTED", "bold red", Outcome.FAILED),
+    NO_DEVICE_CODE: ("no device code", "dim", Outcome.SKIPPED),
+    UNREADABLE: ("unreadable", "bold magenta", Outcome.FAILED),
+}
+
+
+def resolve_targets(targets: str | None, fleet: Path | None) -> list[Target]:
+    found: list[Target] = []
+    if targets:
+        found.extend(parse_targets(targets))
+    if fleet is not None:
+        found.extend(load_fleet(fleet))
+    labels = [t.label for t in found]
+    duplicate = next((label for label in labels if labels.count(label) > 1), None)
+    if duplicate:
+        raise InputError(f"target {duplicate!r} is given twice; give each GPU kind once (use name = ... in the "
+                         "fleet file to tell drivers apart)")
+    return found
+
+
+def run_inspect(
+    paths: Sequence[Path],
+    targets: str | None,
+    fleet: Path | None,
+    kernels: bool,
+    json_path: Path | None,
+    console: Console,
+    junit_path: Path | None = None,
+) -> int:
+    """Inspect `paths`, print tables, write reports; return the exit code (0, 1 unsupported, 2 bad input)."""
+    if not paths:
+        raise InputError("no input given; pass binaries, wheels or directories, e.g. opgate inspect build/lib.so")
+    fleet_targets = resolve_targets(targets, fleet)
+    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    reports = inspect_paths([Path(p) for p in paths], kernels=kernels)
+    verdicts = judge_all(reports, fleet_targets)
+    duration = time.perf_counter() - t0
+
+    render_listing(reports, console, kernels)
+    if kernels:
+        render_kernels(reports, console)
+    if fleet_targets:
+        render_verdicts(reports, fleet_targets, verdicts, console)
+
+    code = exit_code(reports, verdicts)
+    if json_path or junit_path:
+        run_report = to_run_report(reports, fleet_targets, verdicts, started_at, duration, code)
+        if json_path:
+            from opgate.reporting.json_report import write_json
+
+            write_json(run_report, json_path)
+            console.print(f"JSON report: {json_path}")
+        if junit_path:
+            from opgate.reporting.junit import write_junit
+
+            write_junit(run_report, junit_path)
+            console.print(f"JUnit report: {junit_path}")
+    console.print(summary_line(reports, verdicts, duration, code))
+    return code
+
+
+def exit_code(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict]) -> int:
+    if any(r.fatal for r in reports):
+        return int(ExitCode.BAD_INPUT)
+    if any(v.status == UNSUPPORTED for v in verdicts):
+        return int(ExitCode.CHECK_FAILED)
+    return int(ExitCode.OK)
+
+
+def summary_line(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict], duration: float, code: int) -> str:
+    with_code = sum(1 for r in reports if r.entries)
+    text = f"{len(reports)} file(s), {with_code} with device code"
+    if verdicts:
+        counts = {s: sum(1 for v in verdicts if v.status == s) for s in (NATIVE, JIT, UNSUPPORTED)}
+        text += "; verdicts: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    fatal = sum(1 for r in reports if r.fatal)
+    if fatal:
+        text += f"; {fatal} unreadable"
+    return f"{text} in {duration:.2f}s — exit code {code}"
+
+
+# -- rendering ---------------------------------------------------------------------------------------------
+
+def display_names(reports: Sequence[BinaryReport]) -> dict[str, str]:
+    """Shortest trailing path (1, 2, ... components) that still tells the files apart, plus `!member`."""
+    paths = sorted({r.path for r in reports})
+    parts = {p: Path(p).parts for p in paths}
+    depth = 1
+    while depth < max((len(v) for v in parts.values()), default=1):
+        tails = [parts[p][-depth:] for p in paths]
+        if len(set(tails)) == len(tails):
+            break
+        depth += 1
+    short = {p: str(Path(*parts[p][-depth:])) if parts[p] else p for p in paths}
+    return {r.label: short[r.path] + (f"!{r.member}" if r.member else "") for r in reports}
+
+
+def _sass_text(report: BinaryReport) -> str:
+    archs = [e.arch for e in report.entries if e.kind == KIND_SASS and e.usable]
+    return ", ".join(sorted(dict.fromkeys(archs), key=_arch_key)) or "-"
+
+
+def _ptx_text(report: BinaryReport) -> str:
+    items = [f"{e.virtual_arch} (ISA {e.ptx_isa})" for e in report.entries if e.kind == KIND_PTX and e.usable]
+    return ", ".join(sorted(dict.fromkeys(items), key=_arch_key)) or "-"
+
+
+def _arch_key(text: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in text.split("_", 1)[-1] if ch.isdigit())
+    return (int(digits) if digits else 0, text)
+
+
+def _compression_text(report: BinaryReport) -> str:
+    parts = []
+    for kind, label in ((KIND_SASS, "SASS"), (KIND_PTX, "PTX")):
+        kinds = sorted({e.compression for e in report.entries if e.kind == kind})
+        if kinds:
+            parts.append(f"{label}: {'/'.join(kinds)}")
+    return "; ".join(parts) or "-"
+
+
+def render_listing(reports: Sequence[BinaryReport], console: Console, kernels: bool) -> None:
+    if not reports:
+        console.print("No CUDA device code found in the given inputs.")
+        return
+    names = display_names(reports)
+    table = Table(title="opgate inspect: device code per file", show_lines=False, expand=False)
+    table.add_column("file", style="cyan", overflow="fold", min_width=12)
+    table.add_column("format", no_wrap=True)
+    table.add_column("SASS (cubins)", overflow="fold")
+    table.add_column("PTX", overflow="fold")
+    table.add_column("compression", overflow="fold")
+    table.add_column("images", justify="right", no_wrap=True)
+    table.add_column("kernels", justify="right", no_wrap=True)
+    for report in reports:
+        sass_count = sum(1 for e in report.entries if e.kind == KIND_SASS)
+        ptx_count = sum(1 for e in report.entries if e.kind == KIND_PTX)
+        other = len(report.entries) - sass_count - ptx_count
+        images = f"{sass_count}+{ptx_count}" + (f"+{other}" if other else "")
+        if report.fatal:
+            table.add_row(names[report.label], report.file_format or "?", Text(f"unreadable: {report.fatal}", "magenta"),
+                          "", "", "", "")
+            continue
+        kernel_text = str(len({k.name for k in report.kernels})) if kernels else "-"
+        table.add_row(names[report.label], report.file_format, _sass_text(report), _ptx_text(report),
+                      _compression_text(report), images, kernel_text)
+    console.print(table)
+    if not kernels:
+        console.print("images = SASS+PTX entries; kernel counts need --kernels (which decompresses the cubins)",
+                      style="dim")
+    for report in reports:
+        for error in report.errors[:20]:
+            console.print(Text(f"{names[report.label]}: {error}", style="magenta"))
+        if len(report.errors) > 20:
+            console.print(Text(f"{names[report.label]}: ... {len(report.errors) - 20} more errors in --json",
+                               "magenta"))
+
+
+# rich lays out each table cell; past a few hundred rows that takes seconds, so long kernel lists are
+# printed as plain aligned columns instead.
+RICH_KERNEL_ROWS = 300
+KERNEL_COLUMNS = ("arch", "registers", "static smem B", "stack B", "local B", "max threads", "params B", "kernel")
+
+
+def _kernel_row(kernel) -> tuple[str, ...]:
+    stack = kernel.max_stack_bytes if kernel.max_stack_bytes is not None else kernel.stack_frame_bytes
+    return (f"sm_{kernel.sm}{kernel.suffix}", _num(kernel.registers), _num(kernel.static_shared_bytes), _num(stack),
+            _num(kernel.local_bytes), _num(kernel.max_threads), _num(kernel.param_bytes), kernel.demangled)
+
+
+def render_kernels(reports: Sequence[BinaryReport], console: Console) -> None:
+    for report in reports:
+        if not report.kernels:
+            continue
+        title = f"kernels: {display_names([report])[report.label]} ({len(report.kernels)} kernel images)"
+        rows = [_kernel_row(k) for k in report.kernels]
+        if len(rows) > RICH_KERNEL_ROWS:
+            widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(KERNEL_COLUMNS[:-1])]
+            console.print(title, style="bold")
+            console.out("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                                  enumerate(zip(KERNEL_COLUMNS, widths))) + "  kernel", highlight=False)
+            for row in rows:
+                console.out("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                            + "  " + row[-1], highlight=False)
+            continue
+        table = Table(title=title, expand=False)
+        for column in KERNEL_COLUMNS:
+            table.add_column(column, justify="left" if column in ("arch", "kernel") else "right",
+                             overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_verdicts(reports: Sequence[BinaryReport], targets: Sequence[Target], verdicts: Sequence[Verdict],
+                    console: Console) -> None:
+    names = display_names(reports)
+    table = Table(title="fleet verdict", expand=False, show_lines=False)
+    table.add_column("file", style="cyan", overflow="fold", min_width=12)
+    for target in targets:
+        header = f"{target.label}\nsm_{target.sm}" + (f" @{target.driver}" if target.driver else "")
+        table.add_column(header, no_wrap=True)
+    by_key = {(v.binary, v.target.label): v for v in verdicts}
+    for report in reports:
+        cells = []
+        for target in targets:
+            verdict = by_key[(report.label, target.label)]
+            label, style, _ = STATUS_STYLE[verdict.status]
+            cells.append(Text(label + ("*" if verdict.warnings else ""), style=style))
+        table.add_row(names[report.label], *cells)
+    console.print(table)
+    for verdict in verdicts:
+        name = names.get(verdict.binary, verdict.binary)
+        if verdict.status in (JIT, UNSUPPORTED, UNREADABLE):
+            console.print(Text(f"{verdict.status.upper()} {name} on {verdict.target.label}: {verdict.reason}",
+                               style=STATUS_STYLE[verdict.status][1]))
+        for warning in verdict.warnings:
+            if warning not in verdict.reason:
+                console.print(Text(f"* {name} on {verdict.target.label}: {warning}", style="yellow"))
+
+
+# -- reports -----------------------------------------------------------------------------------------------
+
+def verdict_result(verdict: Verdict) -> CheckResult:
+    _, _, outcome = STATUS_STYLE[verdict.status]
+    if verdict.status == NATIVE and verdict.warnings:
+        outcome = Outcome.WARNED
+    safe = verdict.binary.replace(".", "_")
+    remediation = ""
+    if verdict.status == UNSUPPORTED:
+        remediation = (f"rebuild with -gencode arch=compute_{verdict.target.sm},code=sm_{verdict.target.sm} "
+                       "(or ship PTX the fleet driver can JIT), or upgrade the driver if the PTX is too new")
+    elif verdict.status == JIT:
+        remediation = f"add SASS for the target: -gencode arch=compute_{verdict.target.sm},code=sm_{verdict.target.sm}"
+    reason = verdict.reason + "".join(f"; {w}" for w in verdict.warnings)
+    return CheckResult(
+        check_id=f"inspect.{safe}@{verdict.target.label}",
+        title=f"{verdict.binary} on {verdict.target.label}",
+        outcome=outcome,
+        reason=reason,
+        figures=(Figure("verdict", verdict.status), Figure("target sm", verdict.target.sm),
+                 Figure("SASS serving", ", ".join(verdict.sass) or "none"),
+                 Figure("PTX serving", ", ".join(verdict.ptx) or "none")),
+        remediation=remediation,
+        extra=verdict.to_dict(),
+    )
+
+
+def to_run_report(reports: Sequence[BinaryReport], targets: Sequence[Target], verdicts: Sequence[Verdict],
+                  started_at: str, duration: float, code: int | None = None) -> RunReport:
+    from opgate import __version__
+    from opgate.session import host_facts
+
+    return RunReport(
+        verb="inspect",
+        results=tuple(verdict_result(v) for v in verdicts if v.status != NO_DEVICE_CODE),
+        started_at=started_at,
+        duration_s=duration,
+        host=host_facts(),
+        tool_version=__version__,
+        extra={
+            "binaries": [r.to_dict() for r in reports],
+            "targets": [t.to_dict() for t in targets],
+            "verdicts": [v.to_dict() for v in verdicts],
+            # what the process exits with: 2 (bad input) when a file was unreadable, which the
+            # results-derived top-level exit_code cannot express
+            "inspect_exit_code": code,
+        },
+    )
