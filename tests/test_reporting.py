@@ -68,3 +68,19 @@ def test_atomic_write_leaves_old_file_and_no_temp_on_failure(tmp_path: Path, mon
 def test_atomic_write_into_missing_folder_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not exist"):
         write_atomically(tmp_path / "nope" / "r.json", "x")
+
+
+def test_report_files_get_ordinary_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    write_json(report(), path)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_input_errors_make_exit_code_2_in_the_report() -> None:
+    from dataclasses import replace
+
+    data = replace(report(), input_errors=("x.so: not an ELF",)).to_dict()
+    assert data["exit_code"] == 2 and data["input_errors"] == ["x.so: not an ELF"]
+    assert RunReport.from_dict(data).exit_code == 2

@@ -153,9 +153,13 @@ class RunReport:
     tool_version: str = ""
     strict: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+    input_errors: tuple[str, ...] = ()  # one-line errors for inputs that could not be read at all
 
     @property
     def exit_code(self) -> ExitCode:
+        """Unreadable input (exit 2) outranks verdicts: the run could not judge what it was given."""
+        if self.input_errors:
+            return ExitCode.BAD_INPUT
         return exit_code_for(self.results, self.strict)
 
     def counts(self) -> dict[str, int]:
@@ -177,6 +181,7 @@ class RunReport:
             "exit_code": int(self.exit_code),
             "counts": self.counts(),
             "results": [r.to_dict() for r in self.results],
+            "input_errors": list(self.input_errors),
             "extra": dict(self.extra),
         }
 
@@ -197,4 +202,5 @@ class RunReport:
             tool_version=data.get("tool_version", ""),
             strict=bool(data.get("strict", False)),
             extra=dict(data.get("extra", {})),
+            input_errors=tuple(data.get("input_errors", ())),
         )

@@ -304,8 +304,6 @@ def to_run_report(reports: Sequence[BinaryReport], targets: Sequence[Target], ve
             "binaries": [r.to_dict() for r in reports],
             "targets": [t.to_dict() for t in targets],
             "verdicts": [v.to_dict() for v in verdicts],
-            # what the process exits with: 2 (bad input) when a file was unreadable, which the
-            # results-derived top-level exit_code cannot express
-            "inspect_exit_code": code,
         },
+        input_errors=tuple(f"{r.path}: {r.fatal}" for r in reports if r.fatal),
     )

@@ -9,6 +9,12 @@ from pathlib import Path
 from opgate.errors import InputError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomically(path: Path, data: str | bytes) -> None:
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
@@ -21,6 +27,7 @@ def write_atomically(path: Path, data: str | bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp_name, path)
     except BaseException:
         try:
