@@ -108,6 +108,8 @@ def inspect(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
                                               "per binary x target."),
+    deep: bool = typer.Option(False, "--deep", help="Also search data sections for fatbins a library embeds "
+                              "and loads itself (cuFFT 12 does; cuobjdump does not list them)."),
 ) -> None:
     """What machine code and PTX do these binaries carry, and will they run on the fleet?
 
@@ -117,7 +119,7 @@ def inspect(
     from opgate.inspect.command import run_inspect
 
     console = Console(highlight=False)
-    raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path))
+    raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

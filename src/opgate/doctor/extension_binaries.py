@@ -112,6 +112,19 @@ class ExtensionBinariesCheck(Check):
             except InputError:
                 continue  # a mapping that vanished or cannot be read is not an extension we can judge
         verdicts = [judge(r, t) for r in reports for t in targets]
+        # A library without usable code in its registered fatbin may load kernels it embeds in its data
+        # sections (cuFFT 12 does): look there before calling it unsupported.
+        rechecked = {v.binary for v in verdicts if v.status != NATIVE}
+        if rechecked:
+            deep_reports = {}
+            for path in rechecked:
+                try:
+                    deep_reports.update((r.path, r) for r in inspect_file(Path(path), kernels=False,
+                                                                           explicit=False, deep=True))
+                except InputError:
+                    continue
+            verdicts = [judge(deep_reports[v.binary], v.target) if v.binary in deep_reports and v.status != NATIVE
+                        else v for v in verdicts]
         counts = {s: sum(1 for v in verdicts if v.status == s) for s in (NATIVE, JIT, UNSUPPORTED)}
         figures = [
             Figure("frameworks imported", ", ".join(imported) or "none"),

@@ -63,6 +63,7 @@ def run_inspect(
     json_path: Path | None,
     console: Console,
     junit_path: Path | None = None,
+    deep: bool = False,
 ) -> int:
     """Inspect `paths`, print tables, write reports; return the exit code (0, 1 unsupported, 2 bad input)."""
     if not paths:
@@ -70,7 +71,7 @@ def run_inspect(
     fleet_targets = resolve_targets(targets, fleet)
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    reports = inspect_paths([Path(p) for p in paths], kernels=kernels)
+    reports = inspect_paths([Path(p) for p in paths], kernels=kernels, deep=deep)
     verdicts = judge_all(reports, fleet_targets)
     duration = time.perf_counter() - t0
 

@@ -72,17 +72,20 @@ class _Window:
 
 # -- entry points ----------------------------------------------------------------------------------
 
-def inspect_paths(paths: Sequence[Path], kernels: bool = False) -> list[BinaryReport]:
-    """Reports for every input. Raises InputError naming the first path that cannot be opened."""
+def inspect_paths(paths: Sequence[Path], kernels: bool = False, deep: bool = False) -> list[BinaryReport]:
+    """Reports for every input. Raises InputError naming the first path that cannot be opened.
+
+    `deep` also searches host ELFs' data sections for fatbin containers a library embeds and loads
+    itself (cuFFT 12 keeps thousands there; cuobjdump does not list them)."""
     for path in paths:
         _check_readable(Path(path))
     reports: list[BinaryReport] = []
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            reports.extend(inspect_directory(path, kernels))
+            reports.extend(inspect_directory(path, kernels, deep))
         else:
-            reports.extend(inspect_file(path, kernels, explicit=True))
+            reports.extend(inspect_file(path, kernels, explicit=True, deep=deep))
     return reports
 
 
@@ -102,7 +105,7 @@ def _check_readable(path: Path) -> None:
         raise InputError(f"{path}: cannot be opened ({exc.strerror or exc}); check its permissions") from None
 
 
-def inspect_directory(root: Path, kernels: bool = False) -> list[BinaryReport]:
+def inspect_directory(root: Path, kernels: bool = False, deep: bool = False) -> list[BinaryReport]:
     """Every file under `root` that carries device code (Triton cache entries included), in path order.
 
     Files without device code are skipped silently: a directory of a Python environment holds
@@ -124,7 +127,7 @@ def inspect_directory(root: Path, kernels: bool = False) -> list[BinaryReport]:
             if name.endswith(".ptx") and _is_triton_artifact(Path(folder), name[:-4], names):
                 continue  # Triton keeps the PTX it compiled from, but loads only the cubin
             try:
-                found = inspect_file(path, kernels, explicit=False)
+                found = inspect_file(path, kernels, explicit=False, deep=deep)
             except InputError:
                 continue
             reports.extend(r for r in found if r.entries or r.fatal or r.errors)
@@ -135,7 +138,7 @@ def _is_triton_artifact(folder: Path, stem: str, names: set[str]) -> bool:
     return f"{stem}.cubin" in names and f"{stem}.json" in names
 
 
-def inspect_file(path: Path, kernels: bool = False, explicit: bool = True) -> list[BinaryReport]:
+def inspect_file(path: Path, kernels: bool = False, explicit: bool = True, deep: bool = False) -> list[BinaryReport]:
     """Reports for one file (a wheel or archive gives one per member that carries device code)."""
     try:
         with open(path, "rb") as handle:
@@ -158,7 +161,7 @@ def inspect_file(path: Path, kernels: bool = False, explicit: bool = True) -> li
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 if kind == "ar":
                     return inspect_archive(mapped, str(path), kernels, size)
-                report = inspect_buffer(mapped, 0, size, str(path), None, kind, kernels)
+                report = inspect_buffer(mapped, 0, size, str(path), None, kind, kernels, deep)
                 report = _with_triton_metadata(path, report)
                 return [report]
     except OSError as exc:
@@ -178,7 +181,7 @@ def _sniff(head: bytes, name: str) -> str | None:
 
 
 def inspect_buffer(buf, start: int, end: int, path: str, member: str | None, kind: str,
-                   kernels: bool = False) -> BinaryReport:
+                   kernels: bool = False, deep: bool = False) -> BinaryReport:
     """Report for buf[start:end] of sniffed `kind` ("elf", "fatbin", "ptx"). Never raises on content."""
     size = end - start
     if kind == "fatbin":
@@ -188,7 +191,7 @@ def inspect_buffer(buf, start: int, end: int, path: str, member: str | None, kin
         return _add_kernels(report, buf) if kernels else report
     if kind == "ptx":
         return _ptx_report(bytes(buf[start:end]), path, member)
-    return _elf_report(buf, start, end, path, member, kernels)
+    return _elf_report(buf, start, end, path, member, kernels, deep)
 
 
 # -- ELF -------------------------------------------------------------------------------------------
@@ -220,11 +223,12 @@ def _plainly_host_only(buf, start: int, end: int) -> str | None:
     return _ELF_TYPE_CODES.get(struct.unpack_from("<H", header, 16)[0], "elf")
 
 
-def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernels: bool) -> BinaryReport:
+def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernels: bool,
+                deep: bool = False) -> BinaryReport:
     from elftools.elf.elffile import ELFFile
 
     size = end - start
-    host_only = _plainly_host_only(buf, start, end)
+    host_only = None if deep else _plainly_host_only(buf, start, end)
     if host_only is not None:
         return BinaryReport(path=path, member=member, file_format=host_only, size=size)
     try:
@@ -234,10 +238,13 @@ def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernel
         if machine == "EM_CUDA" or machine == EM_CUDA:
             return _cubin_report(bytes(buf[start:end]), path, member, kernels)
         sections = []
+        data_sections = []
         for section in elf.iter_sections():
             if section.name in FATBIN_SECTIONS:
                 sections.append((section.name, section["sh_type"], int(section["sh_offset"]),
                                  int(section["sh_size"])))
+            elif deep and section.name in EMBEDDING_SECTIONS and section["sh_type"] != "SHT_NOBITS":
+                data_sections.append((section.name, int(section["sh_offset"]), int(section["sh_size"])))
     except Exception as exc:  # pyelftools raises many types on damaged headers; all mean "unreadable ELF"
         problem = f"ELF headers unreadable ({type(exc).__name__}: {exc})"
         return _scan_for_containers(buf, start, end, path, member, kernels, problem)
@@ -256,9 +263,40 @@ def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernel
                        for e in parsed.entries)
         container_base += parsed.containers
         errors.extend(parsed.errors)
+    if deep:
+        for name, offset, length in data_sections:
+            found = embedded_entries(buf, start + offset, min(start + offset + length, end), name)
+            entries.extend(replace(e, offset=e.offset - start, container=e.container + container_base)
+                           for e in found.entries)
+            container_base += found.containers
     report = BinaryReport(path=path, member=member, file_format=file_format, size=size,
                           entries=tuple(entries), errors=tuple(errors))
     return _add_kernels(report, buf, start) if kernels else report
+
+
+# Sections where libraries keep fatbins they load themselves (cuModuleLoadData on an embedded blob).
+EMBEDDING_SECTIONS = (".data", ".rodata", ".ldata", ".lrodata", ".data.rel.ro")
+
+
+def embedded_entries(buf, start: int, end: int, section: str):
+    """Fatbin containers embedded in a data section. Only containers that parse cleanly count: the
+    magic can occur by chance in data, so a container with any parse error is ignored, not reported."""
+    from opgate.inspect.fatbin import FatbinParse
+
+    result = FatbinParse()
+    offset = buf.find(CONTAINER_MAGIC_BYTES, start, end)
+    while offset >= 0:
+        header_size, fat_size = struct.unpack_from("<HQ", bytes(buf[offset + 6:offset + 16]).ljust(10, b"\0"))
+        stop = offset + header_size + fat_size
+        if header_size == 16 and stop <= end:
+            parsed = parse_fatbin(buf, offset, stop, section=f"{section} (embedded)")
+            if parsed.entries and not parsed.errors and not any(e.error for e in parsed.entries):
+                result.entries.extend(replace(e, container=e.container + result.containers) for e in parsed.entries)
+                result.containers += parsed.containers
+                offset = buf.find(CONTAINER_MAGIC_BYTES, stop, end)
+                continue
+        offset = buf.find(CONTAINER_MAGIC_BYTES, offset + 4, end)
+    return result
 
 
 def _scan_for_containers(buf, start: int, end: int, path: str, member: str | None, kernels: bool,
