@@ -97,7 +97,7 @@ class L2Measurement:
 
 def _blocks_per_sm_options(info: DeviceInfo) -> tuple[int, ...]:
     full = max(1, info.max_threads_per_sm // THREADS)
-    return tuple(sorted({max(1, full // 2), full}))
+    return tuple(sorted({max(1, full // 4), max(1, full // 2), full}))
 
 
 def _seed() -> int:
