@@ -118,6 +118,11 @@ _RACE = re.compile(r"^(?P<sev>Error|Warning|ERROR|WARNING): Race reported betwee
                    r"(?:\s+\[(?P<hazards>[\d,]+) hazards?\])?\s*$")
 _HAZARD = re.compile(r"^(?P<sev>Error|Warning|ERROR|WARNING): Potential (?P<type>RAW|WAR|WAW) hazard detected at "
                      r"(?P<space>__\w+__) (?P<addr>0x[0-9a-fA-F]+) in block \((?P<block>[\d, ]+)\)")
+# Hardware exceptions memcheck reports per warp, e.g. "Warp illegal address" (seen on the H200 for a kernel
+# reading memory another stream had already freed with cudaFreeAsync).
+_WARP_EXCEPTION = re.compile(r"^Warp (?P<what>illegal address|out-of-range address|misaligned address|"
+                             r"illegal instruction|invalid address space|invalid pc|hardware stack overflow)",
+                             re.IGNORECASE)
 _BARRIER = re.compile(r"^Barrier error detected\.?\s*(?P<what>.*)$", re.IGNORECASE)
 _SYNC_OTHER = re.compile(r"^(?:Invalid arguments?|Invalid barrier|Illegal barrier)\b.*", re.IGNORECASE)
 _API = re.compile(r"^Program hit (?P<name>\w+) \(error (?P<code>\d+)\) due to \"(?P<text>[^\"]*)\" on CUDA API "
@@ -228,6 +233,8 @@ def _new_finding(tool: str, text: str) -> _Draft | None:
         return _Draft(tool, "leak", "error", text, {"size_bytes": _int(m.group("size")), "address": m.group("addr")})
     if _STREAM_ORDERED.search(text):
         return _Draft(tool, "stream_ordered_race", "error", text)
+    if m := _WARP_EXCEPTION.match(text):
+        return _Draft(tool, "invalid_access", "error", text, {"address_note": f"hardware exception: {m.group('what').lower()}"})
     if text.startswith(("Error", "ERROR", "Invalid", "Uninitialized", "Misaligned", "Out-of-range",
                         "Hardware exception", "Malloc/Free error", "Fatal", "Internal")):
         return _Draft(tool, "other", "error", text)
