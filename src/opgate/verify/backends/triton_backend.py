@@ -1,0 +1,150 @@
+"""`triton`: a Python function that launches Triton kernels.
+
+On a GPU the kernels run natively and every kernel they compiled leaves its IR in the report folder
+(TTIR, TTGIR, LLIR, PTX and the cubin, per target, from the compiled kernel's `asm` dict). Without a
+GPU the parent starts this process with TRITON_INTERPRET=1 (it must be set before triton is
+imported), so the same kernels run under Triton's interpreter on CPU tensors and CI still verifies
+them; the interpreter compiles nothing, so no IR exists and the result says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any, Iterable
+
+from opgate.errors import SkipCheck
+from opgate.results import Figure
+from opgate.verify.backends.base import (
+    ImplementationChoice, PreparedImplementation, accepts_out, enable_empty_poisoning, function_runner,
+    implementation_function,
+)
+
+# IR stages kept from a compiled kernel's asm dict, text first; binaries are written as bytes.
+IR_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn", "cubin", "hsaco")
+INTERPRETER_NOTE = ("no IR artefacts: TRITON_INTERPRET=1 (no GPU here) runs the kernel body in Python with "
+                    "NumPy, nothing is compiled; run on a GPU to keep TTIR/TTGIR/LLIR/PTX")
+
+
+def interpreter_active() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:
+    import torch
+
+    interpret = interpreter_active()
+    if not interpret and not torch.cuda.is_available():
+        raise SkipCheck("no GPU is visible and TRITON_INTERPRET=1 was not set before triton was imported; "
+                        "run through `opgate verify`, which sets it for Triton implementations on CPU-only hosts")
+    try:
+        import triton
+    except ImportError as exc:
+        raise SkipCheck(f"triton cannot be imported ({exc}); pip install triton") from None
+    enable_empty_poisoning()
+    device = "cpu" if interpret else "cuda"
+    fn = implementation_function(op, choice)
+    use_out = accepts_out(fn)
+    prepared = PreparedImplementation(
+        choice=choice,
+        device="triton-interpreter (cpu)" if interpret else device,
+        run=function_runner(fn, device, use_out),
+        facts={"triton": triton.__version__, "device": device, "interpreter": interpret},
+        figures=[Figure("device", "Triton interpreter on CPU" if interpret else device)],
+        poisoned_out=use_out,
+    )
+    if interpret:
+        prepared.notes.append(INTERPRETER_NOTE)
+        prepared.facts["ir_artefacts"] = INTERPRETER_NOTE
+    else:
+        prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
+    return prepared
+
+
+def _unwrap(obj: Any) -> Any:
+    """Autotuner/Heuristics wrap a JITFunction in `.fn` (possibly several levels deep)."""
+    seen = 0
+    while not hasattr(obj, "device_caches") and hasattr(obj, "fn") and seen < 8:
+        obj = obj.fn
+        seen += 1
+    return obj if hasattr(obj, "device_caches") else None
+
+
+def jit_functions_near(fn: Any) -> list[Any]:
+    """Triton JITFunctions an implementation can reach: its globals, closure, and user modules it imports."""
+    candidates: list[Any] = []
+    globals_ = getattr(fn, "__globals__", {}) or {}
+    candidates.extend(globals_.values())
+    closure = getattr(fn, "__closure__", None) or ()
+    candidates.extend(cell.cell_contents for cell in closure if _cell_ok(cell))
+    for value in list(globals_.values()):
+        if isinstance(value, types.ModuleType) and _is_user_module(value):
+            candidates.extend(vars(value).values())
+    found: list[Any] = []
+    for obj in candidates:
+        jit = _unwrap(obj)
+        if jit is not None and all(jit is not f for f in found):
+            found.append(jit)
+    return found
+
+
+def _cell_ok(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _is_user_module(module: types.ModuleType) -> bool:
+    path = getattr(module, "__file__", None) or ""
+    return bool(path) and "site-packages" not in path and not path.startswith(sys.base_prefix)
+
+
+def compiled_kernels(jit_functions: Iterable[Any]) -> list[Any]:
+    kernels = []
+    for jit in jit_functions:
+        for entry in getattr(jit, "device_caches", {}).values():
+            cache = entry[0] if isinstance(entry, tuple) else entry
+            for kernel in getattr(cache, "values", lambda: [])():
+                if hasattr(kernel, "asm"):
+                    kernels.append(kernel)
+    return kernels
+
+
+def target_label(kernel: Any) -> str:
+    target = getattr(getattr(kernel, "metadata", None), "target", None)
+    if target is None:
+        return "unknown-target"
+    arch = getattr(target, "arch", "")
+    backend = getattr(target, "backend", "gpu")
+    return f"{backend}-sm{arch}" if backend == "cuda" else f"{backend}-{arch}"
+
+
+def save_compiled_kernel(kernel: Any, folder: Path) -> list[str]:
+    """Write one compiled kernel's IR stages as <target>/<kernel>-<hash>.<stage>; return the paths."""
+    name = getattr(kernel, "name", "kernel")
+    digest = str(getattr(kernel, "hash", ""))[:12]
+    target_dir = Path(folder) / target_label(kernel)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stage in IR_STAGES:
+        if stage not in kernel.asm:
+            continue
+        body = kernel.asm[stage]
+        path = target_dir / f"{name}-{digest}.{stage}" if digest else target_dir / f"{name}.{stage}"
+        if isinstance(body, bytes):
+            path.write_bytes(body)
+        else:
+            path.write_text(str(body))
+        written.append(str(path))
+    return written
+
+
+def save_kernels_of(fn: Any, folder: Path) -> list[str]:
+    written: list[str] = []
+    for kernel in compiled_kernels(jit_functions_near(fn)):
+        written.extend(save_compiled_kernel(kernel, folder))
+    return written

@@ -1,0 +1,367 @@
+"""Calibrated error budgets: how wrong may an implementation be, given what the dtype itself costs?
+
+Truth: the reference in float64 on CPU, on the test inputs upcast to float64.
+Baseline: the reference evaluated in the dtype under test (PyTorch eager on CPU).
+The baseline's error against the truth, over every case of the plan (seeds, shapes, regimes), sets
+the budget for that op x dtype. A candidate passes a case when
+
+    RMSE      <= K_RMSE     * max(baseline RMSE here,   pooled baseline RMSE   * scale) + floor
+    p99.9|e|  <= K_QUANTILE * max(baseline p99.9 here, pooled baseline p99.9 * scale) + floor
+
+where scale is the RMS of the truth in this case, "pooled" is the median over all cases of the
+baseline's error divided by scale, and floor = FLOOR_EPS[dtype] * eps(dtype) * scale. This follows
+torch._dynamo's `same()` fp64 rule (candidate error <= multiplier x eager error + tol) with the
+quantile added so a few grossly wrong elements cannot hide in an RMSE. NaN/Inf where the truth is
+finite always fails. A user `tolerance=` override replaces the budget with |e| <= atol + rtol |truth|
+on every element. The method and its defaults are explained in docs/verify-method.md.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from opgate.verify import dtypes as dt
+from opgate.verify.compare import OutputStats, compare_output, count_exceeding
+from opgate.verify.inputs import Case, make_inputs
+from opgate.verify.spec import Operator, SpecError
+
+# dynamo's `same()` uses multiplier 2.0 on the fp64 RMSE; the quantile gets the same multiple.
+K_RMSE = 2.0
+K_QUANTILE = 2.0
+# Floors in units of the dtype's epsilon, times the truth's RMS. In reduced precision the final
+# rounding dominates and the baseline already carries it (floor = 1 eps, about torch.testing's rtol);
+# in float32 legitimate algorithm differences (reduction order, fast exp/rsqrt on GPUs at ~2 ulp)
+# exceed 2x a correctly rounded CPU baseline, so the floor is 8 eps (~1e-6, torch.testing's rtol
+# for float32 is 1.3e-6). In float64 the baseline *is* the truth, so the floor alone is the budget.
+FLOOR_EPS: dict[str, float] = {
+    "float64": 1e5,  # 2.2e-11 x RMS: reductions over 1e6 elements stay well inside
+    "float32": 8.0,
+    "float16": 1.0,
+    "bfloat16": 1.0,
+    "float8_e4m3fn": 1.0,
+    "float8_e5m2": 1.0,
+}
+# Quantized integer outputs: off by one quantum is a rounding difference; the RMSE floor admits it
+# on 0.1% of the elements (sqrt(1e-3) quanta), the quantile floor is one quantum.
+QUANTIZED_RMSE_FLOOR_QUANTA = math.sqrt(1e-3)
+QUANTIZED_QUANTILE_FLOOR_QUANTA = 1.0
+OVERRIDE_KEYS = ("atol", "rtol")
+
+
+class CalibrationError(Exception):
+    """The reference itself failed on a case: no truth, no verdict."""
+
+
+@dataclass(frozen=True)
+class OutputBudget:
+    """What one output of one case may deviate from the truth, with where each number comes from."""
+
+    rmse: float
+    quantile: float
+    scale: float
+    baseline_rmse: float
+    baseline_quantile: float
+    exact_mismatches: int = -1  # integer outputs: allowed differing elements (-1: not judged)
+    off_by_more_than_one: int = -1  # integer outputs: allowed elements more than one quantum off
+    atol: float | None = None  # user override
+    rtol: float | None = None
+    rmse_source: str = ""
+    quantile_source: str = ""
+
+    @property
+    def is_override(self) -> bool:
+        return self.atol is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "OutputBudget":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Calibration:
+    """The budget of one op x dtype: per case and output, plus the pooled figures that explain it."""
+
+    op: str
+    dtype: str
+    n_cases: int
+    out_dtypes: list[str]
+    budgets: list[list[OutputBudget]]  # [case][output]
+    baseline: list[list[OutputStats]]  # [case][output]
+    pooled_rmse: list[float]  # per output: median baseline RMSE / truth RMS
+    pooled_quantile: list[float]
+    masks: list[list[Any]] = field(default_factory=list)  # [case][output]: baseline non-finite, or None
+    override: Mapping[str, float] | None = None
+    excluded_cases: int = 0  # cases where the baseline was non-finite and excused
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "op": self.op, "dtype": self.dtype, "n_cases": self.n_cases, "out_dtypes": self.out_dtypes,
+            "pooled_rmse_rel": self.pooled_rmse, "pooled_quantile_rel": self.pooled_quantile,
+            "k_rmse": K_RMSE, "k_quantile": K_QUANTILE, "floor_eps": FLOOR_EPS.get(self.dtype),
+            "override": dict(self.override) if self.override else None, "notes": self.notes,
+        }
+
+
+def as_outputs(value: Any) -> list[Any]:
+    """A reference or implementation may return one tensor or a tuple/list of them."""
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    return [value]
+
+
+def user_override(op: Operator, dtype: str) -> Mapping[str, float] | None:
+    if not op.tolerance or dtype not in op.tolerance:
+        return None
+    override = dict(op.tolerance[dtype])
+    unknown = sorted(set(override) - set(OVERRIDE_KEYS))
+    if unknown:
+        raise SpecError(f"operator {op.name!r}: tolerance[{dtype!r}] has key {unknown[0]!r}; use atol and rtol")
+    return {"atol": float(override.get("atol", 0.0)), "rtol": float(override.get("rtol", 0.0))}
+
+
+def truth_and_baseline(op: Operator, case: Case, dtype: str) -> tuple[list[Any], list[Any]]:
+    """The reference on float64 inputs (truth) and on the dtype's inputs (baseline), both on CPU."""
+    import torch
+
+    generated = make_inputs(op, case, dtype)
+    try:
+        with torch.no_grad():
+            truth = as_outputs(op.reference(*generated.truth))
+            baseline = as_outputs(op.reference(*generated.values))
+    except Exception as exc:
+        raise CalibrationError(
+            f"the reference of {op.name!r} raised {type(exc).__name__} on {case.label()} ({dtype}): {exc}"
+        ) from exc
+    for i, (t, b) in enumerate(zip(truth, baseline)):
+        if not isinstance(t, torch.Tensor) or not isinstance(b, torch.Tensor):
+            raise CalibrationError(f"the reference of {op.name!r} returned {type(t).__name__} for output {i}; "
+                                   "it must return a tensor or a tuple of tensors")
+    return [t.detach().cpu() for t in truth], [b.detach().cpu() for b in baseline]
+
+
+def baseline_nonfinite_mask(truth: Any, baseline: Any) -> Any:
+    """Elements where the truth is finite and fits the dtype, yet the eager baseline is NaN/Inf."""
+    import torch
+
+    if not baseline.dtype.is_floating_point:
+        return torch.zeros(truth.shape, dtype=torch.bool)
+    truth_in_dtype = truth.to(torch.float64).to(baseline.dtype).to(torch.float64)
+    return torch.isfinite(truth_in_dtype) & ~torch.isfinite(baseline.to(torch.float64))
+
+
+def output_names(count: int) -> list[str]:
+    return ["out"] if count == 1 else [f"out{i}" for i in range(count)]
+
+
+def _median(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else 0.0
+
+
+def calibrate(
+    op: Operator,
+    dtype: str,
+    cases: Sequence[Case],
+    truths: Sequence[Sequence[Any]],
+    baselines: Sequence[Sequence[Any]],
+) -> Calibration:
+    """Turn the baseline's errors over all cases into a per-case budget (see the module docstring)."""
+    quantized = op.quantized
+    n_outputs = len(truths[0]) if truths else 1
+    out_dtypes = [dt.dtype_name(b.dtype) for b in baselines[0]] if baselines else [dtype]
+    names = output_names(n_outputs)
+    baseline_stats: list[list[OutputStats]] = []
+    masks: list[list[Any]] = []
+    notes: list[str] = []
+    excluded = 0
+    for case, truth, baseline in zip(cases, truths, baselines):
+        row, mask_row = [], []
+        for name, t, b in zip(names, truth, baseline):
+            mask = baseline_nonfinite_mask(t, b)
+            stats = compare_output(b, t, dt.dtype_name(b.dtype), name, baseline_nonfinite=mask,
+                                   quantized=_quantized_for(quantized, b))
+            row.append(stats)
+            mask_row.append(mask if bool(mask.any()) else None)
+            if stats.nonfinite_excused:
+                excluded += 1
+        baseline_stats.append(row)
+        masks.append(mask_row)
+    if excluded:
+        notes.append(f"in {excluded} case output(s) PyTorch eager in {dtype} is itself NaN/Inf where the float64 "
+                     "truth is finite; a candidate's NaN/Inf on exactly those elements is excused")
+
+    pooled_rmse, pooled_q = [], []
+    for o in range(n_outputs):
+        rel_rmse = [row[o].rmse / row[o].truth_rms for row in baseline_stats if row[o].truth_rms > 0]
+        rel_q = [row[o].quantile_abs / row[o].truth_rms for row in baseline_stats if row[o].truth_rms > 0]
+        pooled_rmse.append(_median(rel_rmse))
+        pooled_q.append(_median(rel_q))
+
+    override = user_override(op, dtype)
+    n = len(cases)
+    budgets: list[list[OutputBudget]] = []
+    for row, baseline in zip(baseline_stats, baselines):
+        budget_row = []
+        for o, (stats, b) in enumerate(zip(row, baseline)):
+            budget_row.append(_budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n,
+                                          override, _quantized_for(quantized, b)))
+        budgets.append(budget_row)
+    return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
+                       masks, override, excluded, notes)
+
+
+def _quantized_for(quantized: Mapping[str, Any] | None, output: Any) -> Mapping[str, Any] | None:
+    """The quantization parameters apply to integer outputs only."""
+    import torch
+
+    if quantized and not output.dtype.is_floating_point and output.dtype != torch.bool:
+        return quantized
+    return None
+
+
+def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q: float, n_cases: int,
+                override: Mapping[str, float] | None, quantized: Mapping[str, Any] | None) -> OutputBudget:
+    scale = stats.truth_rms
+    if override is not None:
+        text = f"user tolerance= override: |e| <= {override['atol']:g} + {override['rtol']:g} x |truth| everywhere"
+        return OutputBudget(rmse=math.inf, quantile=math.inf, scale=scale, baseline_rmse=stats.rmse,
+                            baseline_quantile=stats.quantile_abs, atol=override["atol"], rtol=override["rtol"],
+                            rmse_source=text, quantile_source=text)
+    if not dt.is_float(out_dtype) and not quantized:
+        allowed = math.floor(K_RMSE * stats.exact_mismatches)
+        text = f"calibrated: integer output, at most {K_RMSE:g} x the baseline's differing elements"
+        return OutputBudget(rmse=math.inf, quantile=math.inf, scale=scale, baseline_rmse=stats.rmse,
+                            baseline_quantile=stats.quantile_abs, exact_mismatches=allowed,
+                            off_by_more_than_one=math.floor(K_RMSE * stats.off_by_more_than_one),
+                            rmse_source=text, quantile_source=text)
+    if quantized:
+        quantum = float(quantized.get("scale", 1.0))
+        rmse_floor = QUANTIZED_RMSE_FLOOR_QUANTA * quantum
+        q_floor = QUANTIZED_QUANTILE_FLOOR_QUANTA * quantum
+        floor_text = "quantized floor: off-by-one on 0.1% of elements"
+    else:
+        eps_units = FLOOR_EPS.get(out_dtype, 1.0)
+        floor_rel = eps_units * dt.eps(out_dtype)
+        rmse_floor = q_floor = floor_rel * scale + dt.smallest_normal(out_dtype)
+        floor_text = f"floor {eps_units:g} eps x RMS(truth)"
+    ref_rmse = max(stats.rmse, pooled_rmse * scale)
+    ref_q = max(stats.quantile_abs, pooled_q * scale)
+    return OutputBudget(
+        rmse=K_RMSE * ref_rmse + rmse_floor,
+        quantile=K_QUANTILE * ref_q + q_floor,
+        scale=scale,
+        baseline_rmse=stats.rmse,
+        baseline_quantile=stats.quantile_abs,
+        off_by_more_than_one=math.floor(K_RMSE * stats.off_by_more_than_one) if quantized else -1,
+        rmse_source=f"calibrated: {K_RMSE:g} x baseline RMSE over {n_cases} cases + {floor_text}",
+        quantile_source=f"calibrated: {K_QUANTILE:g} x baseline p99.9 |error| over {n_cases} cases + {floor_text}",
+    )
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    passed: bool
+    reasons: tuple[str, ...]
+    stats: tuple[OutputStats, ...]
+    budgets: tuple[OutputBudget, ...]
+
+    @property
+    def worst_ratio(self) -> float:
+        """max over outputs of candidate/budget for RMSE and quantile (inf for structural failures)."""
+        if not self.passed and any(s.problem or s.nonfinite_unexpected or s.nonfinite_missed or s.unwritten
+                                   for s in self.stats):
+            return math.inf
+        ratios = [0.0]
+        for s, b in zip(self.stats, self.budgets):
+            if b.is_override:
+                ratios.append(float(s.mismatches > 0) * 2.0 if s.mismatches else 0.0)
+                continue
+            if math.isfinite(b.rmse) and b.rmse > 0:
+                ratios.append(s.rmse / b.rmse)
+            if math.isfinite(b.quantile) and b.quantile > 0:
+                ratios.append(s.quantile_abs / b.quantile)
+            if b.exact_mismatches >= 0:
+                ratios.append(s.exact_mismatches / max(b.exact_mismatches, 1) if s.exact_mismatches else 0.0)
+        return max(ratios)
+
+
+def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequence[OutputBudget],
+               out_dtypes: Sequence[str], baseline_nonfinite: Sequence[Any | None],
+               quantized: Mapping[str, Any] | None = None, unwritten: Sequence[int] | None = None) -> CaseVerdict:
+    """Compare every output of one case with the truth and judge it against its budget."""
+    import dataclasses
+
+    names = output_names(len(truths))
+    reasons: list[str] = []
+    all_stats: list[OutputStats] = []
+    if len(candidates) != len(truths):
+        reasons.append(f"returned {len(candidates)} output(s), the reference returns {len(truths)}")
+        return CaseVerdict(False, tuple(reasons), (), tuple(budgets))
+    for i, (name, cand, truth, budget, out_dtype) in enumerate(zip(names, candidates, truths, budgets, out_dtypes)):
+        q = quantized if quantized and not dt.is_float(out_dtype) else None
+        stats = compare_output(cand, truth, out_dtype, name, baseline_nonfinite=baseline_nonfinite[i], quantized=q,
+                               unwritten=(unwritten[i] if unwritten else 0))
+        label = "" if len(truths) == 1 else f"{name}: "
+        if stats.problem:
+            reasons.append(f"{label}{stats.problem}")
+            all_stats.append(stats)
+            continue
+        if budget.is_override:
+            mism = count_exceeding(cand, truth, budget.atol or 0.0, q, rtol=budget.rtol or 0.0)
+        else:
+            mism = count_exceeding(cand, truth, budget.quantile, q) if math.isfinite(budget.quantile) else 0
+        if budget.exact_mismatches >= 0:
+            mism = stats.exact_mismatches
+        stats = dataclasses.replace(stats, mismatches=mism)
+        all_stats.append(stats)
+        if stats.unwritten:
+            reasons.append(f"{label}{stats.unwritten} element(s) of the poisoned out= buffer never written")
+        if stats.nonfinite_unexpected:
+            reasons.append(f"{label}{stats.nonfinite_unexpected} NaN/Inf where the truth is finite")
+        if stats.nonfinite_missed:
+            reasons.append(f"{label}{stats.nonfinite_missed} element(s) where the truth is NaN/Inf (or overflows "
+                           f"{out_dtype}) and the result is not")
+        if budget.is_override:
+            if mism:
+                reasons.append(f"{label}{mism} element(s) exceed atol {budget.atol:g} + rtol {budget.rtol:g} x |truth|")
+            continue
+        if budget.exact_mismatches >= 0:
+            if stats.exact_mismatches > budget.exact_mismatches:
+                reasons.append(f"{label}{stats.exact_mismatches} element(s) differ (budget {budget.exact_mismatches})")
+            continue
+        if budget.off_by_more_than_one >= 0 and stats.off_by_more_than_one > budget.off_by_more_than_one:
+            reasons.append(f"{label}{stats.off_by_more_than_one} element(s) off by more than one quantum "
+                           f"(budget {budget.off_by_more_than_one})")
+        if stats.rmse > budget.rmse:
+            reasons.append(f"{label}RMSE {stats.rmse:.3g} > budget {budget.rmse:.3g}")
+        if stats.quantile_abs > budget.quantile:
+            reasons.append(f"{label}p99.9 |error| {stats.quantile_abs:.3g} > budget {budget.quantile:.3g}")
+    return CaseVerdict(not reasons, tuple(reasons), tuple(all_stats), tuple(budgets))
+
+
+def budgets_for_case(op: Operator, dtype: str, truth: Sequence[Any], baseline: Sequence[Any],
+                     pooled_rmse: Sequence[float], pooled_quantile: Sequence[float],
+                     n_cases: int) -> tuple[list[OutputBudget], list[Any], list[str]]:
+    """Budget of one case outside the plan (a shrunk or replayed case), using the plan's pooled figures,
+    so it is judged exactly like the planned cases. Returns budgets, baseline-non-finite masks, out dtypes."""
+    names = output_names(len(truth))
+    override = user_override(op, dtype)
+    budgets, masks, out_dtypes = [], [], []
+    for o, (name, t, b) in enumerate(zip(names, truth, baseline)):
+        out_dtype = dt.dtype_name(b.dtype)
+        quantized = _quantized_for(op.quantized, b)
+        mask = baseline_nonfinite_mask(t, b)
+        stats = compare_output(b, t, out_dtype, name, baseline_nonfinite=mask, quantized=quantized)
+        rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
+        q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
+        budgets.append(_budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized))
+        masks.append(mask if bool(mask.any()) else None)
+        out_dtypes.append(out_dtype)
+    return budgets, masks, out_dtypes

@@ -1,0 +1,121 @@
+"""Row softmax: a correct torch and Triton implementation, and buggy Triton twins opgate must flag.
+
+Bugs, each a real kind seen in kernels:
+- triton_tail_bug:   the column mask is dropped for the last block: N that is not a power of two reads
+                     past the row into its neighbour (and stores garbage it computed from it).
+- triton_fp16_acc:   exp and the row sum are computed in float16 instead of float32: the sum drifts
+                     with N and overflows past 65504.
+- triton_no_max:     no max-subtraction: exp overflows for logits above ~88 (float32 math).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+import opgate
+
+softmax = opgate.Operator(
+    "softmax",
+    reference=lambda x: torch.softmax(x, dim=-1),
+    inputs=[opgate.TensorSpec("x", ("M", "N"), kind="normal")],
+    dims={"M": [4, 32], "N": [128, 1024]},
+    dtypes=["float32", "float16", "bfloat16"],
+    flops=lambda M, N: 5 * M * N,
+)
+
+
+@softmax.implementation("torch")
+def softmax_torch(x):
+    shifted = x.float() - x.float().amax(dim=-1, keepdim=True)
+    e = torch.exp(shifted)
+    return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
+
+
+@triton.jit
+def _softmax_kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    den = tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_row_stride + cols, (num / den).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@softmax.implementation("triton")
+def softmax_triton(x):
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    _softmax_kernel[(M,)](y, x, x.stride(0), x.stride(1), y.stride(0), N, BLOCK=triton.next_power_of_2(N))
+    return y
+
+
+@triton.jit
+def _softmax_tail_bug_kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols,
+                             BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    in_row = in_ptr + row * in_row_stride
+    # BUG: no load mask: lanes past n_cols read the next row's values, which join the max and the sum.
+    x = tl.load(in_row + cols * in_col_stride).to(tl.float32)
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    den = tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_row_stride + cols, (num / den).to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@softmax.implementation("triton_tail_bug", backend="triton")
+def softmax_triton_tail_bug(x):
+    M, N = x.shape
+    # pad the input so the unmasked reads stay inside the allocation (the bug reads neighbours, not out of bounds)
+    block = triton.next_power_of_2(N)
+    padded = torch.zeros((M + 1) * block, dtype=x.dtype, device=x.device)
+    padded[: M * N].copy_(x.reshape(-1))
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    _softmax_tail_bug_kernel[(M,)](y, padded, N, 1, y.stride(0), N, BLOCK=block)
+    return y
+
+
+@triton.jit
+def _softmax_fp16_acc_kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols,
+                             BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf"))
+    # BUG: the whole computation stays in float16 (exp, sum, division), no float32 accumulator.
+    x = x.to(tl.float16)
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x.to(tl.float32)).to(tl.float16)
+    den = tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_row_stride + cols, (num / den).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@softmax.implementation("triton_fp16_acc", backend="triton")
+def softmax_triton_fp16_acc(x):
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    _softmax_fp16_acc_kernel[(M,)](y, x, x.stride(0), x.stride(1), y.stride(0), N, BLOCK=triton.next_power_of_2(N))
+    return y
+
+
+@triton.jit
+def _softmax_no_max_kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols,
+                           BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
+    # BUG: no max-subtraction: exp(x) overflows to inf for x > ~88 and inf/inf is NaN.
+    num = tl.exp(x)
+    den = tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_row_stride + cols, (num / den).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@softmax.implementation("triton_no_max", backend="triton")
+def softmax_triton_no_max(x):
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    _softmax_no_max_kernel[(M,)](y, x, x.stride(0), x.stride(1), y.stride(0), N, BLOCK=triton.next_power_of_2(N))
+    return y
