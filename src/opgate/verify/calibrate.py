@@ -31,18 +31,19 @@ from opgate.verify.spec import Operator, SpecError
 # dynamo's `same()` uses multiplier 2.0 on the fp64 RMSE; the quantile gets the same multiple.
 K_RMSE = 2.0
 K_QUANTILE = 2.0
-# Floors in units of the dtype's epsilon, times the truth's RMS. In reduced precision the final
-# rounding dominates and the baseline already carries it (floor = 1 eps, about torch.testing's rtol);
-# in float32 legitimate algorithm differences (reduction order, fast exp/rsqrt on GPUs at ~2 ulp)
-# exceed 2x a correctly rounded CPU baseline, so the floor is 8 eps (~1e-6, torch.testing's rtol
-# for float32 is 1.3e-6). In float64 the baseline *is* the truth, so the floor alone is the budget.
+# Floors in units of the dtype's epsilon, times the truth's RMS. In reduced precision (float16,
+# bfloat16, float8) the floor is half an epsilon: the error bound of a correctly rounded result at
+# unit scale, so a baseline that happens to be exact never leaves a zero budget. In float32,
+# legitimate algorithm differences (reduction order, GPU fast exp/rsqrt at ~2 ulp) exceed 2x a
+# correctly rounded CPU baseline, so the floor is 8 eps (~1e-6; torch.testing's float32 rtol is
+# 1.3e-6). In float64 the baseline *is* the truth, so the floor alone is the budget.
 FLOOR_EPS: dict[str, float] = {
     "float64": 1e5,  # 2.2e-11 x RMS: reductions over 1e6 elements stay well inside
     "float32": 8.0,
-    "float16": 1.0,
-    "bfloat16": 1.0,
-    "float8_e4m3fn": 1.0,
-    "float8_e5m2": 1.0,
+    "float16": 0.5,
+    "bfloat16": 0.5,
+    "float8_e4m3fn": 0.5,
+    "float8_e5m2": 0.5,
 }
 # Quantized integer outputs: off by one quantum is a rounding difference; the RMSE floor admits it
 # on 0.1% of the elements (sqrt(1e-3) quanta), the quantile floor is one quantum.
@@ -249,7 +250,8 @@ def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q
     else:
         eps_units = FLOOR_EPS.get(out_dtype, 1.0)
         floor_rel = eps_units * dt.eps(out_dtype)
-        rmse_floor = q_floor = floor_rel * scale + dt.smallest_normal(out_dtype)
+        # + the smallest subnormal (about): an all-zero truth must not leave a zero budget
+        rmse_floor = q_floor = floor_rel * scale + dt.smallest_normal(out_dtype) * dt.eps(out_dtype)
         floor_text = f"floor {eps_units:g} eps x RMS(truth)"
     ref_rmse = max(stats.rmse, pooled_rmse * scale)
     ref_q = max(stats.quantile_abs, pooled_q * scale)

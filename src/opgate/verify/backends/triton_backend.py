@@ -26,6 +26,10 @@ from opgate.verify.backends.base import (
 IR_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn", "cubin", "hsaco")
 INTERPRETER_NOTE = ("no IR artefacts: TRITON_INTERPRET=1 (no GPU here) runs the kernel body in Python with "
                     "NumPy, nothing is compiled; run on a GPU to keep TTIR/TTGIR/LLIR/PTX")
+BF16_ROUNDING_NOTE = ("Triton's interpreter truncates float32->bfloat16 casts (runtime/interpreter.py cast_impl passes "
+                      "no rounding mode) while compiled Triton rounds to nearest even (language/semantic.py: 'for fp "
+                      "downcasting default rounding mode should be RTNE'); opgate made the interpreter round to "
+                      "nearest even so correct kernels are not charged the interpreter's extra half ulp")
 
 
 def interpreter_active() -> bool:
@@ -58,9 +62,60 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
     if interpret:
         prepared.notes.append(INTERPRETER_NOTE)
         prepared.facts["ir_artefacts"] = INTERPRETER_NOTE
+        if make_interpreter_round_bf16_to_nearest():
+            prepared.facts["interpreter_bf16_rounding"] = BF16_ROUNDING_NOTE
     else:
         prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
     return prepared
+
+
+def _rtne_float32_to_bfloat16_bits(data: Any) -> Any:
+    """Round float32 values to bfloat16 bit patterns, to nearest even, NaN kept quiet (as hardware does)."""
+    import numpy as np
+
+    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    quiet = ((bits >> 16) | 0x0040).astype(np.uint16)
+    return np.where(is_nan, quiet, rounded).reshape(np.shape(data))
+
+
+def make_interpreter_round_bf16_to_nearest() -> bool:
+    """Patch the interpreter's float32->bfloat16 cast to round to nearest even, only where it truncates.
+
+    Probed first: a value just above the midpoint between two bfloat16 numbers must round up. Returns
+    True when the patch is in place (a later Triton that rounds correctly is left alone).
+    """
+    import numpy as np
+
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    builder_cls = getattr(interpreter, "InterpreterBuilder", None)
+    handle_cls = getattr(interpreter, "TensorHandle", None)
+    original = getattr(builder_cls, "cast_impl", None)
+    if builder_cls is None or handle_cls is None or original is None:
+        return False
+    if getattr(original, "_opgate_rtne", False):
+        return True
+    probe_value = np.array([1.0 + 2.0**-8 + 2.0**-12], dtype=np.float32)  # nearest bfloat16: 1 + 2^-7
+    try:
+        probe = original(builder_cls.__new__(builder_cls), handle_cls(probe_value, tl.float32), tl.bfloat16)
+        if int(np.asarray(probe.data).view(np.uint16)[0]) == int(_rtne_float32_to_bfloat16_bits(probe_value)[0]):
+            return False  # already rounds to nearest
+    except Exception:
+        return False
+
+    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            return handle_cls(_rtne_float32_to_bfloat16_bits(src.data), dst_type.scalar)
+        return original(self, src, dst_type)
+
+    cast_impl._opgate_rtne = True  # type: ignore[attr-defined]
+    builder_cls.cast_impl = cast_impl
+    return True
 
 
 def _unwrap(obj: Any) -> Any:
