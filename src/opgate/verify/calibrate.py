@@ -5,11 +5,12 @@ Baseline: the reference evaluated in the dtype under test (PyTorch eager on CPU)
 The baseline's error against the truth, over every case of the plan (seeds, shapes, regimes), sets
 the budget for that op x dtype. A candidate passes a case when
 
-    RMSE      <= K_RMSE     * max(baseline RMSE here,   pooled baseline RMSE   * scale) + floor
-    p99.9|e|  <= K_QUANTILE * max(baseline p99.9 here, pooled baseline p99.9 * scale) + floor
+    RMSE      <= K_RMSE     * max(baseline RMSE here,   pooled RMSE     * RMS|truth|)   + floor * RMS|truth|
+    p99.9|e|  <= K_QUANTILE * max(baseline p99.9 here, pooled quantile * p99.9|truth|) + floor * p99.9|truth|
 
-where scale is the RMS of the truth in this case, "pooled" is the median over all cases of the
-baseline's error divided by scale, and floor = FLOOR_EPS[dtype] * eps(dtype) * scale. This follows
+where "pooled" is the median over all cases of the baseline's error divided by the same scale of
+the truth (RMS for the RMSE, the 99.9th percentile of |truth| for the quantile, since the largest
+absolute errors sit on the largest values), and floor = FLOOR_EPS[dtype] * eps(dtype). This follows
 torch._dynamo's `same()` fp64 rule (candidate error <= multiplier x eager error + tol) with the
 quantile added so a few grossly wrong elements cannot hide in an RMSE. NaN/Inf where the truth is
 finite always fails. A user `tolerance=` override replaces the budget with |e| <= atol + rtol |truth|
@@ -94,8 +95,8 @@ class Calibration:
     out_dtypes: list[str]
     budgets: list[list[OutputBudget]]  # [case][output]
     baseline: list[list[OutputStats]]  # [case][output]
-    pooled_rmse: list[float]  # per output: median baseline RMSE / truth RMS
-    pooled_quantile: list[float]
+    pooled_rmse: list[float]  # per output: median baseline RMSE / RMS(truth)
+    pooled_quantile: list[float]  # per output: median baseline p99.9 |error| / p99.9 |truth|
     masks: list[list[Any]] = field(default_factory=list)  # [case][output]: baseline non-finite, or None
     override: Mapping[str, float] | None = None
     excluded_cases: int = 0  # cases where the baseline was non-finite and excused
@@ -201,7 +202,8 @@ def calibrate(
     pooled_rmse, pooled_q = [], []
     for o in range(n_outputs):
         rel_rmse = [row[o].rmse / row[o].truth_rms for row in baseline_stats if row[o].truth_rms > 0]
-        rel_q = [row[o].quantile_abs / row[o].truth_rms for row in baseline_stats if row[o].truth_rms > 0]
+        rel_q = [row[o].quantile_abs / row[o].truth_quantile_abs for row in baseline_stats
+                 if row[o].truth_quantile_abs > 0]
         pooled_rmse.append(_median(rel_rmse))
         pooled_q.append(_median(rel_q))
 
@@ -230,6 +232,7 @@ def _quantized_for(quantized: Mapping[str, Any] | None, output: Any) -> Mapping[
 def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q: float, n_cases: int,
                 override: Mapping[str, float] | None, quantized: Mapping[str, Any] | None) -> OutputBudget:
     scale = stats.truth_rms
+    q_scale = stats.truth_quantile_abs
     if override is not None:
         text = f"user tolerance= override: |e| <= {override['atol']:g} + {override['rtol']:g} x |truth| everywhere"
         return OutputBudget(rmse=math.inf, quantile=math.inf, scale=scale, baseline_rmse=stats.rmse,
@@ -250,11 +253,13 @@ def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q
     else:
         eps_units = FLOOR_EPS.get(out_dtype, 1.0)
         floor_rel = eps_units * dt.eps(out_dtype)
-        # + the smallest subnormal (about): an all-zero truth must not leave a zero budget
-        rmse_floor = q_floor = floor_rel * scale + dt.smallest_normal(out_dtype) * dt.eps(out_dtype)
-        floor_text = f"floor {eps_units:g} eps x RMS(truth)"
+        # + about the smallest subnormal: an all-zero truth must not leave a zero budget
+        tiny = dt.smallest_normal(out_dtype) * dt.eps(out_dtype)
+        rmse_floor = floor_rel * scale + tiny
+        q_floor = floor_rel * q_scale + tiny
+        floor_text = f"floor {eps_units:g} eps x |truth|"
     ref_rmse = max(stats.rmse, pooled_rmse * scale)
-    ref_q = max(stats.quantile_abs, pooled_q * scale)
+    ref_q = max(stats.quantile_abs, pooled_q * q_scale)
     return OutputBudget(
         rmse=K_RMSE * ref_rmse + rmse_floor,
         quantile=K_QUANTILE * ref_q + q_floor,

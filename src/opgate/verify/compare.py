@@ -37,6 +37,7 @@ class OutputStats:
     problem: str = ""  # shape/dtype mismatch, in words; empty when comparable
     compared: int = 0  # elements where truth (in the dtype) and candidate are both finite
     truth_rms: float = 0.0
+    truth_quantile_abs: float = 0.0  # p99.9 of |truth|: the magnitude where the largest errors live
     max_abs: float = 0.0
     max_rel: float = 0.0
     rmse: float = 0.0
@@ -206,6 +207,7 @@ def compare_output(
             cosine = float((c * t).sum()) / (norm_c * norm_t)
         stats.update(
             truth_rms=truth_rms,
+            truth_quantile_abs=float(np.quantile(t.abs().numpy(), QUANTILE)),
             max_abs=float(err.max()),
             max_rel=float(rel.max()),
             rmse=math.sqrt(sum_err2 / n_compared),

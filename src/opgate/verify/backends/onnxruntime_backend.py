@@ -61,7 +61,8 @@ def export_function(op: Operator, fn: Any, dtype: str, path: Path) -> None:
                      and d not in op.exact_dims} or None for spec in specs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(Wrapped().eval(), tuple(tensors), dynamo=True, dynamic_shapes=dynamic,
+        # forward(*tensor_args) takes one varargs tuple: its dynamic shapes nest one level deeper
+        program = torch.onnx.export(Wrapped().eval(), tuple(tensors), dynamo=True, dynamic_shapes=(dynamic,),
                                     input_names=[s.name for s in specs], verbose=False)
     program.save(str(path))
 

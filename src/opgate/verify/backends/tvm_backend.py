@@ -52,7 +52,7 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
     dynamic = tuple({axis: torch.export.Dim.DYNAMIC for axis, d in enumerate(spec.shape) if isinstance(d, str)}
                     or None for spec in op.tensor_inputs)
     try:
-        program = torch.export.export(Wrapped().eval(), tuple(tensors), dynamic_shapes=dynamic)
+        program = torch.export.export(Wrapped().eval(), tuple(tensors), dynamic_shapes=(dynamic,))
         module = from_exported_program(program, keep_params_as_input=False)
         target = tvm.target.Target("llvm")
         executable = tvm.compile(module, target) if hasattr(tvm, "compile") else relax.build(module, target)
