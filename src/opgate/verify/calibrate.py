@@ -278,25 +278,17 @@ class CaseVerdict:
     reasons: tuple[str, ...]
     stats: tuple[OutputStats, ...]
     budgets: tuple[OutputBudget, ...]
+    ratio: float = math.inf  # worst candidate/budget ratio over the judged figures (inf: structural failure)
 
     @property
     def worst_ratio(self) -> float:
-        """max over outputs of candidate/budget for RMSE and quantile (inf for structural failures)."""
-        if not self.passed and any(s.problem or s.nonfinite_unexpected or s.nonfinite_missed or s.unwritten
-                                   for s in self.stats):
-            return math.inf
-        ratios = [0.0]
-        for s, b in zip(self.stats, self.budgets):
-            if b.is_override:
-                ratios.append(float(s.mismatches > 0) * 2.0 if s.mismatches else 0.0)
-                continue
-            if math.isfinite(b.rmse) and b.rmse > 0:
-                ratios.append(s.rmse / b.rmse)
-            if math.isfinite(b.quantile) and b.quantile > 0:
-                ratios.append(s.quantile_abs / b.quantile)
-            if b.exact_mismatches >= 0:
-                ratios.append(s.exact_mismatches / max(b.exact_mismatches, 1) if s.exact_mismatches else 0.0)
-        return max(ratios)
+        return self.ratio
+
+
+def _ratio(value: float, budget: float) -> float:
+    if value == 0:
+        return 0.0
+    return value / budget if budget > 0 else math.inf
 
 
 def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequence[OutputBudget],
@@ -311,6 +303,7 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
     if len(candidates) != len(truths):
         reasons.append(f"returned {len(candidates)} output(s), the reference returns {len(truths)}")
         return CaseVerdict(False, tuple(reasons), (), tuple(budgets))
+    ratios: list[float] = [0.0]
     for i, (name, cand, truth, budget, out_dtype) in enumerate(zip(names, candidates, truths, budgets, out_dtypes)):
         q = quantized if quantized and not dt.is_float(out_dtype) else None
         stats = compare_output(cand, truth, out_dtype, name, baseline_nonfinite=baseline_nonfinite[i], quantized=q,
@@ -319,9 +312,11 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
         if stats.problem:
             reasons.append(f"{label}{stats.problem}")
             all_stats.append(stats)
+            ratios.append(math.inf)
             continue
         if budget.is_override:
             mism = count_exceeding(cand, truth, budget.atol or 0.0, q, rtol=budget.rtol or 0.0)
+            ratios.append(_elementwise_ratio(cand, truth, budget.atol or 0.0, budget.rtol or 0.0, q))
         else:
             mism = count_exceeding(cand, truth, budget.quantile, q) if math.isfinite(budget.quantile) else 0
         if budget.exact_mismatches >= 0:
@@ -330,27 +325,56 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
         all_stats.append(stats)
         if stats.unwritten:
             reasons.append(f"{label}{stats.unwritten} element(s) of the poisoned out= buffer never written")
-        if stats.nonfinite_unexpected:
-            reasons.append(f"{label}{stats.nonfinite_unexpected} NaN/Inf where the truth is finite")
+        computed_nonfinite = max(0, stats.nonfinite_unexpected - stats.unwritten)  # unwritten poison is NaN too
+        if computed_nonfinite:
+            reasons.append(f"{label}{computed_nonfinite} NaN/Inf where the truth is finite")
         if stats.nonfinite_missed:
             reasons.append(f"{label}{stats.nonfinite_missed} element(s) where the truth is NaN/Inf (or overflows "
                            f"{out_dtype}) and the result is not")
+        if stats.unwritten or stats.nonfinite_unexpected or stats.nonfinite_missed:
+            ratios.append(math.inf)
         if budget.is_override:
             if mism:
                 reasons.append(f"{label}{mism} element(s) exceed atol {budget.atol:g} + rtol {budget.rtol:g} x |truth|")
             continue
         if budget.exact_mismatches >= 0:
+            ratios.append(_ratio(stats.exact_mismatches, budget.exact_mismatches)
+                          if budget.exact_mismatches else (math.inf if stats.exact_mismatches else 0.0))
             if stats.exact_mismatches > budget.exact_mismatches:
                 reasons.append(f"{label}{stats.exact_mismatches} element(s) differ (budget {budget.exact_mismatches})")
             continue
         if budget.off_by_more_than_one >= 0 and stats.off_by_more_than_one > budget.off_by_more_than_one:
             reasons.append(f"{label}{stats.off_by_more_than_one} element(s) off by more than one quantum "
                            f"(budget {budget.off_by_more_than_one})")
+        ratios.extend([_ratio(stats.rmse, budget.rmse), _ratio(stats.quantile_abs, budget.quantile)])
+        if budget.off_by_more_than_one >= 0 and stats.off_by_more_than_one:
+            ratios.append(_ratio(stats.off_by_more_than_one, budget.off_by_more_than_one))
         if stats.rmse > budget.rmse:
             reasons.append(f"{label}RMSE {stats.rmse:.3g} > budget {budget.rmse:.3g}")
         if stats.quantile_abs > budget.quantile:
             reasons.append(f"{label}p99.9 |error| {stats.quantile_abs:.3g} > budget {budget.quantile:.3g}")
-    return CaseVerdict(not reasons, tuple(reasons), tuple(all_stats), tuple(budgets))
+    return CaseVerdict(not reasons, tuple(reasons), tuple(all_stats), tuple(budgets), max(ratios))
+
+
+def _elementwise_ratio(candidate: Any, truth: Any, atol: float, rtol: float,
+                       quantized: Mapping[str, Any] | None) -> float:
+    """max |e| / (atol + rtol |truth|) over elements where both are finite (the user override's measure)."""
+    import torch
+
+    from opgate.verify.compare import dequantize
+
+    if quantized and not candidate.dtype.is_floating_point:
+        c, t = dequantize(candidate, quantized), dequantize(truth, quantized)
+    else:
+        c, t = candidate.to(torch.float64), truth.to(torch.float64)
+    both = torch.isfinite(c) & torch.isfinite(t)
+    if not bool(both.any()):
+        return 0.0
+    err = (c - t).abs()[both]
+    allowed = atol + rtol * t.abs()[both]
+    if bool((allowed == 0).any()):
+        return math.inf if bool((err[allowed == 0] > 0).any()) else float((err / allowed.clamp_min(1e-300)).max())
+    return float((err / allowed).max())
 
 
 def budgets_for_case(op: Operator, dtype: str, truth: Sequence[Any], baseline: Sequence[Any],

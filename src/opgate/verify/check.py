@@ -39,7 +39,8 @@ class CaseRecord:
     verdict: CaseVerdict
 
     def compact(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"case": self.case.label(), "passed": self.verdict.passed}
+        row: dict[str, Any] = {"case": self.case.label(), "passed": self.verdict.passed,
+                               "budget_ratio": _num(self.verdict.ratio)}
         if self.verdict.reasons:
             row["reasons"] = list(self.verdict.reasons)
         outputs = []
@@ -190,7 +191,10 @@ class VerifyImplementationCheck(Check):
                       f"replay: opgate verify {Path(options['spec_file']).name} --replay {shrunk['token']}")
         else:
             first = failing[0]
-            reason = f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}"
+            token = ReplayToken(op.name, choice.name, plan.dtype, first.case, plan.budget, plan.base_seed).encode()
+            extra["replay"] = token
+            reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
+                      f"replay: opgate verify {Path(options['spec_file']).name} --replay {token}")
         return self.failed(reason, figures=figures, remediation=remediation_for(failing), extra=extra)
 
 
@@ -257,28 +261,28 @@ def remediation_for(failing: list[CaseRecord]) -> str:
     hints: list[str] = []
     reasons = " ".join(" ".join(r.verdict.reasons) for r in failing)
     regimes = {r.case.regime for r in failing}
-    layouts = {r.case.layout for r in failing}
     origins = {r.case.origin for r in failing}
-    if "never written" in reasons:
+    nonfinite = "NaN/Inf where the truth is finite" in reasons
+    if all(r.case.layout != "contiguous" for r in failing):
+        hints.append("only non-contiguous inputs fail: use the tensors' real strides (x.stride()) or call "
+                     ".contiguous(); declare contiguous=True in the TensorSpec if that is the contract")
+    elif "never written" in reasons:
         hints.append("part of the output is never written: the launch grid or the store mask does not cover "
                      "every element")
-    if "NaN/Inf where the truth is finite" in reasons and regimes & {"large", "huge"}:
-        hints.append("NaN/Inf on large inputs: subtract the row maximum before exp, keep sums of squares in "
+    elif nonfinite and regimes <= {"large", "huge"}:
+        hints.append("NaN/Inf on large inputs only: subtract the row maximum before exp, keep sums of squares in "
                      "float32, or rescale before squaring")
-    elif "NaN/Inf where the truth is finite" in reasons:
+    elif nonfinite:
         hints.append("NaN/Inf from finite inputs: look for masked lanes loaded with other=0 feeding a max/exp/"
                      "division, or reads past the end of a row")
     if "truth is NaN/Inf" in reasons:
         hints.append("NaN/Inf inputs are not propagated: a max/min or masking step drops them")
-    if layouts - {"contiguous"} and all(r.case.layout != "contiguous" for r in failing):
-        hints.append("only non-contiguous inputs fail: use the tensors' real strides (x.stride()) or call "
-                     ".contiguous(); declare contiguous=True in the TensorSpec if that is the contract")
-    if origins <= {"edge", "random", "layout", "regime", "shrunk"} and "declared" not in origins and not hints:
+    if not hints and "declared" not in origins and origins <= {"edge", "random", "layout", "regime", "shrunk"}:
         hints.append("only opgate's edge sizes fail: check the tail mask (offsets < n) and that reductions "
                      "divide by the true length, not the padded block")
-    if ("RMSE" in reasons or "p99.9" in reasons) and not hints:
+    if not hints and ("RMSE" in reasons or "p99.9" in reasons):
         hints.append("error above the calibrated budget: accumulate in float32 and round once at the end")
-    if "raised" in reasons and not hints:
+    if not hints and "raised" in reasons:
         hints.append("the implementation raises on some shapes: support them or list the dim in exact_dims")
     hints.append(f"budgets: {K_RMSE:g}x/{K_QUANTILE:g}x the eager baseline (docs/verify-method.md)")
     return "; ".join(hints)

@@ -6,6 +6,10 @@ Bugs, each a real kind seen in kernels:
 - triton_fp16_acc:   the row sum is accumulated tile by tile in a float16 register: one rounding per
                      tile, so the error grows with N (harmless in bfloat16, whose own precision is coarser).
 - triton_no_max:     no max-subtraction: exp overflows for logits above ~88 (float32 math).
+- triton_grid_bug:   out= implementation whose grid is M // 4 programs of 4 rows: rows past the last
+                     multiple of 4 are never written (opgate's poisoned out= buffer shows it).
+- triton_stride_bug: ignores the input's strides (assumes row-major contiguous).
+torch_out is a correct implementation that takes opgate's out= buffer.
 """
 
 import torch
@@ -126,4 +130,41 @@ def softmax_triton_no_max(x):
     M, N = x.shape
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     _softmax_no_max_kernel[(M,)](y, x, x.stride(0), x.stride(1), y.stride(0), N, BLOCK=triton.next_power_of_2(N))
+    return y
+
+
+@softmax.implementation("torch_out", backend="torch")
+def softmax_torch_out(x, *, out):
+    """Correct, writes into opgate's poisoned out= buffer."""
+    out.copy_(torch.softmax(x.float(), dim=-1).to(out.dtype))
+
+
+@triton.jit
+def _softmax_rows_kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols,
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    for r in range(ROWS):
+        row = tl.program_id(0) * ROWS + r
+        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf"))
+        x = x.to(tl.float32)
+        num = tl.exp(x - tl.max(x, axis=0))
+        y = num / tl.sum(num, axis=0)
+        tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@softmax.implementation("triton_grid_bug", backend="triton")
+def softmax_triton_grid_bug(x, *, out):
+    M, N = x.shape
+    # BUG: floor division: with M not a multiple of 4 the last rows are never written.
+    _softmax_rows_kernel[(M // 4,)](out, x, x.stride(0), x.stride(1), out.stride(0), N, ROWS=4,
+                                    BLOCK=triton.next_power_of_2(N))
+
+
+@softmax.implementation("triton_stride_bug", backend="triton")
+def softmax_triton_stride_bug(x):
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    # BUG: assumes a contiguous row-major input (row stride N, column stride 1).
+    _softmax_kernel[(M,)](y, x, N, 1, y.stride(0), N, BLOCK=triton.next_power_of_2(N))
     return y
