@@ -10,7 +10,7 @@ Case counts per budget (see `BUDGETS`, documented in docs/verify-method.md):
   regimes   = regime_repeats per applicable regime (large, huge, tiny, constant_rows, ties, nonfinite)
   layouts   = layout_repeats per non-contiguous layout (transposed, strided) when an input allows it
   random    = random_combos mixed cases
-For a two-dim op (softmax: M, N) that is 18 cases (quick), 44 (standard), 108 (thorough).
+For a two-dim op (softmax: M, N) that is 18 cases (quick), 44 (standard), about 100 (thorough).
 """
 
 from __future__ import annotations
