@@ -205,3 +205,41 @@ def test_triton_on_a_gpu_keeps_ir_per_target(tmp_path):
     assert result["extra"]["backend_facts"]["interpreter"] is False
     suffixes = {Path(p).suffix for p in result["extra"]["artefacts"]}
     assert {".ttir", ".ttgir", ".llir", ".ptx"} <= suffixes
+
+
+def _softmax_model(path: Path, axis: int) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", "N"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", "N"])
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], "softmax", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+@pytest.mark.slow
+def test_a_user_onnx_model_is_checked_run_and_judged(tmp_path):
+    _softmax_model(tmp_path / "softmax.onnx", axis=-1)
+    _softmax_model(tmp_path / "softmax_axis0.onnx", axis=0)  # wrong axis: the rows do not sum to one
+    (tmp_path / "onnx_spec.py").write_text(
+        "import torch, opgate\n"
+        "def make(name, model):\n"
+        "    op = opgate.Operator(name, reference=lambda x: torch.softmax(x, dim=-1),\n"
+        "                         inputs=[opgate.TensorSpec('x', ('M', 'N'))], dims={'M': [3], 'N': [64]})\n"
+        "    op.onnx_model(model)\n"
+        "    return op\n"
+        "good = make('softmax', 'softmax.onnx')\n"
+        "wrong = make('softmax_axis0', 'softmax_axis0.onnx')\n"
+    )
+    proc = run_cli(str(tmp_path / "onnx_spec.py"), "--budget", "quick", "--no-extras", "--json", str(tmp_path / "r.json"),
+                   "--out", str(tmp_path / "art"))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = results_by_id(json.loads((tmp_path / "r.json").read_text()))
+    good = results["verify.softmax.onnxruntime.float32"]
+    assert good["outcome"] == "passed", good["reason"]
+    assert good["extra"]["origin"] == "onnx_model"
+    assert good["extra"]["backend_facts"]["opsets"] == {"ai.onnx": 13}
+    assert good["extra"]["backend_facts"]["model"] == "user model softmax.onnx"
+    assert results["verify.softmax_axis0.onnxruntime.float32"]["outcome"] == "failed"

@@ -170,12 +170,11 @@ class VerifyImplementationCheck(Check):
                  "outputs": [s.to_dict() for s in r.verdict.stats]}
                 for r in failing[:MAX_CASE_RECORDS_WITH_STATS]
             ]
-        notes = f" ({'; '.join(prepared.notes)})" if prepared.notes else ""
         if not failing:
             ratio = worst.verdict.worst_ratio
             return self.passed(
                 f"{n}/{n} cases within budget on {prepared.device}; worst at {ratio:.0%} of its budget "
-                f"({worst.case.label()}){notes}", figures=figures, extra=extra)
+                f"({worst.case.label()})", figures=figures, extra=extra)
         if shrunk is not None:
             small: Case = shrunk["case"]
             verdict: CaseVerdict = shrunk["verdict"]

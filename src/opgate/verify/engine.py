@@ -151,6 +151,9 @@ def _child_env(choice: ImplementationChoice, gpu: bool, jobs: int) -> dict[str, 
         # Inductor's parallel compile pool costs seconds to start and competes with sibling children.
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"),
+        # The child turns on torch's deterministic mode (so torch.empty() is NaN-poisoned); cuBLAS needs
+        # a fixed workspace for that (PyTorch's reproducibility notes), else every GEMM warns.
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
     }
     if choice.backend == "triton" and not gpu:
         env["TRITON_INTERPRET"] = "1"  # read when triton is imported: set for the child before it starts
