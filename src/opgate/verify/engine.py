@@ -105,7 +105,7 @@ def _calibration_result(op: Operator, calibrations: dict[str, Calibration], erro
                                   Threshold(f"x{K_RMSE:g} + {FLOOR_EPS.get(out_dtype, 1.0):g} eps", "<=",
                                             f"calibrated over {cal.n_cases} cases; candidates get "
                                             f"{K_RMSE:g} x max(baseline here, this median) + floor")))
-            figures.append(Figure(f"{label}: eager baseline p99.9 |error| / RMS(truth), median",
+            figures.append(Figure(f"{label}: eager baseline p99.9 |error| / p99.9 |truth|, median",
                                   cal.pooled_quantile[o]))
         if cal.override:
             figures.append(Figure(f"{dtype}: user tolerance", f"atol {cal.override['atol']:g}, "
