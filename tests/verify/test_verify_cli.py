@@ -49,7 +49,8 @@ def test_correct_implementations_pass_and_every_buggy_twin_is_flagged(float16_ru
     assert proc.returncode == 1, proc.stderr[-3000:]
     results = results_by_id(json.loads((out / "report.json").read_text()))
     for impl in CORRECT:
-        assert results[f"verify.softmax.{impl}.float16"]["outcome"] == "passed", results[f"verify.softmax.{impl}.float16"]
+        result = results[f"verify.softmax.{impl}.float16"]
+        assert result["outcome"] == "passed", result["reason"]
     for impl in BUGGY:
         result = results[f"verify.softmax.{impl}.float16"]
         assert result["outcome"] == "failed", (impl, result["reason"])
@@ -233,8 +234,8 @@ def test_a_user_onnx_model_is_checked_run_and_judged(tmp_path):
         "good = make('softmax', 'softmax.onnx')\n"
         "wrong = make('softmax_axis0', 'softmax_axis0.onnx')\n"
     )
-    proc = run_cli(str(tmp_path / "onnx_spec.py"), "--budget", "quick", "--no-extras", "--json", str(tmp_path / "r.json"),
-                   "--out", str(tmp_path / "art"))
+    proc = run_cli(str(tmp_path / "onnx_spec.py"), "--budget", "quick", "--no-extras",
+                   "--json", str(tmp_path / "r.json"), "--out", str(tmp_path / "art"))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = results_by_id(json.loads((tmp_path / "r.json").read_text()))
     good = results["verify.softmax.onnxruntime.float32"]

@@ -183,7 +183,7 @@ def calibrate(
     masks: list[list[Any]] = []
     notes: list[str] = []
     excluded = 0
-    for case, truth, baseline in zip(cases, truths, baselines):
+    for truth, baseline in zip(truths, baselines):
         row, mask_row = [], []
         for name, t, b in zip(names, truth, baseline):
             mask = baseline_nonfinite_mask(t, b)
@@ -368,13 +368,11 @@ def _elementwise_ratio(candidate: Any, truth: Any, atol: float, rtol: float,
     else:
         c, t = candidate.to(torch.float64), truth.to(torch.float64)
     both = torch.isfinite(c) & torch.isfinite(t)
-    if not bool(both.any()):
-        return 0.0
     err = (c - t).abs()[both]
+    if err.numel() == 0 or not bool((err > 0).any()):
+        return 0.0
     allowed = atol + rtol * t.abs()[both]
-    if bool((allowed == 0).any()):
-        return math.inf if bool((err[allowed == 0] > 0).any()) else float((err / allowed.clamp_min(1e-300)).max())
-    return float((err / allowed).max())
+    return float(torch.where(err > 0, err / allowed, torch.zeros_like(err)).max())  # err/0 -> inf
 
 
 def budgets_for_case(op: Operator, dtype: str, truth: Sequence[Any], baseline: Sequence[Any],

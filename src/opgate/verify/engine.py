@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -24,9 +25,9 @@ from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
 from opgate.runner import CheckTask
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
 from opgate.verify.calibrate import (
-    FLOOR_EPS, K_QUANTILE, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
+    FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
 )
-from opgate.verify.inputs import BUDGETS, Case, budget_plan, plan_cases
+from opgate.verify.inputs import Case, budget_plan, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.spec import Operator, load_spec_file
@@ -126,22 +127,14 @@ def _calibration_result(op: Operator, calibrations: dict[str, Calibration], erro
                        tuple(figures), remediation, duration, extra)
 
 
-def _plan_file(op: Operator, dtype: str, request: VerifyRequest, plan_cases_: list[Case], cal: Calibration,
-               truths: list[list[Any]], judged: list[Case], judged_truths: list[list[Any]] | None,
-               budget_name: str) -> PlanFile:
-    if judged_truths is None:  # judge the calibration cases themselves
-        return PlanFile(op.name, dtype, budget_name, request.seed, plan_cases_, truths, cal.budgets, cal.masks,
-                        cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
-    budgets, masks = [], []
-    out_dtypes = cal.out_dtypes
-    for case, truth in zip(judged, judged_truths):
-        t, b = truth_and_baseline(op, case, dtype)
-        case_budgets, case_masks, out_dtypes = budgets_for_case(op, dtype, t, b, cal.pooled_rmse,
-                                                                cal.pooled_quantile, cal.n_cases)
-        budgets.append(case_budgets)
-        masks.append(case_masks)
-    return PlanFile(op.name, dtype, budget_name, request.seed, list(judged), judged_truths, budgets, masks,
-                    out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
+def _replay_plan(op: Operator, dtype: str, request: VerifyRequest, cal: Calibration, case: Case,
+                 budget_name: str) -> PlanFile:
+    """A plan of one case (from a replay token) judged with the full plan's pooled calibration."""
+    truth, baseline = truth_and_baseline(op, case, dtype)
+    budgets, masks, out_dtypes = budgets_for_case(op, dtype, truth, baseline, cal.pooled_rmse, cal.pooled_quantile,
+                                                  cal.n_cases)
+    return PlanFile(op.name, dtype, budget_name, request.seed, [case], [truth], [budgets], [masks], out_dtypes,
+                    cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
 
 
 def _child_env(choice: ImplementationChoice, gpu: bool, jobs: int) -> dict[str, str]:
@@ -166,13 +159,14 @@ def _gpu_present() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def prepare_tasks(request: VerifyRequest, workdir: Path, status: Any = None) -> tuple[list[CheckTask], list[CheckResult], dict[str, Any]]:
+def prepare_tasks(request: VerifyRequest, workdir: Path,
+                  status: Any = None) -> tuple[list[CheckTask], list[CheckResult], dict[str, Any]]:
     """Everything before the children start: selection, plans, truth, calibration, tasks."""
     token = ReplayToken.decode(request.replay) if request.replay else None
     budget_name = token.budget if token else request.budget
     budget_plan(budget_name)  # validates the name
     if token:
-        request = VerifyRequest(**{**request.__dict__, "seed": token.plan_seed, "shrink": False})
+        request = dataclasses.replace(request, seed=token.plan_seed, shrink=False)
     ops = load_spec_file(request.spec_file)
     selections = select(ops, request, token)
     gpu = _gpu_present()
@@ -201,11 +195,11 @@ def prepare_tasks(request: VerifyRequest, workdir: Path, status: Any = None) -> 
                     truths.append(t)
                     baselines.append(b)
                 cal = calibrate(op, dtype, cases, truths, baselines)
-                judged, judged_truths = cases, None
                 if token:
-                    judged = [token.case]
-                    judged_truths = [truth_and_baseline(op, token.case, dtype)[0]]
-                plan = _plan_file(op, dtype, request, cases, cal, truths, judged, judged_truths, budget_name)
+                    plan = _replay_plan(op, dtype, request, cal, token.case, budget_name)
+                else:
+                    plan = PlanFile(op.name, dtype, budget_name, request.seed, cases, truths, cal.budgets, cal.masks,
+                                    cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
             except CalibrationError as exc:
                 errors[dtype] = str(exc)
                 continue
@@ -252,8 +246,3 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
             tasks, preset, info = prepare_tasks(request, workdir)
         report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info)
     return report
-
-
-def budgets_table() -> dict[str, dict[str, int]]:
-    """The budget knobs, for docs and `--help`."""
-    return {name: {k: v for k, v in plan.__dict__.items() if k != "name"} for name, plan in BUDGETS.items()}

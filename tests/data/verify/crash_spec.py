@@ -2,8 +2,6 @@
 
 import os
 
-import torch
-
 import opgate
 
 double = opgate.Operator(

@@ -23,7 +23,10 @@ from typing import Any, Callable, Sequence
 from opgate.errors import InputError
 from opgate.results import Figure
 from opgate.verify.inputs import apply_layout
-from opgate.verify.spec import KNOWN_BACKENDS, Operator
+from opgate.verify.spec import Operator
+
+# (shape, dtype name) of every output the reference returns: what an out= buffer must look like.
+OutSpecs = Sequence[tuple[tuple[int, ...], str]]
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class PreparedImplementation:
 
     choice: ImplementationChoice
     device: str
-    run: Callable[[Sequence[Any], Sequence[str], Sequence[tuple[tuple[int, ...], str]]], RunOutput]
+    run: Callable[[Sequence[Any], Sequence[str], OutSpecs], RunOutput]  # (values, layouts, out specs)
     facts: dict[str, Any] = field(default_factory=dict)
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -173,7 +176,7 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
             return apply_layout(moved, layout)  # build strides on the device: .to() would densify them
         return value
 
-    def call(args: Sequence[Any], out_specs: Sequence[tuple[tuple[int, ...], str]], second: bool) -> tuple[Any, Any]:
+    def call(args: Sequence[Any], out_specs: OutSpecs, second: bool) -> tuple[Any, Any]:
         if not use_out:
             return fn(*args), None
         buffers = [_poisoned(shape, dtype, device, second) for shape, dtype in out_specs]
@@ -181,7 +184,7 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
         fn(*args, out=out)
         return buffers, buffers
 
-    def run(values: Sequence[Any], layouts: Sequence[str], out_specs: Sequence[tuple[tuple[int, ...], str]]) -> RunOutput:
+    def run(values: Sequence[Any], layouts: Sequence[str], out_specs: OutSpecs) -> RunOutput:
         args = [move(v, layout) for v, layout in zip(values, layouts)]
         with torch.no_grad():
             result, buffers = call(args, out_specs, second=False)
@@ -197,7 +200,3 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
         return RunOutput([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs], unwritten)
 
     return run
-
-
-def known_backend(name: str) -> bool:
-    return name in KNOWN_BACKENDS

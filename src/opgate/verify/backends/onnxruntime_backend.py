@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from opgate.errors import SkipCheck
 from opgate.results import Figure
-from opgate.verify.backends.base import ImplementationChoice, PreparedImplementation, RunOutput
+from opgate.verify.backends.base import ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput
 from opgate.verify.inputs import Case, make_inputs
 from opgate.verify.spec import Operator, Scalar
 
@@ -139,7 +139,7 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
         raise RuntimeError(f"the ONNX model has {len(input_names)} inputs ({', '.join(input_names)}), "
                            f"the spec declares {len(tensor_specs)} tensor inputs")
 
-    def run(values: Sequence[Any], layouts: Sequence[str], out_specs: Sequence[tuple[tuple[int, ...], str]]) -> RunOutput:
+    def run(values: Sequence[Any], layouts: Sequence[str], out_specs: OutSpecs) -> RunOutput:
         tensors = [v for v, spec in zip(values, op.inputs) if not isinstance(spec, Scalar)]
         feeds = {name: _to_ort(t) for name, t in zip(input_names, tensors)}
         results = session.run_with_ort_values(output_names, feeds)

@@ -147,7 +147,7 @@ def jit_functions_near(fn: Any) -> list[Any]:
 
 def _cell_ok(cell: Any) -> bool:
     try:
-        cell.cell_contents
+        _ = cell.cell_contents  # an empty cell raises
     except ValueError:
         return False
     return True

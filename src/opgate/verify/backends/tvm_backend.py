@@ -14,7 +14,9 @@ from typing import Any, Sequence
 
 from opgate.errors import SkipCheck
 from opgate.results import Figure
-from opgate.verify.backends.base import ImplementationChoice, PreparedImplementation, RunOutput, implementation_function
+from opgate.verify.backends.base import (
+    ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput, implementation_function,
+)
 from opgate.verify.spec import Operator, Scalar
 
 NOT_INSTALLED = ("apache-tvm is not installed: the TVM implementation (the reference through the Relax "
@@ -69,7 +71,7 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
         array = tensor.detach().cpu().contiguous().numpy()
         return make_array.array(array, device) if make_array is not None else tvm.runtime.tensor(array, device)
 
-    def run(values: Sequence[Any], layouts: Sequence[str], out_specs: Sequence[tuple[tuple[int, ...], str]]) -> RunOutput:
+    def run(values: Sequence[Any], layouts: Sequence[str], out_specs: OutSpecs) -> RunOutput:
         args = [to_tvm(v) for v, spec in zip(values, op.inputs) if not isinstance(spec, Scalar)]
         result = vm["main"](*args)
         items = list(result) if isinstance(result, (list, tuple)) or hasattr(result, "__len__") else [result]
