@@ -14,10 +14,17 @@ from typing import Any, Sequence
 from opgate.errors import SkipCheck
 from opgate.results import Figure
 from opgate.verify.backends.base import ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput
-from opgate.verify.inputs import Case, make_inputs
+from opgate.verify.inputs import Case, make_inputs, resolve_dtype
 from opgate.verify.spec import Operator, Scalar
 
 PREFERRED_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
+# ONNX Runtime's names for tensor element types, as the spec names dtypes.
+ORT_TYPES = {
+    "tensor(double)": "float64", "tensor(float)": "float32", "tensor(float16)": "float16",
+    "tensor(bfloat16)": "bfloat16", "tensor(float8e4m3fn)": "float8_e4m3fn", "tensor(float8e5m2)": "float8_e5m2",
+    "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(int16)": "int16", "tensor(int32)": "int32",
+    "tensor(int64)": "int64", "tensor(bool)": "bool",
+}
 
 
 def providers() -> list[str]:
@@ -138,6 +145,12 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
     if len(input_names) != len(tensor_specs):
         raise RuntimeError(f"the ONNX model has {len(input_names)} inputs ({', '.join(input_names)}), "
                            f"the spec declares {len(tensor_specs)} tensor inputs")
+    for model_input, spec in zip(session.get_inputs(), tensor_specs):
+        wanted = resolve_dtype(spec, dtype)
+        has = ORT_TYPES.get(model_input.type, model_input.type)
+        if has != wanted:  # a model built for one dtype does not implement the others
+            raise SkipCheck(f"the ONNX model's input {model_input.name!r} is {has}, not {wanted}: "
+                            f"this model does not implement {dtype}")
 
     def run(values: Sequence[Any], layouts: Sequence[str], out_specs: OutSpecs) -> RunOutput:
         tensors = [v for v, spec in zip(values, op.inputs) if not isinstance(spec, Scalar)]

@@ -26,10 +26,12 @@ from opgate.verify.backends.base import (
 IR_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn", "cubin", "hsaco")
 INTERPRETER_NOTE = ("no IR artefacts: TRITON_INTERPRET=1 (no GPU here) runs the kernel body in Python with "
                     "NumPy, nothing is compiled; run on a GPU to keep TTIR/TTGIR/LLIR/PTX")
-BF16_ROUNDING_NOTE = ("Triton's interpreter truncates float32->bfloat16 casts (runtime/interpreter.py cast_impl passes "
-                      "no rounding mode) while compiled Triton rounds to nearest even (language/semantic.py: 'for fp "
-                      "downcasting default rounding mode should be RTNE'); opgate made the interpreter round to "
-                      "nearest even so correct kernels are not charged the interpreter's extra half ulp")
+BF16_CAST_NOTE = ("Triton's interpreter converts float32<->bfloat16 bit by bit in runtime/interpreter.py "
+                  "(_convert_float): float32->bfloat16 truncates (cast_impl passes no rounding mode) where compiled "
+                  "Triton rounds to nearest even (language/semantic.py: 'for fp downcasting default rounding mode "
+                  "should be RTNE'), and bfloat16 subnormals come out wrong when widened to float32 (hardware widens "
+                  "exactly: the bits shift by 16); opgate made those two casts exact in this process so correct "
+                  "kernels are not charged for the interpreter's errors")
 
 
 def interpreter_active() -> bool:
@@ -62,8 +64,10 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
     if interpret:
         prepared.notes.append(INTERPRETER_NOTE)
         prepared.facts["ir_artefacts"] = INTERPRETER_NOTE
-        if make_interpreter_round_bf16_to_nearest():
-            prepared.facts["interpreter_bf16_rounding"] = BF16_ROUNDING_NOTE
+        fixed = make_interpreter_bf16_casts_exact()
+        if fixed:
+            prepared.facts["interpreter_bf16_casts_fixed"] = fixed
+            prepared.facts["interpreter_bf16_note"] = BF16_CAST_NOTE
     else:
         prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
     return prepared
@@ -80,11 +84,20 @@ def _rtne_float32_to_bfloat16_bits(data: Any) -> Any:
     return np.where(is_nan, quiet, rounded).reshape(np.shape(data))
 
 
-def make_interpreter_round_bf16_to_nearest() -> bool:
-    """Patch the interpreter's float32->bfloat16 cast to round to nearest even, only where it truncates.
+def _bfloat16_bits_to_float32(data: Any) -> Any:
+    """Widen bfloat16 bit patterns to float32 exactly (subnormals included): shift the bits by 16."""
+    import numpy as np
 
-    Probed first: a value just above the midpoint between two bfloat16 numbers must round up. Returns
-    True when the patch is in place (a later Triton that rounds correctly is left alone).
+    bits = np.ascontiguousarray(data).view(np.uint16).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(np.shape(data))
+
+
+def make_interpreter_bf16_casts_exact() -> list[str]:
+    """Make the interpreter's float32<->bfloat16 casts match compiled Triton, only where they differ.
+
+    Each direction is probed first (a value just above a bfloat16 rounding midpoint must round up; a
+    bfloat16 subnormal must widen to the same float32), so a later Triton that converts correctly is left
+    alone. Returns the directions patched, e.g. ["float32->bfloat16", "bfloat16->float32"].
     """
     import numpy as np
 
@@ -92,30 +105,41 @@ def make_interpreter_round_bf16_to_nearest() -> bool:
         import triton.language as tl
         from triton.runtime import interpreter
     except ImportError:
-        return False
+        return []
     builder_cls = getattr(interpreter, "InterpreterBuilder", None)
     handle_cls = getattr(interpreter, "TensorHandle", None)
     original = getattr(builder_cls, "cast_impl", None)
     if builder_cls is None or handle_cls is None or original is None:
-        return False
-    if getattr(original, "_opgate_rtne", False):
-        return True
-    probe_value = np.array([1.0 + 2.0**-8 + 2.0**-12], dtype=np.float32)  # nearest bfloat16: 1 + 2^-7
+        return []
+    if getattr(original, "_opgate_exact_bf16", None) is not None:
+        return list(original._opgate_exact_bf16)
+    builder = builder_cls.__new__(builder_cls)
+    fixed: list[str] = []
     try:
-        probe = original(builder_cls.__new__(builder_cls), handle_cls(probe_value, tl.float32), tl.bfloat16)
-        if int(np.asarray(probe.data).view(np.uint16)[0]) == int(_rtne_float32_to_bfloat16_bits(probe_value)[0]):
-            return False  # already rounds to nearest
+        narrow_in = np.array([1.0 + 2.0**-8 + 2.0**-12], dtype=np.float32)  # nearest bfloat16: 1 + 2^-7
+        narrowed = original(builder, handle_cls(narrow_in, tl.float32), tl.bfloat16)
+        if int(np.asarray(narrowed.data).view(np.uint16)[0]) != int(_rtne_float32_to_bfloat16_bits(narrow_in)[0]):
+            fixed.append("float32->bfloat16")
+        subnormal = np.array([0x0050], dtype=np.uint16)  # a bfloat16 subnormal (~7.3e-39)
+        widened = original(builder, handle_cls(subnormal, tl.bfloat16), tl.float32)
+        if np.asarray(widened.data).view(np.uint32)[0] != _bfloat16_bits_to_float32(subnormal).view(np.uint32)[0]:
+            fixed.append("bfloat16->float32")
     except Exception:
-        return False
+        return []
+    if not fixed:
+        return []
 
     def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            return handle_cls(_rtne_float32_to_bfloat16_bits(src.data), dst_type.scalar)
+        source, target = src.dtype.scalar, dst_type.scalar
+        if "float32->bfloat16" in fixed and source == tl.float32 and target == tl.bfloat16:
+            return handle_cls(_rtne_float32_to_bfloat16_bits(src.data), target)
+        if "bfloat16->float32" in fixed and source == tl.bfloat16 and target == tl.float32:
+            return handle_cls(_bfloat16_bits_to_float32(src.data), target)
         return original(self, src, dst_type)
 
-    cast_impl._opgate_rtne = True  # type: ignore[attr-defined]
+    cast_impl._opgate_exact_bf16 = tuple(fixed)  # type: ignore[attr-defined]
     builder_cls.cast_impl = cast_impl
-    return True
+    return fixed
 
 
 def _unwrap(obj: Any) -> Any:
