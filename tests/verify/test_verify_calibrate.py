@@ -127,3 +127,23 @@ def test_a_reference_that_raises_is_a_calibration_error():
     op = opgate.Operator("broken", reference=broken, inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [8]})
     with pytest.raises(CalibrationError, match="raised ValueError on N=1"):
         _calibrated(op, "float32")
+
+
+def test_elements_eager_cannot_deliver_are_marked_lost():
+    from opgate.verify.calibrate import baseline_lost_mask
+
+    # an ordinary case: eager is right up to rounding except a NaN and a missed overflow
+    truth = torch.tensor([1.0, 2.0, 1e39, 0.0, 3.0, 1e-8], dtype=torch.float64)
+    eager = torch.tensor([1.0, float("nan"), float("nan"), 1e-30, 3.0000002, 2e-8], dtype=torch.float32)
+    assert baseline_lost_mask(truth, eager).tolist() == [False, True, True, False, False, False]
+    # eager fails the whole case (SDPA returns 0 where QK^T overflows float32): every wrong element is lost
+    truth = torch.tensor([-1.15e37, 1.0e36, -1.25e37], dtype=torch.float64)
+    eager = torch.zeros(3, dtype=torch.float32)
+    assert baseline_lost_mask(truth, eager).tolist() == [True, True, True]
+
+
+def test_large_regime_stays_far_from_the_float32_range(softmax_op):
+    from opgate.verify.inputs import Case, make_inputs
+
+    x = make_inputs(softmax_op, Case.make({"M": 8, "N": 1024}, 1, "large"), "float32").values[0]
+    assert 88 < float(x.abs().max()) < 4096 * 6  # exp overflows; products and squares stay in range

@@ -51,11 +51,11 @@ def test_nonfinite_truth_must_be_matched_by_class():
     assert compare_output(bad, truth, "float32").nonfinite_missed == 3
 
 
-def test_overflow_of_the_dtype_accepts_inf_and_saturation_but_not_small_values():
-    truth = torch.tensor([1e6, -1e6, 1e6], dtype=torch.float64)  # beyond float16's 65504
-    cand = torch.tensor([float("inf"), -65504.0, 1.0], dtype=torch.float16)
+def test_overflow_of_the_dtype_accepts_inf_nan_and_saturation_but_not_small_values_or_wrong_sign():
+    truth = torch.tensor([1e6, -1e6, 1e6, 1e6, 1e6], dtype=torch.float64)  # beyond float16's 65504
+    cand = torch.tensor([float("inf"), -65504.0, float("nan"), 1.0, -float("inf")], dtype=torch.float16)
     stats = compare_output(cand, truth, "float16")
-    assert stats.nonfinite_missed == 1  # only the last element, which should have overflowed
+    assert stats.nonfinite_missed == 2  # 1.0 should have overflowed; -inf has the wrong sign
     assert stats.nonfinite_unexpected == 0
 
 
@@ -63,7 +63,7 @@ def test_excused_nonfinite_where_the_baseline_overflows_too():
     truth = torch.tensor([1.0, 2.0], dtype=torch.float64)
     cand = torch.tensor([float("nan"), 2.0])
     mask = torch.tensor([True, False])
-    stats = compare_output(cand, truth, "float32", baseline_nonfinite=mask)
+    stats = compare_output(cand, truth, "float32", baseline_lost=mask)
     assert stats.nonfinite_unexpected == 0 and stats.nonfinite_excused == 1
 
 

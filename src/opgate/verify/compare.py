@@ -47,7 +47,7 @@ class OutputStats:
     cosine: float = 1.0
     sqnr_db: float = math.inf
     nonfinite_unexpected: int = 0  # NaN/Inf where the truth is finite
-    nonfinite_excused: int = 0  # ... where the dtype's eager baseline is non-finite too
+    nonfinite_excused: int = 0  # ... where the dtype's eager baseline fails too (calibrate.baseline_lost_mask)
     nonfinite_missed: int = 0  # truth is NaN/Inf (or overflows the dtype) and the candidate disagrees
     unwritten: int = 0  # elements of a poisoned output buffer the implementation never wrote
     exact_mismatches: int = 0  # integer outputs: elements that differ at all
@@ -117,15 +117,15 @@ def compare_output(
     truth: Any,
     out_dtype: str,
     name: str = "out",
-    baseline_nonfinite: Any | None = None,
+    baseline_lost: Any | None = None,
     quantized: Mapping[str, Any] | None = None,
     unwritten: int = 0,
 ) -> OutputStats:
     """Statistics of `candidate` against the float64 `truth`, for an output whose dtype is `out_dtype`.
 
-    baseline_nonfinite: bool mask of elements where the reference evaluated in `out_dtype` itself is
-    non-finite while the truth is finite (the dtype cannot represent the result there); a candidate's
-    NaN/Inf there is counted as excused, not unexpected.
+    baseline_lost: bool mask of elements the reference evaluated in `out_dtype` itself fails while the
+    truth is finite (see calibrate.baseline_lost_mask); a candidate's NaN/Inf there is counted as
+    excused, not unexpected.
     quantized: {"scale", "zero_point"} for integer outputs that are quantized values: they are compared
     exactly and, for the float statistics, after dequantization.
     """
@@ -163,19 +163,22 @@ def compare_output(
     special = ~truth_finite
     same_class = (torch.isnan(cand64) & torch.isnan(truth64)) | (cand64 == truth64)
     missed = int((special & ~same_class).sum())
-    # Truth finite but beyond the dtype's range: the rounded answer is +-Inf; saturating near the top
-    # of the range with the right sign is accepted too.
+    # Truth finite but beyond the dtype's range: the rounded answer is +-Inf. Accepted too: saturating
+    # near the top of the range with the right sign, and NaN, which IEEE arithmetic produces when an
+    # intermediate +Inf meets a -Inf (whether it does depends on the summation order, e.g. on FMA).
+    # An infinity of the wrong sign is not accepted.
     overflow = truth_finite & ~td_finite
+    lost = baseline_lost if baseline_lost is not None else torch.zeros(truth64.shape, dtype=torch.bool)
+    excused = 0
     if bool(overflow.any()):
         limit = dt.max_finite(out_dtype) / 2
-        ok = (cand64 == truth_in_dtype.to(torch.float64)) | (
+        ok = (cand64 == truth_in_dtype.to(torch.float64)) | torch.isnan(cand64) | (
             cand_finite & (torch.sign(cand64) == torch.sign(truth64)) & (cand64.abs() >= limit))
-        missed += int((overflow & ~ok).sum())
+        excused += int((overflow & ~ok & lost).sum())
+        missed += int((overflow & ~ok & ~lost).sum())
     bad = td_finite & ~cand_finite
-    excused = 0
-    if baseline_nonfinite is not None and bool(baseline_nonfinite.any()):
-        excused = int((bad & baseline_nonfinite).sum())
-        bad = bad & ~baseline_nonfinite
+    excused += int((bad & lost).sum())
+    bad = bad & ~lost
     unexpected = int(bad.sum())
 
     compared = td_finite & cand_finite

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from opgate.verify import dtypes as dt
 from opgate.verify.spec import Operator, Scalar, SpecError, TensorSpec
 
+LARGE_CAP = 4096.0  # magnitude of the `large` regime in float32/bfloat16 (see _draw_float)
 REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite")
 LAYOUTS = ("contiguous", "transposed", "strided")
 
@@ -319,8 +320,10 @@ def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int
     positive = kind == "positive"
     if regime in ("large", "huge", "tiny"):
         scale = {
-            # sqrt(max)/4: squares and exp() overflow in reduced-precision accumulators, not in the truth
-            "large": math.sqrt(dt.max_finite(dtype)) / 4,
+            # exp() overflows above 88.7 (float32 math) and squares/sums overflow float16 above 256: the
+            # regime reaches both (sqrt(max)/4 = 64 in float16, 4096 in wider types) but stays far from the
+            # float32 range, where any reduction overflows in an order-dependent way (that is `huge`).
+            "large": min(math.sqrt(dt.max_finite(dtype)) / 4, LARGE_CAP),
             # near the range: max/64 keeps a margin for the op's own growth (sums of a few terms)
             "huge": dt.max_finite(dtype) / 64,
             # straddles the smallest normal: about 40% of the values are subnormal in `dtype`
