@@ -36,10 +36,14 @@ def test_budget_follows_the_documented_formula(softmax_op):
     for case_index, (stats, budget) in enumerate(zip(cal.baseline, cal.budgets)):
         s, b = stats[0], budget[0]
         tiny = dt.smallest_normal("float16") * eps
-        expected = K_RMSE * max(s.rmse, cal.pooled_rmse[0] * s.truth_rms) + FLOOR_EPS["float16"] * eps * s.truth_rms
+        expected = (K_RMSE * max(s.rmse, cal.pooled_rmse[0] * s.truth_rms, b.sensitivity_rmse)
+                    + FLOOR_EPS["float16"] * eps * s.truth_rms)
         assert math.isclose(b.rmse, expected + tiny, rel_tol=1e-12), case_index
-        expected_q = (K_QUANTILE * max(s.quantile_abs, cal.pooled_quantile[0] * s.truth_quantile_abs)
+        expected_q = (K_QUANTILE * max(s.quantile_abs, cal.pooled_quantile[0] * s.truth_quantile_abs,
+                                       b.sensitivity_quantile)
                       + FLOOR_EPS["float16"] * eps * s.truth_quantile_abs)
+        # softmax is well conditioned: float32-roundoff sensitivity is far below float16's own rounding
+        assert b.sensitivity_rmse < 0.1 * max(s.rmse, cal.pooled_rmse[0] * s.truth_rms) or s.truth_rms == 0
         assert math.isclose(b.quantile, expected_q + tiny, rel_tol=1e-12), case_index
         assert "calibrated: 2 x baseline RMSE over 18 cases" in b.rmse_source
 
@@ -147,3 +151,27 @@ def test_large_regime_stays_far_from_the_float32_range(softmax_op):
 
     x = make_inputs(softmax_op, Case.make({"M": 8, "N": 1024}, 1, "large"), "float32").values[0]
     assert 88 < float(x.abs().max()) < 4096 * 6  # exp overflows; products and squares stay in range
+
+
+def test_ill_conditioned_cases_get_budget_from_input_sensitivity():
+    """Layer norm of a constant row amplifies input rounding by 1/sqrt(eps): eager's Welford mean happens
+    to be exact there, a correct two-pass kernel is not, and the sensitivity term tells the two apart."""
+    from opgate.verify.inputs import Case, make_inputs
+
+    op = opgate.Operator(
+        "layernorm", reference=lambda x, w, b, eps: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps),
+        inputs=[opgate.TensorSpec("x", ("M", "N"), kind="uniform", low=-1.0, high=3.0),
+                opgate.TensorSpec("w", ("N",), kind="uniform", low=0.5, high=1.5),
+                opgate.TensorSpec("b", ("N",)), opgate.Scalar("eps", 1e-5)],
+        dims={"M": [1], "N": [7]}, dtypes=["float32"])
+    case = Case.make({"M": 1, "N": 7}, 13, "constant_rows")
+    truth, baseline = truth_and_baseline(op, case, "float32")
+    cal = calibrate(op, "float32", [case], [truth], [baseline])
+    budget = cal.budgets[0][0]
+    assert budget.baseline_rmse < 1e-6 < budget.sensitivity_rmse
+    assert "ill-conditioned" in budget.rmse_source
+    x, w, b, eps = make_inputs(op, case, "float32").values
+    mean = x.sum(-1, keepdim=True) / x.shape[-1]  # two-pass, as the Triton tutorial computes it
+    var = ((x - mean) ** 2).sum(-1, keepdim=True) / x.shape[-1]
+    two_pass = (x - mean) / torch.sqrt(var + eps) * w + b
+    assert _judge(cal, 0, two_pass, [truth]).passed

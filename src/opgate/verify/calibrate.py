@@ -5,12 +5,14 @@ Baseline: the reference evaluated in the dtype under test (PyTorch eager on CPU)
 The baseline's error against the truth, over every case of the plan (seeds, shapes, regimes), sets
 the budget for that op x dtype. A candidate passes a case when
 
-    RMSE      <= K_RMSE     * max(baseline RMSE here,   pooled RMSE     * RMS|truth|)   + floor * RMS|truth|
-    p99.9|e|  <= K_QUANTILE * max(baseline p99.9 here, pooled quantile * p99.9|truth|) + floor * p99.9|truth|
+    RMSE     <= K_RMSE     * max(baseline RMSE here,  pooled RMSE * RMS|truth|,       sensitivity) + floor * RMS|truth|
+    p99.9|e| <= K_QUANTILE * max(baseline p99.9 here, pooled q * p99.9|truth|, sensitivity) + floor * p99.9|truth|
 
 where "pooled" is the median over all cases of the baseline's error divided by the same scale of
 the truth (RMS for the RMSE, the 99.9th percentile of |truth| for the quantile, since the largest
-absolute errors sit on the largest values), and floor = FLOOR_EPS[dtype] * eps(dtype). This follows
+absolute errors sit on the largest values), sensitivity is how far the truth moves when the inputs are
+perturbed by a few units of float32 roundoff (the op's conditioning, see PERTURB_UNITS), and
+floor = FLOOR_EPS[dtype] * eps(dtype). This follows
 torch._dynamo's `same()` fp64 rule (candidate error <= multiplier x eager error + tol) with the
 quantile added so a few grossly wrong elements cannot hide in an RMSE. NaN/Inf where the truth is
 finite always fails. A user `tolerance=` override replaces the budget with |e| <= atol + rtol |truth|
@@ -51,6 +53,14 @@ FLOOR_EPS: dict[str, float] = {
 QUANTIZED_RMSE_FLOOR_QUANTA = math.sqrt(1e-3)
 QUANTIZED_QUANTILE_FLOOR_QUANTA = 1.0
 OVERRIDE_KEYS = ("atol", "rtol")
+# Conditioning: the truth is also evaluated on inputs perturbed by up to PERTURB_UNITS units of the
+# working precision's roundoff (float32 for every dtype but float64), i.e. what an accurate (backward
+# stable) computation may legitimately return. Where the op is ill-conditioned (layer norm of an almost
+# constant row amplifies input rounding by 1/sqrt(eps)), that sensitivity, not the eager baseline's
+# lucky exactness, sets the scale of the budget.
+PERTURB_UNITS = 4.0
+WORKING_ROUNDOFF = {"float64": 2.0**-53}
+DEFAULT_WORKING_ROUNDOFF = 2.0**-24  # float32: what a well-written kernel computes in
 
 
 class CalibrationError(Exception):
@@ -66,6 +76,8 @@ class OutputBudget:
     scale: float
     baseline_rmse: float
     baseline_quantile: float
+    sensitivity_rmse: float = 0.0  # output change from PERTURB_UNITS of input roundoff (see above)
+    sensitivity_quantile: float = 0.0
     exact_mismatches: int = -1  # integer outputs: allowed differing elements (-1: not judged)
     off_by_more_than_one: int = -1  # integer outputs: allowed elements more than one quantum off
     atol: float | None = None  # user override
@@ -148,6 +160,42 @@ def truth_and_baseline(op: Operator, case: Case, dtype: str) -> tuple[list[Any],
     return [t.detach().cpu() for t in truth], [b.detach().cpu() for b in baseline]
 
 
+def perturbation_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[tuple[float, float]]:
+    """Per output: RMS and p99.9 of how far the float64 truth moves when every float input is perturbed
+    elementwise by a relative amount uniform in +-PERTURB_UNITS x the working roundoff (seeded by the case)."""
+    import numpy as np
+    import torch
+
+    from opgate.verify.compare import QUANTILE
+
+    generated = make_inputs(op, case, dtype)
+    roundoff = WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF) * PERTURB_UNITS
+    gen = torch.Generator().manual_seed(case.seed * 7 + 3)
+    perturbed = [
+        value * (1 + (torch.rand(value.shape, generator=gen, dtype=torch.float64) * 2 - 1) * roundoff)
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else value
+        for value in generated.truth
+    ]
+    try:
+        with torch.no_grad():
+            moved = as_outputs(op.reference(*perturbed))
+    except Exception:  # the reference ran on these inputs once already; a failure here adds no budget
+        return [(0.0, 0.0)] * len(truth)
+    figures = []
+    for t, m in zip(truth, moved):
+        if not isinstance(m, torch.Tensor) or not t.dtype.is_floating_point or m.shape != t.shape:
+            figures.append((0.0, 0.0))
+            continue
+        t64, m64 = t.to(torch.float64), m.detach().cpu().to(torch.float64)
+        both = torch.isfinite(t64) & torch.isfinite(m64)
+        if not bool(both.any()):
+            figures.append((0.0, 0.0))
+            continue
+        diff = (m64 - t64).abs()[both]
+        figures.append((float(diff.pow(2).mean().sqrt()), float(np.quantile(diff.numpy(), QUANTILE))))
+    return figures
+
+
 def baseline_lost_mask(truth: Any, baseline: Any) -> Any:
     """Elements the dtype cannot deliver, judged by what PyTorch eager in this dtype does with them:
     eager returns NaN/Inf where the truth is finite; eager misses an overflow (truth beyond the dtype's
@@ -228,11 +276,12 @@ def calibrate(
     override = user_override(op, dtype)
     n = len(cases)
     budgets: list[list[OutputBudget]] = []
-    for row, baseline in zip(baseline_stats, baselines):
+    for case, truth, row, baseline in zip(cases, truths, baseline_stats, baselines):
+        sensitivity = perturbation_sensitivity(op, case, dtype, truth)
         budget_row = []
         for o, (stats, b) in enumerate(zip(row, baseline)):
             budget_row.append(_budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n,
-                                          override, _quantized_for(quantized, b)))
+                                          override, _quantized_for(quantized, b), sensitivity[o]))
         budgets.append(budget_row)
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
                        masks, override, excluded, notes)
@@ -248,7 +297,8 @@ def _quantized_for(quantized: Mapping[str, Any] | None, output: Any) -> Mapping[
 
 
 def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q: float, n_cases: int,
-                override: Mapping[str, float] | None, quantized: Mapping[str, Any] | None) -> OutputBudget:
+                override: Mapping[str, float] | None, quantized: Mapping[str, Any] | None,
+                sensitivity: tuple[float, float] = (0.0, 0.0)) -> OutputBudget:
     scale = stats.truth_rms
     q_scale = stats.truth_quantile_abs
     if override is not None:
@@ -276,17 +326,23 @@ def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q
         rmse_floor = floor_rel * scale + tiny
         q_floor = floor_rel * q_scale + tiny
         floor_text = f"floor {eps_units:g} eps x |truth|"
-    ref_rmse = max(stats.rmse, pooled_rmse * scale)
-    ref_q = max(stats.quantile_abs, pooled_q * q_scale)
+    sens_rmse, sens_q = sensitivity if not quantized else (0.0, 0.0)
+    ref_rmse = max(stats.rmse, pooled_rmse * scale, sens_rmse)
+    ref_q = max(stats.quantile_abs, pooled_q * q_scale, sens_q)
+    conditioning = " (ill-conditioned here: input-perturbation sensitivity)" if sens_rmse > max(
+        stats.rmse, pooled_rmse * scale) else ""
     return OutputBudget(
         rmse=K_RMSE * ref_rmse + rmse_floor,
         quantile=K_QUANTILE * ref_q + q_floor,
         scale=scale,
         baseline_rmse=stats.rmse,
         baseline_quantile=stats.quantile_abs,
+        sensitivity_rmse=sens_rmse,
+        sensitivity_quantile=sens_q,
         off_by_more_than_one=math.floor(K_RMSE * stats.off_by_more_than_one) if quantized else -1,
-        rmse_source=f"calibrated: {K_RMSE:g} x baseline RMSE over {n_cases} cases + {floor_text}",
-        quantile_source=f"calibrated: {K_QUANTILE:g} x baseline p99.9 |error| over {n_cases} cases + {floor_text}",
+        rmse_source=f"calibrated: {K_RMSE:g} x baseline RMSE over {n_cases} cases + {floor_text}{conditioning}",
+        quantile_source=(f"calibrated: {K_QUANTILE:g} x baseline p99.9 |error| over {n_cases} cases + "
+                         f"{floor_text}{conditioning}"),
     )
 
 
@@ -393,7 +449,7 @@ def _elementwise_ratio(candidate: Any, truth: Any, atol: float, rtol: float,
     return float(torch.where(err > 0, err / allowed, torch.zeros_like(err)).max())  # err/0 -> inf
 
 
-def budgets_for_case(op: Operator, dtype: str, truth: Sequence[Any], baseline: Sequence[Any],
+def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any], baseline: Sequence[Any],
                      pooled_rmse: Sequence[float], pooled_quantile: Sequence[float],
                      n_cases: int) -> tuple[list[OutputBudget], list[Any], list[str]]:
     """Budget of one case outside the plan (a shrunk or replayed case), using the plan's pooled figures,
@@ -401,6 +457,7 @@ def budgets_for_case(op: Operator, dtype: str, truth: Sequence[Any], baseline: S
     names = output_names(len(truth))
     override = user_override(op, dtype)
     budgets, masks, out_dtypes = [], [], []
+    sensitivity = perturbation_sensitivity(op, case, dtype, truth)
     for o, (name, t, b) in enumerate(zip(names, truth, baseline)):
         out_dtype = dt.dtype_name(b.dtype)
         quantized = _quantized_for(op.quantized, b)
@@ -408,7 +465,8 @@ def budgets_for_case(op: Operator, dtype: str, truth: Sequence[Any], baseline: S
         stats = compare_output(b, t, out_dtype, name, baseline_lost=mask, quantized=quantized)
         rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
         q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
-        budgets.append(_budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized))
+        budgets.append(_budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized,
+                                   sensitivity[o]))
         masks.append(mask if bool(mask.any()) else None)
         out_dtypes.append(out_dtype)
     return budgets, masks, out_dtypes

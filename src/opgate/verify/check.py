@@ -117,7 +117,7 @@ class VerifyImplementationCheck(Check):
             truth, baseline = truth_and_baseline(op, case, plan.dtype)
         except CalibrationError:
             return False  # the reference cannot do this case: not a smaller failure of the candidate
-        budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, truth, baseline, plan.pooled_rmse,
+        budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline, plan.pooled_rmse,
                                                       plan.pooled_quantile, plan.n_calibration_cases)
         return not self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks).passed
 
@@ -130,8 +130,9 @@ class VerifyImplementationCheck(Check):
             verdict = start.verdict
         else:
             truth, baseline = truth_and_baseline(op, case, plan.dtype)
-            budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, truth, baseline, plan.pooled_rmse,
-                                                          plan.pooled_quantile, plan.n_calibration_cases)
+            budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline,
+                                                          plan.pooled_rmse, plan.pooled_quantile,
+                                                          plan.n_calibration_cases)
             verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks)
         token = ReplayToken(op.name, prepared.choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode()
         return {"case": case, "verdict": verdict, "attempts": result.attempts, "steps": result.steps,

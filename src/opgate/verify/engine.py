@@ -131,8 +131,8 @@ def _replay_plan(op: Operator, dtype: str, request: VerifyRequest, cal: Calibrat
                  budget_name: str) -> PlanFile:
     """A plan of one case (from a replay token) judged with the full plan's pooled calibration."""
     truth, baseline = truth_and_baseline(op, case, dtype)
-    budgets, masks, out_dtypes = budgets_for_case(op, dtype, truth, baseline, cal.pooled_rmse, cal.pooled_quantile,
-                                                  cal.n_cases)
+    budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
+                                                  cal.pooled_quantile, cal.n_cases)
     return PlanFile(op.name, dtype, budget_name, request.seed, [case], [truth], [budgets], [masks], out_dtypes,
                     cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
 
