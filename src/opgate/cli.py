@@ -122,10 +122,53 @@ def inspect(
     raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def verify(ctx: typer.Context) -> None:
-    """Is this operator correct on every backend and dtype? (not yet available)"""
-    _not_yet("verify")
+class Budget(str, Enum):
+    quick = "quick"
+    standard = "standard"
+    thorough = "thorough"
+
+
+@app.command()
+def verify(
+    spec: Path = typer.Argument(..., metavar="FILE.py", help="Python spec file that defines opgate.Operator objects."),
+    op: Optional[List[str]] = typer.Option(None, "--op", help="Verify only this operator (repeatable)."),
+    impl: Optional[List[str]] = typer.Option(None, "--impl", help="Verify only this implementation (repeatable), "
+                                             "e.g. --impl triton --impl torch.compile."),
+    dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Verify only these dtypes (repeatable or "
+                                              "comma-separated; default: the operator's dtypes)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Base seed of the case plan."),
+    budget: Budget = typer.Option(Budget.standard, "--budget", help="How many cases: quick (~18 for a 2-dim op), "
+                                  "standard (~44), thorough (~100); see docs/verify-method.md."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
+    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
+                                              "per implementation x dtype."),
+    replay: Optional[str] = typer.Option(None, "--replay", help="Re-run exactly one failing case from its "
+                                         "replay token (ogv1....), against the same calibrated budget."),
+    out: Path = typer.Option(Path("opgate-report"), "--out", help="Folder for artefacts: Triton IR per target, "
+                             "checked ONNX models."),
+    jobs: int = typer.Option(2, "--jobs", min=1, max=64, help="Implementations x dtypes run at once, each in "
+                             "its own process."),
+    extras: bool = typer.Option(True, "--extras/--no-extras", help="Also verify the reference through "
+                                "torch.compile, ONNX Runtime (when the op has no ONNX implementation) and TVM."),
+    shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Shrink a failure to the smallest failing "
+                                "case."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=1.0, help="Seconds one implementation x dtype "
+                                            "may run before it is killed (default: 300/600/1800 by budget)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
+) -> None:
+    """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    console = Console(highlight=False)
+    dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
+    request = VerifyRequest(
+        spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
+        budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
+        timeout_s=timeout,
+    )
+    report = run_verify(request, console)
+    _emit_reports(report, json_path, junit_path, console, verbose)
+    raise typer.Exit(int(report.exit_code))
 
 
 @app.command()

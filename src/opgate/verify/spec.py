@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from opgate.errors import InputError
+
 KNOWN_BACKENDS = ("torch", "torch.compile", "triton", "onnxruntime", "tvm")
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "bool")
@@ -32,8 +34,11 @@ KNOWN_DTYPES = FLOAT_DTYPES + INT_DTYPES
 VALUE_KINDS = ("normal", "uniform", "positive", "logits", "probability", "index", "integer", "constant")
 
 
-class SpecError(ValueError):
-    """A spec file is malformed; the message names the operator and field."""
+class SpecError(InputError, ValueError):
+    """A spec file is malformed; the message names the operator and field.
+
+    An InputError, so the CLI prints it as one line and exits 2.
+    """
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,9 @@ class TensorSpec:
 
     shape: dim names (looked up in the operator's `dims`) or ints.
     dtype: None follows the dtype under test; a fixed name (e.g. "int64") pins it.
-    kind: value distribution; low/high bound `uniform`, `index` and `integer` kinds.
+    kind: value distribution; low/high bound `uniform`, `index` and `integer` kinds (`index` needs `high`,
+        exclusive). low/high may also name a dim, e.g. `high="V"` for indices into a table of V rows.
+        `constant` fills the tensor with `low` (1.0 when unset).
     contiguous: True means the implementation only promises contiguous inputs (no strided fuzzing).
     """
 
@@ -50,8 +57,8 @@ class TensorSpec:
     shape: tuple[str | int, ...]
     dtype: str | None = None
     kind: str = "normal"
-    low: float | None = None
-    high: float | None = None
+    low: float | str | None = None
+    high: float | str | None = None
     contiguous: bool = False
 
     def __post_init__(self) -> None:
@@ -100,6 +107,9 @@ class Operator:
     implementations: dict[str, Implementation] = field(default_factory=dict)
     onnx_model_path: Path | None = None
     spec_file: Path | None = None
+    # Dims opgate must not fuzz: only their declared sizes are used (e.g. a head dim a kernel requires
+    # to be 64 or 128). Every other dim also gets opgate's edge sizes (1, primes, 2^k +- 1, ...).
+    exact_dims: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not callable(self.reference):
@@ -124,6 +134,22 @@ class Operator:
         for dim, sizes in self.dims.items():
             if not sizes or any((not isinstance(s, int)) or s < 1 for s in sizes):
                 raise SpecError(f"operator {self.name!r}: dims[{dim!r}] must be a non-empty list of positive ints")
+        self.exact_dims = list(self.exact_dims)
+        for dim in self.exact_dims:
+            if dim not in self.dims:
+                raise SpecError(f"operator {self.name!r}: exact_dims names {dim!r}, which `dims` does not list")
+        for inp in self.tensor_inputs:
+            for bound_name, bound in (("low", inp.low), ("high", inp.high)):
+                if isinstance(bound, str) and bound not in self.dims:
+                    raise SpecError(
+                        f"operator {self.name!r}: input {inp.name!r} has {bound_name}={bound!r}, "
+                        "which is neither a number nor a dim listed in `dims`"
+                    )
+            if inp.kind == "index" and inp.high is None:
+                raise SpecError(
+                    f"operator {self.name!r}: input {inp.name!r} has kind='index' but no high=; "
+                    "give the exclusive upper bound (a number or a dim name, e.g. high='V')"
+                )
 
     @property
     def tensor_inputs(self) -> list[TensorSpec]:

@@ -1,0 +1,202 @@
+"""What every backend shares: which implementations an op has, and how a Python function is called.
+
+Calling convention: an implementation is called positionally with the op's inputs in declaration
+order (tensors on the implementation's device, in the case's memory layout; scalars as-is) and
+returns one tensor or a tuple of them, like the reference.
+
+Output poisoning: if the function accepts a keyword parameter named `out`, opgate allocates the
+output buffer(s) itself (one tensor, or a tuple when the reference returns several), fills them
+with NaN (floats) or the dtype's maximum (integers), passes `out=`, and reads the result from the
+buffers. Elements still holding the poison are re-checked with a second poison (a large negative
+float / the dtype's minimum): an element that kept both was never written. Independently, PyTorch's
+`fill_uninitialized_memory` makes every torch.empty() inside an implementation NaN/max-filled, so
+a kernel that skips elements of a buffer it allocated itself shows NaN instead of stale memory.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from opgate.errors import InputError
+from opgate.results import Figure
+from opgate.verify.inputs import apply_layout
+from opgate.verify.spec import Operator
+
+# (shape, dtype name) of every output the reference returns: what an out= buffer must look like.
+OutSpecs = Sequence[tuple[tuple[int, ...], str]]
+
+
+@dataclass(frozen=True)
+class ImplementationChoice:
+    """One thing `opgate verify` runs: a user implementation, the user's ONNX model, or the reference
+    compiled/exported by opgate itself (origin "reference")."""
+
+    name: str
+    backend: str
+    origin: str  # "user" | "onnx_model" | "reference"
+
+    def describe(self) -> str:
+        if self.origin == "reference":
+            return f"the reference through {self.backend} (added by opgate)"
+        if self.origin == "onnx_model":
+            return "the spec's ONNX model on ONNX Runtime"
+        return f"implementation {self.name!r} ({self.backend})"
+
+
+def implementation_choices(op: Operator, extras: bool = True) -> list[ImplementationChoice]:
+    """The user's implementations in registration order, then the ONNX model, then opgate's extras:
+    the reference through torch.compile, through ONNX Runtime (unless the op has an ONNX implementation)
+    and through TVM."""
+    choices = [ImplementationChoice(i.name, i.backend, "user") for i in op.implementations.values()]
+    names = {c.name for c in choices}
+
+    def free(name: str) -> str:
+        return name if name not in names else f"{name}(reference)"
+
+    if op.onnx_model_path is not None:
+        name = "onnxruntime" if "onnxruntime" not in names else "onnx_model"
+        choices.append(ImplementationChoice(name, "onnxruntime", "onnx_model"))
+        names.add(name)
+    if extras:
+        has_backend = {c.backend for c in choices}
+        for backend in ("torch.compile", "onnxruntime", "tvm"):
+            if backend == "onnxruntime" and "onnxruntime" in has_backend:
+                continue
+            name = free(backend)
+            choices.append(ImplementationChoice(name, backend, "reference"))
+            names.add(name)
+    return choices
+
+
+def find_choice(op: Operator, name: str, extras: bool = True) -> ImplementationChoice:
+    for choice in implementation_choices(op, extras):
+        if choice.name == name:
+            return choice
+    known = ", ".join(c.name for c in implementation_choices(op, extras))
+    raise InputError(f"operator {op.name!r} has no implementation {name!r}; choose from: {known}")
+
+
+def implementation_function(op: Operator, choice: ImplementationChoice) -> Callable[..., Any]:
+    if choice.origin == "reference":
+        return op.reference
+    if choice.origin == "user":
+        return op.implementations[choice.name].fn
+    raise ValueError(f"{choice.describe()} has no Python function")
+
+
+@dataclass
+class RunOutput:
+    outputs: list[Any]  # CPU tensors (or whatever the implementation returned, for the comparator to reject)
+    unwritten: list[int]  # per output: elements of the poisoned out= buffer never written (0 without out=)
+
+
+@dataclass
+class PreparedImplementation:
+    """A ready-to-call implementation plus the facts its backend found (device, opset, graph breaks ...)."""
+
+    choice: ImplementationChoice
+    device: str
+    run: Callable[[Sequence[Any], Sequence[str], OutSpecs], RunOutput]  # (values, layouts, out specs)
+    facts: dict[str, Any] = field(default_factory=dict)
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    poisoned_out: bool = False
+    collect_artefacts: Callable[[Path], list[str]] | None = None
+    finish: Callable[[], None] | None = None  # called after all cases: gather late facts (e.g. recompiles)
+
+
+def torch_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def enable_empty_poisoning() -> None:
+    """torch.empty() and friends return NaN / the integer maximum instead of stale memory."""
+    import warnings
+
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation.*")
+
+
+def accepts_out(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    param = params.get("out")
+    return param is not None and param.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _poison_values(dtype: Any) -> tuple[Any, Any]:
+    import math
+
+    import torch
+
+    if dtype.is_floating_point:
+        return math.nan, torch.finfo(dtype).min / 3
+    if dtype == torch.bool:
+        return True, False
+    info = torch.iinfo(dtype)
+    return info.max, info.min
+
+
+def _poisoned(shape: tuple[int, ...], dtype_name: str, device: str, second: bool) -> Any:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    value = _poison_values(dtype)[1 if second else 0]
+    return torch.full(shape, value, dtype=dtype, device=device)
+
+
+def _still_poison(buffer: Any, second: bool) -> Any:
+    import torch
+
+    value = _poison_values(buffer.dtype)[1 if second else 0]
+    if buffer.dtype.is_floating_point and not second:
+        return torch.isnan(buffer)
+    reference = torch.full((), value, dtype=buffer.dtype, device=buffer.device)
+    return buffer == reference
+
+
+def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
+                    to_device: Callable[[Any], Any] | None = None) -> Callable[..., RunOutput]:
+    """Call a Python implementation on `device` with the conventions in the module docstring."""
+    import torch
+
+    def move(value: Any, layout: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            moved = to_device(value) if to_device else value.to(device)
+            return apply_layout(moved, layout)  # build strides on the device: .to() would densify them
+        return value
+
+    def call(args: Sequence[Any], out_specs: OutSpecs, second: bool) -> tuple[Any, Any]:
+        if not use_out:
+            return fn(*args), None
+        buffers = [_poisoned(shape, dtype, device, second) for shape, dtype in out_specs]
+        out = buffers[0] if len(buffers) == 1 else tuple(buffers)
+        fn(*args, out=out)
+        return buffers, buffers
+
+    def run(values: Sequence[Any], layouts: Sequence[str], out_specs: OutSpecs) -> RunOutput:
+        args = [move(v, layout) for v, layout in zip(values, layouts)]
+        with torch.no_grad():
+            result, buffers = call(args, out_specs, second=False)
+            unwritten = [0] * len(out_specs)
+            if buffers is not None:
+                first = [_still_poison(b, second=False) for b in buffers]
+                if any(bool(m.any()) for m in first):
+                    _, again = call(args, out_specs, second=True)
+                    unwritten = [int((m & _still_poison(b, second=True)).sum()) for m, b in zip(first, again)]
+        outputs = result if isinstance(result, (list, tuple)) else [result]
+        if device != "cpu":
+            torch.cuda.synchronize()
+        return RunOutput([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs], unwritten)
+
+    return run

@@ -1,0 +1,472 @@
+"""Calibrated error budgets: how wrong may an implementation be, given what the dtype itself costs?
+
+Truth: the reference in float64 on CPU, on the test inputs upcast to float64.
+Baseline: the reference evaluated in the dtype under test (PyTorch eager on CPU).
+The baseline's error against the truth, over every case of the plan (seeds, shapes, regimes), sets
+the budget for that op x dtype. A candidate passes a case when
+
+    RMSE     <= K_RMSE     * max(baseline RMSE here,  pooled RMSE * RMS|truth|,       sensitivity) + floor * RMS|truth|
+    p99.9|e| <= K_QUANTILE * max(baseline p99.9 here, pooled q * p99.9|truth|, sensitivity) + floor * p99.9|truth|
+
+where "pooled" is the median over all cases of the baseline's error divided by the same scale of
+the truth (RMS for the RMSE, the 99.9th percentile of |truth| for the quantile, since the largest
+absolute errors sit on the largest values), sensitivity is how far the truth moves when the inputs are
+perturbed by a few units of float32 roundoff (the op's conditioning, see PERTURB_UNITS), and
+floor = FLOOR_EPS[dtype] * eps(dtype). This follows
+torch._dynamo's `same()` fp64 rule (candidate error <= multiplier x eager error + tol) with the
+quantile added so a few grossly wrong elements cannot hide in an RMSE. NaN/Inf where the truth is
+finite always fails. A user `tolerance=` override replaces the budget with |e| <= atol + rtol |truth|
+on every element. The method and its defaults are explained in docs/verify-method.md.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from opgate.verify import dtypes as dt
+from opgate.verify.compare import OutputStats, compare_output, count_exceeding
+from opgate.verify.inputs import Case, make_inputs
+from opgate.verify.spec import Operator, SpecError
+
+# dynamo's `same()` uses multiplier 2.0 on the fp64 RMSE; the quantile gets the same multiple.
+K_RMSE = 2.0
+K_QUANTILE = 2.0
+# Floors in units of the dtype's epsilon, times the truth's RMS. In reduced precision (float16,
+# bfloat16, float8) the floor is half an epsilon: the error bound of a correctly rounded result at
+# unit scale, so a baseline that happens to be exact never leaves a zero budget. In float32,
+# legitimate algorithm differences (reduction order, GPU fast exp/rsqrt at ~2 ulp) exceed 2x a
+# correctly rounded CPU baseline, so the floor is 8 eps (~1e-6; torch.testing's float32 rtol is
+# 1.3e-6). In float64 the baseline *is* the truth, so the floor alone is the budget.
+FLOOR_EPS: dict[str, float] = {
+    "float64": 1e5,  # 2.2e-11 x RMS: reductions over 1e6 elements stay well inside
+    "float32": 8.0,
+    "float16": 0.5,
+    "bfloat16": 0.5,
+    "float8_e4m3fn": 0.5,
+    "float8_e5m2": 0.5,
+}
+# Quantized integer outputs: off by one quantum is a rounding difference; the RMSE floor admits it
+# on 0.1% of the elements (sqrt(1e-3) quanta), the quantile floor is one quantum.
+QUANTIZED_RMSE_FLOOR_QUANTA = math.sqrt(1e-3)
+QUANTIZED_QUANTILE_FLOOR_QUANTA = 1.0
+OVERRIDE_KEYS = ("atol", "rtol")
+# Conditioning: the truth is also evaluated on inputs perturbed by up to PERTURB_UNITS units of the
+# working precision's roundoff (float32 for every dtype but float64), i.e. what an accurate (backward
+# stable) computation may legitimately return. Where the op is ill-conditioned (layer norm of an almost
+# constant row amplifies input rounding by 1/sqrt(eps)), that sensitivity, not the eager baseline's
+# lucky exactness, sets the scale of the budget.
+PERTURB_UNITS = 4.0
+WORKING_ROUNDOFF = {"float64": 2.0**-53}
+DEFAULT_WORKING_ROUNDOFF = 2.0**-24  # float32: what a well-written kernel computes in
+
+
+class CalibrationError(Exception):
+    """The reference itself failed on a case: no truth, no verdict."""
+
+
+@dataclass(frozen=True)
+class OutputBudget:
+    """What one output of one case may deviate from the truth, with where each number comes from."""
+
+    rmse: float
+    quantile: float
+    scale: float
+    baseline_rmse: float
+    baseline_quantile: float
+    sensitivity_rmse: float = 0.0  # output change from PERTURB_UNITS of input roundoff (see above)
+    sensitivity_quantile: float = 0.0
+    exact_mismatches: int = -1  # integer outputs: allowed differing elements (-1: not judged)
+    off_by_more_than_one: int = -1  # integer outputs: allowed elements more than one quantum off
+    atol: float | None = None  # user override
+    rtol: float | None = None
+    rmse_source: str = ""
+    quantile_source: str = ""
+
+    @property
+    def is_override(self) -> bool:
+        return self.atol is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "OutputBudget":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Calibration:
+    """The budget of one op x dtype: per case and output, plus the pooled figures that explain it."""
+
+    op: str
+    dtype: str
+    n_cases: int
+    out_dtypes: list[str]
+    budgets: list[list[OutputBudget]]  # [case][output]
+    baseline: list[list[OutputStats]]  # [case][output]
+    pooled_rmse: list[float]  # per output: median baseline RMSE / RMS(truth)
+    pooled_quantile: list[float]  # per output: median baseline p99.9 |error| / p99.9 |truth|
+    masks: list[list[Any]] = field(default_factory=list)  # [case][output]: baseline non-finite, or None
+    override: Mapping[str, float] | None = None
+    excluded_cases: int = 0  # cases where the baseline was non-finite and excused
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "op": self.op, "dtype": self.dtype, "n_cases": self.n_cases, "out_dtypes": self.out_dtypes,
+            "pooled_rmse_rel": self.pooled_rmse, "pooled_quantile_rel": self.pooled_quantile,
+            "k_rmse": K_RMSE, "k_quantile": K_QUANTILE, "floor_eps": FLOOR_EPS.get(self.dtype),
+            "override": dict(self.override) if self.override else None, "notes": self.notes,
+        }
+
+
+def as_outputs(value: Any) -> list[Any]:
+    """A reference or implementation may return one tensor or a tuple/list of them."""
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    return [value]
+
+
+def user_override(op: Operator, dtype: str) -> Mapping[str, float] | None:
+    if not op.tolerance or dtype not in op.tolerance:
+        return None
+    override = dict(op.tolerance[dtype])
+    unknown = sorted(set(override) - set(OVERRIDE_KEYS))
+    if unknown:
+        raise SpecError(f"operator {op.name!r}: tolerance[{dtype!r}] has key {unknown[0]!r}; use atol and rtol")
+    return {"atol": float(override.get("atol", 0.0)), "rtol": float(override.get("rtol", 0.0))}
+
+
+def truth_and_baseline(op: Operator, case: Case, dtype: str) -> tuple[list[Any], list[Any]]:
+    """The reference on float64 inputs (truth) and on the dtype's inputs (baseline), both on CPU."""
+    import torch
+
+    generated = make_inputs(op, case, dtype)
+    try:
+        with torch.no_grad():
+            truth = as_outputs(op.reference(*generated.truth))
+            baseline = as_outputs(op.reference(*generated.values))
+    except Exception as exc:
+        raise CalibrationError(
+            f"the reference of {op.name!r} raised {type(exc).__name__} on {case.label()} ({dtype}): {exc}"
+        ) from exc
+    for i, (t, b) in enumerate(zip(truth, baseline)):
+        if not isinstance(t, torch.Tensor) or not isinstance(b, torch.Tensor):
+            raise CalibrationError(f"the reference of {op.name!r} returned {type(t).__name__} for output {i}; "
+                                   "it must return a tensor or a tuple of tensors")
+    return [t.detach().cpu() for t in truth], [b.detach().cpu() for b in baseline]
+
+
+def perturbation_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[tuple[float, float]]:
+    """Per output: RMS and p99.9 of how far the float64 truth moves when every float input is perturbed
+    elementwise by a relative amount uniform in +-PERTURB_UNITS x the working roundoff (seeded by the case)."""
+    import numpy as np
+    import torch
+
+    from opgate.verify.compare import QUANTILE
+
+    generated = make_inputs(op, case, dtype)
+    roundoff = WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF) * PERTURB_UNITS
+    gen = torch.Generator().manual_seed(case.seed * 7 + 3)
+    perturbed = [
+        value * (1 + (torch.rand(value.shape, generator=gen, dtype=torch.float64) * 2 - 1) * roundoff)
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else value
+        for value in generated.truth
+    ]
+    try:
+        with torch.no_grad():
+            moved = as_outputs(op.reference(*perturbed))
+    except Exception:  # the reference ran on these inputs once already; a failure here adds no budget
+        return [(0.0, 0.0)] * len(truth)
+    figures = []
+    for t, m in zip(truth, moved):
+        if not isinstance(m, torch.Tensor) or not t.dtype.is_floating_point or m.shape != t.shape:
+            figures.append((0.0, 0.0))
+            continue
+        t64, m64 = t.to(torch.float64), m.detach().cpu().to(torch.float64)
+        both = torch.isfinite(t64) & torch.isfinite(m64)
+        if not bool(both.any()):
+            figures.append((0.0, 0.0))
+            continue
+        diff = (m64 - t64).abs()[both]
+        figures.append((float(diff.pow(2).mean().sqrt()), float(np.quantile(diff.numpy(), QUANTILE))))
+    return figures
+
+
+def baseline_lost_mask(truth: Any, baseline: Any) -> Any:
+    """Elements the dtype cannot deliver, judged by what PyTorch eager in this dtype does with them:
+    eager returns NaN/Inf where the truth is finite; eager misses an overflow (truth beyond the dtype's
+    range, eager not the matching infinity); or eager fails the whole case (its RMSE is at least half the
+    truth's RMS, e.g. SDPA returning 0 where QK^T overflows float32) and is off by half or more on this
+    element. A candidate's NaN/Inf on these elements is excused and counted as such."""
+    import torch
+
+    if not baseline.dtype.is_floating_point:
+        return torch.zeros(truth.shape, dtype=torch.bool)
+    t = truth.to(torch.float64)
+    b = baseline.to(torch.float64)
+    t_in_dtype = t.to(baseline.dtype).to(torch.float64)
+    finite = torch.isfinite(t)
+    fits = torch.isfinite(t_in_dtype)
+    usable = finite & fits
+    lost_in_range = usable & ~torch.isfinite(b)
+    both = usable & torch.isfinite(b)
+    if bool(both.any()):
+        truth_rms = float(t[both].pow(2).mean().sqrt())
+        eager_rmse = float((b[both] - t[both]).pow(2).mean().sqrt())
+        if truth_rms > 0 and eager_rmse >= 0.5 * truth_rms:  # eager fails this case as a whole
+            lost_in_range |= both & ((b - t).abs() >= 0.5 * t.abs()) & (b != t)
+    lost_overflow = finite & ~fits & (b != t_in_dtype)
+    return lost_in_range | lost_overflow
+
+
+def output_names(count: int) -> list[str]:
+    return ["out"] if count == 1 else [f"out{i}" for i in range(count)]
+
+
+def _median(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else 0.0
+
+
+def calibrate(
+    op: Operator,
+    dtype: str,
+    cases: Sequence[Case],
+    truths: Sequence[Sequence[Any]],
+    baselines: Sequence[Sequence[Any]],
+) -> Calibration:
+    """Turn the baseline's errors over all cases into a per-case budget (see the module docstring)."""
+    quantized = op.quantized
+    n_outputs = len(truths[0]) if truths else 1
+    out_dtypes = [dt.dtype_name(b.dtype) for b in baselines[0]] if baselines else [dtype]
+    names = output_names(n_outputs)
+    baseline_stats: list[list[OutputStats]] = []
+    masks: list[list[Any]] = []
+    notes: list[str] = []
+    excluded = 0
+    for truth, baseline in zip(truths, baselines):
+        row, mask_row = [], []
+        for name, t, b in zip(names, truth, baseline):
+            mask = baseline_lost_mask(t, b)
+            stats = compare_output(b, t, dt.dtype_name(b.dtype), name, baseline_lost=mask,
+                                   quantized=_quantized_for(quantized, b))
+            row.append(stats)
+            mask_row.append(mask if bool(mask.any()) else None)
+            if stats.nonfinite_excused:
+                excluded += 1
+        baseline_stats.append(row)
+        masks.append(mask_row)
+    if excluded:
+        notes.append(f"in {excluded} case output(s) PyTorch eager in {dtype} itself fails elements where the "
+                     "float64 truth is finite (NaN/Inf, or off by more than the value); a candidate's NaN/Inf on "
+                     "exactly those elements is excused")
+
+    pooled_rmse, pooled_q = [], []
+    for o in range(n_outputs):
+        rel_rmse = [row[o].rmse / row[o].truth_rms for row in baseline_stats if row[o].truth_rms > 0]
+        rel_q = [row[o].quantile_abs / row[o].truth_quantile_abs for row in baseline_stats
+                 if row[o].truth_quantile_abs > 0]
+        pooled_rmse.append(_median(rel_rmse))
+        pooled_q.append(_median(rel_q))
+
+    override = user_override(op, dtype)
+    n = len(cases)
+    budgets: list[list[OutputBudget]] = []
+    for case, truth, row, baseline in zip(cases, truths, baseline_stats, baselines):
+        sensitivity = perturbation_sensitivity(op, case, dtype, truth)
+        budget_row = []
+        for o, (stats, b) in enumerate(zip(row, baseline)):
+            budget_row.append(_budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n,
+                                          override, _quantized_for(quantized, b), sensitivity[o]))
+        budgets.append(budget_row)
+    return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
+                       masks, override, excluded, notes)
+
+
+def _quantized_for(quantized: Mapping[str, Any] | None, output: Any) -> Mapping[str, Any] | None:
+    """The quantization parameters apply to integer outputs only."""
+    import torch
+
+    if quantized and not output.dtype.is_floating_point and output.dtype != torch.bool:
+        return quantized
+    return None
+
+
+def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q: float, n_cases: int,
+                override: Mapping[str, float] | None, quantized: Mapping[str, Any] | None,
+                sensitivity: tuple[float, float] = (0.0, 0.0)) -> OutputBudget:
+    scale = stats.truth_rms
+    q_scale = stats.truth_quantile_abs
+    if override is not None:
+        text = f"user tolerance= override: |e| <= {override['atol']:g} + {override['rtol']:g} x |truth| everywhere"
+        return OutputBudget(rmse=math.inf, quantile=math.inf, scale=scale, baseline_rmse=stats.rmse,
+                            baseline_quantile=stats.quantile_abs, atol=override["atol"], rtol=override["rtol"],
+                            rmse_source=text, quantile_source=text)
+    if not dt.is_float(out_dtype) and not quantized:
+        allowed = math.floor(K_RMSE * stats.exact_mismatches)
+        text = f"calibrated: integer output, at most {K_RMSE:g} x the baseline's differing elements"
+        return OutputBudget(rmse=math.inf, quantile=math.inf, scale=scale, baseline_rmse=stats.rmse,
+                            baseline_quantile=stats.quantile_abs, exact_mismatches=allowed,
+                            off_by_more_than_one=math.floor(K_RMSE * stats.off_by_more_than_one),
+                            rmse_source=text, quantile_source=text)
+    if quantized:
+        quantum = float(quantized.get("scale", 1.0))
+        rmse_floor = QUANTIZED_RMSE_FLOOR_QUANTA * quantum
+        q_floor = QUANTIZED_QUANTILE_FLOOR_QUANTA * quantum
+        floor_text = "quantized floor: off-by-one on 0.1% of elements"
+    else:
+        eps_units = FLOOR_EPS.get(out_dtype, 1.0)
+        floor_rel = eps_units * dt.eps(out_dtype)
+        # + about the smallest subnormal: an all-zero truth must not leave a zero budget
+        tiny = dt.smallest_normal(out_dtype) * dt.eps(out_dtype)
+        rmse_floor = floor_rel * scale + tiny
+        q_floor = floor_rel * q_scale + tiny
+        floor_text = f"floor {eps_units:g} eps x |truth|"
+    sens_rmse, sens_q = sensitivity if not quantized else (0.0, 0.0)
+    ref_rmse = max(stats.rmse, pooled_rmse * scale, sens_rmse)
+    ref_q = max(stats.quantile_abs, pooled_q * q_scale, sens_q)
+    conditioning = " (ill-conditioned here: input-perturbation sensitivity)" if sens_rmse > max(
+        stats.rmse, pooled_rmse * scale) else ""
+    return OutputBudget(
+        rmse=K_RMSE * ref_rmse + rmse_floor,
+        quantile=K_QUANTILE * ref_q + q_floor,
+        scale=scale,
+        baseline_rmse=stats.rmse,
+        baseline_quantile=stats.quantile_abs,
+        sensitivity_rmse=sens_rmse,
+        sensitivity_quantile=sens_q,
+        off_by_more_than_one=math.floor(K_RMSE * stats.off_by_more_than_one) if quantized else -1,
+        rmse_source=f"calibrated: {K_RMSE:g} x baseline RMSE over {n_cases} cases + {floor_text}{conditioning}",
+        quantile_source=(f"calibrated: {K_QUANTILE:g} x baseline p99.9 |error| over {n_cases} cases + "
+                         f"{floor_text}{conditioning}"),
+    )
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    passed: bool
+    reasons: tuple[str, ...]
+    stats: tuple[OutputStats, ...]
+    budgets: tuple[OutputBudget, ...]
+    ratio: float = math.inf  # worst candidate/budget ratio over the judged figures (inf: structural failure)
+
+    @property
+    def worst_ratio(self) -> float:
+        return self.ratio
+
+
+def _ratio(value: float, budget: float) -> float:
+    if value == 0:
+        return 0.0
+    return value / budget if budget > 0 else math.inf
+
+
+def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequence[OutputBudget],
+               out_dtypes: Sequence[str], baseline_lost: Sequence[Any | None],
+               quantized: Mapping[str, Any] | None = None, unwritten: Sequence[int] | None = None) -> CaseVerdict:
+    """Compare every output of one case with the truth and judge it against its budget."""
+    import dataclasses
+
+    names = output_names(len(truths))
+    reasons: list[str] = []
+    all_stats: list[OutputStats] = []
+    if len(candidates) != len(truths):
+        reasons.append(f"returned {len(candidates)} output(s), the reference returns {len(truths)}")
+        return CaseVerdict(False, tuple(reasons), (), tuple(budgets))
+    ratios: list[float] = [0.0]
+    for i, (name, cand, truth, budget, out_dtype) in enumerate(zip(names, candidates, truths, budgets, out_dtypes)):
+        q = quantized if quantized and not dt.is_float(out_dtype) else None
+        stats = compare_output(cand, truth, out_dtype, name, baseline_lost=baseline_lost[i], quantized=q,
+                               unwritten=(unwritten[i] if unwritten else 0))
+        label = "" if len(truths) == 1 else f"{name}: "
+        if stats.problem:
+            reasons.append(f"{label}{stats.problem}")
+            all_stats.append(stats)
+            ratios.append(math.inf)
+            continue
+        if budget.is_override:
+            mism = count_exceeding(cand, truth, budget.atol or 0.0, q, rtol=budget.rtol or 0.0)
+            ratios.append(_elementwise_ratio(cand, truth, budget.atol or 0.0, budget.rtol or 0.0, q))
+        else:
+            mism = count_exceeding(cand, truth, budget.quantile, q) if math.isfinite(budget.quantile) else 0
+        if budget.exact_mismatches >= 0:
+            mism = stats.exact_mismatches
+        stats = dataclasses.replace(stats, mismatches=mism)
+        all_stats.append(stats)
+        if stats.unwritten:
+            reasons.append(f"{label}{stats.unwritten} element(s) of the poisoned out= buffer never written")
+        computed_nonfinite = max(0, stats.nonfinite_unexpected - stats.unwritten)  # unwritten poison is NaN too
+        if computed_nonfinite:
+            reasons.append(f"{label}{computed_nonfinite} NaN/Inf where the truth is finite")
+        if stats.nonfinite_missed:
+            reasons.append(f"{label}{stats.nonfinite_missed} element(s) where the truth is NaN/Inf (or overflows "
+                           f"{out_dtype}) and the result is not")
+        if stats.unwritten or stats.nonfinite_unexpected or stats.nonfinite_missed:
+            ratios.append(math.inf)
+        if budget.is_override:
+            if mism:
+                reasons.append(f"{label}{mism} element(s) exceed atol {budget.atol:g} + rtol {budget.rtol:g} x |truth|")
+            continue
+        if budget.exact_mismatches >= 0:
+            ratios.append(_ratio(stats.exact_mismatches, budget.exact_mismatches)
+                          if budget.exact_mismatches else (math.inf if stats.exact_mismatches else 0.0))
+            if stats.exact_mismatches > budget.exact_mismatches:
+                reasons.append(f"{label}{stats.exact_mismatches} element(s) differ (budget {budget.exact_mismatches})")
+            continue
+        if budget.off_by_more_than_one >= 0 and stats.off_by_more_than_one > budget.off_by_more_than_one:
+            reasons.append(f"{label}{stats.off_by_more_than_one} element(s) off by more than one quantum "
+                           f"(budget {budget.off_by_more_than_one})")
+        ratios.extend([_ratio(stats.rmse, budget.rmse), _ratio(stats.quantile_abs, budget.quantile)])
+        if budget.off_by_more_than_one >= 0 and stats.off_by_more_than_one:
+            ratios.append(_ratio(stats.off_by_more_than_one, budget.off_by_more_than_one))
+        if stats.rmse > budget.rmse:
+            reasons.append(f"{label}RMSE {stats.rmse:.3g} > budget {budget.rmse:.3g}")
+        if stats.quantile_abs > budget.quantile:
+            reasons.append(f"{label}p99.9 |error| {stats.quantile_abs:.3g} > budget {budget.quantile:.3g}")
+    return CaseVerdict(not reasons, tuple(reasons), tuple(all_stats), tuple(budgets), max(ratios))
+
+
+def _elementwise_ratio(candidate: Any, truth: Any, atol: float, rtol: float,
+                       quantized: Mapping[str, Any] | None) -> float:
+    """max |e| / (atol + rtol |truth|) over elements where both are finite (the user override's measure)."""
+    import torch
+
+    from opgate.verify.compare import dequantize
+
+    if quantized and not candidate.dtype.is_floating_point:
+        c, t = dequantize(candidate, quantized), dequantize(truth, quantized)
+    else:
+        c, t = candidate.to(torch.float64), truth.to(torch.float64)
+    both = torch.isfinite(c) & torch.isfinite(t)
+    err = (c - t).abs()[both]
+    if err.numel() == 0 or not bool((err > 0).any()):
+        return 0.0
+    allowed = atol + rtol * t.abs()[both]
+    return float(torch.where(err > 0, err / allowed, torch.zeros_like(err)).max())  # err/0 -> inf
+
+
+def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any], baseline: Sequence[Any],
+                     pooled_rmse: Sequence[float], pooled_quantile: Sequence[float],
+                     n_cases: int) -> tuple[list[OutputBudget], list[Any], list[str]]:
+    """Budget of one case outside the plan (a shrunk or replayed case), using the plan's pooled figures,
+    so it is judged exactly like the planned cases. Returns budgets, baseline-non-finite masks, out dtypes."""
+    names = output_names(len(truth))
+    override = user_override(op, dtype)
+    budgets, masks, out_dtypes = [], [], []
+    sensitivity = perturbation_sensitivity(op, case, dtype, truth)
+    for o, (name, t, b) in enumerate(zip(names, truth, baseline)):
+        out_dtype = dt.dtype_name(b.dtype)
+        quantized = _quantized_for(op.quantized, b)
+        mask = baseline_lost_mask(t, b)
+        stats = compare_output(b, t, out_dtype, name, baseline_lost=mask, quantized=quantized)
+        rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
+        q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
+        budgets.append(_budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized,
+                                   sensitivity[o]))
+        masks.append(mask if bool(mask.any()) else None)
+        out_dtypes.append(out_dtype)
+    return budgets, masks, out_dtypes

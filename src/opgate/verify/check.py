@@ -1,0 +1,288 @@
+"""The child-process check: one implementation x one dtype, every case of the plan.
+
+The parent wrote the cases, their float64 truth and their calibrated budgets to a plan file; this
+check regenerates the inputs (deterministic), runs the implementation on each case, judges it,
+shrinks the smallest failure, keeps IR artefacts, and returns one CheckResult whose figures show
+the candidate's error beside its budget.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from opgate.checks.base import Check, CheckContext
+from opgate.results import CheckResult, Figure, Threshold
+from opgate.verify import dtypes as dt
+from opgate.verify.backends import PreparedImplementation, prepare
+from opgate.verify.backends.base import ImplementationChoice, find_choice
+from opgate.verify.calibrate import (
+    K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
+    truth_and_baseline,
+)
+from opgate.verify.compare import OutputStats
+from opgate.verify.inputs import Case, make_inputs
+from opgate.verify.planfile import PlanFile
+from opgate.verify.replay import ReplayToken
+from opgate.verify.shrink import shrink_case
+from opgate.verify.spec import Operator, load_spec_file
+
+MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
+
+
+@dataclass
+class CaseRecord:
+    case: Case
+    verdict: CaseVerdict
+
+    def compact(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"case": self.case.label(), "passed": self.verdict.passed,
+                               "budget_ratio": _num(self.verdict.ratio)}
+        if self.verdict.reasons:
+            row["reasons"] = list(self.verdict.reasons)
+        outputs = []
+        for stats, budget in zip(self.verdict.stats, self.verdict.budgets):
+            outputs.append({
+                "rmse": _num(stats.rmse), "rmse_budget": _num(budget.rmse),
+                "p999": _num(stats.quantile_abs), "p999_budget": _num(budget.quantile),
+                "max_abs": _num(stats.max_abs), "max_rel": _num(stats.max_rel), "ulp_max": _num(stats.ulp_max),
+                "cosine": _num(stats.cosine), "sqnr_db": _num(stats.sqnr_db), "mismatches": stats.mismatches,
+                "nonfinite_unexpected": stats.nonfinite_unexpected,
+            })
+        row["outputs"] = outputs
+        return row
+
+
+def _num(value: float) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    return value
+
+
+def _find_op(ops: Sequence[Operator], name: str) -> Operator:
+    for op in ops:
+        if op.name == name:
+            return op
+    raise RuntimeError(f"operator {name!r} is no longer defined by the spec file")
+
+
+class VerifyImplementationCheck(Check):
+    """One implementation of one operator in one dtype, over the whole case plan."""
+
+    check_id = "verify.implementation"
+    title = "numerics of one implementation in one dtype"
+    verbs = ("verify",)
+    levels = ("quick", "standard", "thorough")
+    timeout_s = 600.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        options = ctx.options
+        self.check_id = options["check_id"]
+        self.title = options.get("title", self.check_id)
+        plan = PlanFile.load(Path(options["plan_path"]))
+        op = _find_op(load_spec_file(options["spec_file"]), options["op"])
+        choice = find_choice(op, options["impl"], bool(options.get("extras", True)))
+        prepared = prepare(choice, op, plan.dtype, Path(options["workdir"]))
+        records = [CaseRecord(case, self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes,
+                                                   masks))
+                   for case, truth, budgets, masks in zip(plan.cases, plan.truths, plan.budgets, plan.masks)]
+        if prepared.finish is not None:
+            prepared.finish()
+        artefacts = self._artefacts(prepared, Path(options["artefact_dir"]))
+        failing = [r for r in records if not r.verdict.passed]
+        shrunk = None
+        if failing and options.get("shrink", True):
+            shrunk = self._shrink(op, prepared, plan, failing)
+        return self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options)
+
+    # -- running ------------------------------------------------------------------------------------
+    def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,
+                  truth: Sequence[Any], budgets: Sequence[OutputBudget], out_dtypes: Sequence[str],
+                  masks: Sequence[Any]) -> CaseVerdict:
+        generated = make_inputs(op, case, dtype)
+        out_specs = [(tuple(t.shape), out_dtype) for t, out_dtype in zip(truth, out_dtypes)]
+        try:
+            output = prepared.run(generated.values, generated.layout_applied, out_specs)
+        except Exception as exc:
+            lines = traceback.format_exception_only(type(exc), exc)
+            message = " ".join(lines[-1].split())[:300]
+            return CaseVerdict(False, (f"raised {message}",), (), tuple(budgets))
+        return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten)
+
+    def _case_fails(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile, case: Case) -> bool:
+        try:
+            truth, baseline = truth_and_baseline(op, case, plan.dtype)
+        except CalibrationError:
+            return False  # the reference cannot do this case: not a smaller failure of the candidate
+        budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline, plan.pooled_rmse,
+                                                      plan.pooled_quantile, plan.n_calibration_cases)
+        return not self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks).passed
+
+    def _shrink(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                failing: list[CaseRecord]) -> dict[str, Any]:
+        start = min(failing, key=lambda r: (math.prod(v for _, v in r.case.dims), r.case.seed))
+        result = shrink_case(op, start.case, lambda c: self._case_fails(op, prepared, plan, c))
+        case = result.case
+        if case is start.case:
+            verdict = start.verdict
+        else:
+            truth, baseline = truth_and_baseline(op, case, plan.dtype)
+            budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline,
+                                                          plan.pooled_rmse, plan.pooled_quantile,
+                                                          plan.n_calibration_cases)
+            verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks)
+        token = ReplayToken(op.name, prepared.choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode()
+        return {"case": case, "verdict": verdict, "attempts": result.attempts, "steps": result.steps,
+                "from": start.case.label(), "token": token}
+
+    def _artefacts(self, prepared: PreparedImplementation, folder: Path) -> list[str]:
+        if prepared.collect_artefacts is None:
+            return []
+        try:
+            return prepared.collect_artefacts(folder)
+        except OSError as exc:
+            prepared.notes.append(f"could not write artefacts to {folder}: {exc}")
+            return []
+
+    # -- the result ---------------------------------------------------------------------------------
+    def _result(self, op: Operator, choice: ImplementationChoice, prepared: PreparedImplementation, plan: PlanFile,
+                records: list[CaseRecord], failing: list[CaseRecord], shrunk: dict[str, Any] | None,
+                artefacts: list[str], options: dict[str, Any]) -> CheckResult:
+        n = len(records)
+        worst = max(records, key=lambda r: r.verdict.worst_ratio)
+        figures = [Figure("failing cases", len(failing), "",
+                          Threshold(0, "==", f"{n} cases of the {plan.budget} plan (seed {plan.base_seed})"))]
+        figures += _side_by_side(worst, plan, n)
+        figures += _aggregate_figures(records, plan.out_dtypes, op)
+        figures += prepared.figures
+        extra: dict[str, Any] = {
+            "op": op.name, "implementation": choice.name, "backend": choice.backend, "origin": choice.origin,
+            "dtype": plan.dtype, "device": prepared.device, "budget": plan.budget, "plan_seed": plan.base_seed,
+            "calibration": plan.summary, "backend_facts": prepared.facts, "notes": prepared.notes,
+            "poisoned_out": prepared.poisoned_out, "artefacts": artefacts,
+            "worst_case": worst.case.label(), "cases": [r.compact() for r in records],
+        }
+        if failing:
+            extra["failing_case_stats"] = [
+                {"case": r.case.label(), "reasons": list(r.verdict.reasons),
+                 "outputs": [s.to_dict() for s in r.verdict.stats]}
+                for r in failing[:MAX_CASE_RECORDS_WITH_STATS]
+            ]
+        if not failing:
+            ratio = worst.verdict.worst_ratio
+            return self.passed(
+                f"{n}/{n} cases within budget on {prepared.device}; worst at {ratio:.0%} of its budget "
+                f"({worst.case.label()})", figures=figures, extra=extra)
+        if shrunk is not None:
+            small: Case = shrunk["case"]
+            verdict: CaseVerdict = shrunk["verdict"]
+            why = verdict.reasons[0] if verdict.reasons else "fails"
+            extra.update(smallest_failing=small.to_dict(), smallest_failing_label=small.label(),
+                         smallest_failing_reasons=list(verdict.reasons), replay=shrunk["token"],
+                         shrink={"attempts": shrunk["attempts"], "steps": shrunk["steps"], "from": shrunk["from"]},
+                         smallest_failing_stats=[s.to_dict() for s in verdict.stats])
+            figures.insert(1, Figure("smallest failing case", small.label()))
+            worst_element = next((s.worst for s in verdict.stats if s.worst is not None), None)
+            where = f"; worst element {worst_element.describe()}" if worst_element else ""
+            reason = (f"{len(failing)}/{n} cases fail; smallest failing case {small.label()}: {why}{where}; "
+                      f"replay: opgate verify {Path(options['spec_file']).name} --replay {shrunk['token']}")
+        else:
+            first = failing[0]
+            token = ReplayToken(op.name, choice.name, plan.dtype, first.case, plan.budget, plan.base_seed).encode()
+            extra["replay"] = token
+            reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
+                      f"replay: opgate verify {Path(options['spec_file']).name} --replay {token}")
+        return self.failed(reason, figures=figures, remediation=remediation_for(failing), extra=extra)
+
+
+def _side_by_side(worst: CaseRecord, plan: PlanFile, n: int) -> list[Figure]:
+    """The worst case's figures next to its budget and the eager baseline of the same case."""
+    figures: list[Figure] = []
+    stats_list = worst.verdict.stats or ()
+    for stats, budget in zip(stats_list, worst.verdict.budgets):
+        prefix = "" if len(worst.verdict.budgets) == 1 else f"{stats.name} "
+        if budget.is_override:
+            figures.append(Figure(f"{prefix}elements beyond atol+rtol|truth|", stats.mismatches, "",
+                                  Threshold(0, "==", budget.rmse_source)))
+            figures.append(Figure(f"{prefix}max abs error", stats.max_abs))
+            continue
+        if budget.exact_mismatches >= 0:
+            figures.append(Figure(f"{prefix}differing elements (worst case)", stats.exact_mismatches, "",
+                                  Threshold(budget.exact_mismatches, "<=", budget.rmse_source)))
+            continue
+        figures.append(Figure(f"{prefix}RMSE (worst case)", stats.rmse, "",
+                              Threshold(_round(budget.rmse), "<=", budget.rmse_source)))
+        figures.append(Figure(f"{prefix}baseline RMSE (same case, eager {plan.dtype})", budget.baseline_rmse))
+        figures.append(Figure(f"{prefix}p99.9 |error| (worst case)", stats.quantile_abs, "",
+                              Threshold(_round(budget.quantile), "<=", budget.quantile_source)))
+        figures.append(Figure(f"{prefix}baseline p99.9 |error| (same case)", budget.baseline_quantile))
+    figures.append(Figure("worst case", worst.case.label()))
+    return figures
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.4g}") if math.isfinite(value) else value
+
+
+def _aggregate_figures(records: list[CaseRecord], out_dtypes: Sequence[str], op: Operator) -> list[Figure]:
+    stats: list[OutputStats] = [s for r in records for s in r.verdict.stats if not s.problem]
+    if not stats:
+        return []
+    figures = [
+        Figure("NaN/Inf where truth is finite", sum(s.nonfinite_unexpected for s in stats), "elements",
+               Threshold(0, "==", "always a failure")),
+        Figure("max abs error (all cases)", max(s.max_abs for s in stats)),
+        Figure("max rel error (all cases)", max(s.max_rel for s in stats), "",
+               None),
+        Figure("min cosine similarity", min(s.cosine for s in stats)),
+        Figure("mismatching elements (all cases)", sum(s.mismatches for s in stats), "elements"),
+        Figure("max mismatch share (one case)", max(s.mismatch_share for s in stats)),
+    ]
+    if any(dt.is_float(d) for d in out_dtypes):
+        figures.append(Figure("max ULP distance", max(s.ulp_max for s in stats), "ulp"))
+    unwritten = sum(s.unwritten for s in stats)
+    if unwritten:
+        figures.append(Figure("unwritten out= elements", unwritten, "elements", Threshold(0, "==", "poisoned buffer")))
+    if op.quantized or any(d in dt.SQNR_DTYPES for d in out_dtypes):
+        figures.append(Figure("min SQNR", min(s.sqnr_db for s in stats), "dB"))
+        figures.append(Figure("max exact-mismatch share", max(s.exact_mismatches / s.numel if s.numel else 0.0
+                                                              for s in stats)))
+    excused = sum(s.nonfinite_excused for s in stats)
+    if excused:
+        figures.append(Figure("NaN/Inf excused (eager baseline also non-finite)", excused, "elements"))
+    return figures
+
+
+def remediation_for(failing: list[CaseRecord]) -> str:
+    """Name the likely bug class from which cases fail and how."""
+    hints: list[str] = []
+    reasons = " ".join(" ".join(r.verdict.reasons) for r in failing)
+    regimes = {r.case.regime for r in failing}
+    origins = {r.case.origin for r in failing}
+    nonfinite = "NaN/Inf where the truth is finite" in reasons
+    if all(r.case.layout != "contiguous" for r in failing):
+        hints.append("only non-contiguous inputs fail: use the tensors' real strides (x.stride()) or call "
+                     ".contiguous(); declare contiguous=True in the TensorSpec if that is the contract")
+    elif "never written" in reasons:
+        hints.append("part of the output is never written: the launch grid or the store mask does not cover "
+                     "every element")
+    elif nonfinite and regimes <= {"large", "huge"}:
+        hints.append("NaN/Inf on large inputs only: subtract the row maximum before exp, keep sums of squares in "
+                     "float32, or rescale before squaring")
+    elif nonfinite:
+        hints.append("NaN/Inf from finite inputs: look for masked lanes loaded with other=0 feeding a max/exp/"
+                     "division, or reads past the end of a row")
+    if "truth is NaN/Inf" in reasons:
+        hints.append("NaN/Inf inputs are not propagated: a max/min or masking step drops them")
+    if not hints and "declared" not in origins and origins <= {"edge", "random", "layout", "regime", "shrunk"}:
+        hints.append("only opgate's edge sizes fail: check the tail mask (offsets < n) and that reductions "
+                     "divide by the true length, not the padded block")
+    if not hints and ("RMSE" in reasons or "p99.9" in reasons):
+        hints.append("error above the calibrated budget: accumulate in float32 and round once at the end")
+    if not hints and "raised" in reasons:
+        hints.append("the implementation raises on some shapes: support them or list the dim in exact_dims")
+    hints.append(f"budgets: {K_RMSE:g}x/{K_QUANTILE:g}x the eager baseline (docs/verify-method.md)")
+    return "; ".join(hints)

@@ -1,0 +1,257 @@
+"""Error statistics of one output against the float64 truth. Facts only; `calibrate` judges them.
+
+For every (implementation, dtype, shape, seed) opgate records: max abs and max rel error (safe
+denominator), RMSE, the 99.9th percentile of the elementwise error, ULP distance (floats), cosine
+similarity, SQNR in dB, the count and share of mismatches, and the worst element's index and values.
+Non-finite values are classified apart: NaN/Inf where the truth is finite is always a failure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from opgate.verify import dtypes as dt
+
+QUANTILE = 0.999  # the "high quantile" of the elementwise error that is judged (p99.9)
+
+
+@dataclass(frozen=True)
+class WorstElement:
+    index: tuple[int, ...]
+    candidate: float
+    truth: float
+    abs_error: float
+
+    def describe(self) -> str:
+        return f"at {list(self.index)}: got {self.candidate:.6g}, truth {self.truth:.6g}"
+
+
+@dataclass(frozen=True)
+class OutputStats:
+    """Error statistics of one output tensor of one case."""
+
+    name: str
+    numel: int
+    problem: str = ""  # shape/dtype mismatch, in words; empty when comparable
+    compared: int = 0  # elements where truth (in the dtype) and candidate are both finite
+    truth_rms: float = 0.0
+    truth_quantile_abs: float = 0.0  # p99.9 of |truth|: the magnitude where the largest errors live
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    rmse: float = 0.0
+    quantile_abs: float = 0.0  # p99.9 of |candidate - truth|
+    ulp_max: float = 0.0
+    ulp_median: float = 0.0
+    cosine: float = 1.0
+    sqnr_db: float = math.inf
+    nonfinite_unexpected: int = 0  # NaN/Inf where the truth is finite
+    nonfinite_excused: int = 0  # ... where the dtype's eager baseline fails too (calibrate.baseline_lost_mask)
+    nonfinite_missed: int = 0  # truth is NaN/Inf (or overflows the dtype) and the candidate disagrees
+    unwritten: int = 0  # elements of a poisoned output buffer the implementation never wrote
+    exact_mismatches: int = 0  # integer outputs: elements that differ at all
+    off_by_more_than_one: int = 0  # integer outputs: elements more than one quantum away
+    mismatches: int = 0  # elements whose error exceeds the elementwise budget (set by the judge)
+    worst: WorstElement | None = None
+
+    @property
+    def mismatch_share(self) -> float:
+        return self.mismatches / self.numel if self.numel else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["mismatch_share"] = self.mismatch_share
+        if self.worst is not None:
+            data["worst"] = {**asdict(self.worst), "index": list(self.worst.index)}
+        return {k: _json_number(v) for k, v in data.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "OutputStats":
+        fields = {k: _from_json_number(v) for k, v in data.items() if k in cls.__dataclass_fields__}
+        worst = data.get("worst")
+        fields["worst"] = (WorstElement(tuple(worst["index"]), *(float(_from_json_number(worst[k])) for k in
+                                                                 ("candidate", "truth", "abs_error")))
+                           if worst else None)
+        return cls(**fields)
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+def _from_json_number(value: Any) -> Any:
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return value
+
+
+def _ordered_bits(values: Any) -> Any:
+    """Map float bit patterns to integers whose difference is the ULP distance (+0 and -0 coincide)."""
+    import torch
+
+    int_type = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[values.element_size()]
+    bits = values.contiguous().view(int_type).to(torch.int64)
+    magnitude_mask = (1 << (8 * values.element_size() - 1)) - 1
+    magnitude = bits & magnitude_mask
+    return torch.where(bits < 0, -magnitude, magnitude)
+
+
+def ulp_distance(candidate: Any, truth_in_dtype: Any) -> Any:
+    """Elementwise ULP distance between two tensors of the same float dtype."""
+    return (_ordered_bits(candidate) - _ordered_bits(truth_in_dtype)).abs()
+
+
+def dequantize(values: Any, quantized: Mapping[str, Any]) -> Any:
+    import torch
+
+    scale = float(quantized.get("scale", 1.0))
+    zero_point = float(quantized.get("zero_point", 0))
+    return (values.to(torch.float64) - zero_point) * scale
+
+
+def compare_output(
+    candidate: Any,
+    truth: Any,
+    out_dtype: str,
+    name: str = "out",
+    baseline_lost: Any | None = None,
+    quantized: Mapping[str, Any] | None = None,
+    unwritten: int = 0,
+) -> OutputStats:
+    """Statistics of `candidate` against the float64 `truth`, for an output whose dtype is `out_dtype`.
+
+    baseline_lost: bool mask of elements the reference evaluated in `out_dtype` itself fails while the
+    truth is finite (see calibrate.baseline_lost_mask); a candidate's NaN/Inf there is counted as
+    excused, not unexpected.
+    quantized: {"scale", "zero_point"} for integer outputs that are quantized values: they are compared
+    exactly and, for the float statistics, after dequantization.
+    """
+    import torch
+
+    numel = int(truth.numel())
+    if not isinstance(candidate, torch.Tensor):
+        return OutputStats(name, numel, problem=f"returned {type(candidate).__name__}, not a tensor")
+    if tuple(candidate.shape) != tuple(truth.shape):
+        return OutputStats(name, numel, problem=f"shape {list(candidate.shape)} != expected {list(truth.shape)}")
+    got_dtype = dt.dtype_name(candidate.dtype)
+    if got_dtype != out_dtype:
+        return OutputStats(name, numel, problem=f"dtype {got_dtype} != the reference's {out_dtype}")
+    candidate = candidate.detach().to("cpu")
+
+    exact_mismatches = off_by_more = 0
+    if not dt.is_float(out_dtype):
+        diff = (candidate.to(torch.int64) - truth.to(torch.int64)).abs()
+        exact_mismatches = int((diff != 0).sum())
+        off_by_more = int((diff > 1).sum())
+        if quantized:
+            cand64, truth64 = dequantize(candidate, quantized), dequantize(truth, quantized)
+        else:
+            cand64, truth64 = candidate.to(torch.float64), truth.to(torch.float64)
+        truth_in_dtype = truth
+    else:
+        cand64, truth64 = candidate.to(torch.float64), truth.to(torch.float64)
+        truth_in_dtype = truth64.to(candidate.dtype)
+
+    truth_finite = torch.isfinite(truth64)
+    td_finite = torch.isfinite(truth_in_dtype.to(torch.float64))
+    cand_finite = torch.isfinite(cand64)
+
+    # Non-finite classes: NaN must meet NaN, +Inf +Inf, -Inf -Inf.
+    special = ~truth_finite
+    same_class = (torch.isnan(cand64) & torch.isnan(truth64)) | (cand64 == truth64)
+    missed = int((special & ~same_class).sum())
+    # Truth finite but beyond the dtype's range: the rounded answer is +-Inf. Accepted too: saturating
+    # near the top of the range with the right sign, and NaN, which IEEE arithmetic produces when an
+    # intermediate +Inf meets a -Inf (whether it does depends on the summation order, e.g. on FMA).
+    # An infinity of the wrong sign is not accepted.
+    overflow = truth_finite & ~td_finite
+    lost = baseline_lost if baseline_lost is not None else torch.zeros(truth64.shape, dtype=torch.bool)
+    excused = 0
+    if bool(overflow.any()):
+        limit = dt.max_finite(out_dtype) / 2
+        ok = (cand64 == truth_in_dtype.to(torch.float64)) | torch.isnan(cand64) | (
+            cand_finite & (torch.sign(cand64) == torch.sign(truth64)) & (cand64.abs() >= limit))
+        excused += int((overflow & ~ok & lost).sum())
+        missed += int((overflow & ~ok & ~lost).sum())
+    bad = td_finite & ~cand_finite
+    excused += int((bad & lost).sum())
+    bad = bad & ~lost
+    unexpected = int(bad.sum())
+
+    compared = td_finite & cand_finite
+    n_compared = int(compared.sum())
+    stats: dict[str, Any] = dict(
+        name=name, numel=numel, compared=n_compared, nonfinite_unexpected=unexpected, nonfinite_excused=excused,
+        nonfinite_missed=missed, unwritten=unwritten, exact_mismatches=exact_mismatches,
+        off_by_more_than_one=off_by_more,
+    )
+    worst: WorstElement | None = None
+    if n_compared:
+        c = cand64[compared]
+        t = truth64[compared]
+        err = (c - t).abs()
+        truth_rms = float(t.pow(2).mean().sqrt())
+        floor = max(1e-3 * truth_rms, dt.smallest_normal(out_dtype) if dt.is_float(out_dtype) else 1e-300)
+        rel = err / t.abs().clamp_min(floor)
+        err_np = err.numpy()
+        import numpy as np
+
+        sum_err2 = float(err.pow(2).sum())
+        sum_sig2 = float(t.pow(2).sum())
+        norm_c, norm_t = float(c.norm()), float(t.norm())
+        if norm_c == 0.0 and norm_t == 0.0:
+            cosine = 1.0
+        elif norm_c == 0.0 or norm_t == 0.0:
+            cosine = 0.0
+        else:
+            cosine = float((c * t).sum()) / (norm_c * norm_t)
+        stats.update(
+            truth_rms=truth_rms,
+            truth_quantile_abs=float(np.quantile(t.abs().numpy(), QUANTILE)),
+            max_abs=float(err.max()),
+            max_rel=float(rel.max()),
+            rmse=math.sqrt(sum_err2 / n_compared),
+            quantile_abs=float(np.quantile(err_np, QUANTILE)),
+            cosine=cosine,
+            sqnr_db=(math.inf if sum_err2 == 0.0 else
+                     (10.0 * math.log10(sum_sig2 / sum_err2) if sum_sig2 > 0 else -math.inf)),
+        )
+        if dt.is_float(out_dtype):
+            ulps = ulp_distance(candidate[compared], truth_in_dtype[compared]).to(torch.float64)
+            stats.update(ulp_max=float(ulps.max()), ulp_median=float(ulps.median()))
+        flat_pos = int(torch.nonzero(compared.reshape(-1)).reshape(-1)[int(err.argmax())])
+        worst = _worst_at(flat_pos, cand64, truth64)
+    # A non-finite surprise is the most telling element to show.
+    surprise = bad | (special & ~same_class)
+    if bool(surprise.any()):
+        flat_pos = int(torch.nonzero(surprise.reshape(-1))[0])
+        worst = _worst_at(flat_pos, cand64, truth64)
+    return OutputStats(worst=worst, **stats)
+
+
+def _worst_at(flat_pos: int, cand64: Any, truth64: Any) -> WorstElement:
+    import numpy as np
+
+    index = tuple(int(i) for i in np.unravel_index(flat_pos, tuple(truth64.shape))) if truth64.dim() else ()
+    c = float(cand64.reshape(-1)[flat_pos])
+    t = float(truth64.reshape(-1)[flat_pos])
+    err = abs(c - t) if math.isfinite(c) and math.isfinite(t) else math.inf
+    return WorstElement(index, c, t, err)
+
+
+def count_exceeding(candidate: Any, truth: Any, tolerance: float, quantized: Mapping[str, Any] | None = None,
+                    rtol: float = 0.0) -> int:
+    """Elements whose |candidate - truth| exceeds tolerance (+ rtol*|truth|); non-finite pairs are not counted
+    here (they are classified by compare_output)."""
+    import torch
+
+    if quantized and not candidate.dtype.is_floating_point:
+        c, t = dequantize(candidate, quantized), dequantize(truth, quantized)
+    else:
+        c, t = candidate.to(torch.float64), truth.to(torch.float64)
+    both = torch.isfinite(c) & torch.isfinite(t)
+    err = (c - t).abs()
+    return int((both & (err > tolerance + rtol * t.abs())).sum())

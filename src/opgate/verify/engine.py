@@ -1,0 +1,248 @@
+"""`opgate verify` in the parent process: select, plan, calibrate, fan out, collect.
+
+1. Load the spec file and pick the operators, implementations and dtypes asked for.
+2. Per op x dtype: plan the cases, compute the float64 truth and the eager baseline once (here, on the
+   CPU), calibrate the budget, and write it all to a plan file.
+3. One CheckTask per implementation x dtype, each in its own child process (opgate.runner): a crash or
+   hang is an `error` for that implementation only. Triton children get TRITON_INTERPRET=1 when there
+   is no GPU.
+4. Return a RunReport: one calibration result per op, one result per implementation x dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from opgate.checks.base import CheckContext
+from opgate.errors import InputError
+from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.runner import CheckTask
+from opgate.verify.backends.base import ImplementationChoice, implementation_choices
+from opgate.verify.calibrate import (
+    FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
+)
+from opgate.verify.inputs import Case, budget_plan, plan_cases
+from opgate.verify.planfile import PlanFile
+from opgate.verify.replay import ReplayToken
+from opgate.verify.spec import Operator, load_spec_file
+
+CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
+# Seconds one implementation x dtype may take (all its cases, shrinking included) before it is killed.
+TIMEOUT_BY_BUDGET = {"quick": 300.0, "standard": 600.0, "thorough": 1800.0}
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    spec_file: Path
+    ops: Sequence[str] = ()
+    impls: Sequence[str] = ()
+    dtypes: Sequence[str] = ()
+    seed: int = 0
+    budget: str = "standard"
+    replay: str | None = None
+    out_dir: Path = Path("opgate-report")
+    extras: bool = True
+    shrink: bool = True
+    jobs: int = 2
+    timeout_s: float | None = None
+
+
+@dataclass
+class Selection:
+    op: Operator
+    choices: list[ImplementationChoice]
+    dtypes: list[str]
+    cases: dict[str, list[Case]] = field(default_factory=dict)  # dtype -> cases to judge (replay: one)
+
+
+def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken | None) -> list[Selection]:
+    """Apply --op/--impl/--dtype (or a replay token) to the spec; unknown names are input errors."""
+    names = [token.op] if token else list(request.ops)
+    by_name = {op.name: op for op in ops}
+    for name in names:
+        if name not in by_name:
+            raise InputError(f"--op {name!r} is not defined in {request.spec_file}; choose from: {', '.join(by_name)}")
+    chosen_ops = [by_name[n] for n in names] if names else list(ops)
+    wanted_impls = [token.impl] if token else list(request.impls)
+    wanted_dtypes = [token.dtype] if token else list(request.dtypes)
+    selections: list[Selection] = []
+    all_impls: set[str] = set()
+    for op in chosen_ops:
+        choices = implementation_choices(op, request.extras or bool(token))
+        all_impls.update(c.name for c in choices)
+        if wanted_impls:
+            choices = [c for c in choices if c.name in wanted_impls]
+        dtypes = list(op.dtypes)
+        if wanted_dtypes:
+            unknown = [d for d in wanted_dtypes if d not in op.dtypes]
+            if unknown and (token or len(chosen_ops) == 1):
+                raise InputError(f"--dtype {unknown[0]!r} is not among operator {op.name!r}'s dtypes "
+                                 f"({', '.join(op.dtypes)}); add it to the spec's dtypes or pick one of those")
+            dtypes = [d for d in op.dtypes if d in wanted_dtypes]
+        if choices and dtypes:
+            selections.append(Selection(op, choices, dtypes))
+    missing = [i for i in wanted_impls if i not in all_impls]
+    if missing:
+        raise InputError(f"--impl {missing[0]!r} is not an implementation of the selected operator(s); "
+                         f"choose from: {', '.join(sorted(all_impls))}")
+    if not selections:
+        raise InputError("nothing to verify: the --op/--impl/--dtype filters leave no implementation x dtype")
+    return selections
+
+
+def _calibration_result(op: Operator, calibrations: dict[str, Calibration], errors: dict[str, str],
+                        budget: str, seed: int, duration: float) -> CheckResult:
+    figures: list[Figure] = []
+    for dtype, cal in calibrations.items():
+        for o, out_dtype in enumerate(cal.out_dtypes):
+            label = dtype if len(cal.out_dtypes) == 1 else f"{dtype} out{o}"
+            figures.append(Figure(f"{label}: eager baseline RMSE / RMS(truth), median", cal.pooled_rmse[o], "",
+                                  Threshold(f"x{K_RMSE:g} + {FLOOR_EPS.get(out_dtype, 1.0):g} eps", "<=",
+                                            f"calibrated over {cal.n_cases} cases; candidates get "
+                                            f"{K_RMSE:g} x max(baseline here, this median) + floor")))
+            figures.append(Figure(f"{label}: eager baseline p99.9 |error| / p99.9 |truth|, median",
+                                  cal.pooled_quantile[o]))
+        if cal.override:
+            figures.append(Figure(f"{dtype}: user tolerance", f"atol {cal.override['atol']:g}, "
+                                                             f"rtol {cal.override['rtol']:g}"))
+    extra = {"budget": budget, "seed": seed,
+             "calibrations": {d: c.summary() for d, c in calibrations.items()}, "errors": errors}
+    if errors:
+        first = next(iter(errors.values()))
+        outcome, reason = Outcome.ERROR, f"the reference could not be evaluated: {first}"
+        remediation = "fix the reference (it defines the operator's meaning) or the dims/dtypes it is given"
+    else:
+        n = next(iter(calibrations.values())).n_cases if calibrations else 0
+        outcome = Outcome.PASSED
+        reason = (f"budgets calibrated from PyTorch eager vs float64 over {n} cases for "
+                  f"{', '.join(calibrations)} ({budget} budget, seed {seed})")
+        remediation = ""
+    return CheckResult(f"verify.{op.name}.calibration", f"{op.name}: calibrated error budgets", outcome, reason,
+                       tuple(figures), remediation, duration, extra)
+
+
+def _replay_plan(op: Operator, dtype: str, request: VerifyRequest, cal: Calibration, case: Case,
+                 budget_name: str) -> PlanFile:
+    """A plan of one case (from a replay token) judged with the full plan's pooled calibration."""
+    truth, baseline = truth_and_baseline(op, case, dtype)
+    budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
+                                                  cal.pooled_quantile, cal.n_cases)
+    return PlanFile(op.name, dtype, budget_name, request.seed, [case], [truth], [budgets], [masks], out_dtypes,
+                    cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
+
+
+def _child_env(choice: ImplementationChoice, gpu: bool, jobs: int) -> dict[str, str]:
+    env = {
+        # Children share the cores: one intra-op thread pool per child, sized to its share.
+        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs))),
+        # Inductor's parallel compile pool costs seconds to start and competes with sibling children.
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"),
+        # The child turns on torch's deterministic mode (so torch.empty() is NaN-poisoned); cuBLAS needs
+        # a fixed workspace for that (PyTorch's reproducibility notes), else every GEMM warns.
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
+    }
+    if choice.backend == "triton" and not gpu:
+        env["TRITON_INTERPRET"] = "1"  # read when triton is imported: set for the child before it starts
+    return env
+
+
+def _gpu_present() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def prepare_tasks(request: VerifyRequest, workdir: Path,
+                  status: Any = None) -> tuple[list[CheckTask], list[CheckResult], dict[str, Any]]:
+    """Everything before the children start: selection, plans, truth, calibration, tasks."""
+    token = ReplayToken.decode(request.replay) if request.replay else None
+    budget_name = token.budget if token else request.budget
+    budget_plan(budget_name)  # validates the name
+    if token:
+        request = dataclasses.replace(request, seed=token.plan_seed, shrink=False)
+    ops = load_spec_file(request.spec_file)
+    selections = select(ops, request, token)
+    gpu = _gpu_present()
+    tasks: list[CheckTask] = []
+    preset: list[CheckResult] = []
+    info: dict[str, Any] = {"budget": budget_name, "seed": request.seed, "spec": str(request.spec_file),
+                            "gpu": gpu, "case_counts": {}, "replay": token.encode() if token else None}
+    timeout = request.timeout_s or TIMEOUT_BY_BUDGET[budget_name]
+    from opgate.verify.backends.tvm_backend import unavailable_reason as tvm_unavailable
+
+    for sel in selections:
+        op = sel.op
+        t0 = time.perf_counter()
+        calibrations: dict[str, Calibration] = {}
+        errors: dict[str, str] = {}
+        plans: dict[str, Path] = {}
+        cases = plan_cases(op, budget_name, request.seed)
+        info["case_counts"][op.name] = len(cases)
+        for dtype in sel.dtypes:
+            if status is not None:
+                status(f"calibrating {op.name} in {dtype} ({len(cases)} cases)")
+            try:
+                truths, baselines = [], []
+                for case in cases:
+                    t, b = truth_and_baseline(op, case, dtype)
+                    truths.append(t)
+                    baselines.append(b)
+                cal = calibrate(op, dtype, cases, truths, baselines)
+                if token:
+                    plan = _replay_plan(op, dtype, request, cal, token.case, budget_name)
+                else:
+                    plan = PlanFile(op.name, dtype, budget_name, request.seed, cases, truths, cal.budgets, cal.masks,
+                                    cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
+            except CalibrationError as exc:
+                errors[dtype] = str(exc)
+                continue
+            path = workdir / f"plan-{len(plans)}-{op.name}-{dtype}.pt".replace("/", "_")
+            plan.save(path)
+            plans[dtype] = path
+            calibrations[dtype] = cal
+        preset.append(_calibration_result(op, calibrations, errors, budget_name, request.seed,
+                                          time.perf_counter() - t0))
+        for choice in sel.choices:
+            for dtype in sel.dtypes:
+                check_id = f"verify.{op.name}.{choice.name}.{dtype}"
+                title = f"{op.name}: {choice.describe()} in {dtype}"
+                if dtype not in plans:
+                    continue
+                if choice.backend == "tvm" and tvm_unavailable():
+                    preset.append(CheckResult(check_id, title, Outcome.SKIPPED, tvm_unavailable() or "",
+                                              extra={"op": op.name, "implementation": choice.name,
+                                                     "backend": "tvm", "dtype": dtype}))
+                    continue
+                artefact_dir = request.out_dir / "verify" / op.name / choice.name / dtype
+                options = {
+                    "check_id": check_id, "title": title, "spec_file": str(request.spec_file.resolve()),
+                    "op": op.name, "impl": choice.name, "extras": request.extras or bool(token),
+                    "plan_path": str(plans[dtype]), "artefact_dir": str(artefact_dir.resolve()),
+                    "workdir": str(workdir / f"work-{len(tasks)}"), "shrink": request.shrink,
+                }
+                tasks.append(CheckTask(check_id, title, CHECK_TARGET, timeout,
+                                       CheckContext(verb="verify", level=budget_name, options=options),
+                                       env=_child_env(choice, gpu, request.jobs)))
+    return tasks, preset, info
+
+
+def run_verify(request: VerifyRequest, console: Any) -> RunReport:
+    """Plan and calibrate here, then run every implementation x dtype in its own process with a progress bar."""
+    from opgate.session import run_session
+
+    with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
+        workdir = Path(tmp)
+        if console.is_terminal:
+            with console.status("calibrating") as spinner:
+                tasks, preset, info = prepare_tasks(request, workdir, status=lambda text: spinner.update(text))
+        else:
+            tasks, preset, info = prepare_tasks(request, workdir)
+        report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info)
+    return report

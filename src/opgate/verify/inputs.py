@@ -1,0 +1,449 @@
+"""Op-aware fuzzing: which cases to run, and the exact input tensors of each case.
+
+A `Case` is plain data (dims, seed, value regime, memory layout) so it fits in a replay token and
+crosses process boundaries; `make_inputs` turns it into tensors deterministically, so the parent
+(truth, calibration) and the child (the implementation under test) see bit-identical inputs.
+
+Case counts per budget (see `BUDGETS`, documented in docs/verify-method.md):
+  declared  = min(product of declared sizes, declared_combos) x seeds
+  edge      = edge_sizes_per_dim per fuzzed dim (one dim varied at a time)
+  regimes   = regime_repeats per applicable regime (large, huge, tiny, constant_rows, ties, nonfinite)
+  layouts   = layout_repeats per non-contiguous layout (transposed, strided) when an input allows it
+  random    = random_combos mixed cases
+For a two-dim op (softmax: M, N) that is 18 cases (quick), 44 (standard), about 100 (thorough).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from opgate.verify import dtypes as dt
+from opgate.verify.spec import Operator, Scalar, SpecError, TensorSpec
+
+LARGE_CAP = 4096.0  # magnitude of the `large` regime in float32/bfloat16 (see _draw_float)
+REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite")
+LAYOUTS = ("contiguous", "transposed", "strided")
+
+# Which value regimes make sense for which kind. Bounded kinds (uniform with low/high, probability,
+# index, integer, constant) keep their domain: scaling them would test inputs the op never sees.
+_REGIMES_BY_KIND: dict[str, tuple[str, ...]] = {
+    "normal": REGIMES,
+    "logits": REGIMES,
+    "positive": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite"),
+    "uniform": ("typical", "constant_rows", "nonfinite"),
+    "probability": ("typical", "constant_rows"),
+    "index": ("typical",),
+    "integer": ("typical",),
+    "constant": ("typical",),
+}
+
+# Edge sizes in priority order: 1, small primes, just below/above powers of two, and sizes that are
+# not multiples of common block sizes (1000: not a multiple of 16; 48: of 32; 96: of 64; 192: of 128;
+# 1536: of 1024). `{p-1}`/`{p+1}` are filled in from the power of two at or above the largest declared size.
+_EDGE_PRIORITY: tuple[int | str, ...] = (
+    1, 3, "p-1", "p+1", 17, 1000, 48, 31, 33, 7, 96, 63, 65, 127, 129, 192, 2, 5, 13, 255, 257,
+    97, 511, 513, 1023, 1025, 1536, 2047, 2049,
+)
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How many cases a budget buys. `max_elements` caps opgate-added cases (declared sizes always run)."""
+
+    name: str
+    declared_combos: int
+    seeds: int
+    edge_sizes_per_dim: int
+    regime_repeats: int
+    layout_repeats: int
+    random_combos: int
+    max_elements: int
+
+
+BUDGETS: dict[str, BudgetPlan] = {
+    "quick": BudgetPlan("quick", declared_combos=4, seeds=1, edge_sizes_per_dim=3, regime_repeats=1,
+                        layout_repeats=1, random_combos=0, max_elements=1 << 16),
+    "standard": BudgetPlan("standard", declared_combos=8, seeds=2, edge_sizes_per_dim=8, regime_repeats=2,
+                           layout_repeats=2, random_combos=4, max_elements=1 << 18),
+    "thorough": BudgetPlan("thorough", declared_combos=16, seeds=3, edge_sizes_per_dim=len(_EDGE_PRIORITY),
+                           regime_repeats=4, layout_repeats=4, random_combos=24, max_elements=1 << 21),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input configuration: sizes of every dim, a seed, a value regime and a memory layout."""
+
+    dims: tuple[tuple[str, int], ...]
+    seed: int
+    regime: str = "typical"
+    layout: str = "contiguous"
+    origin: str = "declared"  # declared | edge | regime | layout | random | shrunk | replay
+
+    @classmethod
+    def make(cls, dims: Mapping[str, int], seed: int, regime: str = "typical", layout: str = "contiguous",
+             origin: str = "declared") -> "Case":
+        return cls(tuple(dims.items()), int(seed), regime, layout, origin)
+
+    @property
+    def dims_dict(self) -> dict[str, int]:
+        return dict(self.dims)
+
+    def label(self) -> str:
+        sizes = ",".join(f"{k}={v}" for k, v in self.dims) or "scalar"
+        return f"{sizes} seed={self.seed} {self.regime} {self.layout}"
+
+    def with_dims(self, dims: Mapping[str, int], origin: str | None = None) -> "Case":
+        return Case(tuple(dims.items()), self.seed, self.regime, self.layout, origin or self.origin)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dims": dict(self.dims), "seed": self.seed, "regime": self.regime, "layout": self.layout,
+                "origin": self.origin}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Case":
+        regime = data.get("regime", "typical")
+        layout = data.get("layout", "contiguous")
+        if regime not in REGIMES or layout not in LAYOUTS:
+            raise ValueError(f"unknown regime {regime!r} or layout {layout!r}")
+        return cls.make({str(k): int(v) for k, v in dict(data["dims"]).items()}, int(data["seed"]),
+                        regime, layout, data.get("origin", "declared"))
+
+
+# -- planning ---------------------------------------------------------------------------------------
+
+def budget_plan(name: str) -> BudgetPlan:
+    try:
+        return BUDGETS[name]
+    except KeyError:
+        raise SpecError(f"--budget {name!r} is not one of {', '.join(BUDGETS)}") from None
+
+
+def edge_sizes(declared: Sequence[int], cap: int) -> list[int]:
+    """opgate's own sizes for one dim, most telling first, none above `cap` or already declared."""
+    top = max(declared)
+    pow2 = 1 << max(0, math.ceil(math.log2(top)))
+    sizes: list[int] = []
+    for entry in _EDGE_PRIORITY:
+        size = pow2 - 1 if entry == "p-1" else pow2 + 1 if entry == "p+1" else int(entry)
+        if 1 <= size <= cap and size not in declared and size not in sizes:
+            sizes.append(size)
+    return sizes
+
+
+def _edge_cap(declared: Sequence[int]) -> int:
+    return max(2 * max(declared), 64)
+
+
+def _spread(items: list[Any], n: int) -> list[Any]:
+    """At most n items, first and last included, evenly spaced."""
+    if len(items) <= n:
+        return items
+    if n == 1:
+        return items[:1]
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
+
+def _largest_input(op: Operator, dims: Mapping[str, int]) -> int:
+    sizes = [math.prod(t.concrete_shape(dims)) for t in op.tensor_inputs]
+    return max(sizes, default=1)
+
+
+def applicable_regimes(op: Operator) -> list[str]:
+    """Regimes (besides typical) some input of the op can take."""
+    found = []
+    for regime in REGIMES[1:]:
+        if regime == "nonfinite" and not op.propagates_nonfinite:
+            continue
+        if any(_regime_applies(t, regime) for t in op.tensor_inputs):
+            found.append(regime)
+    return found
+
+
+def applicable_layouts(op: Operator) -> list[str]:
+    layouts = []
+    for layout in LAYOUTS[1:]:
+        if any(_layout_applies(t, layout) for t in op.tensor_inputs):
+            layouts.append(layout)
+    return layouts
+
+
+def _regime_applies(spec: TensorSpec, regime: str) -> bool:
+    if spec.dtype is not None and not dt.is_float(spec.dtype):
+        return regime == "typical"
+    return regime in _REGIMES_BY_KIND.get(spec.kind, ("typical",))
+
+
+def _layout_applies(spec: TensorSpec, layout: str) -> bool:
+    if spec.contiguous or layout == "contiguous":
+        return layout == "contiguous"
+    ndim = len(spec.shape)
+    return ndim >= 2 if layout == "transposed" else ndim >= 1
+
+
+def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Case]:
+    """The cases one budget runs for `op`, in a fixed order; the same inputs give the same plan."""
+    plan = budget_plan(budget)
+    dim_names = list(op.dims)
+    declared = [dict(zip(dim_names, combo)) for combo in itertools.product(*(op.dims[d] for d in dim_names))]
+    combos = _spread(declared, plan.declared_combos) or [{}]
+    fuzzed = [d for d in dim_names if d not in op.exact_dims]
+    edges = {d: edge_sizes(op.dims[d], _edge_cap(op.dims[d])) for d in fuzzed}
+    cases: list[Case] = []
+    seen: set[tuple[Any, ...]] = set()
+    next_seed = itertools.count(seed)
+
+    def add(dims: Mapping[str, int], regime: str, layout: str, origin: str, capped: bool = True) -> bool:
+        if capped and _largest_input(op, dims) > plan.max_elements:
+            return False
+        key = (tuple(dims.items()), regime, layout, origin if origin == "declared" else "")
+        if key in seen and origin != "declared":
+            return False
+        seen.add(key)
+        cases.append(Case.make(dims, next(next_seed), regime, layout, origin))
+        return True
+
+    for _ in range(plan.seeds):
+        for combo in combos:
+            add(combo, "typical", "contiguous", "declared", capped=False)
+
+    for dim in fuzzed:
+        added = 0
+        for i, size in enumerate(edges[dim]):
+            if added >= plan.edge_sizes_per_dim:
+                break
+            for shift in range(len(combos)):
+                base = dict(combos[(i + shift) % len(combos)])
+                base[dim] = size
+                if add(base, "typical", "contiguous", "edge"):
+                    added += 1
+                    break
+
+    def varied(i: int) -> dict[str, int]:
+        """Alternate declared sizes and a tail size (2^k - 1) on the innermost fuzzed dim."""
+        base = dict(combos[(i // 2) % len(combos)])
+        if i % 2 == 1 and fuzzed:
+            last = fuzzed[-1]
+            tails = [s for s in edges[last] if s > 1] or edges[last]
+            tail = next((s for s in tails if s % 2 == 1 and s > 3), tails[0] if tails else base[last])
+            base[last] = tail
+        return base
+
+    for regime in applicable_regimes(op):
+        for i in range(plan.regime_repeats):
+            if not add(varied(i), regime, "contiguous", "regime"):
+                add(combos[0], regime, "contiguous", "regime", capped=False)
+
+    for layout in applicable_layouts(op):
+        for i in range(plan.layout_repeats):
+            if not add(varied(i), "typical", layout, "layout"):
+                add(combos[0], "typical", layout, "layout", capped=False)
+
+    rng = random.Random(seed * 7919 + 17)
+    regimes = ["typical"] + applicable_regimes(op)
+    layouts = ["contiguous"] + applicable_layouts(op)
+    for _ in range(plan.random_combos * 4):  # tries: some draws exceed max_elements
+        if sum(c.origin == "random" for c in cases) >= plan.random_combos:
+            break
+        dims = {d: rng.choice(list(op.dims[d]) + (edges.get(d) or [])) for d in dim_names}
+        add(dims, rng.choice(regimes), rng.choice(layouts), "random")
+    return cases
+
+
+# -- generation -------------------------------------------------------------------------------------
+
+@dataclass
+class GeneratedInputs:
+    """One case's arguments, in declaration order (tensors and scalars).
+
+    values: tensors in their dtype, contiguous (what the baseline sees).
+    laid_out: the same values in the case's memory layout (what implementations receive).
+    truth: float tensors upcast to float64 (what the truth is computed from).
+    """
+
+    values: list[Any]
+    laid_out: list[Any]
+    truth: list[Any]
+    layout_applied: list[str] = field(default_factory=list)
+
+
+def resolve_dtype(spec: TensorSpec, dtype_under_test: str) -> str:
+    return spec.dtype or dtype_under_test
+
+
+def _bound(value: float | str | None, dims: Mapping[str, int], default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return float(dims[value])
+    return float(value)
+
+
+def _generator(seed: int, index: int) -> Any:
+    import torch
+
+    return torch.Generator().manual_seed((seed * 1_000_003 + index * 7_919) % (2**63 - 1))
+
+
+def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int], regime: str, dtype: str,
+                gen: Any) -> Any:
+    """A float64 tensor of the kind's distribution, shaped by the regime, before rounding to dtype."""
+    import torch
+
+    kind = spec.kind
+    f64 = torch.float64
+    if kind == "uniform" or (kind == "positive" and (spec.low is not None or spec.high is not None)):
+        low = _bound(spec.low, dims, -1.0 if kind == "uniform" else 0.5)
+        high = _bound(spec.high, dims, 1.0 if kind == "uniform" else 2.0)
+        base = torch.rand(shape, generator=gen, dtype=f64) * (high - low) + low
+    elif kind == "positive":
+        base = torch.exp(0.5 * torch.randn(shape, generator=gen, dtype=f64))
+    elif kind == "logits":
+        base = 3.0 * torch.randn(shape, generator=gen, dtype=f64)
+    elif kind == "probability":
+        logits = torch.randn(shape, generator=gen, dtype=f64)
+        base = torch.softmax(logits, dim=-1) if len(shape) else torch.sigmoid(logits)
+    elif kind in ("index", "integer"):
+        low, high = _int_bounds(spec, dims, dtype)
+        base = torch.randint(int(low), int(high), shape, generator=gen).to(f64)
+    elif kind == "constant":
+        base = torch.full(shape, _bound(spec.low if spec.low is not None else spec.high, dims, 1.0), dtype=f64)
+    else:
+        base = torch.randn(shape, generator=gen, dtype=f64)
+
+    if regime == "typical" or not _regime_applies(spec, regime) or not dt.is_float(dtype):
+        return base
+    positive = kind == "positive"
+    if regime in ("large", "huge", "tiny"):
+        scale = {
+            # exp() overflows above 88.7 (float32 math) and squares/sums overflow float16 above 256: the
+            # regime reaches both (sqrt(max)/4 = 64 in float16, 4096 in wider types) but stays far from the
+            # float32 range, where any reduction overflows in an order-dependent way (that is `huge`).
+            "large": min(math.sqrt(dt.max_finite(dtype)) / 4, LARGE_CAP),
+            # near the range: max/64 keeps a margin for the op's own growth (sums of a few terms)
+            "huge": dt.max_finite(dtype) / 64,
+            # straddles the smallest normal: about 40% of the values are subnormal in `dtype`
+            "tiny": dt.smallest_normal(dtype) * 2,
+        }[regime]
+        draw = torch.randn(shape, generator=gen, dtype=f64)
+        values = (draw.abs() if positive else draw) * scale
+        limit = dt.max_finite(dtype) / 2
+        return values.clamp(-limit, limit)
+    if regime == "constant_rows":
+        if len(shape) == 0:
+            return base
+        return base[..., :1].expand(shape).clone()
+    if regime == "ties":
+        steps = torch.randint(1 if positive else -2, 3, shape, generator=gen).to(f64)
+        return steps * 0.5
+    if regime == "nonfinite":
+        return base  # injection happens once per case, in make_inputs
+    return base
+
+
+def _int_bounds(spec: TensorSpec, dims: Mapping[str, int], dtype: str) -> tuple[float, float]:
+    """[low, high) for integer draws; defaults: index from 0, integer over the int8-sized range."""
+    if dtype == "bool":
+        return 0.0, 2.0
+    lo_default = 0.0 if spec.kind == "index" else max(dt.min_finite(dtype), -128.0)
+    hi_default = min(dt.max_finite(dtype), 127.0) + 1.0
+    low = _bound(spec.low, dims, lo_default)
+    high = _bound(spec.high, dims, hi_default)
+    if high <= low:
+        raise SpecError(f"input {spec.name!r}: low={spec.low!r} must be below high={spec.high!r}")
+    return low, high
+
+
+def _to_dtype(values: Any, dtype: str) -> Any:
+    import torch
+
+    target = dt.torch_dtype(dtype)
+    if dt.is_float(dtype):
+        limit = dt.max_finite(dtype)
+        finite = torch.isfinite(values)
+        # keep the injected NaN/Inf, saturate the rest: a draw must never overflow by itself
+        clamped = torch.where(finite, values.clamp(-limit, limit), values)
+        return clamped.to(target)
+    if dtype == "bool":
+        return (values != 0)
+    lo, hi = dt.min_finite(dtype), dt.max_finite(dtype)
+    return torch.nan_to_num(values).round().clamp(lo, hi).to(target)
+
+
+def _inject_nonfinite(tensor: Any, gen: Any, positive: bool) -> Any:
+    """A NaN, a +Inf and (unless the kind is positive) a -Inf at seeded positions."""
+    import torch
+
+    flat = tensor.reshape(-1).clone()
+    specials = [math.nan, math.inf] if positive else [math.nan, math.inf, -math.inf]
+    count = min(len(specials), flat.numel())
+    if count == 0:
+        return tensor
+    positions = torch.randperm(flat.numel(), generator=gen)[:count]
+    for pos, value in zip(positions.tolist(), specials):
+        flat[pos] = value
+    return flat.reshape(tensor.shape)
+
+
+def apply_layout(tensor: Any, layout: str) -> Any:
+    """Same values, different strides. Strided copies interleave poison, so a kernel that ignores
+    strides reads NaN (floats) or the dtype's maximum (ints) instead of a plausible neighbour."""
+    import torch
+
+    if layout == "transposed" and tensor.dim() >= 2:
+        return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "strided" and tensor.dim() >= 1:
+        shape = tuple(tensor.shape)
+        wide = shape[:-1] + (2 * shape[-1],)
+        if tensor.dtype.is_floating_point:
+            buffer = torch.full(wide, math.nan, dtype=tensor.dtype)
+        elif tensor.dtype == torch.bool:
+            buffer = torch.ones(wide, dtype=tensor.dtype)
+        else:
+            buffer = torch.full(wide, torch.iinfo(tensor.dtype).max, dtype=tensor.dtype)
+        buffer[..., ::2] = tensor
+        return buffer[..., ::2]
+    return tensor
+
+
+def make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
+    """The arguments of `case` for the dtype under test; identical in every process for the same case."""
+    import torch
+
+    dims = case.dims_dict
+    values: list[Any] = []
+    laid_out: list[Any] = []
+    truth: list[Any] = []
+    applied: list[str] = []
+    injected = False
+    for index, inp in enumerate(op.inputs):
+        if isinstance(inp, Scalar):
+            values.append(inp.value)
+            laid_out.append(inp.value)
+            truth.append(inp.value)
+            applied.append("scalar")
+            continue
+        in_dtype = resolve_dtype(inp, dtype)
+        shape = inp.concrete_shape(dims)
+        gen = _generator(case.seed, index)
+        raw = _draw_float(inp, shape, dims, case.regime, in_dtype, gen)
+        if (case.regime == "nonfinite" and not injected and dt.is_float(in_dtype)
+                and _regime_applies(inp, "nonfinite")):
+            raw = _inject_nonfinite(raw, gen, positive=inp.kind == "positive")
+            injected = True
+        tensor = _to_dtype(raw, in_dtype)
+        values.append(tensor)
+        layout = case.layout if _layout_applies(inp, case.layout) else "contiguous"
+        laid_out.append(apply_layout(tensor, layout))
+        applied.append(layout)
+        truth.append(tensor.to(torch.float64) if tensor.dtype.is_floating_point else tensor.clone())
+    return GeneratedInputs(values, laid_out, truth, applied)
+
+
+def case_counts(op: Operator) -> dict[str, int]:
+    """How many cases each budget runs for this op (what the docs table shows)."""
+    return {name: len(plan_cases(op, name)) for name in BUDGETS}

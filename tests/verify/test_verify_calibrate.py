@@ -1,0 +1,177 @@
+"""Calibration: budgets from the eager baseline's error against the float64 truth, and the judge."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import opgate
+from opgate.verify import dtypes as dt
+from opgate.verify.calibrate import (
+    FLOOR_EPS, K_QUANTILE, K_RMSE, CalibrationError, calibrate, judge_case, truth_and_baseline,
+)
+from opgate.verify.inputs import plan_cases
+from opgate.verify.spec import SpecError
+
+
+def _calibrated(op, dtype, budget="quick"):
+    cases = plan_cases(op, budget)
+    pairs = [truth_and_baseline(op, c, dtype) for c in cases]
+    truths = [t for t, _ in pairs]
+    baselines = [b for _, b in pairs]
+    return cases, truths, baselines, calibrate(op, dtype, cases, truths, baselines)
+
+
+def _judge(cal, i, candidate, truths, op=None):
+    return judge_case([candidate], truths[i], cal.budgets[i], cal.out_dtypes, cal.masks[i],
+                      op.quantized if op else None)
+
+
+def test_budget_follows_the_documented_formula(softmax_op):
+    cases, truths, baselines, cal = _calibrated(softmax_op, "float16")
+    assert cal.n_cases == len(cases) == 18
+    eps = dt.eps("float16")
+    for case_index, (stats, budget) in enumerate(zip(cal.baseline, cal.budgets)):
+        s, b = stats[0], budget[0]
+        tiny = dt.smallest_normal("float16") * eps
+        expected = (K_RMSE * max(s.rmse, cal.pooled_rmse[0] * s.truth_rms, b.sensitivity_rmse)
+                    + FLOOR_EPS["float16"] * eps * s.truth_rms)
+        assert math.isclose(b.rmse, expected + tiny, rel_tol=1e-12), case_index
+        expected_q = (K_QUANTILE * max(s.quantile_abs, cal.pooled_quantile[0] * s.truth_quantile_abs,
+                                       b.sensitivity_quantile)
+                      + FLOOR_EPS["float16"] * eps * s.truth_quantile_abs)
+        # softmax is well conditioned: float32-roundoff sensitivity is far below float16's own rounding
+        assert b.sensitivity_rmse < 0.1 * max(s.rmse, cal.pooled_rmse[0] * s.truth_rms) or s.truth_rms == 0
+        assert math.isclose(b.quantile, expected_q + tiny, rel_tol=1e-12), case_index
+        assert "calibrated: 2 x baseline RMSE over 18 cases" in b.rmse_source
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_eager_baseline_and_the_rounded_truth_pass_every_case(softmax_op, dtype):
+    _, truths, baselines, cal = _calibrated(softmax_op, dtype)
+    for i, (truth, baseline) in enumerate(zip(truths, baselines)):
+        assert _judge(cal, i, baseline[0], truths).passed
+        rounded = truth[0].to(getattr(torch, dtype))
+        verdict = _judge(cal, i, rounded, truths)
+        assert verdict.passed, (i, verdict.reasons)
+        assert verdict.ratio <= 1.0
+
+
+def test_eight_times_the_baseline_error_fails_in_float16(softmax_op):
+    _, truths, baselines, cal = _calibrated(softmax_op, "float16")
+    failed = 0
+    for i, (truth, baseline) in enumerate(zip(truths, baselines)):
+        t, b = truth[0], baseline[0].to(torch.float64)
+        if not torch.isfinite(t).all() or (b == t).all():
+            continue
+        worse = (t + 8 * (b - t)).to(torch.float16)
+        failed += not _judge(cal, i, worse, truths).passed
+    assert failed >= 10
+
+
+def test_user_tolerance_override_wins(softmax_op):
+    op = opgate.Operator("softmax_tol", reference=softmax_op.reference, inputs=softmax_op.inputs,
+                         dims=softmax_op.dims, dtypes=["float16"],
+                         tolerance={"float16": {"atol": 1e-2, "rtol": 0.0}})
+    _, truths, baselines, cal = _calibrated(op, "float16")
+    assert cal.budgets[0][0].is_override and "user tolerance= override" in cal.budgets[0][0].rmse_source
+    t = truths[0][0]
+    off = t.clone()
+    off.view(-1)[0] += 0.05
+    verdict = _judge(cal, 0, off.to(torch.float16), truths)
+    assert not verdict.passed and "exceed atol" in verdict.reasons[0]
+    assert _judge(cal, 0, (t + 0.005).to(torch.float16), truths).passed
+
+
+def test_override_with_unknown_key_is_a_spec_error(softmax_op):
+    op = opgate.Operator("softmax_bad", reference=softmax_op.reference, inputs=softmax_op.inputs,
+                         dims=softmax_op.dims, dtypes=["float16"], tolerance={"float16": {"tol": 1e-2}})
+    with pytest.raises(SpecError, match="use atol and rtol"):
+        _calibrated(op, "float16")
+
+
+def test_integer_outputs_are_judged_by_differing_elements():
+    op = opgate.Operator("argmax", reference=lambda x: torch.argmax(x, dim=-1),
+                         inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [4], "N": [16]},
+                         dtypes=["float16"], propagates_nonfinite=False)
+    _, truths, baselines, cal = _calibrated(op, "float16")
+    assert cal.out_dtypes == ["int64"]
+    budget = cal.budgets[0][0]
+    assert budget.exact_mismatches == 0
+    wrong = truths[0][0].clone()
+    wrong[0] = (wrong[0] + 1) % 16
+    verdict = _judge(cal, 0, wrong, truths)
+    assert not verdict.passed and "1 element(s) differ" in verdict.reasons[0]
+
+
+def test_quantized_outputs_allow_off_by_one_only_within_the_budget():
+    quant = {"scale": 0.05, "zero_point": 0, "dtype": "int8"}
+    op = opgate.Operator(
+        "quantize", reference=lambda x: torch.clamp(torch.round(x / 0.05), -128, 127).to(torch.int8),
+        inputs=[opgate.TensorSpec("x", ("N",), kind="uniform", low=-6, high=6)], dims={"N": [4096]},
+        dtypes=["float16"], quantized=quant, propagates_nonfinite=False)
+    _, truths, baselines, cal = _calibrated(op, "float16")
+    t = truths[0][0]
+    assert t.dtype == torch.int8
+    assert _judge(cal, 0, t.clone(), truths, op).passed
+    two_off = t.clone()
+    two_off[:10] = (two_off[:10].to(torch.int16) + 2).clamp(-128, 127).to(torch.int8)
+    verdict = _judge(cal, 0, two_off, truths, op)
+    assert not verdict.passed and any("more than one quantum" in r for r in verdict.reasons)
+
+
+def test_a_reference_that_raises_is_a_calibration_error():
+    def broken(x):
+        if x.shape[-1] == 1:
+            raise ValueError("no size 1")
+        return x
+
+    op = opgate.Operator("broken", reference=broken, inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [8]})
+    with pytest.raises(CalibrationError, match="raised ValueError on N=1"):
+        _calibrated(op, "float32")
+
+
+def test_elements_eager_cannot_deliver_are_marked_lost():
+    from opgate.verify.calibrate import baseline_lost_mask
+
+    # an ordinary case: eager is right up to rounding except a NaN and a missed overflow
+    truth = torch.tensor([1.0, 2.0, 1e39, 0.0, 3.0, 1e-8], dtype=torch.float64)
+    eager = torch.tensor([1.0, float("nan"), float("nan"), 1e-30, 3.0000002, 2e-8], dtype=torch.float32)
+    assert baseline_lost_mask(truth, eager).tolist() == [False, True, True, False, False, False]
+    # eager fails the whole case (SDPA returns 0 where QK^T overflows float32): every wrong element is lost
+    truth = torch.tensor([-1.15e37, 1.0e36, -1.25e37], dtype=torch.float64)
+    eager = torch.zeros(3, dtype=torch.float32)
+    assert baseline_lost_mask(truth, eager).tolist() == [True, True, True]
+
+
+def test_large_regime_stays_far_from_the_float32_range(softmax_op):
+    from opgate.verify.inputs import Case, make_inputs
+
+    x = make_inputs(softmax_op, Case.make({"M": 8, "N": 1024}, 1, "large"), "float32").values[0]
+    assert 88 < float(x.abs().max()) < 4096 * 6  # exp overflows; products and squares stay in range
+
+
+def test_ill_conditioned_cases_get_budget_from_input_sensitivity():
+    """Layer norm of a constant row amplifies input rounding by 1/sqrt(eps): eager's Welford mean happens
+    to be exact there, a correct two-pass kernel is not, and the sensitivity term tells the two apart."""
+    from opgate.verify.inputs import Case, make_inputs
+
+    op = opgate.Operator(
+        "layernorm", reference=lambda x, w, b, eps: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps),
+        inputs=[opgate.TensorSpec("x", ("M", "N"), kind="uniform", low=-1.0, high=3.0),
+                opgate.TensorSpec("w", ("N",), kind="uniform", low=0.5, high=1.5),
+                opgate.TensorSpec("b", ("N",)), opgate.Scalar("eps", 1e-5)],
+        dims={"M": [1], "N": [7]}, dtypes=["float32"])
+    case = Case.make({"M": 1, "N": 7}, 13, "constant_rows")
+    truth, baseline = truth_and_baseline(op, case, "float32")
+    cal = calibrate(op, "float32", [case], [truth], [baseline])
+    budget = cal.budgets[0][0]
+    assert budget.baseline_rmse < 1e-6 < budget.sensitivity_rmse
+    assert "ill-conditioned" in budget.rmse_source
+    x, w, b, eps = make_inputs(op, case, "float32").values
+    mean = x.sum(-1, keepdim=True) / x.shape[-1]  # two-pass, as the Triton tutorial computes it
+    var = ((x - mean) ** 2).sum(-1, keepdim=True) / x.shape[-1]
+    two_pass = (x - mean) / torch.sqrt(var + eps) * w + b
+    assert _judge(cal, 0, two_pass, [truth]).passed

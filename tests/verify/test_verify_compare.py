@@ -1,0 +1,92 @@
+"""The comparator: error statistics against the float64 truth, non-finite values classified apart."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from opgate.verify.compare import OutputStats, compare_output, count_exceeding, ulp_distance
+
+
+def test_ulp_distance_counts_representable_steps_across_zero():
+    one = torch.tensor([1.0], dtype=torch.float16)
+    next_up = torch.nextafter(one, torch.tensor([2.0], dtype=torch.float16))
+    assert ulp_distance(next_up, one).item() == 1
+    neg = torch.tensor([-0.0], dtype=torch.float32)
+    pos = torch.tensor([0.0], dtype=torch.float32)
+    assert ulp_distance(neg, pos).item() == 0
+    tiny_pos = torch.nextafter(pos, torch.tensor([1.0]))
+    tiny_neg = torch.nextafter(pos, torch.tensor([-1.0]))
+    assert ulp_distance(tiny_pos, tiny_neg).item() == 2
+
+
+def test_statistics_of_a_known_error():
+    truth = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    cand = torch.tensor([[1.0, 2.0], [3.0, 4.5]], dtype=torch.float32)
+    stats = compare_output(cand, truth, "float32")
+    assert stats.max_abs == 0.5
+    assert math.isclose(stats.rmse, math.sqrt(0.25 / 4))
+    assert stats.worst is not None and stats.worst.index == (1, 1)
+    assert stats.worst.candidate == 4.5 and stats.worst.truth == 4.0
+    assert math.isclose(stats.max_rel, 0.125)
+    assert stats.ulp_max == 0.5 / 2**-21  # ulp of 4.0 in float32 is 2^-21
+    assert 0.99 < stats.cosine < 1.0
+    assert math.isclose(stats.sqnr_db, 10 * math.log10(30 / 0.25))
+
+
+def test_nan_where_truth_is_finite_is_counted_and_shown():
+    truth = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    cand = torch.tensor([1.0, float("nan"), 3.0], dtype=torch.float16)
+    stats = compare_output(cand, truth, "float16")
+    assert stats.nonfinite_unexpected == 1
+    assert stats.worst.index == (1,) and math.isnan(stats.worst.candidate)
+
+
+def test_nonfinite_truth_must_be_matched_by_class():
+    truth = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0], dtype=torch.float64)
+    good = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0])
+    bad = torch.tensor([0.0, float("nan"), float("inf"), 1.0])
+    assert compare_output(good, truth, "float32").nonfinite_missed == 0
+    assert compare_output(bad, truth, "float32").nonfinite_missed == 3
+
+
+def test_overflow_of_the_dtype_accepts_inf_nan_and_saturation_but_not_small_values_or_wrong_sign():
+    truth = torch.tensor([1e6, -1e6, 1e6, 1e6, 1e6], dtype=torch.float64)  # beyond float16's 65504
+    cand = torch.tensor([float("inf"), -65504.0, float("nan"), 1.0, -float("inf")], dtype=torch.float16)
+    stats = compare_output(cand, truth, "float16")
+    assert stats.nonfinite_missed == 2  # 1.0 should have overflowed; -inf has the wrong sign
+    assert stats.nonfinite_unexpected == 0
+
+
+def test_excused_nonfinite_where_the_baseline_overflows_too():
+    truth = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    cand = torch.tensor([float("nan"), 2.0])
+    mask = torch.tensor([True, False])
+    stats = compare_output(cand, truth, "float32", baseline_lost=mask)
+    assert stats.nonfinite_unexpected == 0 and stats.nonfinite_excused == 1
+
+
+def test_shape_and_dtype_mismatch_are_problems_not_numbers():
+    truth = torch.zeros(2, 3, dtype=torch.float64)
+    assert "shape" in compare_output(torch.zeros(3, 2), truth, "float32").problem
+    assert "dtype float32 != the reference's float16" in compare_output(torch.zeros(2, 3), truth, "float16").problem
+    assert "not a tensor" in compare_output(None, truth, "float32").problem
+
+
+def test_quantized_outputs_compare_exactly_and_after_dequantization():
+    truth = torch.tensor([10, -3, 127, 0], dtype=torch.int8)
+    cand = torch.tensor([11, -3, 125, 0], dtype=torch.int8)
+    stats = compare_output(cand, truth, "int8", quantized={"scale": 0.5, "zero_point": 0})
+    assert stats.exact_mismatches == 2 and stats.off_by_more_than_one == 1
+    assert stats.max_abs == 1.0  # two quanta of 0.5
+    assert math.isfinite(stats.sqnr_db)
+    assert count_exceeding(cand, truth, 0.6, {"scale": 0.5, "zero_point": 0}) == 1
+
+
+def test_stats_round_trip_through_json_dicts():
+    truth = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    stats = compare_output(torch.tensor([1.0, 2.5]), truth, "float32")
+    assert OutputStats.from_dict(stats.to_dict()) == stats
+    exact = compare_output(torch.tensor([1.0, 2.0]), truth, "float32")
+    assert exact.sqnr_db == math.inf and OutputStats.from_dict(exact.to_dict()).sqnr_db == math.inf
