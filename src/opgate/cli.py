@@ -155,16 +155,23 @@ def verify(
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1.0, help="Seconds one implementation x dtype "
                                             "may run before it is killed (default: 300/600/1800 by budget)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
+    stages: str = typer.Option("numerics,runtime,sanitizer", "--stages", help="Comma-separated: numerics (always runs), "
+                               "runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer (compute-sanitizer "
+                               "memcheck), portability, occupancy, roofline (opgate analyze's stages)."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
-    from opgate.verify.engine import VerifyRequest, run_verify
+    from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, run_verify
 
     console = Console(highlight=False)
+    chosen_stages = [s.strip() for s in stages.split(",") if s.strip()]
+    unknown = [s for s in chosen_stages if s not in VERIFY_STAGES]
+    if unknown:
+        raise InputError(f"--stages {unknown[0]!r} is not a stage; choose from {', '.join(VERIFY_STAGES)}")
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
     request = VerifyRequest(
         spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
-        timeout_s=timeout,
+        timeout_s=timeout, stages=chosen_stages,
     )
     report = run_verify(request, console)
     _emit_reports(report, json_path, junit_path, console, verbose)

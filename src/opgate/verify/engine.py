@@ -51,6 +51,14 @@ class VerifyRequest:
     shrink: bool = True
     jobs: int = 2
     timeout_s: float | None = None
+    # numerics always; runtime (timing, roofline fraction, CUDA graphs) and sanitizer on a GPU;
+    # portability / occupancy / roofline are `opgate analyze`'s stages, run on request.
+    stages: Sequence[str] = ("numerics", "runtime", "sanitizer")
+
+
+VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "portability", "occupancy", "roofline")
+RUNTIME_TARGET = "opgate.verify.runtime:VerifyRuntimeCheck"
+SANITIZER_TARGET = "opgate.verify.runtime:VerifySanitizerCheck"
 
 
 @dataclass
@@ -230,7 +238,47 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
                 tasks.append(CheckTask(check_id, title, CHECK_TARGET, timeout,
                                        CheckContext(verb="verify", level=budget_name, options=options),
                                        env=_child_env(choice, gpu, request.jobs)))
+        runtime_tasks, runtime_preset = _runtime_tasks(op, sel, request, budget_name, gpu, token is not None)
+        tasks += runtime_tasks
+        preset += runtime_preset
     return tasks, preset, info
+
+
+def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_name: str, gpu: bool,
+                   replaying: bool) -> tuple[list[CheckTask], list[CheckResult]]:
+    """GPU runtime checks for the user's torch/Triton implementations: timing + graphs per dtype (each alone
+    on the GPU), one sanitizer run per implementation. Without a GPU: one `skipped` result saying why."""
+    from opgate.verify.runtime import RUNTIME_BACKENDS, SANITIZER_TIMEOUT_S, VerifyRuntimeCheck
+
+    wanted = [stage for stage in ("runtime", "sanitizer") if stage in request.stages]
+    choices = [c for c in sel.choices if c.origin == "user" and c.backend in RUNTIME_BACKENDS]
+    if replaying or not wanted or not choices:
+        return [], []
+    if not gpu:
+        reason = "needs a CUDA GPU (none visible to torch): timing, roofline fraction, CUDA graph capture and " \
+                 "compute-sanitizer run on a GPU host"
+        return [], [CheckResult(f"verify.{op.name}.{stage}", f"{op.name}: {stage}", Outcome.SKIPPED, reason)
+                    for stage in wanted]
+    tasks: list[CheckTask] = []
+    for choice in choices:
+        base = {"spec_file": str(request.spec_file.resolve()), "op": op.name, "impl": choice.name,
+                "seed": request.seed}
+        env = _child_env(choice, True, 1)
+        if "runtime" in wanted:
+            for dtype in sel.dtypes:
+                check_id = f"verify.{op.name}.{choice.name}.{dtype}.runtime"
+                options = {**base, "dtype": dtype, "check_id": check_id,
+                           "title": f"{op.name}: {choice.describe()} in {dtype} on the GPU"}
+                tasks.append(CheckTask(check_id, options["title"], RUNTIME_TARGET, VerifyRuntimeCheck.timeout_s,
+                                       CheckContext(verb="verify", level=budget_name, options=options), env=env,
+                                       exclusive=True))
+        if "sanitizer" in wanted:
+            check_id = f"verify.{op.name}.{choice.name}.sanitizer"
+            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id,
+                       "title": f"{op.name}: {choice.describe()} under compute-sanitizer memcheck"}
+            tasks.append(CheckTask(check_id, options["title"], SANITIZER_TARGET, SANITIZER_TIMEOUT_S + 60,
+                                   CheckContext(verb="verify", level=budget_name, options=options), env=env))
+    return tasks, []
 
 
 def run_verify(request: VerifyRequest, console: Any) -> RunReport:
@@ -245,4 +293,21 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
         else:
             tasks, preset, info = prepare_tasks(request, workdir)
         report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info)
+    analyze_stages = [s for s in request.stages if s in ("portability", "occupancy", "roofline")]
+    if analyze_stages and not request.replay:
+        report = _with_analyze(report, request, analyze_stages, console)
     return report
+
+
+def _with_analyze(report: RunReport, request: VerifyRequest, stages: list[str], console: Any) -> RunReport:
+    """`--stages portability,occupancy,roofline`: opgate analyze's results joined into this report."""
+    from opgate.analyze.portability import DEFAULT_TARGETS, parse_targets
+    from opgate.analyze.run import AnalyzeOptions, run_analyze
+
+    options = AnalyzeOptions(spec_file=request.spec_file.resolve(), targets=parse_targets(list(DEFAULT_TARGETS)),
+                             out_dir=request.out_dir / "analyze", jobs=request.jobs, stages=stages,
+                             dtypes=list(request.dtypes) or None)
+    analyzed, _ = run_analyze(options, console)
+    return dataclasses.replace(report, results=report.results + analyzed.results,
+                               duration_s=report.duration_s + analyzed.duration_s,
+                               extra={**report.extra, "analyze": analyzed.extra})

@@ -1,0 +1,215 @@
+"""`opgate verify` on a GPU: how each implementation behaves at run time, beside whether it is right.
+
+- `VerifyRuntimeCheck`: CUDA-event timing (warm-up, L2 flushed, rotating inputs; median and p95) at the
+  largest declared sizes, the achieved fraction of the roofline floor (this card's measured HBM bandwidth
+  when the doctor has cached it, else the datasheet), and CUDA graph capturability: captured and replayed
+  against eager, or the reason it cannot be, in the user's terms, with the remedy.
+- `VerifySanitizerCheck`: the implementation run once under compute-sanitizer memcheck in its own process;
+  findings (kind, kernel, thread, block) become the result.
+
+Both need a CUDA device and skip with the reason elsewhere; both are children of the isolated runner.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from opgate.checks.base import Check, CheckContext
+from opgate.errors import SkipCheck
+from opgate.results import CheckResult, Figure, Outcome, Threshold
+
+RUNTIME_BACKENDS = ("torch", "triton")
+SANITIZER_TIMEOUT_S = 420.0
+
+
+def largest_dims(op: Any) -> dict[str, int]:
+    """The largest declared size of every dim: where launch overhead matters least."""
+    return {dim: max(sizes) for dim, sizes in op.dims.items()}
+
+
+def cuda_inputs(op: Any, dims: dict[str, int], dtype: str, seed: int) -> list[Any]:
+    from opgate.verify.inputs import Case, make_inputs
+
+    values = make_inputs(op, Case.make(dims, seed), dtype).values
+    return [v.cuda() if hasattr(v, "cuda") else v for v in values]
+
+
+def _load(options: dict[str, Any]) -> tuple[Any, Any]:
+    from opgate.verify.spec import load_spec_file
+
+    ops = {op.name: op for op in load_spec_file(options["spec_file"])}
+    op = ops[options["op"]]
+    return op, op.implementations[options["impl"]]
+
+
+def _require_cuda() -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise SkipCheck(f"runtime checks need torch: {exc}") from None
+    if not torch.cuda.is_available():
+        raise SkipCheck("runtime checks need a CUDA GPU; none is visible to torch")
+    return torch
+
+
+def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float,
+                      gpu_name: str) -> tuple[list[Figure], str]:
+    """Floor time for this case on this GPU and the achieved fraction; figures and a short text."""
+    from opgate.analyze.roofline import operator_work, roofline_point
+    from opgate.errors import InputError
+    from opgate.gpu.ceilings import load_ceilings
+    from opgate.gpus import lookup_gpu
+
+    try:
+        gpu = lookup_gpu(gpu_name)
+    except InputError:
+        return [Figure("roofline", f"not judged: {gpu_name!r} is not in opgate's GPU catalogue")], ""
+    work = operator_work(op, dtype, dims)
+    point = roofline_point(work, gpu, median_s)
+    if point is None:
+        return [Figure("roofline", f"not judged: no {dtype} peak for {gpu.name} in the catalogue")], ""
+    measured = load_ceilings(gpu_name)
+    bandwidth, bandwidth_source = point.bandwidth_bytes_per_s, f"{gpu.name} datasheet"
+    if measured is not None:
+        bandwidth = measured.hbm_read_bytes_per_s
+        bandwidth_source = f"HBM read measured on this card by {measured.source}"
+    floor_s = max(work.flops / point.peak_ops_per_s, work.bytes / bandwidth)
+    fraction = floor_s / median_s if median_s > 0 else math.nan
+    bound = "compute" if work.flops / point.peak_ops_per_s > work.bytes / bandwidth else "memory"
+    figures = [
+        Figure("roofline floor", round(floor_s * 1e6, 3), "us",
+               Threshold(f"{bandwidth / 1e12:.3f} TB/s, {point.peak_ops_per_s / 1e12:.0f} TFLOP/s", "ceilings",
+                         f"{bandwidth_source}; {point.precision} peak from the GPU catalogue")),
+        Figure("achieved fraction of the roofline floor", round(fraction, 3)),
+        Figure("bound", bound),
+        Figure("arithmetic intensity", round(work.intensity, 3) if work.bytes else None, "FLOP/byte"),
+        Figure("work counted", f"{work.flops:.4g} FLOP ({work.flops_source}), {work.bytes:.4g} B ({work.bytes_source})"),
+    ]
+    return figures, f"{fraction:.0%} of the {bound}-bound roofline floor ({floor_s * 1e6:.1f} us)"
+
+
+class VerifyRuntimeCheck(Check):
+    """Timing, roofline fraction and CUDA-graph capturability of one implementation in one dtype."""
+
+    check_id = "verify.runtime"
+    title = "runtime behaviour on the GPU"
+    verbs = ("verify",)
+    levels = ("quick", "standard", "thorough")
+    timeout_s = 300.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.measure.graph_capture import check_graph_capture
+        from opgate.measure.timing import time_cuda
+
+        options = dict(ctx.options)
+        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
+        torch = _require_cuda()
+        op, implementation = _load(options)
+        dtype = options["dtype"]
+        dims = largest_dims(op)
+        seed = int(options.get("seed", 0))
+        fn = implementation.fn
+        input_sets = [tuple(cuda_inputs(op, dims, dtype, seed + k)) for k in range(3)]
+        gpu_name = torch.cuda.get_device_name()
+        stats = time_cuda(fn, input_sets, warmup=5, repeats=int(options.get("repeats", 50)))
+        label = ",".join(f"{k}={v}" for k, v in dims.items())
+        figures = [
+            Figure("timed case", f"{label} {dtype}"),
+            Figure("median time", round(stats.median_us, 3), "us"),
+            Figure("p95 time", round(stats.p95_us, 3), "us"),
+            Figure("timing method", f"CUDA events, {stats.samples} calls after warm-up, L2 flushed before each, "
+                                    f"{stats.input_sets} rotating input sets"),
+        ]
+        roof_figures, roof_text = roofline_fraction(op, dtype, dims, stats.median_us * 1e-6, gpu_name)
+        figures += roof_figures
+        # Graph capture last: a failed capture leaves torch's CUDA generator unusable in this process.
+        graph = check_graph_capture(fn, input_sets[0], input_sets[1])
+        extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
+                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(),
+                                 "graph": {**graph.__dict__, "saved_us_per_call": graph.saved_us_per_call}}
+        timing_text = f"{stats.median_us:.1f} us median (p95 {stats.p95_us:.1f}) at {label} on {gpu_name}"
+        if roof_text:
+            timing_text += f", {roof_text}"
+        if not graph.captured:
+            figures.append(Figure("CUDA graph capture", f"fails: {graph.cause}"))
+            return self.warned(f"{timing_text}; not capturable in a CUDA graph: {graph.cause}",
+                               figures=figures, remediation=graph.remedy, extra=extra)
+        figures += [
+            Figure("CUDA graph replay matches eager", graph.matches_eager, threshold=Threshold(True, "==",
+                   "a replay runs the same kernels on the same inputs")),
+            Figure("eager per call", round(graph.eager_us_per_call or 0, 3), "us"),
+            Figure("graph replay per call", round(graph.graph_us_per_call or 0, 3), "us"),
+            Figure("launch overhead saved by a graph", round(graph.saved_us_per_call or 0, 3), "us/call"),
+        ]
+        if not graph.matches_eager:
+            return self.failed(f"{timing_text}; CUDA graph replay differs from eager (max |diff| "
+                               f"{graph.max_abs_diff:.3g}): the implementation depends on state a graph freezes",
+                               figures=figures, remediation="Look for host-side values baked in at capture time "
+                               "(Python scalars from tensors, cached pointers, allocator-dependent buffers).",
+                               extra=extra)
+        return self.passed(f"{timing_text}; captures in a CUDA graph, replay matches eager and saves "
+                           f"{graph.saved_us_per_call or 0:.1f} us per call", figures=figures, extra=extra)
+
+
+class VerifySanitizerCheck(Check):
+    """One call of the implementation under compute-sanitizer memcheck, in its own process."""
+
+    check_id = "verify.sanitizer"
+    title = "memory safety under compute-sanitizer"
+    verbs = ("verify",)
+    levels = ("quick", "standard", "thorough")
+    timeout_s = SANITIZER_TIMEOUT_S + 30
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.sanitizer import SanitizerNotFound, run_under_sanitizer
+
+        options = dict(ctx.options)
+        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
+        _require_cuda()
+        tool = options.get("tool", "memcheck")
+        command = [sys.executable, "-m", "opgate.verify.runtime", options["spec_file"], options["op"],
+                   options["impl"], options["dtype"]]
+        try:
+            run = run_under_sanitizer(command, tool=tool, timeout_s=SANITIZER_TIMEOUT_S)
+        except SanitizerNotFound as exc:
+            raise SkipCheck(str(exc)) from None
+        findings = run.report.findings
+        extra = {"sanitizer": run.to_dict()}
+        figures = [Figure("tool", tool), Figure("findings", len(findings), "", Threshold(0, "==", "compute-sanitizer")),
+                   Figure("run time under the sanitizer", round(run.duration_s, 1), "s")]
+        if run.timed_out:
+            return self.result(Outcome.ERROR, f"{tool} run timed out after {SANITIZER_TIMEOUT_S:g} s",
+                               figures=figures, extra=extra)
+        if findings or run.sanitizer_flagged:
+            first = findings[0] if findings else None
+            where = ""
+            if first is not None:
+                where = f": {first.kind} in {first.kernel or '?'}"
+                if first.thread is not None:
+                    where += f" thread {tuple(first.thread)} block {tuple(first.block or ())}"
+            return self.failed(f"{tool} reports {len(findings) or run.report.reported_error_count} error(s){where}",
+                               figures=figures, remediation="Fix the out-of-bounds or invalid access; the log "
+                               "path is in the JSON report.", extra=extra)
+        if run.returncode not in (0, None):
+            return self.result(Outcome.ERROR, f"the implementation exited with {run.returncode} under {tool}: "
+                               f"{run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ''}",
+                               figures=figures, extra=extra)
+        return self.passed(f"{tool}: no errors in one call at the first declared sizes ({run.duration_s:.0f} s "
+                           "under the sanitizer)", figures=figures, extra=extra)
+
+
+def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str) -> None:
+    """What the sanitizer watches: one call at the first declared sizes, then a device sync."""
+    import torch
+
+    op, implementation = _load({"spec_file": spec_file, "op": op_name, "impl": impl_name})
+    args = cuda_inputs(op, op.default_dims(), dtype, seed=0)
+    implementation.fn(*args)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    run_once(*sys.argv[1:5])

@@ -1,0 +1,57 @@
+"""`opgate verify`'s GPU runtime stages: skipped with the reason on a CPU machine; on a GPU, timed against
+the roofline, captured in a CUDA graph and run under compute-sanitizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from opgate_testing import REPO, run_opgate
+
+from opgate.verify.runtime import largest_dims
+
+GELU = REPO / "examples" / "ops" / "gelu.py"
+
+
+def test_bad_stage_is_bad_usage() -> None:
+    out = run_opgate(["verify", str(GELU), "--stages", "numerics,warp-speed"])
+    assert out.returncode == 2
+    assert "warp-speed" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_largest_dims() -> None:
+    from opgate.verify.spec import load_spec_file
+
+    [op] = load_spec_file(GELU)
+    assert largest_dims(op) == {d: max(v) for d, v in op.dims.items()}
+
+
+def test_runtime_stages_skip_with_reason_without_gpu(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the runtime stages run instead")
+    report = tmp_path / "r.json"
+    out = run_opgate(["verify", str(GELU), "--impl", "torch", "--dtype", "float32", "--budget", "quick",
+                      "--no-extras", "--json", str(report)], timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    for stage in ("runtime", "sanitizer"):
+        result = next(r for k, r in results.items() if k.endswith(f".{stage}"))
+        assert result["outcome"] == "skipped" and "CUDA GPU" in result["reason"]
+
+
+@pytest.mark.gpu
+def test_runtime_and_sanitizer_on_gpu(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    out = run_opgate(["verify", str(GELU), "--impl", "triton", "--dtype", "float32", "--budget", "quick",
+                      "--no-extras", "--json", str(report)], timeout=900)
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    runtime = next(r for k, r in results.items() if k.endswith(".runtime"))
+    sanitizer = next(r for k, r in results.items() if k.endswith(".sanitizer"))
+    assert runtime["outcome"] == "passed", runtime["reason"]
+    assert "roofline floor" in runtime["reason"] and "CUDA graph" in runtime["reason"]
+    assert sanitizer["outcome"] == "passed", sanitizer["reason"]
+    assert out.returncode == 0, out.stdout[-3000:]
