@@ -23,6 +23,9 @@ BUGGY = ("triton_tail_bug", "triton_fp16_acc", "triton_no_max", "triton_grid_bug
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`opgate verify ARGS`; numerics only unless the test names stages (the GPU runtime stages have their own tests)."""
+    if "--stages" not in args:
+        args = (*args, "--stages", "numerics")
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("TRITON_INTERPRET", None)  # opgate must set it for the Triton children itself
     return subprocess.run([sys.executable, "-m", "opgate", "verify", *args], cwd=ROOT, env=env,
