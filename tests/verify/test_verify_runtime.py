@@ -55,3 +55,12 @@ def test_runtime_and_sanitizer_on_gpu(tmp_path: Path) -> None:
     assert "roofline floor" in runtime["reason"] and "CUDA graph" in runtime["reason"]
     assert sanitizer["outcome"] == "passed", sanitizer["reason"]
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_strided_layout_stays_on_the_tensors_device() -> None:
+    torch = pytest.importorskip("torch")
+    from opgate.verify.inputs import apply_layout
+
+    x = torch.arange(6.0).reshape(2, 3).to("meta")
+    y = apply_layout(x, "strided")
+    assert y.device == x.device and y.stride() == (6, 2)

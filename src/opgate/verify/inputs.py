@@ -399,12 +399,13 @@ def apply_layout(tensor: Any, layout: str) -> Any:
     if layout == "strided" and tensor.dim() >= 1:
         shape = tuple(tensor.shape)
         wide = shape[:-1] + (2 * shape[-1],)
+        device = tensor.device  # build the wide buffer where the tensor lives (a GPU run passes CUDA tensors)
         if tensor.dtype.is_floating_point:
-            buffer = torch.full(wide, math.nan, dtype=tensor.dtype)
+            buffer = torch.full(wide, math.nan, dtype=tensor.dtype, device=device)
         elif tensor.dtype == torch.bool:
-            buffer = torch.ones(wide, dtype=tensor.dtype)
+            buffer = torch.ones(wide, dtype=tensor.dtype, device=device)
         else:
-            buffer = torch.full(wide, torch.iinfo(tensor.dtype).max, dtype=tensor.dtype)
+            buffer = torch.full(wide, torch.iinfo(tensor.dtype).max, dtype=tensor.dtype, device=device)
         buffer[..., ::2] = tensor
         return buffer[..., ::2]
     return tensor
