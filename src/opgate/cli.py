@@ -118,7 +118,7 @@ def inspect(
     """
     from opgate.inspect.command import run_inspect
 
-    console = Console(highlight=False)
+    console = make_console()
     raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
 
 
@@ -162,7 +162,7 @@ def verify(
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
     from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, run_verify
 
-    console = Console(highlight=False)
+    console = make_console()
     chosen_stages = [s.strip() for s in stages.split(",") if s.strip()]
     unknown = [s for s in chosen_stages if s not in VERIFY_STAGES]
     if unknown:
@@ -206,7 +206,7 @@ def analyze(
     if not spec_file.is_file():
         raise InputError(f"spec file {spec_file} does not exist; pass the path of a Python file that defines "
                          "opgate.Operator objects")
-    console = Console(highlight=False)
+    console = make_console()
     required = parse_targets(targets)
     optional = [t for t in parse_targets(optional_targets) if t not in required] if optional_targets.strip() else []
     options = AnalyzeOptions(
