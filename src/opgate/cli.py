@@ -157,7 +157,8 @@ def verify(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer", "--stages", help="Comma-separated: numerics (always runs), "
                                "runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer (compute-sanitizer "
-                               "memcheck), portability, occupancy, roofline (opgate analyze's stages)."),
+                               "memcheck), ncu (Nsight Compute counters, opt-in), portability, occupancy, roofline (opgate analyze's "
+                               "stages)."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
     from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, run_verify

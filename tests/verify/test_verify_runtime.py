@@ -64,3 +64,15 @@ def test_strided_layout_stays_on_the_tensors_device() -> None:
     x = torch.arange(6.0).reshape(2, 3).to("meta")
     y = apply_layout(x, "strided")
     assert y.device == x.device and y.stride() == (6, 2)
+
+
+@pytest.mark.gpu
+def test_ncu_stage_reads_counters_or_says_why(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    run_opgate(["verify", str(GELU), "--impl", "triton", "--dtype", "float32", "--budget", "quick", "--no-extras",
+                "--stages", "numerics,ncu", "--json", str(report)], timeout=900)
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    ncu = next(r for k, r in results.items() if k.endswith(".ncu"))
+    assert ncu["outcome"] in ("passed", "skipped"), ncu["reason"]
+    if ncu["outcome"] == "passed":
+        assert "DRAM" in ncu["reason"]

@@ -56,7 +56,8 @@ class VerifyRequest:
     stages: Sequence[str] = ("numerics", "runtime", "sanitizer")
 
 
-VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "portability", "occupancy", "roofline")
+VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "portability", "occupancy", "roofline")
+NCU_TARGET = "opgate.verify.runtime:VerifyNcuCheck"
 RUNTIME_TARGET = "opgate.verify.runtime:VerifyRuntimeCheck"
 SANITIZER_TARGET = "opgate.verify.runtime:VerifySanitizerCheck"
 
@@ -250,7 +251,7 @@ def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_
     on the GPU), one sanitizer run per implementation. Without a GPU: one `skipped` result saying why."""
     from opgate.verify.runtime import RUNTIME_BACKENDS, SANITIZER_TIMEOUT_S, VerifyRuntimeCheck
 
-    wanted = [stage for stage in ("runtime", "sanitizer") if stage in request.stages]
+    wanted = [stage for stage in ("runtime", "sanitizer", "ncu") if stage in request.stages]
     choices = [c for c in sel.choices if c.origin == "user" and c.backend in RUNTIME_BACKENDS]
     if replaying or not wanted or not choices:
         return [], []
@@ -278,6 +279,13 @@ def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_
                        "title": f"{op.name}: {choice.describe()} under compute-sanitizer memcheck"}
             tasks.append(CheckTask(check_id, options["title"], SANITIZER_TARGET, SANITIZER_TIMEOUT_S + 60,
                                    CheckContext(verb="verify", level=budget_name, options=options), env=env))
+        if "ncu" in wanted:
+            check_id = f"verify.{op.name}.{choice.name}.ncu"
+            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id,
+                       "title": f"{op.name}: {choice.describe()} under Nsight Compute"}
+            tasks.append(CheckTask(check_id, options["title"], NCU_TARGET, 360.0,
+                                   CheckContext(verb="verify", level=budget_name, options=options), env=env,
+                                   exclusive=True))
     return tasks, []
 
 

@@ -201,6 +201,49 @@ class VerifySanitizerCheck(Check):
                            "under the sanitizer)", figures=figures, extra=extra)
 
 
+class VerifyNcuCheck(Check):
+    """Nsight Compute counters of the implementation's kernels beside opgate's static byte model."""
+
+    check_id = "verify.ncu"
+    title = "Nsight Compute counters"
+    verbs = ("verify",)
+    levels = ("quick", "standard", "thorough")
+    timeout_s = 360.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.analyze.roofline import operator_work
+        from opgate.gpu.ncu import NcuNotFound, run_ncu
+
+        options = dict(ctx.options)
+        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
+        _require_cuda()
+        op, _ = _load(options)
+        command = [sys.executable, "-m", "opgate.verify.runtime", options["spec_file"], options["op"],
+                   options["impl"], options["dtype"]]
+        try:
+            kernels, stderr = run_ncu(command, timeout_s=self.timeout_s - 30)
+        except NcuNotFound as exc:
+            raise SkipCheck(str(exc)) from None
+        if not kernels:
+            raise SkipCheck(f"ncu read no counters (profiling may be unavailable here): {stderr.strip()[-300:]}")
+        model = operator_work(op, options["dtype"], op.default_dims())
+        dram = sum(k.values.get("dram_bytes", 0.0) for k in kernels)
+        figures = [Figure("kernels profiled", len(kernels)),
+                   Figure("DRAM bytes (ncu, all kernels)", round(dram), "B",
+                          Threshold(round(model.bytes), "model", f"opgate's static model: {model.bytes_source}")),
+                   Figure("DRAM bytes / model", round(dram / model.bytes, 3) if model.bytes else None)]
+        for k in kernels[:8]:
+            v = k.values
+            figures.append(Figure(f"{k.kernel[:60]} (block {k.block}, grid {k.grid})",
+                                  f"achieved occupancy {v.get('achieved_occupancy_pct', float('nan')):.1f}% of "
+                                  f"theoretical {v.get('theoretical_occupancy_pct', float('nan')):.1f}%, "
+                                  f"L2 hit {v.get('l2_hit_rate_pct', float('nan')):.1f}%, "
+                                  f"DRAM {v.get('dram_bytes', 0):.0f} B, {v.get('duration_ns', 0) / 1e3:.1f} us"))
+        extra = {"kernels": [k.__dict__ for k in kernels], "model_bytes": model.bytes, "stderr_tail": stderr}
+        return self.passed(f"{len(kernels)} kernel launch(es) profiled with --clock-control none: DRAM "
+                           f"{dram / 1e6:.3f} MB vs {model.bytes / 1e6:.3f} MB modelled", figures=figures, extra=extra)
+
+
 def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str) -> None:
     """What the sanitizer watches: one call at the first declared sizes, then a device sync."""
     import torch

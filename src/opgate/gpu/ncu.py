@@ -1,0 +1,93 @@
+"""Nsight Compute (ncu) counters for an implementation's kernels: DRAM bytes, achieved occupancy and L2 hit
+rate, read with `--clock-control none` (the card's clocks are left as found) and `--csv`.
+
+The parser reads ncu's CSV "details" page: one row per (kernel launch, metric) with the columns
+"ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit", "Metric Value" among others.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+# Metric names as ncu calls them (Nsight Compute metrics reference, https://docs.nvidia.com/nsight-compute/).
+METRICS = {
+    "dram_bytes": "dram__bytes.sum",
+    "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "l2_hit_rate_pct": "lts__t_sector_hit_rate.pct",
+    "duration_ns": "gpu__time_duration.sum",
+    "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
+}
+UNIT_SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1024, "MB": 1024**2, "GB": 1024**3,
+              "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "%": 1, "": 1}
+
+
+class NcuNotFound(Exception):
+    pass
+
+
+@dataclass
+class KernelCounters:
+    launch_id: int
+    kernel: str
+    block: str = ""
+    grid: str = ""
+    values: dict[str, float] = field(default_factory=dict)  # our names (METRICS keys) -> value in base units
+
+
+def find_ncu() -> str:
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for candidate in sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu")) + [Path("/usr/local/cuda/bin/ncu")]:
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise NcuNotFound("Nsight Compute (ncu) is not on PATH, in /opt/nvidia/nsight-compute or /usr/local/cuda/bin")
+
+
+def _number(text: str) -> float | None:
+    cleaned = text.replace(",", "").strip()
+    try:
+        return float(cleaned)
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text: str) -> list[KernelCounters]:
+    """Kernel launches and their metrics from ncu's CSV output (lines before the header are ncu's own notes)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return []
+    by_id: dict[int, KernelCounters] = {}
+    names = {v: k for k, v in METRICS.items()}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        launch = _number(row.get("ID", ""))
+        metric = names.get(row.get("Metric Name", ""))
+        if launch is None or metric is None:
+            continue
+        value = _number(row.get("Metric Value", ""))
+        if value is None:
+            continue
+        counters = by_id.setdefault(int(launch), KernelCounters(int(launch), row.get("Kernel Name", ""),
+                                                                row.get("Block Size", ""), row.get("Grid Size", "")))
+        counters.values[metric] = value * UNIT_SCALE.get(row.get("Metric Unit", ""), 1)
+    return [by_id[k] for k in sorted(by_id)]
+
+
+def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int = 20) -> tuple[list[KernelCounters], str]:
+    """Profile `command` (its first `launch_count` kernel launches); returns the counters and ncu's stderr tail."""
+    ncu = find_ncu()
+    full = [ncu, "--clock-control", "none", "--csv", "--launch-count", str(launch_count), "--target-processes", "all",
+            "--metrics", ",".join(METRICS.values()), *command]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", ""))
+                                        if p)
+    proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, env=env)
+    return parse_ncu_csv(proc.stdout), proc.stderr[-2000:]
