@@ -147,18 +147,14 @@ def normalize_bus_id(bus_id: str) -> str:
 
 @contextlib.contextmanager
 def nvml() -> Iterator[Any]:
-    """pynvml, initialised for the block; GpuUnavailable when NVML cannot start."""
-    import pynvml
+    """pynvml, initialised for the block (opgate.probes.nvml's session); GpuUnavailable when NVML cannot start."""
+    from opgate.probes.nvml import NvmlUnavailable, nvml_session
 
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise GpuUnavailable(f"NVML could not start: {exc}") from None
-    try:
-        yield pynvml
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+        with nvml_session() as pynvml:
+            yield pynvml
+    except NvmlUnavailable as exc:
+        raise GpuUnavailable(str(exc)) from None
 
 
 def nvml_handle_for(pynvml: Any, pci_bus_id: str) -> Any:
