@@ -12,25 +12,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from opgate.inspect.listing import find_cuobjdump  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def find_cuobjdump(explicit: str | None) -> str | None:
-    if explicit:
-        return explicit
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    for candidate in sorted(Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump")):
-        return str(candidate)
-    return None
 
 
 def measure(command: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:

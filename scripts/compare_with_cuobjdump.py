@@ -11,27 +11,15 @@ Prints one table row per file and a total; exits 1 on any disagreement.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opgate.inspect.listing import listing_of, parse_listing, parse_resource_usage, resource_usage_of
+from opgate.inspect.listing import find_cuobjdump, listing_of, parse_listing, parse_resource_usage, resource_usage_of
 from opgate.inspect.model import KIND_PTX, KIND_SASS
 from opgate.inspect.sources import inspect_paths
-
-def find_cuobjdump(explicit: str | None) -> str | None:
-    if explicit:
-        return explicit
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    for candidate in sorted(Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump")):
-        return str(candidate)
-    return None
-
 
 def run_cuobjdump(tool: str, flag: str, path: str, timeout_s: float = 600.0) -> tuple[int, str, str]:
     proc = subprocess.run([tool, flag, path], capture_output=True, text=True, timeout=timeout_s, check=False)

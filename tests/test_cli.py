@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from opgate_testing import REPO, child_pythonpath, run_opgate
+from opgate_testing import child_pythonpath, run_opgate
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,12 +27,9 @@ def golden(name: str, kind: str) -> str:
 
 
 def find_cuobjdump() -> str | None:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    for candidate in sorted(Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump")):
-        return str(candidate)
-    return None
+    from opgate.inspect.listing import find_cuobjdump as find
+
+    return find()
 
 
 def find_nvcc() -> str | None:

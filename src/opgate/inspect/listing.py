@@ -102,3 +102,19 @@ def resource_usage_of(report: BinaryReport) -> list[dict[str, Usage]]:
 
 __all__ = ["cuobjdump_lines", "parse_listing", "listing_of", "parse_resource_usage", "resource_usage_of",
            "KIND_PTX", "KIND_SASS"]
+
+
+def find_cuobjdump(explicit: str | None = None) -> str | None:
+    """cuobjdump to compare against: an explicit path, PATH, then the nvidia-cuda-cuobjdump wheel beside this Python."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    if explicit:
+        return explicit
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for candidate in sorted(Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump")):
+        return str(candidate)
+    return None

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
