@@ -90,22 +90,37 @@ def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float
     return figures, f"{fraction:.0%} of the {bound}-bound roofline floor ({floor_s * 1e6:.1f} us)"
 
 
-class VerifyRuntimeCheck(Check):
+class _GpuStageCheck(Check):
+    """What the GPU stages share: they run under `opgate verify`, take their id from the engine, need CUDA."""
+
+    verbs = ("verify",)
+    levels = ("quick", "standard", "thorough")
+
+    def begin(self, ctx: CheckContext) -> tuple[dict[str, Any], Any]:
+        """Adopt the engine's check id and title; (options, torch), or SkipCheck without a CUDA GPU."""
+        options = dict(ctx.options)
+        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
+        return options, _require_cuda()
+
+
+def run_once_command(options: dict[str, Any]) -> list[str]:
+    """The child process the sanitizer and Nsight Compute watch: one call of the implementation (run_once)."""
+    return [sys.executable, "-m", "opgate.verify.runtime", options["spec_file"], options["op"], options["impl"],
+            options["dtype"]]
+
+
+class VerifyRuntimeCheck(_GpuStageCheck):
     """Timing, roofline fraction and CUDA-graph capturability of one implementation in one dtype."""
 
     check_id = "verify.runtime"
     title = "runtime behaviour on the GPU"
-    verbs = ("verify",)
-    levels = ("quick", "standard", "thorough")
     timeout_s = 300.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.measure.graph_capture import check_graph_capture
         from opgate.measure.timing import time_cuda
 
-        options = dict(ctx.options)
-        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
-        torch = _require_cuda()
+        options, torch = self.begin(ctx)
         op, implementation = _load(options)
         dtype = options["dtype"]
         dims = largest_dims(op)
@@ -153,26 +168,20 @@ class VerifyRuntimeCheck(Check):
                            f"{graph.saved_us_per_call or 0:.1f} us per call", figures=figures, extra=extra)
 
 
-class VerifySanitizerCheck(Check):
+class VerifySanitizerCheck(_GpuStageCheck):
     """One call of the implementation under compute-sanitizer memcheck, in its own process."""
 
     check_id = "verify.sanitizer"
     title = "memory safety under compute-sanitizer"
-    verbs = ("verify",)
-    levels = ("quick", "standard", "thorough")
     timeout_s = SANITIZER_TIMEOUT_S + 30
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.sanitizer import SanitizerNotFound, run_under_sanitizer
 
-        options = dict(ctx.options)
-        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
-        _require_cuda()
+        options, _ = self.begin(ctx)
         tool = options.get("tool", "memcheck")
-        command = [sys.executable, "-m", "opgate.verify.runtime", options["spec_file"], options["op"],
-                   options["impl"], options["dtype"]]
         try:
-            run = run_under_sanitizer(command, tool=tool, timeout_s=SANITIZER_TIMEOUT_S)
+            run = run_under_sanitizer(run_once_command(options), tool=tool, timeout_s=SANITIZER_TIMEOUT_S)
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None
         findings = run.report.findings
@@ -200,27 +209,21 @@ class VerifySanitizerCheck(Check):
                            "under the sanitizer)", figures=figures, extra=extra)
 
 
-class VerifyNcuCheck(Check):
+class VerifyNcuCheck(_GpuStageCheck):
     """Nsight Compute counters of the implementation's kernels beside opgate's static byte model."""
 
     check_id = "verify.ncu"
     title = "Nsight Compute counters"
-    verbs = ("verify",)
-    levels = ("quick", "standard", "thorough")
     timeout_s = 360.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.analyze.roofline import operator_work
         from opgate.gpu.ncu import NcuNotFound, run_ncu
 
-        options = dict(ctx.options)
-        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
-        _require_cuda()
+        options, _ = self.begin(ctx)
         op, _ = _load(options)
-        command = [sys.executable, "-m", "opgate.verify.runtime", options["spec_file"], options["op"],
-                   options["impl"], options["dtype"]]
         try:
-            kernels, stderr = run_ncu(command, timeout_s=self.timeout_s - 30)
+            kernels, stderr = run_ncu(run_once_command(options), timeout_s=self.timeout_s - 30)
         except NcuNotFound as exc:
             raise SkipCheck(str(exc)) from None
         if not kernels:
