@@ -41,6 +41,7 @@ attention = opgate.Operator(
         opgate.TensorSpec("v", ("B", "H", "S", "D")),
     ],
     dims={"B": [2, 1], "H": [4, 3], "S": [128, 64, 100, 1], "D": [64, 32, 80]},
+    perf_dims={"B": 4, "H": 16, "S": 2048, "D": 64},  # the size the GPU runtime stage times and profiles
     dtypes=["float32", "float16", "bfloat16"],
     propagates_nonfinite=False,  # see the module docstring: NaN in a future V row leaks through 0 * NaN
     # QK^T and PV over the lower triangle only.

@@ -37,6 +37,7 @@ quantize = opgate.Operator(
     reference=lambda x: torch.clamp(torch.round(x / SCALE) + ZERO_POINT, -128, 127).to(torch.int8),
     inputs=[opgate.TensorSpec("x", ("M", "N"))],
     dims={"M": [64, 5], "N": [1024, 1000, 4097]},
+    perf_dims={"M": 8192, "N": 8192},  # the size the GPU runtime stage times and profiles
     dtypes=["float32", "float16", "bfloat16"],
     propagates_nonfinite=False,
     quantized={"scale": SCALE, "zero_point": ZERO_POINT, "dtype": "int8"},
@@ -52,6 +53,7 @@ dequantize = opgate.Operator(
         opgate.TensorSpec("scale", ("N",), kind="uniform", low=1e-3, high=0.1),
     ],
     dims={"M": [64, 5], "N": [1024, 1000, 4097]},
+    perf_dims={"M": 8192, "N": 8192},  # the size the GPU runtime stage times and profiles
     dtypes=["float32", "float16", "bfloat16"],
     propagates_nonfinite=False,
     bytes=lambda M, N, itemsize: M * N * (1 + itemsize) + N * itemsize,

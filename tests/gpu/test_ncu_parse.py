@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from opgate.gpu.ncu import parse_ncu_csv
 
 SAMPLE = '''==PROF== Connected to process 4242 (/usr/bin/python3)
@@ -28,3 +30,22 @@ def test_parse_ncu_csv() -> None:
 
 def test_no_header_means_no_counters() -> None:
     assert parse_ncu_csv("==PROF== ERROR: profiling is not supported on this device\n") == []
+
+
+def test_parse_real_h200_output() -> None:
+    """ncu 2025.3.1 on the H200, profiling the gelu example's Triton kernel (recorded 2026-11-29)."""
+    text = (Path(__file__).parents[1] / "data" / "ncu" / "gelu_triton_h200.csv").read_text()
+    [gelu] = parse_ncu_csv(text)
+    assert gelu.kernel == "_gelu_kernel" and gelu.grid == "(64, 1, 1)" and gelu.block == "(128, 1, 1)"
+    assert gelu.values["dram_bytes"] == 271_872.0  # "271,872" byte: thousands separator removed
+    assert gelu.values["duration_ns"] == 3_200.0  # "3,200" ns
+    assert gelu.values["theoretical_occupancy_pct"] == 100.0
+    assert 0 < gelu.values["achieved_occupancy_pct"] < 100 and 0 < gelu.values["l2_hit_rate_pct"] < 100
+
+
+def test_units_scale_to_bytes_and_nanoseconds() -> None:
+    header = '"ID","Kernel Name","Block Size","Grid Size","Metric Name","Metric Unit","Metric Value"\n'
+    rows = ['"0","k","(1, 1, 1)","(1, 1, 1)","gpu__time_duration.sum","us","1.5"',
+            '"0","k","(1, 1, 1)","(1, 1, 1)","dram__bytes.sum","Kbyte","2"']
+    [k] = parse_ncu_csv(header + "\n".join(rows))
+    assert k.values["duration_ns"] == 1500.0 and k.values["dram_bytes"] == 2000.0

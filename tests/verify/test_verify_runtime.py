@@ -4,12 +4,14 @@ the roofline, captured in a CUDA graph and run under compute-sanitizer."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from opgate_testing import REPO, run_opgate
 
-from opgate.verify.runtime import largest_dims
+import opgate
+from opgate.verify.spec import SpecError
 
 GELU = REPO / "examples" / "ops" / "gelu.py"
 
@@ -20,11 +22,38 @@ def test_bad_stage_is_bad_usage() -> None:
     assert "warp-speed" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_largest_dims() -> None:
+def _op(**kwargs: object) -> opgate.Operator:
+    return opgate.Operator("rows", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                           dims={"M": [32, 7], "N": [1024, 77]}, **kwargs)  # type: ignore[arg-type]
+
+
+def test_timing_dims_default_to_the_largest_declared_sizes() -> None:
+    assert _op().timing_dims() == {"M": 32, "N": 1024}
+
+
+def test_perf_dims_override_the_timing_size_dim_by_dim() -> None:
+    assert _op(perf_dims={"M": 16384}).timing_dims() == {"M": 16384, "N": 1024}
+
+
+@pytest.mark.parametrize("perf_dims, complaint", [
+    ({"K": 8}, "'K', which `dims` does not list"),
+    ({"M": 0}, "must be a positive int"),
+    ({"M": 2.5}, "must be a positive int"),
+    ({"N": 4096}, "exact dim 'N' allows"),
+])
+def test_bad_perf_dims_are_named(perf_dims: dict, complaint: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(complaint)):
+        _op(perf_dims=perf_dims, exact_dims=["N"])
+
+
+def test_shipped_examples_time_at_production_sizes() -> None:
     from opgate.verify.spec import load_spec_file
 
-    [op] = load_spec_file(GELU)
-    assert largest_dims(op) == {d: max(v) for d, v in op.dims.items()}
+    for spec in sorted((REPO / "examples" / "ops").glob("*.py")):
+        if spec.stem == "make_onnx_models":
+            continue
+        for op in load_spec_file(spec):
+            assert op.perf_dims, f"{spec.name}: {op.name} declares no perf_dims"
 
 
 def test_runtime_stages_skip_with_reason_without_gpu(tmp_path: Path) -> None:

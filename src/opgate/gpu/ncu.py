@@ -24,7 +24,10 @@ METRICS = {
     "duration_ns": "gpu__time_duration.sum",
     "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
 }
+# ncu prints each value in the unit it finds readable ("271,872" byte, "3,200" ns, "2.10" Mbyte, "1.5" us):
+# everything is scaled to bytes and nanoseconds. Older releases spell times "nsecond"/"usecond"/"msecond".
 UNIT_SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1024, "MB": 1024**2, "GB": 1024**3,
+              "ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9,
               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "%": 1, "": 1}
 
 
@@ -82,12 +85,15 @@ def parse_ncu_csv(text: str) -> list[KernelCounters]:
 
 
 def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int = 20) -> tuple[list[KernelCounters], str]:
-    """Profile `command` (its first `launch_count` kernel launches); returns the counters and ncu's stderr tail."""
+    """Profile `command`'s launches between cudaProfilerStart and cudaProfilerStop (at most `launch_count`);
+    returns the counters and ncu's stderr tail (stdout too when no counters were read: it holds ncu's errors)."""
     ncu = find_ncu()
-    full = [ncu, "--clock-control", "none", "--csv", "--launch-count", str(launch_count), "--target-processes", "all",
-            "--metrics", ",".join(METRICS.values()), *command]
+    full = [ncu, "--clock-control", "none", "--csv", "--profile-from-start", "off", "--launch-count",
+            str(launch_count), "--target-processes", "all", "--metrics", ",".join(METRICS.values()), *command]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", ""))
                                         if p)
     proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, env=env)
-    return parse_ncu_csv(proc.stdout), proc.stderr[-2000:]
+    kernels = parse_ncu_csv(proc.stdout)
+    tail = proc.stderr[-2000:] if kernels else (proc.stdout[-1500:] + proc.stderr[-1500:])
+    return kernels, tail

@@ -110,6 +110,10 @@ class Operator:
     # Dims opgate must not fuzz: only their declared sizes are used (e.g. a head dim a kernel requires
     # to be 64 or 128). Every other dim also gets opgate's edge sizes (1, primes, 2^k +- 1, ...).
     exact_dims: Sequence[str] = ()
+    # The production-like size the GPU runtime stage times and profiles (e.g. {"M": 16384, "N": 4096}):
+    # correctness sizes are small and edge-shaped, and at those a kernel's time is mostly launch overhead.
+    # Dims left out take their largest declared size.
+    perf_dims: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.reference):
@@ -138,6 +142,15 @@ class Operator:
         for dim in self.exact_dims:
             if dim not in self.dims:
                 raise SpecError(f"operator {self.name!r}: exact_dims names {dim!r}, which `dims` does not list")
+        self.perf_dims = dict(self.perf_dims or {})
+        for dim, size in self.perf_dims.items():
+            if dim not in self.dims:
+                raise SpecError(f"operator {self.name!r}: perf_dims names {dim!r}, which `dims` does not list")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise SpecError(f"operator {self.name!r}: perf_dims[{dim!r}] must be a positive int, not {size!r}")
+            if dim in self.exact_dims and size not in self.dims[dim]:
+                raise SpecError(f"operator {self.name!r}: perf_dims[{dim!r}]={size} is not one of the sizes "
+                                f"exact dim {dim!r} allows ({self.dims[dim]})")
         for inp in self.tensor_inputs:
             for bound_name, bound in (("low", inp.low), ("high", inp.high)):
                 if isinstance(bound, str) and bound not in self.dims:
@@ -181,6 +194,12 @@ class Operator:
     def default_dims(self) -> dict[str, int]:
         """The first declared size of every dim: the case analyze and quick checks use."""
         return {dim: sizes[0] for dim, sizes in self.dims.items()}
+
+    def timing_dims(self) -> dict[str, int]:
+        """The size the runtime stage times: `perf_dims`, else the largest declared size of each dim."""
+        dims = {dim: max(sizes) for dim, sizes in self.dims.items()}
+        dims.update(self.perf_dims or {})
+        return dims
 
 
 def load_spec_file(path: str | Path) -> list[Operator]:
