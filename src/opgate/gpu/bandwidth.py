@@ -240,33 +240,36 @@ def _measure_copies(cupy: Any, np: Any, info: DeviceInfo, buffer: Any, nbytes: i
     runtime = cupy.cuda.runtime
     copied = 2 * half  # bytes read + bytes written
 
-    def copy_launcher(unroll: int, streaming: bool, bps: int, tiled: bool = False) -> Any:
-        fn = kernels.kernel(kernels.copy_kernel_name(unroll, streaming, tiled))
+    def copy_launcher(unroll: int, kind: str, bps: int) -> Any:
+        fn = kernels.kernel(kernels.copy_kernel_name(unroll, kind))
         grid = (info.sm_count * bps,)
         return lambda: fn(grid, (THREADS,), (src_ptr, dst_ptr, np.uint64(n_vec)))
 
+    def describe(unroll: int, kind: str, bps: int) -> str:
+        what = {"keep": "evict_last loads, plain stores", "plain": "plain loads and stores",
+                "stream": "plain loads, streaming stores"}[kind]
+        return f"copy grid-stride unroll={unroll} {what} blocks/SM={bps} threads={THREADS}"
+
     # Correctness first: one copy, then compare the halves (the fill pattern differs between them).
     with stream:
-        copy_launcher(4, False, _blocks_per_sm_options(info)[-1])()
+        copy_launcher(*kernels.COPY_VARIANTS[0], kernels.COPY_BLOCKS_PER_SM[0])()
     stream.synchronize()
     _verify_copy(cupy, buffer, half)
 
     tuning: list[tuple[str, float]] = []
-    best: tuple[float, int, bool, int, bool] | None = None
-    for unroll, streaming, tiled in kernels.COPY_VARIANTS:
-        for bps in _blocks_per_sm_options(info):
-            samples = time_on_stream(cupy, stream, copy_launcher(unroll, streaming, bps, tiled), warmup=2, reps=5)
+    best: tuple[float, int, str, int] | None = None
+    for unroll, kind in kernels.COPY_VARIANTS:
+        for bps in kernels.COPY_BLOCKS_PER_SM:
+            samples = time_on_stream(cupy, stream, copy_launcher(unroll, kind, bps), warmup=2, reps=5)
             tbs = bandwidth_tbs(copied, samples.median)
-            label = (f"copy {'tiled' if tiled else 'grid-stride'} unroll={unroll} "
-                     f"{'streaming' if streaming else 'plain'} stores blocks/SM={bps}")
-            tuning.append((label, tbs))
+            tuning.append((describe(unroll, kind, bps), tbs))
             if best is None or tbs > best[0]:
-                best = (tbs, unroll, streaming, bps, tiled)
+                best = (tbs, unroll, kind, bps)
     assert best is not None
-    _, unroll, streaming, bps, tiled = best
+    _, unroll, kind, bps = best
     with stream:  # the winner must copy correctly too: clear the destination, copy, compare
         buffer[half:2 * half].fill(0)
-        copy_launcher(unroll, streaming, bps, tiled)()
+        copy_launcher(unroll, kind, bps)()
     stream.synchronize()
     _verify_copy(cupy, buffer, half)
 
@@ -274,9 +277,8 @@ def _measure_copies(cupy: Any, np: Any, info: DeviceInfo, buffer: Any, nbytes: i
         runtime.memcpyAsync(int(dst_ptr), int(src_ptr), half, runtime.memcpyDeviceToDevice, stream.ptr)
 
     copy_samples, memcpy_samples = time_interleaved(
-        cupy, stream, [copy_launcher(unroll, streaming, bps, tiled), memcpy], warmup=3, reps=reps)
-    config = (f"copy {'tiled' if tiled else 'grid-stride'} unroll={unroll} {'streaming' if streaming else 'plain'} "
-              f"stores blocks/SM={bps} threads={THREADS}")
+        cupy, stream, [copy_launcher(unroll, kind, bps), memcpy], warmup=3, reps=reps)
+    config = describe(unroll, kind, bps)
     return (TimedFigure("D2D copy (opgate kernel)", copied, copy_samples, config),
             TimedFigure("cudaMemcpy D2D", copied, memcpy_samples, "cudaMemcpyAsync DeviceToDevice"),
             tuning)

@@ -15,11 +15,13 @@ import functools
 from typing import Any
 
 READ_UNROLLS = (4, 8)
-# (loads in flight per thread, streaming stores, tiled). Measured on the H200 (2026-11-29, docs/gpu-probes.md):
-# grid-stride beat tiled at every setting (3.97 vs 3.91 TB/s best) and 4 blocks/SM beat 8, so the
-# search now goes deeper in that direction (16 loads in flight, 2 blocks/SM) and keeps one tiled variant.
-COPY_VARIANTS = ((4, False, False), (8, False, False), (8, True, False), (16, False, False), (16, True, False),
-                 (8, False, True))
+# Copy-kernel variants: (loads in flight per thread, kind), kind "keep" (loads with the L2 evict_last
+# policy, plain stores), "plain" or "stream" (evict-first stores). Five sweeps on the H200 (2026-11-29,
+# benchmarks/copy_kernel_sweep.py, docs/benchmarks.md: ~200 configurations incl. read-only-path loads,
+# warp-tiled, block-/warp-contiguous, software-pipelined and TMA bulk-copy kernels) plateau at 4.05-4.07
+# TB/s except "keep" (4.13 TB/s); 8 loads in flight with 256 threads x 1 block/SM (~32 KiB per SM) is best.
+COPY_VARIANTS = ((8, "keep"), (8, "plain"), (8, "stream"))
+COPY_BLOCKS_PER_SM = (1, 2, 4)
 L2_UNROLL = 4
 
 KERNEL_SOURCE = r"""
@@ -75,16 +77,45 @@ __device__ __forceinline__ void opgate_read_body(const uint4* __restrict__ src, 
     if (acc == magic) sink[0] = acc;
 }
 
-// Device-to-device copy: UNROLL loads, then UNROLL stores (plain or streaming).
-template <int UNROLL, bool STREAMING>
-__device__ __forceinline__ void opgate_copy_body(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                                 u64 n_vec) {
+// A 16-byte load that asks L2 to keep the line (evict_last policy, sm_80+; a plain load before that).
+__device__ __forceinline__ uint4 opgate_load_keep(const uint4* p, u64 policy) {
+#if __CUDA_ARCH__ >= 800
+    uint4 r;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(policy));
+    return r;
+#else
+    return *p;
+#endif
+}
+
+__device__ __forceinline__ u64 opgate_evict_last_policy() {
+    u64 policy = 0;
+#if __CUDA_ARCH__ >= 800
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+    return policy;
+}
+
+// Device-to-device copy: UNROLL loads, then UNROLL stores (plain or streaming stores; KEEP: loads
+// carry an L2 evict_last policy). What the sweeps on the H200 found (benchmarks/copy_kernel_sweep.py,
+// docs/benchmarks.md):
+//  * no __restrict__, on purpose: with it NVCC routes the loads through the read-only path
+//    (LDG.E.128.CONSTANT) and interleaves them with the stores, leaving about half the loads in flight:
+//    4.00 instead of 4.06 TB/s. Plain LDG.E.128, all issued before the first store, is faster;
+//  * loads with the evict_last L2 policy: 4.13 TB/s, the best of ~200 configurations.
+template <int UNROLL, bool STREAMING, bool KEEP>
+__device__ __forceinline__ void opgate_copy_body(const uint4* src, uint4* dst, u64 n_vec) {
+    const u64 policy = KEEP ? opgate_evict_last_policy() : 0;
     const u64 nthreads = (u64)gridDim.x * blockDim.x;
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i + (u64)(UNROLL - 1) * nthreads < n_vec; i += (u64)UNROLL * nthreads) {
         uint4 v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) v[u] = src[i + (u64)u * nthreads];
+        for (int u = 0; u < UNROLL; ++u) {
+            const uint4* p = src + i + (u64)u * nthreads;
+            v[u] = KEEP ? opgate_load_keep(p, policy) : *p;
+        }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             if (STREAMING) opgate_store_cs(dst + i + (u64)u * nthreads, v[u]);
@@ -97,66 +128,20 @@ __device__ __forceinline__ void opgate_copy_body(const uint4* __restrict__ src, 
     }
 }
 
-// Tiled copy: step t of block b moves the contiguous vectors [t*tile, (t+1)*tile), tile = blockDim x UNROLL.
-template <int UNROLL, bool STREAMING>
-__device__ __forceinline__ void opgate_copy_tiled_body(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                                       u64 n_vec) {
-    const u64 tile = (u64)blockDim.x * UNROLL;
-    const u64 n_tiles = n_vec / tile;
-    for (u64 t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-        const u64 base = t * tile + threadIdx.x;
-        uint4 v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) v[u] = src[base + (u64)u * blockDim.x];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            if (STREAMING) opgate_store_cs(dst + base + (u64)u * blockDim.x, v[u]);
-            else dst[base + (u64)u * blockDim.x] = v[u];
-        }
-    }
-    const u64 nthreads = (u64)gridDim.x * blockDim.x;
-    for (u64 i = n_tiles * tile + (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n_vec; i += nthreads) {
-        if (STREAMING) opgate_store_cs(dst + i, src[i]);
-        else dst[i] = src[i];
-    }
-}
-
 extern "C" __global__ void opgate_read_u4(const uint4* __restrict__ src, u64 n_vec, u32 magic, u32* __restrict__ sink) {
     opgate_read_body<4>(src, n_vec, magic, sink);
 }
 extern "C" __global__ void opgate_read_u8(const uint4* __restrict__ src, u64 n_vec, u32 magic, u32* __restrict__ sink) {
     opgate_read_body<8>(src, n_vec, magic, sink);
 }
-extern "C" __global__ void opgate_copy_u4_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_body<4, false>(src, dst, n_vec);
+extern "C" __global__ void opgate_copy_u8_plain(const uint4* src, uint4* dst, u64 n_vec) {
+    opgate_copy_body<8, false, false>(src, dst, n_vec);
 }
-extern "C" __global__ void opgate_copy_u4_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_body<4, true>(src, dst, n_vec);
+extern "C" __global__ void opgate_copy_u8_stream(const uint4* src, uint4* dst, u64 n_vec) {
+    opgate_copy_body<8, true, false>(src, dst, n_vec);
 }
-extern "C" __global__ void opgate_copy_u8_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_body<8, false>(src, dst, n_vec);
-}
-extern "C" __global__ void opgate_copy_u8_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_body<8, true>(src, dst, n_vec);
-}
-
-extern "C" __global__ void opgate_copy_u16_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_body<16, false>(src, dst, n_vec);
-}
-extern "C" __global__ void opgate_copy_u16_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_body<16, true>(src, dst, n_vec);
-}
-extern "C" __global__ void opgate_copy_t4_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_tiled_body<4, false>(src, dst, n_vec);
-}
-extern "C" __global__ void opgate_copy_t4_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_tiled_body<4, true>(src, dst, n_vec);
-}
-extern "C" __global__ void opgate_copy_t8_plain(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_tiled_body<8, false>(src, dst, n_vec);
-}
-extern "C" __global__ void opgate_copy_t8_stream(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n_vec) {
-    opgate_copy_tiled_body<8, true>(src, dst, n_vec);
+extern "C" __global__ void opgate_copy_u8_keep(const uint4* src, uint4* dst, u64 n_vec) {
+    opgate_copy_body<8, false, true>(src, dst, n_vec);
 }
 
 // L2 read: the same working set `passes` times; the start rotates by 4 KiB per pass.
@@ -226,8 +211,8 @@ def read_kernel_name(unroll: int) -> str:
     return f"opgate_read_u{unroll}"
 
 
-def copy_kernel_name(unroll: int, streaming: bool, tiled: bool = False) -> str:
-    return f"opgate_copy_{'t' if tiled else 'u'}{unroll}_{'stream' if streaming else 'plain'}"
+def copy_kernel_name(unroll: int, kind: str) -> str:
+    return f"opgate_copy_u{unroll}_{kind}"
 
 
 @functools.lru_cache(maxsize=None)
