@@ -1,0 +1,131 @@
+"""How close do pinned host<->GPU copies get to the PCIe link, by method? (issue 6 goal: >= 90% of gen x width)
+
+Times cudaMemcpyAsync H2D and D2H with CUDA events for: transfer sizes 64 MiB .. 1 GiB; pinned memory
+allocated portable (what `opgate doctor` uses), portable + write-combined, and malloc'd memory pinned with
+cudaHostRegister; one stream, or the transfer split over two streams. Prints each figure as GB/s and as a
+share of the link's raw rate (NVML generation x width under load), and what `lspci -vv` says about the
+link's maximum payload size when it can read it (TLP overhead per payload bounds the usable share).
+
+    PYTHONPATH=src python3 benchmarks/host_copy_methods.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from opgate.gpu.device import nvml_handle_for  # noqa: E402
+from opgate.gpu.pcie import pcie_theoretical_gbs  # noqa: E402
+from opgate.gpu.stats import bandwidth_gbs  # noqa: E402
+from opgate.gpu.timing import time_on_stream  # noqa: E402
+
+MiB = 1 << 20
+
+
+def lspci_payload(bus_id: str) -> str:
+    """The DevCap/DevCtl payload lines of `lspci -vv` for the GPU, or why they are unavailable."""
+    short = bus_id.lower()
+    if short.count(":") == 2 and len(short.split(":")[0]) == 8:  # NVML's 8-digit domain; lspci wants 4
+        short = short[4:]
+    try:
+        out = subprocess.run(["lspci", "-vv", "-s", short], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"lspci unavailable: {exc}"
+    lines = [line.strip() for line in out.splitlines() if re.search(r"MaxPayload|LnkSta:|LnkCap:", line)]
+    return " | ".join(lines) or "lspci printed no payload lines (needs root for the capability list?)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--reps", type=int, default=8)
+    args = parser.parse_args()
+
+    import cupy
+    import numpy as np
+    import pynvml
+
+    started = time.perf_counter()
+    runtime = cupy.cuda.runtime
+    pynvml.nvmlInit()
+    bus_id = str(cupy.cuda.Device(0).pci_bus_id)
+    handle = nvml_handle_for(pynvml, bus_id)
+    payload = lspci_payload(bus_id)
+    print(f"GPU 0 at {bus_id}: {payload}")
+    sizes = [64 * MiB, 256 * MiB, 1024 * MiB]
+    biggest = sizes[-1]
+    dev = cupy.empty(biggest, dtype=cupy.uint8)
+    s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+
+    hosts: dict[str, int] = {
+        "portable": int(runtime.hostAlloc(biggest, runtime.hostAllocPortable)),
+        "portable+writecombined": int(runtime.hostAlloc(biggest, runtime.hostAllocPortable
+                                                        | runtime.hostAllocWriteCombined)),
+    }
+    registered = np.ones(biggest, dtype=np.uint8)
+    runtime.hostRegister(registered.ctypes.data, biggest, 0)
+    hosts["malloc+cudaHostRegister"] = registered.ctypes.data
+
+    rows: list[dict[str, Any]] = []
+    gen = width = 0
+    for kind, host in hosts.items():
+        for n in sizes:
+            for direction in ("H2D", "D2H"):
+                for streams in (1, 2):
+                    def copy(n: int = n, host: int = host, direction: str = direction, streams: int = streams) -> None:
+                        _fork_join(cupy, s1, s2, n, host, dev.data.ptr, direction, streams)
+
+                    samples = time_on_stream(cupy, s1, copy, warmup=2, reps=args.reps)
+                    gen = max(gen, int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)))
+                    width = max(width, int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)))
+                    gbs = bandwidth_gbs(n, samples.median)
+                    rows.append({"memory": kind, "bytes": n, "direction": direction, "streams": streams,
+                                 "gbs": gbs, "spread": samples.relative_spread})
+    raw = pcie_theoretical_gbs(gen, width)
+    print(f"link under load: Gen{gen} x{width} = {raw:.1f} GB/s per direction (raw)")
+    print(f"{'memory':26s} {'size':>8s} {'dir':4s} {'streams':>7s} {'GB/s':>7s} {'of raw':>7s}")
+    for row in rows:
+        row["of_raw"] = row["gbs"] / raw
+        print(f"{row['memory']:26s} {row['bytes'] // MiB:6d}Mi {row['direction']:4s} {row['streams']:7d} "
+              f"{row['gbs']:7.1f} {100 * row['of_raw']:6.1f}%")
+    best = max(rows, key=lambda r: r["of_raw"])
+    print(f"best: {best['memory']} {best['bytes'] // MiB} MiB {best['direction']} x{best['streams']} streams "
+          f"{best['gbs']:.1f} GB/s = {100 * best['of_raw']:.1f}% of raw; took {time.perf_counter() - started:.1f} s")
+    runtime.hostUnregister(registered.ctypes.data)
+    if args.json:
+        args.json.write_text(json.dumps({"bus_id": bus_id, "lspci": payload, "generation": gen, "width": width,
+                                         "raw_gbs": raw, "rows": rows}, indent=1))
+    return 0
+
+
+def _fork_join(cupy: Any, s1: Any, s2: Any, n: int, host: int, device_ptr: int, direction: str,
+               streams: int) -> None:
+    """Copy n bytes split over `streams` streams; s2 starts after s1's work so far and s1 waits for s2, so
+    events recorded on s1 around this call time both halves."""
+    runtime = cupy.cuda.runtime
+    if streams == 2:
+        fork = cupy.cuda.Event()
+        fork.record(s1)
+        s2.wait_event(fork)
+    part = n // streams
+    for k, stream in enumerate((s1, s2)[:streams]):
+        if direction == "H2D":
+            runtime.memcpyAsync(device_ptr + k * part, host + k * part, part, runtime.memcpyHostToDevice, stream.ptr)
+        else:
+            runtime.memcpyAsync(host + k * part, device_ptr + k * part, part, runtime.memcpyDeviceToHost, stream.ptr)
+    if streams == 2:
+        join = cupy.cuda.Event()
+        join.record(s2)
+        s1.wait_event(join)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
