@@ -55,33 +55,27 @@ def import_frameworks(names: Sequence[str]) -> tuple[list[str], list[str]]:
 def local_targets():
     """One Target per distinct local GPU architecture, with the driver version, via NVML."""
     from opgate.inspect.compat import Target
+    from opgate.probes.nvml import NvmlUnavailable, is_available, nvml_session, query
 
+    targets: dict[int, Target] = {}
     try:
-        import pynvml
-    except ImportError:
-        raise SkipCheck("nvidia-ml-py (pynvml) is not installed, so the local GPU is unknown") from None
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound / DriverNotLoaded on hosts without a GPU driver
-        raise SkipCheck(f"no NVIDIA driver/GPU: {type(exc).__name__}: {exc}") from None
-    try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-        targets: dict[int, Target] = {}
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else name
-            sm = major * 10 + minor
-            targets.setdefault(sm, Target(label=f"GPU {index} {name}", sm=sm, gpu=name, driver=driver))
+        with nvml_session() as pynvml:
+            driver = query(pynvml.nvmlSystemGetDriverVersion)
+            if not is_available(driver):
+                raise SkipCheck(f"NVML did not report the driver version: {driver}")
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+                name = query(pynvml.nvmlDeviceGetName, handle)
+                name = name if is_available(name) else "unknown GPU"
+                sm = major * 10 + minor
+                targets.setdefault(sm, Target(label=f"GPU {index} {name}", sm=sm, gpu=name, driver=driver))
+    except NvmlUnavailable as exc:  # no driver/GPU on this host
+        raise SkipCheck(str(exc)) from None
+    except SkipCheck:
+        raise
     except Exception as exc:
         raise SkipCheck(f"NVML could not describe the GPUs: {type(exc).__name__}: {exc}") from None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
     if not targets:
         raise SkipCheck("NVML sees no GPU")
     return list(targets.values())

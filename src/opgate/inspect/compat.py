@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from opgate.cuda_versions import parse_version
 from opgate.data import load_table
 from opgate.errors import InputError
 from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport, FatbinEntry, sm_to_cc
@@ -72,10 +73,6 @@ class Verdict:
 
 # -- versions and data tables ------------------------------------------------------------------------
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
-
-
 @dataclass(frozen=True)
 class DriverCapability:
     """What one driver version can do: the newest CUDA release it fully supports, the newest PTX ISA."""
@@ -88,16 +85,16 @@ class DriverCapability:
 
 
 def driver_capability(driver: str) -> DriverCapability:
-    rows = sorted(load_table("cuda_toolkit_drivers"), key=lambda r: version_tuple(r["linux_min_driver"]))
-    have = version_tuple(driver)
+    rows = sorted(load_table("cuda_toolkit_drivers"), key=lambda r: parse_version(r["linux_min_driver"]))
+    have = parse_version(driver)
     best = None
     for row in rows:
-        if version_tuple(row["linux_min_driver"]) <= have:
+        if parse_version(row["linux_min_driver"]) <= have:
             best = row
     if best is None:
         return DriverCapability(driver, None, None, False, rows[0]["source"])
-    isa_rows = [r for r in load_table("ptx_isa") if version_tuple(r["cuda"]) <= version_tuple(best["cuda"])]
-    isa = max(isa_rows, key=lambda r: version_tuple(r["ptx_isa"])) if isa_rows else None
+    isa_rows = [r for r in load_table("ptx_isa") if parse_version(r["cuda"]) <= parse_version(best["cuda"])]
+    isa = max(isa_rows, key=lambda r: parse_version(r["ptx_isa"])) if isa_rows else None
     return DriverCapability(
         driver=driver,
         cuda=best["cuda"],
@@ -110,8 +107,8 @@ def driver_capability(driver: str) -> DriverCapability:
 def min_driver_for_ptx(isa: str) -> tuple[str, str] | None:
     """(CUDA release, Linux driver) of the oldest release in the tables whose driver can JIT this ISA."""
     releases = {r["cuda"]: r["linux_min_driver"] for r in load_table("cuda_toolkit_drivers")}
-    for row in sorted(load_table("ptx_isa"), key=lambda r: version_tuple(r["cuda"])):
-        if version_tuple(row["ptx_isa"]) >= version_tuple(isa) and row["cuda"] in releases:
+    for row in sorted(load_table("ptx_isa"), key=lambda r: parse_version(r["cuda"])):
+        if parse_version(row["ptx_isa"]) >= parse_version(isa) and row["cuda"] in releases:
             return row["cuda"], releases[row["cuda"]]
     return None
 
@@ -246,7 +243,7 @@ def judge(report: BinaryReport, target: Target) -> Verdict:
     too_new: list[FatbinEntry] = []
     for entry in arch_ok_ptx:
         if capability is None or (capability.max_ptx_isa is not None and entry.ptx_isa is not None
-                                  and version_tuple(entry.ptx_isa) <= version_tuple(capability.max_ptx_isa)):
+                                  and parse_version(entry.ptx_isa) <= parse_version(capability.max_ptx_isa)):
             jit_ok.append(entry)
         else:
             too_new.append(entry)
@@ -293,7 +290,7 @@ def judge(report: BinaryReport, target: Target) -> Verdict:
 
 def _isa_key(isa: str) -> tuple[int, ...]:
     try:
-        return version_tuple(isa)
+        return parse_version(isa)
     except ValueError:
         return (0,)
 
@@ -304,7 +301,7 @@ def _compression_warnings(used: Sequence[FatbinEntry], target: Target) -> list[s
     out = []
     for kind in sorted({e.compression for e in used if e.compression in ("lz4", "zstd")}):
         need = min_driver_for_compression(kind)
-        if need and version_tuple(target.driver) < version_tuple(need[0]):
+        if need and parse_version(target.driver) < parse_version(need[0]):
             out.append(f"{kind}-compressed images may not load on driver {target.driver} (needs >= {need[0]}"
                        + (", inferred from secondary notes" if need[1] else "") + ")")
     return out
