@@ -156,12 +156,15 @@ def verify(
                                             "may run before it is killed (default: 300/600/1800 by budget)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer", "--stages", help="Comma-separated: numerics (always runs), "
-                               "runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer (compute-sanitizer "
-                               "memcheck), ncu (Nsight Compute counters, opt-in), portability, occupancy, roofline (opgate analyze's "
+                               "runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer (compute-sanitizer, "
+                               "tools from --sanitizer-tools), ncu (Nsight Compute counters, opt-in), portability, occupancy, roofline (opgate analyze's "
                                "stages)."),
+    sanitizer_tools: str = typer.Option("memcheck", "--sanitizer-tools", help="compute-sanitizer tools of the "
+                                        "sanitizer stage, comma-separated: memcheck, racecheck, initcheck, "
+                                        "synccheck, or all (one run per implementation and tool)."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
-    from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, run_verify
+    from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, parse_sanitizer_tools, run_verify
 
     console = make_console()
     chosen_stages = [s.strip() for s in stages.split(",") if s.strip()]
@@ -169,10 +172,11 @@ def verify(
     if unknown:
         raise InputError(f"--stages {unknown[0]!r} is not a stage; choose from {', '.join(VERIFY_STAGES)}")
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
+    tools = parse_sanitizer_tools(sanitizer_tools)
     request = VerifyRequest(
         spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
-        timeout_s=timeout, stages=chosen_stages,
+        timeout_s=timeout, stages=chosen_stages, sanitizer_tools=tools,
     )
     report = run_verify(request, console)
     _emit_reports(report, json_path, junit_path, console, verbose)

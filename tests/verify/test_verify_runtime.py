@@ -22,6 +22,34 @@ def test_bad_stage_is_bad_usage() -> None:
     assert "warp-speed" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_bad_sanitizer_tool_is_bad_usage() -> None:
+    out = run_opgate(["verify", str(GELU), "--sanitizer-tools", "memcheck,leakcheck"])
+    assert out.returncode == 2
+    assert "leakcheck" in out.stderr and "racecheck" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sanitizer_tools_parse() -> None:
+    from opgate.verify.engine import parse_sanitizer_tools
+
+    assert parse_sanitizer_tools("all") == ["memcheck", "racecheck", "initcheck", "synccheck"]
+    assert parse_sanitizer_tools("racecheck, memcheck,racecheck") == ["racecheck", "memcheck"]
+
+
+def test_every_requested_sanitizer_tool_is_one_check_per_implementation() -> None:
+    from opgate.verify.engine import VerifyRequest, _runtime_tasks, select
+    from opgate.verify.spec import load_spec_file
+
+    request = VerifyRequest(spec_file=GELU, impls=["triton"], sanitizer_tools=["memcheck", "racecheck",
+                                                                                "initcheck", "synccheck"])
+    [op] = load_spec_file(GELU)
+    [sel] = select([op], request, None)
+    tasks, skipped = _runtime_tasks(op, sel, request, "quick", gpu=True, replaying=False)
+    assert skipped == []
+    sanitizer = {t.check_id: t.context.options["tool"] for t in tasks if t.target.endswith("VerifySanitizerCheck")}
+    assert sanitizer == {"verify.gelu.triton.sanitizer": "memcheck", "verify.gelu.triton.racecheck": "racecheck",
+                         "verify.gelu.triton.initcheck": "initcheck", "verify.gelu.triton.synccheck": "synccheck"}
+
+
 def _op(**kwargs: object) -> opgate.Operator:
     return opgate.Operator("rows", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("M", "N"))],
                            dims={"M": [32, 7], "N": [1024, 77]}, **kwargs)  # type: ignore[arg-type]
@@ -105,3 +133,19 @@ def test_ncu_stage_reads_counters_or_says_why(tmp_path: Path) -> None:
     assert ncu["outcome"] in ("passed", "skipped"), ncu["reason"]
     if ncu["outcome"] == "passed":
         assert "DRAM" in ncu["reason"]
+
+
+@pytest.mark.gpu
+def test_all_four_sanitizer_tools_pass_a_correct_kernel(tmp_path: Path) -> None:
+    """memcheck, racecheck, initcheck and synccheck each run the Triton gelu once; a correct kernel is clean."""
+    report = tmp_path / "r.json"
+    out = run_opgate(["verify", str(GELU), "--impl", "triton", "--dtype", "float32", "--budget", "quick",
+                      "--no-extras", "--stages", "numerics,sanitizer", "--sanitizer-tools", "all",
+                      "--json", str(report)], timeout=900)
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    for suffix, tool in (("sanitizer", "memcheck"), ("racecheck", "racecheck"), ("initcheck", "initcheck"),
+                         ("synccheck", "synccheck")):
+        result = results[f"verify.gelu.triton.{suffix}"]
+        assert result["outcome"] == "passed", f"{tool}: {result['reason']}"
+        assert result["reason"].startswith(f"{tool}:")
+    assert out.returncode == 0, out.stdout[-3000:]

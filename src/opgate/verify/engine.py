@@ -54,9 +54,26 @@ class VerifyRequest:
     # numerics always; runtime (timing, roofline fraction, CUDA graphs) and sanitizer on a GPU;
     # portability / occupancy / roofline are `opgate analyze`'s stages, run on request.
     stages: Sequence[str] = ("numerics", "runtime", "sanitizer")
+    # compute-sanitizer tools the sanitizer stage runs, one check each (memcheck's id ends in `.sanitizer`,
+    # the others in `.racecheck` / `.initcheck` / `.synccheck`).
+    sanitizer_tools: Sequence[str] = ("memcheck",)
 
 
 VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "portability", "occupancy", "roofline")
+
+
+def parse_sanitizer_tools(text: str) -> list[str]:
+    """`--sanitizer-tools`: comma-separated tool names, or `all`; an unknown name is an input error."""
+    from opgate.gpu.sanitizer import TOOLS
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if names == ["all"]:
+        return list(TOOLS)
+    unknown = [name for name in names if name not in TOOLS]
+    if unknown or not names:
+        raise InputError(f"--sanitizer-tools {unknown[0] if unknown else text!r}: not a compute-sanitizer tool; "
+                         f"choose from {', '.join(TOOLS)} or all")
+    return list(dict.fromkeys(names))
 NCU_TARGET = "opgate.verify.runtime:VerifyNcuCheck"
 RUNTIME_TARGET = "opgate.verify.runtime:VerifyRuntimeCheck"
 SANITIZER_TARGET = "opgate.verify.runtime:VerifySanitizerCheck"
@@ -248,7 +265,7 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
 def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_name: str, gpu: bool,
                    replaying: bool) -> tuple[list[CheckTask], list[CheckResult]]:
     """GPU runtime checks for the user's torch/Triton implementations: timing + graphs per dtype (each alone
-    on the GPU), one sanitizer run per implementation. Without a GPU: one `skipped` result saying why."""
+    on the GPU), one sanitizer run per implementation and tool. Without a GPU: one `skipped` result saying why."""
     from opgate.verify.runtime import RUNTIME_BACKENDS, SANITIZER_TIMEOUT_S, VerifyRuntimeCheck
 
     wanted = [stage for stage in ("runtime", "sanitizer", "ncu") if stage in request.stages]
@@ -273,10 +290,11 @@ def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_
                 tasks.append(CheckTask(check_id, options["title"], RUNTIME_TARGET, VerifyRuntimeCheck.timeout_s,
                                        CheckContext(verb="verify", level=budget_name, options=options), env=env,
                                        exclusive=True))
-        if "sanitizer" in wanted:
-            check_id = f"verify.{op.name}.{choice.name}.sanitizer"
-            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id,
-                       "title": f"{op.name}: {choice.describe()} under compute-sanitizer memcheck"}
+        for tool in (request.sanitizer_tools if "sanitizer" in wanted else ()):
+            suffix = "sanitizer" if tool == "memcheck" else tool
+            check_id = f"verify.{op.name}.{choice.name}.{suffix}"
+            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id, "tool": tool,
+                       "title": f"{op.name}: {choice.describe()} under compute-sanitizer {tool}"}
             tasks.append(CheckTask(check_id, options["title"], SANITIZER_TARGET, SANITIZER_TIMEOUT_S + 60,
                                    CheckContext(verb="verify", level=budget_name, options=options), env=env))
         if "ncu" in wanted:

@@ -168,20 +168,38 @@ class VerifyRuntimeCheck(_GpuStageCheck):
                            figures=figures, extra=extra)
 
 
+# Extra compute-sanitizer options per tool (passed when the installed sanitizer knows them): racecheck's
+# analysis report names the hazard instead of printing every racing access pair.
+SANITIZER_TOOL_OPTIONS = {"racecheck": (("--racecheck-report", "analysis"),)}
+SANITIZER_REMEDIES = {
+    "memcheck": "Fix the out-of-bounds or invalid access (a missing tail mask, a wrong stride or size).",
+    "racecheck": "Add the missing barrier between the shared-memory writes and reads (__syncthreads, "
+                 "tl.debug_barrier), or make the threads' shared-memory accesses disjoint.",
+    "initcheck": "Write every element before it is read: torch.empty and cudaMalloc memory is uninitialized.",
+    "synccheck": "Let every thread of the block reach each barrier: no __syncthreads inside divergent code.",
+}
+
+
 class VerifySanitizerCheck(_GpuStageCheck):
-    """One call of the implementation under compute-sanitizer memcheck, in its own process."""
+    """One call of the implementation under one compute-sanitizer tool (memcheck by default), in its own
+    process."""
 
     check_id = "verify.sanitizer"
     title = "memory safety under compute-sanitizer"
     timeout_s = SANITIZER_TIMEOUT_S + 30
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.sanitizer import SanitizerNotFound, run_under_sanitizer
+        from opgate.gpu.sanitizer import (SanitizerNotFound, find_compute_sanitizer, run_under_sanitizer,
+                                          supports_option)
 
         options, _ = self.begin(ctx)
         tool = options.get("tool", "memcheck")
         try:
-            run = run_under_sanitizer(run_once_command(options), tool=tool, timeout_s=SANITIZER_TIMEOUT_S)
+            path = find_compute_sanitizer()
+            tool_options = [part for option, value in SANITIZER_TOOL_OPTIONS.get(tool, ())
+                            if supports_option(path, option) for part in (option, value)]
+            run = run_under_sanitizer(run_once_command(options), tool=tool, tool_options=tool_options,
+                                      timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path)
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None
         findings = run.report.findings
@@ -199,8 +217,8 @@ class VerifySanitizerCheck(_GpuStageCheck):
                 if first.thread is not None:
                     where += f" thread {tuple(first.thread)} block {tuple(first.block or ())}"
             return self.failed(f"{tool} reports {len(findings) or run.report.reported_error_count} error(s){where}",
-                               figures=figures, remediation="Fix the out-of-bounds or invalid access; the log "
-                               "path is in the JSON report.", extra=extra)
+                               figures=figures, remediation=SANITIZER_REMEDIES.get(tool, "") + " The log path "
+                               "is in the JSON report.", extra=extra)
         if run.returncode not in (0, None):
             return self.result(Outcome.ERROR, f"the implementation exited with {run.returncode} under {tool}: "
                                f"{run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ''}",
