@@ -5,6 +5,7 @@
 # EXAMPLES="gelu rmsnorm" verifies only those (all seven do not fit one 10-minute device call);
 # VERIFY_LIMIT_S (default 240) caps each operator: at perf_dims one takes 70-110 s on the H200 (quantize, two
 # operators, over 210 s), most of it starting one Python process per check.
+# SANITIZER_TOOLS (default memcheck; e.g. "all") is passed to --sanitizer-tools.
 set -u
 OUT="${OUT:-/tmp/opgate-out}"
 mkdir -p "$OUT/verify"
@@ -23,6 +24,7 @@ for spec in "${SPECS[@]}"; do
   [ "$name" = make_onnx_models ] && continue
   start=$(date +%s)
   timeout "$LIMIT" python3 -m opgate verify "$spec" --budget quick --no-extras --jobs 8 \
+    --sanitizer-tools "${SANITIZER_TOOLS:-memcheck}" \
     --json "$OUT/verify/$name.json" --out "$OUT/verify/art-$name" >"$OUT/verify/$name.log" 2>&1
   code=$?
   echo "$name: exit $code in $(( $(date +%s) - start )) s"
