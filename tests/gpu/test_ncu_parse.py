@@ -49,3 +49,31 @@ def test_units_scale_to_bytes_and_nanoseconds() -> None:
             '"0","k","(1, 1, 1)","(1, 1, 1)","dram__bytes.sum","Kbyte","2"']
     [k] = parse_ncu_csv(header + "\n".join(rows))
     assert k.values["duration_ns"] == 1500.0 and k.values["dram_bytes"] == 2000.0
+
+
+# Written in the layout of the H200 capture above, with launch metrics in base units (--print-units base).
+LAUNCH_CSV = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","7","python3","127.0.0.1","k","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","launch__block_size","","256"
+"0","7","python3","127.0.0.1","k","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","launch__registers_per_thread","register/thread","128"
+"0","7","python3","127.0.0.1","k","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","launch__shared_mem_per_block_static","byte/block","16,384"
+"0","7","python3","127.0.0.1","k","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","launch__shared_mem_per_block_dynamic","byte/block","0"
+"0","7","python3","127.0.0.1","k","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","sm__maximum_warps_per_active_cycle_pct","%","25"
+'''
+
+
+def test_launch_facts_feed_opgates_occupancy_model() -> None:
+    from opgate.verify.runtime import model_occupancy_pct
+
+    [k] = parse_ncu_csv(LAUNCH_CSV)
+    assert k.cc == "9.0"
+    assert k.values["registers_per_thread"] == 128 and k.values["static_shared_bytes"] == 16384
+    # 128 registers x 256 threads = 32768 per block: 2 blocks of 8 warps on a 64-warp sm_90 SM = 25%.
+    assert model_occupancy_pct(k) == 25.0 == k.values["theoretical_occupancy_pct"]
+
+
+def test_no_launch_facts_no_model_figure() -> None:
+    from opgate.verify.runtime import model_occupancy_pct
+
+    text = (Path(__file__).parents[1] / "data" / "ncu" / "gelu_triton_h200.csv").read_text()
+    [gelu] = parse_ncu_csv(text)
+    assert model_occupancy_pct(gelu) is None

@@ -12,6 +12,7 @@ import io
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -24,8 +25,18 @@ METRICS = {
     "duration_ns": "gpu__time_duration.sum",
     "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
 }
-# ncu prints each value in the unit it finds readable ("271,872" byte, "3,200" ns, "2.10" Mbyte, "1.5" us):
-# everything is scaled to bytes and nanoseconds. Older releases spell times "nsecond"/"usecond"/"msecond".
+# Launch facts that feed opgate's own occupancy model, shown beside ncu's theoretical occupancy. Asked for
+# separately: should this ncu not know one of them, the run is repeated with METRICS alone.
+LAUNCH_METRICS = {
+    "block_size": "launch__block_size",
+    "registers_per_thread": "launch__registers_per_thread",
+    "static_shared_bytes": "launch__shared_mem_per_block_static",
+    "dynamic_shared_bytes": "launch__shared_mem_per_block_dynamic",
+}
+# ncu prints each value in the unit it finds readable ("271,872" byte, "3,200" ns, "2.10" Mbyte, "1.5" us)
+# unless asked for base units (--print-units base, which run_ncu does); either way everything is scaled to
+# bytes and nanoseconds. Per-item units ("byte/block", "register/thread") scale by their first part. Older
+# releases spell times "nsecond"/"usecond"/"msecond".
 UNIT_SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1024, "MB": 1024**2, "GB": 1024**3,
               "ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9,
               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "%": 1, "": 1}
@@ -42,6 +53,7 @@ class KernelCounters:
     block: str = ""
     grid: str = ""
     values: dict[str, float] = field(default_factory=dict)  # our names (METRICS keys) -> value in base units
+    cc: str = ""  # compute capability as ncu prints it, e.g. "9.0"
 
 
 def find_ncu() -> str:
@@ -69,7 +81,7 @@ def parse_ncu_csv(text: str) -> list[KernelCounters]:
     if start is None:
         return []
     by_id: dict[int, KernelCounters] = {}
-    names = {v: k for k, v in METRICS.items()}
+    names = {v: k for k, v in {**METRICS, **LAUNCH_METRICS}.items()}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         launch = _number(row.get("ID", ""))
         metric = names.get(row.get("Metric Name", ""))
@@ -79,8 +91,10 @@ def parse_ncu_csv(text: str) -> list[KernelCounters]:
         if value is None:
             continue
         counters = by_id.setdefault(int(launch), KernelCounters(int(launch), row.get("Kernel Name", ""),
-                                                                row.get("Block Size", ""), row.get("Grid Size", "")))
-        counters.values[metric] = value * UNIT_SCALE.get(row.get("Metric Unit", ""), 1)
+                                                                row.get("Block Size", ""), row.get("Grid Size", ""),
+                                                                cc=row.get("CC", "")))
+        unit = row.get("Metric Unit", "").split("/")[0]
+        counters.values[metric] = value * UNIT_SCALE.get(unit, 1)
     return [by_id[k] for k in sorted(by_id)]
 
 
@@ -88,12 +102,24 @@ def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int 
     """Profile `command`'s launches between cudaProfilerStart and cudaProfilerStop (at most `launch_count`);
     returns the counters and ncu's stderr tail (stdout too when no counters were read: it holds ncu's errors)."""
     ncu = find_ncu()
-    full = [ncu, "--clock-control", "none", "--csv", "--profile-from-start", "off", "--launch-count",
-            str(launch_count), "--target-processes", "all", "--metrics", ",".join(METRICS.values()), *command]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", ""))
                                         if p)
-    proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, env=env)
-    kernels = parse_ncu_csv(proc.stdout)
-    tail = proc.stderr[-2000:] if kernels else (proc.stdout[-1500:] + proc.stderr[-1500:])
-    return kernels, tail
+    started = time.monotonic()
+    tail = ""
+    # First with the launch facts and base units; then exactly the command verified on the H200
+    # (2026-11-29), should this ncu reject a metric name or option of the first.
+    attempts = (({**METRICS, **LAUNCH_METRICS}, ["--print-units", "base"]), (METRICS, []))
+    for metrics, extra in attempts:
+        left = timeout_s - (time.monotonic() - started)
+        if left <= 1:
+            break
+        full = [ncu, "--clock-control", "none", "--csv", *extra, "--profile-from-start", "off",
+                "--launch-count", str(launch_count), "--target-processes", "all",
+                "--metrics", ",".join(metrics.values()), *command]
+        proc = subprocess.run(full, capture_output=True, text=True, timeout=left, env=env)
+        kernels = parse_ncu_csv(proc.stdout)
+        if kernels:
+            return kernels, proc.stderr[-2000:]
+        tail = proc.stdout[-1500:] + proc.stderr[-1500:]
+    return [], tail

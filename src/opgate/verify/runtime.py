@@ -252,14 +252,18 @@ class VerifyNcuCheck(_GpuStageCheck):
                    Figure("DRAM bytes (ncu, all kernels)", round(dram), "B",
                           Threshold(round(model.bytes), "model", f"opgate's static model: {model.bytes_source}")),
                    Figure("DRAM bytes / model", round(dram / model.bytes, 3) if model.bytes else None)]
+        modelled_occupancy = {k.launch_id: model_occupancy_pct(k) for k in kernels}
         for k in kernels[:8]:
             v = k.values
+            ours = modelled_occupancy[k.launch_id]
             figures.append(Figure(f"{k.kernel[:60]} (block {k.block}, grid {k.grid})",
                                   f"achieved occupancy {v.get('achieved_occupancy_pct', float('nan')):.1f}% of "
-                                  f"theoretical {v.get('theoretical_occupancy_pct', float('nan')):.1f}%, "
-                                  f"L2 hit {v.get('l2_hit_rate_pct', float('nan')):.1f}%, "
+                                  f"theoretical {v.get('theoretical_occupancy_pct', float('nan')):.1f}%"
+                                  + (f" (opgate's occupancy model: {ours:.1f}%)" if ours is not None else "")
+                                  + f", L2 hit {v.get('l2_hit_rate_pct', float('nan')):.1f}%, "
                                   f"DRAM {v.get('dram_bytes', 0):.0f} B, {v.get('duration_ns', 0) / 1e3:.1f} us"))
-        extra = {"kernels": [k.__dict__ for k in kernels], "model_bytes": model.bytes, "stderr_tail": stderr}
+        extra = {"kernels": [k.__dict__ for k in kernels], "model_bytes": model.bytes, "stderr_tail": stderr,
+                 "model_occupancy_pct": modelled_occupancy}
         reason = (f"{len(kernels)} kernel launch(es) profiled with --clock-control none: DRAM "
                   f"{dram / 1e6:.3f} MB vs {model.bytes / 1e6:.3f} MB modelled")
         l2_bytes = _l2_bytes()
@@ -270,6 +274,25 @@ class VerifyNcuCheck(_GpuStageCheck):
             reason += (f"; the working set fits in the {l2_bytes / 1e6:.0f} MB L2, so written bytes may stay there "
                        "and DRAM counts fall below the model (profile larger sizes to compare)")
         return self.passed(reason, figures=figures, extra=extra)
+
+
+def model_occupancy_pct(kernel: Any) -> float | None:
+    """opgate's occupancy model (analyze.occupancy, checked against the driver) for one profiled launch, from
+    the block size, registers and shared memory ncu reported; None when ncu did not report them."""
+    from opgate.analyze.limits import sm_limits
+    from opgate.analyze.occupancy import KernelLaunch, calculate
+    from opgate.errors import InputError
+
+    v = kernel.values
+    if "block_size" not in v or "registers_per_thread" not in v or not kernel.cc:
+        return None
+    try:
+        launch = KernelLaunch(threads_per_block=int(v["block_size"]), registers_per_thread=int(v["registers_per_thread"]),
+                              static_shared_bytes=int(v.get("static_shared_bytes", 0)),
+                              dynamic_shared_bytes=int(v.get("dynamic_shared_bytes", 0)))
+        return 100.0 * calculate(launch, sm_limits(kernel.cc)).occupancy
+    except (InputError, ValueError):
+        return None
 
 
 def _l2_bytes() -> int:
