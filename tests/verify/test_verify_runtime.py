@@ -133,6 +133,11 @@ def test_ncu_stage_reads_counters_or_says_why(tmp_path: Path) -> None:
     assert ncu["outcome"] in ("passed", "skipped"), ncu["reason"]
     if ncu["outcome"] == "passed":
         assert "DRAM" in ncu["reason"]
+        # opgate's occupancy model, fed ncu's launch facts, agrees with ncu's theoretical occupancy.
+        for kernel in ncu["extra"]["kernels"]:
+            ours = ncu["extra"]["model_occupancy_pct"].get(str(kernel["launch_id"]))
+            if ours is not None:
+                assert abs(ours - kernel["values"]["theoretical_occupancy_pct"]) <= 1.0, kernel
 
 
 @pytest.mark.gpu
