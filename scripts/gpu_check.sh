@@ -4,11 +4,12 @@
 #   2. the measured probes      opgate doctor --level standard --json $OUT/doctor_standard.json  (timed)
 #   3. the sanitizer suite      planted bugs + clean twins under memcheck/racecheck/initcheck/synccheck
 #   4. the recovery trials      out of memory (same process) and a sticky error (worker restarted)
+#   5. the copy-kernel sweep    benchmarks/copy_kernel_sweep.py beside cudaMemcpy (about 20 s)
 # and prints a short summary table LAST. Installs nothing. Every step runs even when an earlier one
 # failed; the exit code is non-zero when any step failed. Results go to ${OUT:-/tmp/opgate-out}:
-#   doctor_standard.json sanitizer.json recovery.json summary.txt logs.tar.gz   (five files)
+#   doctor_standard.json sanitizer.json recovery.json copy_sweep.json summary.txt logs.tar.gz
 # Optional wheels installed elsewhere (e.g. /tmp/site) are used when PYTHONPATH already names them.
-# SKIP_PYTEST=1 / SKIP_DOCTOR=1 / SKIP_SANITIZER=1 / SKIP_RECOVERY=1 leave a step out.
+# SKIP_PYTEST=1 / SKIP_DOCTOR=1 / SKIP_SANITIZER=1 / SKIP_RECOVERY=1 / SKIP_COPY_SWEEP=1 leave a step out.
 # GPU_CHECK_BUDGET_S (default 540) caps the whole run: each step's time limit is cut to what is left, so
 # the summary is printed inside a 10-minute window even when a step hangs.
 set -u
@@ -88,6 +89,9 @@ cat "$LOGS/env.txt"
 
 [ "${SKIP_RECOVERY:-0}" = 1 ] || run_step recovery 150 \
   "$PY" -m opgate.gpu.recovery --trials 5 --oom-trials 3 --json "$OUT/recovery.json"
+
+[ "${SKIP_COPY_SWEEP:-0}" = 1 ] || run_step copy_sweep 120 \
+  "$PY" benchmarks/copy_kernel_sweep.py --json "$OUT/copy_sweep.json"
 
 STEP_LINES=""
 for name in "${STEPS[@]}"; do
@@ -173,6 +177,18 @@ else:
           f"{s.get('sticky_mean_recover_s')} s, max {s.get('sticky_max_recover_s')} s")
     print(f"  oom:    {s.get('oom_trials')} trials, success rate {s.get('oom_success_rate')}, mean recover "
           f"{s.get('oom_mean_recover_s')} s")
+sweep = load("copy_sweep.json")
+print("-" * 100)
+if "_missing" in sweep:
+    print("copy-kernel sweep:", sweep["_missing"])
+else:
+    for place in dict.fromkeys(r["placement"] for r in sweep["rows"]):
+        final = [r for r in sweep["rows"] if r.get("final") and r["placement"] == place]
+        if final:
+            best = max(final, key=lambda r: r["tbs"])
+            print(f"copy-kernel sweep, {place}: best {best['kernel']} threads={best['threads']} "
+                  f"blocks/SM={best['blocks_per_sm']} {best['tbs']:.3f} TB/s = {100 * best['ratio']:.1f}% of "
+                  f"cudaMemcpy {best['memcpy_tbs']:.3f} TB/s")
 print("=" * 100)
 PY
 
