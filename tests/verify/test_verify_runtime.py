@@ -154,3 +154,20 @@ def test_all_four_sanitizer_tools_pass_a_correct_kernel(tmp_path: Path) -> None:
         assert result["outcome"] == "passed", f"{tool}: {result['reason']}"
         assert result["reason"].startswith(f"{tool}:")
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_rotating_input_sets_are_new_buffers_of_the_same_values() -> None:
+    torch = pytest.importorskip("torch")
+    from opgate.verify.runtime import rotating_input_sets
+
+    probs = torch.softmax(torch.randn(4, 5, dtype=torch.float64), dim=-1)
+    column = torch.arange(4.0).reshape(4, 1)
+    index = torch.tensor([3, 0, 2])
+    sets = rotating_input_sets((probs, column, index, 0.5), count=3)
+    assert len(sets) == 3 and sets[0][0] is probs
+    for k, (p, c, i, scalar) in enumerate(sets[1:], start=1):
+        assert p.data_ptr() != probs.data_ptr() and not torch.equal(p, probs)
+        assert torch.allclose(p.sum(-1), probs.sum(-1))  # rows rolled within themselves keep their sums
+        assert torch.equal(p, probs.roll(k, dims=1))
+        assert torch.equal(c, column.roll(k, dims=0))  # last dim of size 1: the next one is rolled
+        assert sorted(i.tolist()) == sorted(index.tolist()) and scalar == 0.5
