@@ -139,10 +139,17 @@ class VerifyRuntimeCheck(_GpuStageCheck):
         dims = op.timing_dims()
         seed = int(options.get("seed", 0))
         fn = implementation.fn
-        input_sets = rotating_input_sets(tuple(cuda_inputs(op, dims, dtype, seed)), count=3)
-        gpu_name = torch.cuda.get_device_name()
-        stats = time_cuda(fn, input_sets, warmup=5, repeats=int(options.get("repeats", 50)))
         label = ",".join(f"{k}={v}" for k, v in dims.items())
+        try:
+            input_sets = rotating_input_sets(tuple(cuda_inputs(op, dims, dtype, seed)), count=3)
+            gpu_name = torch.cuda.get_device_name()
+            stats = time_cuda(fn, input_sets, warmup=5, repeats=int(options.get("repeats", 50)))
+        except torch.cuda.OutOfMemoryError:
+            # The timing size does not fit this GPU: a fact about the size and the card, not a defect.
+            free, total = torch.cuda.mem_get_info()
+            raise SkipCheck(f"{label} {dtype} does not fit this GPU's memory (out of memory with 3 input sets; "
+                            f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free now): declare smaller perf_dims "
+                            "or time on a larger GPU") from None
         figures = [
             Figure("timed case", f"{label} {dtype}"),
             Figure("median time", round(stats.median_us, 3), "us"),
