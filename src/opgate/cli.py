@@ -157,7 +157,8 @@ def verify(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer", "--stages", help="Comma-separated: numerics (always runs), "
                                "runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer (compute-sanitizer, "
-                               "tools from --sanitizer-tools), ncu (Nsight Compute counters, opt-in), portability, occupancy, roofline (opgate analyze's "
+                               "tools from --sanitizer-tools), ncu (Nsight Compute counters, opt-in), recovery (out-of-memory, then the same process must "
+                               "compute the same answer; opt-in), portability, occupancy, roofline (opgate analyze's "
                                "stages)."),
     sanitizer_tools: str = typer.Option("memcheck", "--sanitizer-tools", help="compute-sanitizer tools of the "
                                         "sanitizer stage, comma-separated: memcheck, racecheck, initcheck, "

@@ -59,7 +59,7 @@ class VerifyRequest:
     sanitizer_tools: Sequence[str] = ("memcheck",)
 
 
-VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "portability", "occupancy", "roofline")
+VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "recovery", "portability", "occupancy", "roofline")
 
 
 def parse_sanitizer_tools(text: str) -> list[str]:
@@ -77,6 +77,7 @@ def parse_sanitizer_tools(text: str) -> list[str]:
 NCU_TARGET = "opgate.verify.runtime:VerifyNcuCheck"
 RUNTIME_TARGET = "opgate.verify.runtime:VerifyRuntimeCheck"
 SANITIZER_TARGET = "opgate.verify.runtime:VerifySanitizerCheck"
+RECOVERY_TARGET = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
 
 
 @dataclass
@@ -268,13 +269,13 @@ def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_
     on the GPU), one sanitizer run per implementation and tool. Without a GPU: one `skipped` result saying why."""
     from opgate.verify.runtime import RUNTIME_BACKENDS, SANITIZER_TIMEOUT_S, VerifyRuntimeCheck
 
-    wanted = [stage for stage in ("runtime", "sanitizer", "ncu") if stage in request.stages]
+    wanted = [stage for stage in ("runtime", "sanitizer", "ncu", "recovery") if stage in request.stages]
     choices = [c for c in sel.choices if c.origin == "user" and c.backend in RUNTIME_BACKENDS]
     if replaying or not wanted or not choices:
         return [], []
     if not gpu:
-        reason = "needs a CUDA GPU (none visible to torch): timing, roofline fraction, CUDA graph capture and " \
-                 "compute-sanitizer run on a GPU host"
+        reason = "needs a CUDA GPU (none visible to torch): timing, roofline fraction, CUDA graph capture, " \
+                 "compute-sanitizer, Nsight Compute and out-of-memory recovery run on a GPU host"
         return [], [CheckResult(f"verify.{op.name}.{stage}", f"{op.name}: {stage}", Outcome.SKIPPED, reason)
                     for stage in wanted]
     tasks: list[CheckTask] = []
@@ -297,6 +298,13 @@ def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_
                        "title": f"{op.name}: {choice.describe()} under compute-sanitizer {tool}"}
             tasks.append(CheckTask(check_id, options["title"], SANITIZER_TARGET, SANITIZER_TIMEOUT_S + 60,
                                    CheckContext(verb="verify", level=budget_name, options=options), env=env))
+        if "recovery" in wanted:
+            check_id = f"verify.{op.name}.{choice.name}.recovery"
+            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id,
+                       "title": f"{op.name}: {choice.describe()} recovers from out-of-memory"}
+            tasks.append(CheckTask(check_id, options["title"], RECOVERY_TARGET, 300.0,
+                                   CheckContext(verb="verify", level=budget_name, options=options), env=env,
+                                   exclusive=True))  # it fills the GPU: nothing may run beside it
         if "ncu" in wanted:
             check_id = f"verify.{op.name}.{choice.name}.ncu"
             options = {**base, "dtype": sel.dtypes[0], "check_id": check_id,

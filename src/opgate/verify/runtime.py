@@ -1,13 +1,15 @@
 """`opgate verify` on a GPU: how each implementation behaves at run time, beside whether it is right.
 
 - `VerifyRuntimeCheck`: CUDA-event timing (warm-up, L2 flushed, rotating inputs; median and p95) at the
-  largest declared sizes, the achieved fraction of the roofline floor (this card's measured HBM bandwidth
-  when the doctor has cached it, else the datasheet), and CUDA graph capturability: captured and replayed
-  against eager, or the reason it cannot be, in the user's terms, with the remedy.
-- `VerifySanitizerCheck`: the implementation run once under compute-sanitizer memcheck in its own process;
-  findings (kind, kernel, thread, block) become the result.
+  operator's `perf_dims` (else its largest declared sizes), the achieved fraction of the roofline floor (this
+  card's measured HBM bandwidth when the doctor has cached it, else the datasheet), and CUDA graph
+  capturability: captured and replayed against eager, or the reason it cannot be, in the user's terms.
+- `VerifySanitizerCheck`: the implementation run once under one compute-sanitizer tool (memcheck, racecheck,
+  initcheck or synccheck) in its own process; findings (kind, kernel, thread, block) become the result.
+- `VerifyNcuCheck`: Nsight Compute counters of the warm call at `perf_dims` beside opgate's byte and
+  occupancy models.
 
-Both need a CUDA device and skip with the reason elsewhere; both are children of the isolated runner.
+All need a CUDA device and skip with the reason elsewhere; all are children of the isolated runner.
 """
 
 from __future__ import annotations

@@ -1,0 +1,84 @@
+"""`opgate verify --stages recovery`: the verdict over out-of-memory trials, the answer comparison and the
+planning run here; the trials themselves need a GPU (the gpu test at the end)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from opgate_testing import REPO, run_opgate
+
+from opgate.results import Outcome
+from opgate.verify.oom_recovery import OomTrial, judge, same_answer
+
+GELU = REPO / "examples" / "ops" / "gelu.py"
+
+
+def _trial(index: int, hit: bool = True, while_full: str = "oom", recovered: bool = True,
+           mismatch: str = "") -> OomTrial:
+    return OomTrial(index, hit, 139.3, while_full, recovered, 0.25, mismatch)
+
+
+def test_all_trials_recovered_passes_with_the_mean_time() -> None:
+    outcome, reason = judge([_trial(0), _trial(1), _trial(2)])
+    assert outcome is Outcome.PASSED
+    assert "3/3" in reason and "250 ms" in reason
+
+
+def test_one_trial_not_recovered_fails_and_says_why() -> None:
+    outcome, reason = judge([_trial(0), _trial(1, recovered=False, mismatch="the retry raised RuntimeError: x")])
+    assert outcome is Outcome.FAILED
+    assert "1/2" in reason and "trial 1: the retry raised RuntimeError" in reason
+
+
+def test_an_error_other_than_oom_while_full_warns() -> None:
+    outcome, reason = judge([_trial(0, while_full="RuntimeError: CUDA error: out of memory in my_ext")])
+    assert outcome is Outcome.WARNED and "instead of torch.cuda.OutOfMemoryError" in reason
+
+
+def test_a_call_that_needs_no_memory_while_full_is_fine() -> None:
+    assert judge([_trial(0, while_full="ok")])[0] is Outcome.PASSED
+
+
+def test_never_reaching_oom_is_skipped() -> None:
+    outcome, reason = judge([_trial(0, hit=False), _trial(1, hit=False)])
+    assert outcome is Outcome.SKIPPED and "could not be filled" in reason
+
+
+def test_same_answer_compares_values_nan_and_structure() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1.0, float("nan"), 3.0])
+    assert same_answer(torch, x, x.clone()) == ""
+    assert "differs" in same_answer(torch, x, torch.tensor([1.0, float("nan"), 3.5]))
+    assert "float16" in same_answer(torch, x, x.half())
+    assert same_answer(torch, (x, torch.tensor([1, 2])), (x.clone(), torch.tensor([1, 2]))) == ""
+    assert "differs" in same_answer(torch, (x, torch.tensor([1, 2])), (x.clone(), torch.tensor([1, 3])))
+    assert "outputs before" in same_answer(torch, (x, x), x)
+    half = torch.tensor([1.0, 2.0], dtype=torch.float16)
+    assert same_answer(torch, half, half + 0.001) == ""  # a few ulps: non-deterministic reductions
+
+
+def test_recovery_stage_plans_one_exclusive_check_per_implementation() -> None:
+    from opgate.verify.engine import VerifyRequest, _runtime_tasks, select
+    from opgate.verify.spec import load_spec_file
+
+    request = VerifyRequest(spec_file=GELU, stages=["numerics", "recovery"])
+    [op] = load_spec_file(GELU)
+    [sel] = select([op], request, None)
+    tasks, _ = _runtime_tasks(op, sel, request, "quick", gpu=True, replaying=False)
+    recovery = [t for t in tasks if t.target.endswith("VerifyOomRecoveryCheck")]
+    assert {t.check_id for t in recovery} == {"verify.gelu.triton.recovery", "verify.gelu.torch.recovery"}
+    assert all(t.exclusive for t in recovery) and len(tasks) == len(recovery)
+
+
+@pytest.mark.gpu
+def test_example_recovers_from_out_of_memory(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    out = run_opgate(["verify", str(GELU), "--impl", "triton", "--dtype", "float32", "--budget", "quick",
+                      "--no-extras", "--stages", "numerics,recovery", "--json", str(report)], timeout=900)
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    recovery = results["verify.gelu.triton.recovery"]
+    assert recovery["outcome"] == "passed", recovery["reason"]
+    assert all(t["call_while_full"] in ("oom", "ok") for t in recovery["extra"]["trials"])
+    assert out.returncode == 0, out.stdout[-3000:]
