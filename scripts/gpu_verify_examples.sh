@@ -5,7 +5,8 @@
 # EXAMPLES="gelu rmsnorm" verifies only those (all seven do not fit one 10-minute device call);
 # VERIFY_LIMIT_S (default 240) caps each operator: at perf_dims one takes 70-110 s on the H200 (quantize, two
 # operators, over 210 s), most of it starting one Python process per check.
-# SANITIZER_TOOLS (default memcheck; e.g. "all") is passed to --sanitizer-tools.
+# SANITIZER_TOOLS (default memcheck; e.g. "all") and STAGES (default numerics,runtime,sanitizer; add ncu,recovery)
+# are passed to --sanitizer-tools and --stages.
 set -u
 OUT="${OUT:-/tmp/opgate-out}"
 mkdir -p "$OUT/verify"
@@ -24,7 +25,7 @@ for spec in "${SPECS[@]}"; do
   [ "$name" = make_onnx_models ] && continue
   start=$(date +%s)
   timeout "$LIMIT" python3 -m opgate verify "$spec" --budget quick --no-extras --jobs 8 \
-    --sanitizer-tools "${SANITIZER_TOOLS:-memcheck}" \
+    --sanitizer-tools "${SANITIZER_TOOLS:-memcheck}" --stages "${STAGES:-numerics,runtime,sanitizer}" \
     --json "$OUT/verify/$name.json" --out "$OUT/verify/art-$name" >"$OUT/verify/$name.log" 2>&1
   code=$?
   echo "$name: exit $code in $(( $(date +%s) - start )) s"
