@@ -5,11 +5,12 @@
 #   3. the sanitizer suite      planted bugs + clean twins under memcheck/racecheck/initcheck/synccheck
 #   4. the recovery trials      out of memory (same process) and a sticky error (worker restarted)
 #   5. the copy-kernel sweep    benchmarks/copy_kernel_sweep.py beside cudaMemcpy (about 20 s)
+#   6. probes vs PyTorch        benchmarks/probes_vs_torch.py: each probe beside PyTorch's plain equivalent
 # and prints a short summary table LAST. Installs nothing. Every step runs even when an earlier one
 # failed; the exit code is non-zero when any step failed. Results go to ${OUT:-/tmp/opgate-out}:
-#   doctor_standard.json sanitizer.json recovery.json copy_sweep.json summary.txt logs.tar.gz
+#   doctor_standard.json sanitizer.json recovery.json copy_sweep.json probes_vs_torch.json summary.txt logs.tar.gz
 # Optional wheels installed elsewhere (e.g. /tmp/site) are used when PYTHONPATH already names them.
-# SKIP_PYTEST=1 / SKIP_DOCTOR=1 / SKIP_SANITIZER=1 / SKIP_RECOVERY=1 / SKIP_COPY_SWEEP=1 leave a step out.
+# SKIP_PYTEST=1 / SKIP_DOCTOR=1 / SKIP_SANITIZER=1 / SKIP_RECOVERY=1 / SKIP_COPY_SWEEP=1 / SKIP_VS_TORCH=1 leave a step out.
 # GPU_CHECK_BUDGET_S (default 540) caps the whole run: each step's time limit is cut to what is left, so
 # the summary is printed inside a 10-minute window even when a step hangs.
 set -u
@@ -92,6 +93,9 @@ cat "$LOGS/env.txt"
 
 [ "${SKIP_COPY_SWEEP:-0}" = 1 ] || run_step copy_sweep 120 \
   "$PY" benchmarks/copy_kernel_sweep.py --json "$OUT/copy_sweep.json"
+
+[ "${SKIP_VS_TORCH:-0}" = 1 ] || run_step probes_vs_torch 120 \
+  "$PY" benchmarks/probes_vs_torch.py --json "$OUT/probes_vs_torch.json"
 
 STEP_LINES=""
 for name in "${STEPS[@]}"; do
@@ -189,6 +193,16 @@ else:
             print(f"copy-kernel sweep, {place}: best {best['kernel']} threads={best['threads']} "
                   f"blocks/SM={best['blocks_per_sm']} {best['tbs']:.3f} TB/s = {100 * best['ratio']:.1f}% of "
                   f"cudaMemcpy {best['memcpy_tbs']:.3f} TB/s")
+vs = load("probes_vs_torch.json")
+print("-" * 100)
+if "_missing" in vs:
+    print("probes vs PyTorch:", vs["_missing"])
+else:
+    print(f"probes vs PyTorch ({vs['device']}): figure | opgate | PyTorch | reference")
+    for row in vs["rows"]:
+        print("  " + " | ".join(row))
+    for note in vs["notes"]:
+        print("  not measured:", note)
 print("=" * 100)
 PY
 

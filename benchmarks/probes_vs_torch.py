@@ -1,0 +1,107 @@
+"""opgate's GPU probe figures beside PyTorch's plain equivalents and the references, measured in one run.
+
+Issue 6 asks for every probe figure "beside its reference and beside PyTorch's plain equivalent measured in
+the same run". The doctor keeps its probes lean (no torch import where the probe does not need it, to stay
+within the standard level's 30 s); this script runs the probes (`opgate.gpu.*`) and the equivalents
+(`opgate.gpu.torch_equivalents`) in one process, one after the other, and prints a markdown table.
+
+    PYTHONPATH=src python3 benchmarks/probes_vs_torch.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def _try(label: str, action: Callable[[], Any], notes: list[str]) -> Any:
+    """Run one measurement; a failure becomes a note in the table, not the end of the run."""
+    try:
+        return action()
+    except Exception as exc:  # noqa: BLE001 - the table says what could not be measured and why
+        notes.append(f"{label}: {type(exc).__name__}: {exc}")
+        return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--device", type=int, default=0)
+    args = parser.parse_args()
+
+    from opgate.gpu import torch_equivalents as te
+    from opgate.gpu.bandwidth import measure_hbm, measure_l2
+    from opgate.gpu.host_links import measure_host_links
+    from opgate.gpu.launch import measure_launch_latency
+    from opgate.gpu.references import datasheet_bandwidth
+
+    started = time.perf_counter()
+    notes: list[str] = []
+    dev = args.device
+    hbm = _try("opgate HBM probe", lambda: measure_hbm(dev, include_torch=True), notes)
+    torch_read = _try("PyTorch x.sum()", lambda: te.hbm_read(dev, hbm.read.bytes_per_run if hbm else 4 << 30),
+                      notes)
+    l2 = _try("opgate L2 probe", lambda: measure_l2(dev), notes)
+    links = _try("opgate host-link probe", lambda: measure_host_links(dev), notes)
+    torch_links = _try("PyTorch pinned copy_", lambda: te.host_copies(dev), notes)
+    launch = _try("opgate launch probe", lambda: measure_launch_latency(dev), notes)
+    torch_launch = _try("PyTorch x.add_(1)", lambda: te.launch_overhead(dev), notes)
+
+    name = hbm.device.name if hbm else (links.device.name if links else "GPU")
+    sheet = datasheet_bandwidth(name)
+    pcie = links.link.theoretical_gbs() if links and links.link else None
+    link_text = (f"Gen{links.link.under_load_generation or links.link.idle_generation} "
+                 f"x{links.link.under_load_width or links.link.idle_width}") if links and links.link else ""
+
+    def cell(value: float | None, unit: str, digits: int = 2) -> str:
+        return "—" if value is None else f"{value:.{digits}f} {unit}"
+
+    rows = [
+        ("HBM read", cell(hbm.read.tbs if hbm else None, "TB/s"),
+         cell(torch_read.value if torch_read else None, "TB/s") + " (`x.sum()`)",
+         f"datasheet {sheet.tbs:.2f} TB/s" if sheet else "no datasheet figure"),
+        ("D2D copy (read + write)", cell(hbm.copy_kernel.tbs if hbm and hbm.copy_kernel else None, "TB/s"),
+         cell(hbm.torch_copy.tbs if hbm and hbm.torch_copy else None, "TB/s") + " (`dst.copy_(src)`)",
+         "cudaMemcpy D2D " + cell(hbm.memcpy.tbs if hbm and hbm.memcpy else None, "TB/s")),
+        ("L2 read", cell(l2.l2_read.tbs if l2 else None, "TB/s"), "— (no plain equivalent)",
+         f"{l2.l2_over_hbm:.2f}x the HBM read" if l2 else "—"),
+        ("H2D pinned", cell(links.h2d_pinned.gbs if links else None, "GB/s", 1),
+         cell(torch_links[0].value if torch_links else None, "GB/s", 1) + " (`copy_(non_blocking=True)`)",
+         f"PCIe {link_text} {pcie:.1f} GB/s" if pcie else "—"),
+        ("D2H pinned", cell(links.d2h_pinned.gbs if links else None, "GB/s", 1),
+         cell(torch_links[1].value if torch_links else None, "GB/s", 1) + " (`copy_(non_blocking=True)`)",
+         f"PCIe {link_text} {pcie:.1f} GB/s" if pcie else "—"),
+        ("launch, eager, per kernel", cell(launch.eager_us.median if launch else None, "us"),
+         cell(torch_launch[0].value if torch_launch else None, "us") + " (`x.add_(1)`)", "issue 6: 5.1 us (CuPy)"),
+        ("launch, CUDA graph replay, per kernel", cell(launch.graph_us.median if launch else None, "us"),
+         cell(torch_launch[1].value if torch_launch else None, "us") + " (`torch.cuda.CUDAGraph`)",
+         "issue 6: 0.70 us (CuPy)"),
+    ]
+    print(f"{name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{time.perf_counter() - started:.1f} s\n")
+    print("| figure | opgate probe | PyTorch plain equivalent | reference |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    for note in notes:
+        print(f"\nnot measured: {note}")
+    if args.json:
+        payload = {"device": name, "rows": rows, "notes": notes,
+                   "hbm": hbm.to_dict() if hbm else None, "l2": l2.to_dict() if l2 else None,
+                   "host_links": links.to_dict() if links else None,
+                   "launch": launch.to_dict() if launch else None,
+                   "torch": {"hbm_read": torch_read.to_dict() if torch_read else None,
+                             "host_copies": [f.to_dict() for f in torch_links] if torch_links else None,
+                             "launch": [f.to_dict() for f in torch_launch] if torch_launch else None}}
+        args.json.write_text(json.dumps(payload, indent=1))
+    return 1 if notes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
