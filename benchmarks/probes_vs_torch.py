@@ -29,6 +29,15 @@ def _try(label: str, action: Callable[[], Any], notes: list[str]) -> Any:
         return None
 
 
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no torch or no driver: a single-GPU table
+        return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
@@ -52,6 +61,15 @@ def main() -> int:
     torch_links = _try("PyTorch pinned copy_", lambda: te.host_copies(dev), notes)
     launch = _try("opgate launch probe", lambda: measure_launch_latency(dev), notes)
     torch_launch = _try("PyTorch x.add_(1)", lambda: te.launch_overhead(dev), notes)
+
+    peers: list[tuple[Any, Any]] = []  # (opgate PeerPair, PyTorch figure) for every ordered pair
+    if gpu_count() >= 2:
+        from opgate.gpu.p2p import measure_p2p
+
+        p2p = _try("opgate peer-to-peer probe", measure_p2p, notes)
+        for pair in (p2p.pairs if p2p else ()):
+            peers.append((pair, _try(f"PyTorch copy_ GPU {pair.src} -> {pair.dst}",
+                                     lambda pair=pair: te.peer_copy(pair.src, pair.dst), notes)))
 
     name = hbm.device.name if hbm else (links.device.name if links else "GPU")
     sheet = datasheet_bandwidth(name)
@@ -83,6 +101,10 @@ def main() -> int:
          cell(torch_launch[1].value if torch_launch else None, "us") + " (`torch.cuda.CUDAGraph`)",
          "issue 6: 0.70 us (CuPy)"),
     ]
+    for pair, theirs in peers:
+        rows.append((f"peer copy GPU {pair.src} -> GPU {pair.dst}", cell(pair.bandwidth_gbs, "GB/s", 1),
+                     cell(theirs.value if theirs else None, "GB/s", 1) + " (`b.copy_(a)` across devices)",
+                     "peer access " + ("enabled" if pair.can_access_peer else "not available")))
     print(f"{name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{time.perf_counter() - started:.1f} s\n")
     print("| figure | opgate probe | PyTorch plain equivalent | reference |")

@@ -115,3 +115,16 @@ def launch_overhead(device: int, ops_per_run: int = 1000, runs: int = 7) -> tupl
     what = f"{ops_per_run} x x.add_(1) on a 1-element tensor"
     return (TorchFigure("eager launch per op, PyTorch", eager_us.median, "us", eager_us, "us", what),
             TorchFigure("CUDA graph replay per op, PyTorch", replay_us.median, "us", replay_us, "us", what))
+
+
+def peer_copy(src: int, dst: int, nbytes: int = 128 * MiB, reps: int = 5) -> TorchFigure:
+    """`b.copy_(a)` from GPU `src` to GPU `dst` (PyTorch uses the peer path when the pair allows it), GB/s."""
+    torch = _torch_cuda(src)
+    a = torch.randint(1, 255, (nbytes,), dtype=torch.uint8, device=f"cuda:{src}")
+    b = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{dst}")
+    samples = _time_events(torch, lambda: b.copy_(a, non_blocking=True), warmup=2, reps=reps)
+    torch.cuda.synchronize(dst)
+    if not torch.equal(a[:4096].cpu(), b[:4096].cpu()) or not torch.equal(a[-4096:].cpu(), b[-4096:].cpu()):
+        raise RuntimeError(f"GPU {src} -> GPU {dst} copy through PyTorch delivered different bytes")
+    return TorchFigure(f"GPU {src} -> GPU {dst}, PyTorch copy_", nbytes / (samples.median * 1e-3) / 1e9, "GB/s",
+                       samples, "ms", f"{nbytes // MiB} MiB, b.copy_(a, non_blocking=True) across devices")
