@@ -79,7 +79,7 @@ PY
 } >"$LOGS/env.txt" 2>&1
 cat "$LOGS/env.txt"
 
-[ "${SKIP_PYTEST:-0}" = 1 ] || run_step pytest_gpu 200 \
+[ "${SKIP_PYTEST:-0}" = 1 ] || run_step pytest_gpu 330 \
   "$PY" -m pytest -m gpu tests -ra -p no:cacheprovider --junitxml="$LOGS/pytest_gpu.xml"
 
 [ "${SKIP_DOCTOR:-0}" = 1 ] || run_step doctor_standard 150 \
