@@ -283,35 +283,26 @@ def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_
         base = {"spec_file": str(request.spec_file.resolve()), "op": op.name, "impl": choice.name,
                 "seed": request.seed}
         env = _child_env(choice, True, 1)
-        if "runtime" in wanted:
-            for dtype in sel.dtypes:
-                check_id = f"verify.{op.name}.{choice.name}.{dtype}.runtime"
-                options = {**base, "dtype": dtype, "check_id": check_id,
-                           "title": f"{op.name}: {choice.describe()} in {dtype} on the GPU"}
-                tasks.append(CheckTask(check_id, options["title"], RUNTIME_TARGET, VerifyRuntimeCheck.timeout_s,
-                                       CheckContext(verb="verify", level=budget_name, options=options), env=env,
-                                       exclusive=True))
-        for tool in (request.sanitizer_tools if "sanitizer" in wanted else ()):
-            suffix = "sanitizer" if tool == "memcheck" else tool
+
+        def add(suffix: str, target: str, timeout_s: float, title: str, exclusive: bool, **extra: Any) -> None:
             check_id = f"verify.{op.name}.{choice.name}.{suffix}"
-            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id, "tool": tool,
-                       "title": f"{op.name}: {choice.describe()} under compute-sanitizer {tool}"}
-            tasks.append(CheckTask(check_id, options["title"], SANITIZER_TARGET, SANITIZER_TIMEOUT_S + 60,
-                                   CheckContext(verb="verify", level=budget_name, options=options), env=env))
+            options = {**base, "dtype": sel.dtypes[0], **extra, "check_id": check_id,
+                       "title": f"{op.name}: {choice.describe()} {title}"}
+            tasks.append(CheckTask(check_id, options["title"], target, timeout_s,
+                                   CheckContext(verb="verify", level=budget_name, options=options), env=env,
+                                   exclusive=exclusive))
+
+        # Measuring checks, and the one that fills the GPU, run alone (exclusive); the sanitizer does not.
+        for dtype in (sel.dtypes if "runtime" in wanted else ()):
+            add(f"{dtype}.runtime", RUNTIME_TARGET, VerifyRuntimeCheck.timeout_s, f"in {dtype} on the GPU", True,
+                dtype=dtype)
+        for tool in (request.sanitizer_tools if "sanitizer" in wanted else ()):
+            add("sanitizer" if tool == "memcheck" else tool, SANITIZER_TARGET, SANITIZER_TIMEOUT_S + 60,
+                f"under compute-sanitizer {tool}", False, tool=tool)
         if "recovery" in wanted:
-            check_id = f"verify.{op.name}.{choice.name}.recovery"
-            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id,
-                       "title": f"{op.name}: {choice.describe()} recovers from out-of-memory"}
-            tasks.append(CheckTask(check_id, options["title"], RECOVERY_TARGET, 300.0,
-                                   CheckContext(verb="verify", level=budget_name, options=options), env=env,
-                                   exclusive=True))  # it fills the GPU: nothing may run beside it
+            add("recovery", RECOVERY_TARGET, 300.0, "recovers from out-of-memory", True)
         if "ncu" in wanted:
-            check_id = f"verify.{op.name}.{choice.name}.ncu"
-            options = {**base, "dtype": sel.dtypes[0], "check_id": check_id,
-                       "title": f"{op.name}: {choice.describe()} under Nsight Compute"}
-            tasks.append(CheckTask(check_id, options["title"], NCU_TARGET, 360.0,
-                                   CheckContext(verb="verify", level=budget_name, options=options), env=env,
-                                   exclusive=True))
+            add("ncu", NCU_TARGET, 360.0, "under Nsight Compute", True)
     return tasks, []
 
 
