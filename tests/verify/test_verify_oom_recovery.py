@@ -55,6 +55,7 @@ def test_same_answer_compares_values_nan_and_structure() -> None:
     assert same_answer(torch, (x, torch.tensor([1, 2])), (x.clone(), torch.tensor([1, 2]))) == ""
     assert "differs" in same_answer(torch, (x, torch.tensor([1, 2])), (x.clone(), torch.tensor([1, 3])))
     assert "outputs before" in same_answer(torch, (x, x), x)
+    assert "NoneType after recovery" in same_answer(torch, x, None)
     half = torch.tensor([1.0, 2.0], dtype=torch.float16)
     assert same_answer(torch, half, half + 0.001) == ""  # a few ulps: non-deterministic reductions
 

@@ -67,6 +67,8 @@ def same_answer(torch: Any, before: Any, after: Any) -> str:
             if b != a:
                 return f"output {k}: {a!r} after recovery, {b!r} before"
             continue
+        if not hasattr(a, "shape"):
+            return f"output {k}: {type(a).__name__} after recovery, a tensor before"
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"output {k}: {tuple(a.shape)} {a.dtype} after recovery, {tuple(b.shape)} {b.dtype} before"
         if b.is_floating_point():
