@@ -497,10 +497,11 @@ def _child_record(run: SanitizerRun) -> dict[str, Any]:
 COMMON_PLANTED_OPTIONS = (("--report-api-errors", "no"),)
 
 
-def _tool_options(path: str, options: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
+def supported_tool_options(path: str, options: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(command-line words of the (option, value) pairs this compute-sanitizer knows, the options it does not)."""
     used: list[str] = []
     dropped: list[str] = []
-    for option, value in (*COMMON_PLANTED_OPTIONS, *options):
+    for option, value in options:
         if supports_option(path, option):
             used += [option, value]
         else:
@@ -590,7 +591,7 @@ def run_planted_suite(cases: Sequence[str] | None = None, log_dir: str | os.Path
     logs = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="opgate-planted-"))
     outcomes: list[PlantedOutcome] = []
     for case in selected:
-        options, dropped = _tool_options(path, case.tool_options)
+        options, dropped = supported_tool_options(path, (*COMMON_PLANTED_OPTIONS, *case.tool_options))
         runs = {}
         for variant in ("bug", "clean"):
             runs[variant] = run_python_under_sanitizer(

@@ -216,14 +216,13 @@ class VerifySanitizerCheck(_GpuStageCheck):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.sanitizer import (SanitizerNotFound, find_compute_sanitizer, run_under_sanitizer,
-                                          supports_option)
+                                          supported_tool_options)
 
         options, _ = self.begin(ctx)
         tool = options.get("tool", "memcheck")
         try:
             path = find_compute_sanitizer()
-            tool_options = [part for option, value in SANITIZER_TOOL_OPTIONS.get(tool, ())
-                            if supports_option(path, option) for part in (option, value)]
+            tool_options, _ = supported_tool_options(path, SANITIZER_TOOL_OPTIONS.get(tool, ()))
             run = run_under_sanitizer(run_once_command(options), tool=tool, tool_options=tool_options,
                                       timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path)
         except SanitizerNotFound as exc:
