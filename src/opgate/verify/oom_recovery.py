@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from opgate.errors import SkipCheck
 from opgate.results import CheckResult, Figure, Outcome, Threshold
-from opgate.verify.runtime import _GpuStageCheck, _load, cuda_inputs
+from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation
 
 MiB = 1 << 20
 FILL_DEADLINE_S = 60.0
@@ -124,7 +124,7 @@ def judge(trials: Sequence[OomTrial]) -> tuple[Outcome, str]:
     return Outcome.PASSED, text
 
 
-class VerifyOomRecoveryCheck(_GpuStageCheck):
+class VerifyOomRecoveryCheck(GpuStageCheck):
     """The implementation driven into out-of-memory TRIALS times; the same process must recover."""
 
     check_id = "verify.recovery"
@@ -133,7 +133,7 @@ class VerifyOomRecoveryCheck(_GpuStageCheck):
 
     def evaluate(self, ctx: Any) -> CheckResult:
         options, torch = self.begin(ctx)
-        op, implementation = _load(options)
+        op, implementation = load_implementation(options)
         fn = implementation.fn
         args = cuda_inputs(op, op.default_dims(), options["dtype"], int(options.get("seed", 0)))
         before = fn(*args)  # compiles / autotunes too, before memory gets tight

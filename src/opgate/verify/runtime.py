@@ -33,7 +33,8 @@ def cuda_inputs(op: Any, dims: dict[str, int], dtype: str, seed: int) -> list[An
     return [v.cuda() if hasattr(v, "cuda") else v for v in values]
 
 
-def _load(options: dict[str, Any]) -> tuple[Any, Any]:
+def load_implementation(options: dict[str, Any]) -> tuple[Any, Any]:
+    """(operator, implementation) named by a GPU-stage task's options (spec_file, op, impl)."""
     from opgate.verify.spec import load_spec_file
 
     ops = {op.name: op for op in load_spec_file(options["spec_file"])}
@@ -104,7 +105,7 @@ def rotating_input_sets(first: tuple[Any, ...], count: int) -> list[tuple[Any, .
     return sets
 
 
-class _GpuStageCheck(Check):
+class GpuStageCheck(Check):
     """What the GPU stages share: they run under `opgate verify`, take their id from the engine, need CUDA."""
 
     verbs = ("verify",)
@@ -124,7 +125,7 @@ def run_once_command(options: dict[str, Any], profiled: bool = False) -> list[st
             options["dtype"], *(["--profiled"] if profiled else [])]
 
 
-class VerifyRuntimeCheck(_GpuStageCheck):
+class VerifyRuntimeCheck(GpuStageCheck):
     """Timing, roofline fraction and CUDA-graph capturability of one implementation in one dtype."""
 
     check_id = "verify.runtime"
@@ -136,7 +137,7 @@ class VerifyRuntimeCheck(_GpuStageCheck):
         from opgate.measure.timing import time_cuda
 
         options, torch = self.begin(ctx)
-        op, implementation = _load(options)
+        op, implementation = load_implementation(options)
         dtype = options["dtype"]
         dims = op.timing_dims()
         seed = int(options.get("seed", 0))
@@ -206,7 +207,7 @@ SANITIZER_REMEDIES = {
 }
 
 
-class VerifySanitizerCheck(_GpuStageCheck):
+class VerifySanitizerCheck(GpuStageCheck):
     """One call of the implementation under one compute-sanitizer tool (memcheck by default), in its own
     process."""
 
@@ -252,7 +253,7 @@ class VerifySanitizerCheck(_GpuStageCheck):
                            "under the sanitizer)", figures=figures, extra=extra)
 
 
-class VerifyNcuCheck(_GpuStageCheck):
+class VerifyNcuCheck(GpuStageCheck):
     """Nsight Compute counters of the implementation's kernels beside opgate's static byte model."""
 
     check_id = "verify.ncu"
@@ -264,7 +265,7 @@ class VerifyNcuCheck(_GpuStageCheck):
         from opgate.gpu.ncu import NcuNotFound, run_ncu
 
         options, _ = self.begin(ctx)
-        op, _ = _load(options)
+        op, _ = load_implementation(options)
         try:
             kernels, stderr = run_ncu(run_once_command(options, profiled=True), timeout_s=self.timeout_s - 30)
         except NcuNotFound as exc:
@@ -338,7 +339,7 @@ def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str, profiled:
     the implementation's own launches, not input generation, JIT compilation or autotuning."""
     import torch
 
-    op, implementation = _load({"spec_file": spec_file, "op": op_name, "impl": impl_name})
+    op, implementation = load_implementation({"spec_file": spec_file, "op": op_name, "impl": impl_name})
     args = cuda_inputs(op, op.timing_dims() if profiled else op.default_dims(), dtype, seed=0)
     if profiled:
         implementation.fn(*args)
