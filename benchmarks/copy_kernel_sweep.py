@@ -5,6 +5,7 @@ Candidates, all CUDA C compiled by NVRTC through CuPy (sm_80+), each checked to 
     flight per thread; loads plain, read-only path (`ld.global.nc.L1::no_allocate.L2::256B`) or carrying an L2
     eviction policy (`createpolicy` + `.L2::cache_hint`: evict_first / evict_last / fractional / unchanged);
     stores plain, streaming (`st.global.cs`) or with a policy; 128-512 threads x 1-8 blocks per SM;
+  * one tile per block with no loop (the grid covers the buffer; bps 0 in the tables), loads plain or evict_last;
   * on sm_90+, bulk-copy (TMA) kernels: one thread per block streams chunks global -> shared -> global with
     `cp.async.bulk`, several chunks in flight (mbarrier-tracked loads, bulk-group stores), loads with or
     without the evict_last policy.
@@ -158,6 +159,31 @@ GP(8, 1, 0, 0) GP(8, 0, 1, 0) GP(8, 0, 2, 0) GP(8, 1, 1, 0) GP(8, 1, 2, 0) GP(8,
 GP(8, 2, 0, 0) GP(8, 2, 2, 0) GP(8, 3, 1, 0) GP(8, 4, 1, 0) GP(8, 2, 4, 0) GP(8, 2, 1, 1) GP(4, 2, 1, 0) GP(16, 2, 1, 0)
 GP(8, 5, 0, 0) GP(8, 6, 0, 0)
 
+// One tile per block, no loop: the grid covers the whole buffer (U x blockDim vectors per block) and the
+// hardware hands blocks to SMs as they free up, as many library copy kernels do. LP: load policy as above.
+template <int U, int LP>
+__device__ __forceinline__ void one_tile(const uint4* src, uint4* dst, u64 n) {
+    const u64 policy = l2_policy<LP>();
+    const u64 base = (u64)blockIdx.x * blockDim.x * U + threadIdx.x;
+    if (base + (u64)(U - 1) * blockDim.x < n) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const uint4* p = src + base + (u64)u * blockDim.x;
+            if (LP) asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                                 : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(p), "l"(policy));
+            else v[u] = *p;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) dst[base + (u64)u * blockDim.x] = v[u];
+    } else {
+        for (int u = 0; u < U; ++u)
+            if (base + (u64)u * blockDim.x < n) dst[base + (u64)u * blockDim.x] = src[base + (u64)u * blockDim.x];
+    }
+}
+#define TILE(U, LP) extern "C" __global__ void tile_u##U##_lp##LP(const uint4* s, uint4* d, u64 n) { one_tile<U, LP>(s, d, n); }
+TILE(2, 0) TILE(4, 0) TILE(8, 0) TILE(4, 2) TILE(8, 2)
+
 // Block-contiguous: block b owns one contiguous 1/gridDim share and walks it with its own threads.
 template <int U>
 __device__ __forceinline__ void block_contiguous(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n) {
@@ -270,6 +296,7 @@ ALL_SIMPLE = [f"{layout}_u{u}_nc{nc}_cs{cs}" for layout in ("gs", "wt") for u in
 # 32 KiB in flight per SM best, and loads with the L2 evict_last policy the one change that lifts the plateau:
 # the default sweep looks around that (fractional evict_last, and bulk TMA copies whose loads keep the lines).
 FOCUSED = ["gs_u8_nc0_cs0", "gp_u8_lp2_sp0_pf0", "gp_u8_lp5_sp0_pf0", "gp_u8_lp6_sp0_pf0", "gp_u8_lp3_sp1_pf0"]
+TILES = ["tile_u2_lp0", "tile_u4_lp0", "tile_u8_lp0", "tile_u4_lp2", "tile_u8_lp2"]
 FOCUSED_BULK = ["bulk_c4_s8", "bulkkeep_c4_s8", "bulkkeep_c8_s4"]
 BULK = ["bulk_c4_s8", "bulk_c8_s4", "bulk_c8_s5", "bulk_c11_s4", "bulk_c16_s2", "bulk_c15_s3", "bulkkeep_c4_s8",
         "bulkkeep_c8_s4"]
@@ -312,13 +339,16 @@ def main() -> int:
     dev.synchronize()
 
     bulk = (BULK if args.all else FOCUSED_BULK) if cc >= 90 and bulk_ok else []
-    names = (ALL_SIMPLE if args.all else FOCUSED) + bulk
+    names = (ALL_SIMPLE if args.all else FOCUSED) + TILES + bulk
     rows: list[dict[str, Any]] = []
     for place, (src, dst) in placements.items():
         def launcher(name: str, threads: int, bps: int, src: Any = src, dst: Any = dst) -> Callable[[], None]:
             fn = module.get_function(name)
             bulk = name.startswith("bulk")
             grid = (sm_count * bps,)
+            if name.startswith("tile"):  # one tile per block: the grid covers the buffer (bps is 0)
+                unroll = int(name.split("_")[1][1:])
+                grid = ((n_vec + threads * unroll - 1) // (threads * unroll),)
             block = (32,) if bulk else (threads,)
             count = np.uint64(half if bulk else n_vec)
             return lambda: fn(grid, block, (src, dst, count))
@@ -326,8 +356,9 @@ def main() -> int:
         configs = [(name, 32, bps) for name in names if name.startswith("bulk") for bps in (1, 2, 4, 6)]
         threads = (256, 512) if args.all else (128, 256, 384, 512)
         blocks = (1, 2, 4, 8) if args.all else (1, 2, 3, 4)
-        configs += [(name, t, bps) for name in names if not name.startswith("bulk") for t in threads
+        configs += [(name, t, bps) for name in names if not name.startswith(("bulk", "tile")) for t in threads
                     for bps in blocks if t * bps <= 2048]
+        configs += [(name, t, 0) for name in names if name.startswith("tile") for t in (128, 256, 512, 1024)]
         scored = []
         for name, threads, bps in configs:
             launch = launcher(name, threads, bps)

@@ -77,3 +77,10 @@ def test_no_launch_facts_no_model_figure() -> None:
     text = (Path(__file__).parents[1] / "data" / "ncu" / "gelu_triton_h200.csv").read_text()
     [gelu] = parse_ncu_csv(text)
     assert model_occupancy_pct(gelu) is None
+
+
+def test_caller_names_its_own_metrics() -> None:
+    """Benchmarks ask ncu for other metrics (benchmarks/copy_ncu_profile.py): only those are read, by the caller's names."""
+    kernels = parse_ncu_csv(SAMPLE, {"time": "gpu__time_duration.sum", "hit": "lts__t_sector_hit_rate.pct"})
+    assert [k.kernel for k in kernels] == ["gelu_kernel"]  # other_kernel has neither metric
+    assert kernels[0].values == {"time": 3580.0, "hit": 12.5}

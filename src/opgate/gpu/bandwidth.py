@@ -240,36 +240,30 @@ def _measure_copies(cupy: Any, np: Any, info: DeviceInfo, buffer: Any, nbytes: i
     runtime = cupy.cuda.runtime
     copied = 2 * half  # bytes read + bytes written
 
-    def copy_launcher(unroll: int, kind: str, bps: int) -> Any:
-        fn = kernels.kernel(kernels.copy_kernel_name(unroll, kind))
-        grid = (info.sm_count * bps,)
-        return lambda: fn(grid, (THREADS,), (src_ptr, dst_ptr, np.uint64(n_vec)))
-
-    def describe(unroll: int, kind: str, bps: int) -> str:
-        what = {"keep": "evict_last loads, plain stores", "plain": "plain loads and stores",
-                "stream": "plain loads, streaming stores"}[kind]
-        return f"copy grid-stride unroll={unroll} {what} blocks/SM={bps} threads={THREADS}"
+    def copy_launcher(config: kernels.CopyConfig) -> Any:
+        fn = kernels.kernel(config.kernel_name)
+        grid = (config.grid(info.sm_count, n_vec),)
+        return lambda: fn(grid, (config.threads,), (src_ptr, dst_ptr, np.uint64(n_vec)))
 
     # Correctness first: one copy, then compare the halves (the fill pattern differs between them).
     with stream:
-        copy_launcher(*kernels.COPY_VARIANTS[0], kernels.COPY_BLOCKS_PER_SM[0])()
+        copy_launcher(kernels.COPY_CONFIGS[0])()
     stream.synchronize()
     _verify_copy(cupy, buffer, half)
 
     tuning: list[tuple[str, float]] = []
-    best: tuple[float, int, str, int] | None = None
-    for unroll, kind in kernels.COPY_VARIANTS:
-        for bps in kernels.COPY_BLOCKS_PER_SM:
-            samples = time_on_stream(cupy, stream, copy_launcher(unroll, kind, bps), warmup=2, reps=5)
-            tbs = bandwidth_tbs(copied, samples.median)
-            tuning.append((describe(unroll, kind, bps), tbs))
-            if best is None or tbs > best[0]:
-                best = (tbs, unroll, kind, bps)
+    best: tuple[float, kernels.CopyConfig] | None = None
+    for config in kernels.COPY_CONFIGS:
+        samples = time_on_stream(cupy, stream, copy_launcher(config), warmup=2, reps=5)
+        tbs = bandwidth_tbs(copied, samples.median)
+        tuning.append((config.describe(), tbs))
+        if best is None or tbs > best[0]:
+            best = (tbs, config)
     assert best is not None
-    _, unroll, kind, bps = best
+    winner = best[1]
     with stream:  # the winner must copy correctly too: clear the destination, copy, compare
         buffer[half:2 * half].fill(0)
-        copy_launcher(unroll, kind, bps)()
+        copy_launcher(winner)()
     stream.synchronize()
     _verify_copy(cupy, buffer, half)
 
@@ -277,9 +271,8 @@ def _measure_copies(cupy: Any, np: Any, info: DeviceInfo, buffer: Any, nbytes: i
         runtime.memcpyAsync(int(dst_ptr), int(src_ptr), half, runtime.memcpyDeviceToDevice, stream.ptr)
 
     copy_samples, memcpy_samples = time_interleaved(
-        cupy, stream, [copy_launcher(unroll, kind, bps), memcpy], warmup=3, reps=reps)
-    config = describe(unroll, kind, bps)
-    return (TimedFigure("D2D copy (opgate kernel)", copied, copy_samples, config),
+        cupy, stream, [copy_launcher(winner), memcpy], warmup=3, reps=reps)
+    return (TimedFigure("D2D copy (opgate kernel)", copied, copy_samples, winner.describe()),
             TimedFigure("cudaMemcpy D2D", copied, memcpy_samples, "cudaMemcpyAsync DeviceToDevice"),
             tuning)
 

@@ -12,16 +12,49 @@ value, so the compiler cannot drop a load, and nothing is written in practice.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 READ_UNROLLS = (4, 8)
-# Copy-kernel variants: (loads in flight per thread, kind), kind "keep" (loads with the L2 evict_last
-# policy, plain stores), "plain" or "stream" (evict-first stores). Five sweeps on the H200 (2026-11-29,
-# benchmarks/copy_kernel_sweep.py, docs/benchmarks.md: ~200 configurations incl. read-only-path loads,
-# warp-tiled, block-/warp-contiguous, software-pipelined and TMA bulk-copy kernels) plateau at 4.05-4.07
-# TB/s except "keep" (4.13 TB/s); 8 loads in flight with 256 threads x 1 block/SM (~32 KiB per SM) is best.
-COPY_VARIANTS = ((8, "keep"), (8, "plain"), (8, "stream"))
-COPY_BLOCKS_PER_SM = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class CopyConfig:
+    """One way to launch a copy kernel: `blocks_per_sm` None means one tile per block, the grid covering the
+    buffer (`unroll` x `threads` vectors per block); otherwise a persistent grid-stride grid."""
+    unroll: int
+    kind: str  # "tile" (one tile per block, evict_last loads), "keep", "plain" or "stream" (grid-stride)
+    threads: int
+    blocks_per_sm: int | None
+
+    @property
+    def kernel_name(self) -> str:
+        return copy_kernel_name(self.unroll, self.kind)
+
+    def grid(self, sm_count: int, n_vec: int) -> int:
+        if self.blocks_per_sm is None:
+            per_block = self.unroll * self.threads
+            return max(1, (n_vec + per_block - 1) // per_block)
+        return sm_count * self.blocks_per_sm
+
+    def describe(self) -> str:
+        what = {"tile": "one tile per block, evict_last loads", "keep": "grid-stride, evict_last loads",
+                "plain": "grid-stride, plain loads and stores", "stream": "grid-stride, streaming stores"}[self.kind]
+        shape = "grid covers the buffer" if self.blocks_per_sm is None else f"blocks/SM={self.blocks_per_sm}"
+        return f"copy {what}, unroll={self.unroll} threads={self.threads} {shape}"
+
+
+# Copy-kernel launches the probe measures, keeping the fastest. Six sweeps on the H200 (2026-11-29,
+# benchmarks/copy_kernel_sweep.py, docs/benchmarks.md: ~230 configurations incl. read-only-path loads,
+# warp-tiled, block-/warp-contiguous, software-pipelined and TMA bulk-copy kernels): persistent grid-stride
+# kernels plateau at 4.05-4.07 TB/s, 4.13 with evict_last loads (97% of cudaMemcpy D2D); one tile per block
+# with evict_last loads and 1024 threads reaches 4.30 TB/s, 101% of cudaMemcpy in the same run.
+COPY_CONFIGS = (
+    CopyConfig(8, "tile", 1024, None), CopyConfig(8, "tile", 512, None), CopyConfig(8, "tile", 256, None),
+    CopyConfig(8, "keep", 256, 1), CopyConfig(8, "keep", 256, 2),
+    CopyConfig(8, "plain", 256, 1), CopyConfig(8, "stream", 256, 1),
+)
+COPY_KERNEL_KINDS = ("tile", "keep", "plain", "stream")
 L2_UNROLL = 4
 
 KERNEL_SOURCE = r"""
@@ -103,7 +136,8 @@ __device__ __forceinline__ u64 opgate_evict_last_policy() {
 //  * no __restrict__, on purpose: with it NVCC routes the loads through the read-only path
 //    (LDG.E.128.CONSTANT) and interleaves them with the stores, leaving about half the loads in flight:
 //    4.00 instead of 4.06 TB/s. Plain LDG.E.128, all issued before the first store, is faster;
-//  * loads with the evict_last L2 policy: 4.13 TB/s, the best of ~200 configurations.
+//  * loads with the evict_last L2 policy: 4.13 TB/s, the best persistent grid-stride copy (one tile per
+//    block, below, is faster still).
 template <int UNROLL, bool STREAMING, bool KEEP>
 __device__ __forceinline__ void opgate_copy_body(const uint4* src, uint4* dst, u64 n_vec) {
     const u64 policy = KEEP ? opgate_evict_last_policy() : 0;
@@ -128,6 +162,28 @@ __device__ __forceinline__ void opgate_copy_body(const uint4* src, uint4* dst, u
     }
 }
 
+// One tile per block, no loop: block b copies vectors [b*UNROLL*blockDim, (b+1)*UNROLL*blockDim) and the
+// grid covers the buffer; the hardware hands blocks to SMs as they free up. Loads carry the evict_last
+// policy, all issued before the first store. On the H200 this beat every persistent grid-stride copy and
+// cudaMemcpy D2D itself (4.30 vs 4.24 TB/s, 1024 threads; benchmarks/copy_kernel_sweep.py).
+template <int UNROLL>
+__device__ __forceinline__ void opgate_copy_tile_body(const uint4* src, uint4* dst, u64 n_vec) {
+    const u64 policy = opgate_evict_last_policy();
+    const u64 base = (u64)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
+    if (base + (u64)(UNROLL - 1) * blockDim.x < n_vec) {
+        uint4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[u] = opgate_load_keep(src + base + (u64)u * blockDim.x, policy);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) dst[base + (u64)u * blockDim.x] = v[u];
+    } else {  // the last, partial tile
+        for (int u = 0; u < UNROLL; ++u) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < n_vec) dst[i] = src[i];
+        }
+    }
+}
+
 extern "C" __global__ void opgate_read_u4(const uint4* __restrict__ src, u64 n_vec, u32 magic, u32* __restrict__ sink) {
     opgate_read_body<4>(src, n_vec, magic, sink);
 }
@@ -142,6 +198,10 @@ extern "C" __global__ void opgate_copy_u8_stream(const uint4* src, uint4* dst, u
 }
 extern "C" __global__ void opgate_copy_u8_keep(const uint4* src, uint4* dst, u64 n_vec) {
     opgate_copy_body<8, false, true>(src, dst, n_vec);
+}
+// Launch bounds: 1024 threads must fit the register file (64 registers each) on every architecture.
+extern "C" __global__ void __launch_bounds__(1024) opgate_copy_u8_tile(const uint4* src, uint4* dst, u64 n_vec) {
+    opgate_copy_tile_body<8>(src, dst, n_vec);
 }
 
 // L2 read: the same working set `passes` times; the start rotates by 4 KiB per pass.

@@ -74,14 +74,15 @@ def _number(text: str) -> float | None:
         return None
 
 
-def parse_ncu_csv(text: str) -> list[KernelCounters]:
-    """Kernel launches and their metrics from ncu's CSV output (lines before the header are ncu's own notes)."""
+def parse_ncu_csv(text: str, metrics: dict[str, str] | None = None) -> list[KernelCounters]:
+    """Kernel launches and their metrics from ncu's CSV output (lines before the header are ncu's own notes);
+    `metrics` maps our names to ncu's (default: METRICS and LAUNCH_METRICS)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         return []
     by_id: dict[int, KernelCounters] = {}
-    names = {v: k for k, v in {**METRICS, **LAUNCH_METRICS}.items()}
+    names = {v: k for k, v in (metrics or {**METRICS, **LAUNCH_METRICS}).items()}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         launch = _number(row.get("ID", ""))
         metric = names.get(row.get("Metric Name", ""))
@@ -98,18 +99,23 @@ def parse_ncu_csv(text: str) -> list[KernelCounters]:
     return [by_id[k] for k in sorted(by_id)]
 
 
-def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int = 20) -> tuple[list[KernelCounters], str]:
+MetricAttempts = Sequence[tuple[dict[str, str], list[str]]]
+# First with the launch facts and base units; then exactly the command verified on the H200
+# (2026-11-29), should this ncu reject a metric name or option of the first.
+DEFAULT_ATTEMPTS: MetricAttempts = (({**METRICS, **LAUNCH_METRICS}, ["--print-units", "base"]), (METRICS, []))
+
+
+def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int = 20,
+            attempts: MetricAttempts = DEFAULT_ATTEMPTS) -> tuple[list[KernelCounters], str]:
     """Profile `command`'s launches between cudaProfilerStart and cudaProfilerStop (at most `launch_count`);
-    returns the counters and ncu's stderr tail (stdout too when no counters were read: it holds ncu's errors)."""
+    `attempts` are (metrics, extra ncu options) tried in turn until one reads counters. Returns the counters
+    and ncu's stderr tail (stdout too when no counters were read: it holds ncu's errors)."""
     ncu = find_ncu()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", ""))
                                         if p)
     started = time.monotonic()
     tail = ""
-    # First with the launch facts and base units; then exactly the command verified on the H200
-    # (2026-11-29), should this ncu reject a metric name or option of the first.
-    attempts = (({**METRICS, **LAUNCH_METRICS}, ["--print-units", "base"]), (METRICS, []))
     for metrics, extra in attempts:
         left = timeout_s - (time.monotonic() - started)
         if left <= 1:
@@ -118,7 +124,7 @@ def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int 
                 "--launch-count", str(launch_count), "--target-processes", "all",
                 "--metrics", ",".join(metrics.values()), *command]
         proc = subprocess.run(full, capture_output=True, text=True, timeout=left, env=env)
-        kernels = parse_ncu_csv(proc.stdout)
+        kernels = parse_ncu_csv(proc.stdout, metrics)
         if kernels:
             return kernels, proc.stderr[-2000:]
         tail = proc.stdout[-1500:] + proc.stderr[-1500:]

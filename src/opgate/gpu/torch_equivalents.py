@@ -61,7 +61,7 @@ def hbm_read(device: int, nbytes: int, reps: int = 20) -> TorchFigure:
     n = nbytes // 4
     x = torch.ones(n, dtype=torch.float32, device="cuda")
     out = torch.empty((), dtype=torch.float32, device="cuda")
-    samples = _time_events(torch, lambda: torch.sum(x, out=out), warmup=3, reps=reps)
+    samples = _time_events(torch, lambda: torch.sum(x, dim=0, out=out), warmup=3, reps=reps)
     if abs(float(out) - n) > 1e-4 * n:  # float32 partial sums of ones: exact to well within this
         raise RuntimeError(f"x.sum() returned {float(out)}, not {n}: the figure would be meaningless")
     del x
