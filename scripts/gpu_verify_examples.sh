@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `opgate verify` of every shipped example operator on a GPU host: numerics on the GPU, plus the runtime
-# stage (CUDA-event timing vs the roofline floor, CUDA graph capture) and compute-sanitizer memcheck.
+# stage (CUDA-event timing vs the roofline floor, CUDA graph capture), the four compute-sanitizer tools and
+# out-of-memory recovery.
 # Reports go to ${OUT:-/tmp/opgate-out}/verify_reports.tar.gz; a summary table is printed last.
 # EXAMPLES="gelu rmsnorm" verifies only those (all seven do not fit one 10-minute device call);
 # VERIFY_LIMIT_S (default 240) caps each operator: at perf_dims one takes 70-110 s on the H200 (quantize, two
 # operators, over 210 s), most of it starting one Python process per check.
-# SANITIZER_TOOLS (default memcheck; e.g. "all") and STAGES (default numerics,runtime,sanitizer; add ncu,recovery)
-# are passed to --sanitizer-tools and --stages.
+# SANITIZER_TOOLS (default all, as `opgate verify`; e.g. memcheck) and STAGES (default numerics,runtime,sanitizer,
+# recovery, as `opgate verify`; add ncu) are passed to --sanitizer-tools and --stages.
 set -u
 OUT="${OUT:-/tmp/opgate-out}"
 mkdir -p "$OUT/verify"
@@ -25,7 +26,7 @@ for spec in "${SPECS[@]}"; do
   [ "$name" = make_onnx_models ] && continue
   start=$(date +%s)
   timeout "$LIMIT" python3 -m opgate verify "$spec" --budget quick --no-extras --jobs 8 \
-    --sanitizer-tools "${SANITIZER_TOOLS:-memcheck}" --stages "${STAGES:-numerics,runtime,sanitizer}" \
+    --sanitizer-tools "${SANITIZER_TOOLS:-all}" --stages "${STAGES:-numerics,runtime,sanitizer,recovery}" \
     --json "$OUT/verify/$name.json" --out "$OUT/verify/art-$name" >"$OUT/verify/$name.log" 2>&1
   code=$?
   echo "$name: exit $code in $(( $(date +%s) - start )) s"

@@ -155,12 +155,12 @@ def verify(
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1.0, help="Seconds one implementation x dtype "
                                             "may run before it is killed (default: 300/600/1800 by budget)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
-    stages: str = typer.Option("numerics,runtime,sanitizer", "--stages", help="Comma-separated: numerics (always runs), "
-                               "runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer (compute-sanitizer, "
-                               "tools from --sanitizer-tools), ncu (Nsight Compute counters, opt-in), recovery (out-of-memory, then the same process must "
-                               "compute the same answer; opt-in), portability, occupancy, roofline (opgate analyze's "
-                               "stages)."),
-    sanitizer_tools: str = typer.Option("memcheck", "--sanitizer-tools", help="compute-sanitizer tools of the "
+    stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated: numerics "
+                               "(always runs), runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer "
+                               "(compute-sanitizer, tools from --sanitizer-tools), recovery (out-of-memory, then the "
+                               "same process must compute the same answer), ncu (Nsight Compute counters, opt-in), "
+                               "portability, occupancy, roofline (opgate analyze's stages, opt-in)."),
+    sanitizer_tools: str = typer.Option("all", "--sanitizer-tools", help="compute-sanitizer tools of the "
                                         "sanitizer stage, comma-separated: memcheck, racecheck, initcheck, "
                                         "synccheck, or all (one run per implementation and tool)."),
 ) -> None:

@@ -204,7 +204,7 @@ def test_triton_on_a_gpu_keeps_ir_per_target(tmp_path):
     reason = None if ok else why
     if reason:
         pytest.skip(reason)
-    proc = run_cli(str(SPEC), "--budget", "quick", "--impl", "triton", "--dtype", "float16",
+    proc = run_cli(str(SPEC), "--budget", "quick", "--impl", "triton", "--dtype", "float16", "--stages", "numerics",
                    "--json", str(tmp_path / "r.json"), "--out", str(tmp_path / "art"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = results_by_id(json.loads((tmp_path / "r.json").read_text()))["verify.softmax.triton.float16"]

@@ -95,22 +95,24 @@ def test_runtime_stages_skip_with_reason_without_gpu(tmp_path: Path) -> None:
                       "--no-extras", "--json", str(report)], timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
-    for stage in ("runtime", "sanitizer"):
+    for stage in ("runtime", "sanitizer", "recovery"):  # the default GPU stages
         result = next(r for k, r in results.items() if k.endswith(f".{stage}"))
         assert result["outcome"] == "skipped" and "CUDA GPU" in result["reason"]
 
 
 @pytest.mark.gpu
-def test_runtime_and_sanitizer_on_gpu(tmp_path: Path) -> None:
+def test_default_gpu_stages_on_gpu(tmp_path: Path) -> None:
+    """With no --stages, a GPU run times, captures, runs all four sanitizer tools and the OOM recovery."""
     report = tmp_path / "r.json"
     out = run_opgate(["verify", str(GELU), "--impl", "triton", "--dtype", "float32", "--budget", "quick",
                       "--no-extras", "--json", str(report)], timeout=900)
     results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
-    runtime = next(r for k, r in results.items() if k.endswith(".runtime"))
-    sanitizer = next(r for k, r in results.items() if k.endswith(".sanitizer"))
+    runtime = results["verify.gelu.triton.float32.runtime"]
     assert runtime["outcome"] == "passed", runtime["reason"]
     assert "roofline floor" in runtime["reason"] and "CUDA graph" in runtime["reason"]
-    assert sanitizer["outcome"] == "passed", sanitizer["reason"]
+    for suffix in ("sanitizer", "racecheck", "initcheck", "synccheck", "recovery"):
+        result = results[f"verify.gelu.triton.{suffix}"]
+        assert result["outcome"] == "passed", f"{suffix}: {result['reason']}"
     assert out.returncode == 0, out.stdout[-3000:]
 
 

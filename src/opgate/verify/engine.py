@@ -51,12 +51,13 @@ class VerifyRequest:
     shrink: bool = True
     jobs: int = 2
     timeout_s: float | None = None
-    # numerics always; runtime (timing, roofline fraction, CUDA graphs) and sanitizer on a GPU;
-    # portability / occupancy / roofline are `opgate analyze`'s stages, run on request.
-    stages: Sequence[str] = ("numerics", "runtime", "sanitizer")
+    # numerics always; runtime (timing, roofline fraction, CUDA graphs), sanitizer and recovery on a GPU;
+    # ncu and portability / occupancy / roofline (`opgate analyze`'s stages) on request.
+    stages: Sequence[str] = ("numerics", "runtime", "sanitizer", "recovery")
     # compute-sanitizer tools the sanitizer stage runs, one check each (memcheck's id ends in `.sanitizer`,
-    # the others in `.racecheck` / `.initcheck` / `.synccheck`).
-    sanitizer_tools: Sequence[str] = ("memcheck",)
+    # the others in `.racecheck` / `.initcheck` / `.synccheck`). All four by default: on the H200 each
+    # adds 5-11 s per implementation and they run side by side (docs/benchmarks.md).
+    sanitizer_tools: Sequence[str] = ("memcheck", "racecheck", "initcheck", "synccheck")
 
 
 VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "recovery", "portability", "occupancy", "roofline")
