@@ -9,6 +9,7 @@ thresholds, reasons, JSON-ability of the evidence, and multi-GPU paths.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from opgate.gpu.bandwidth import HbmMeasurement, L2Measurement, TimedFigure
 from opgate.gpu.device import DeviceInfo
 from opgate.gpu.events import EventTiming
 from opgate.gpu.host_links import BidirectionalFigure, ContentionMeasurement, HostLinkMeasurement, PcieLink
+from opgate.gpu.pcie_config import ExpressFacts
 from opgate.gpu.launch import LaunchLatency
 from opgate.gpu.p2p import P2PMeasurement, PeerPair
 from opgate.gpu.priority import StreamPriorityMeasurement
@@ -97,9 +99,11 @@ def test_l2_verdict(gpu_here: pytest.MonkeyPatch) -> None:
     assert ratio == pytest.approx(0.5, abs=0.01)
 
 
-def links(h2d: float, d2h: float, gen: int | None = 5, info: DeviceInfo = H200) -> HostLinkMeasurement:
+def links(h2d: float, d2h: float, gen: int | None = 5, info: DeviceInfo = H200,
+          express: ExpressFacts | None = None) -> HostLinkMeasurement:
     n = 256 * (1 << 20)
-    link = PcieLink(5, 16, 1, 16, gen, 16, 40) if gen else None
+    link = PcieLink(5, 16, 1, 16, gen, 16, 40, express=express,
+                    express_error="" if express else "cannot read config: Permission denied") if gen else None
     bidir = BidirectionalFigure(n, Samples.of([ms_for(n, 0.05)]), Samples.of([ms_for(n, 0.05)]),
                                 Samples.of([ms_for(n, 0.05)]))
     return HostLinkMeasurement(info, n, timed("H2D pinned", n, ms_for(n, h2d / 1000)),
@@ -121,6 +125,28 @@ def test_host_link_verdicts(gpu_here: pytest.MonkeyPatch, h2d: float, d2h: float
     assert figures["H2D pinned"].threshold.value == pytest.approx(0.9 * 63.015, abs=0.01)
     assert "PCI-SIG" in figures["H2D pinned"].threshold.source
     assert figures["PCIe link under load"].value == "Gen5 x16"
+
+
+def test_host_links_show_the_payload_ceiling_beside_the_verdict(gpu_here: pytest.MonkeyPatch) -> None:
+    """The H200's figures (55.4 / 55.3 GB/s) at 256-byte packets: still warned against issue 6's 90% of
+    generation x width, and shown against what full 256-byte TLPs can carry (D2H 256/280 of 63.0 GB/s)."""
+    express = ExpressFacts(256, 256, 512, 5, 16, 5, 16)
+    gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(55.4, 55.3, express=express))
+    result = run(gpu_probes.HostLinksCheck)
+    assert result.outcome == Outcome.WARNED
+    figures = {f.name: f.value for f in result.figures}
+    assert figures["PCIe max payload (device control)"] == 256
+    ceiling = figures["D2H ceiling at 256-byte packets (data/pcie_packet_overhead.toml)"]
+    assert ceiling == pytest.approx(63.015 * 256 / 280, abs=0.06)  # shown to 0.1 GB/s
+    assert figures["D2H pinned / that ceiling"] == pytest.approx(100 * 55.3 / ceiling, abs=0.2)
+    assert "at 256-byte packets TLP overhead leaves at most" in result.reason
+    unknown = run_with(gpu_here, links(55.4, 55.3))
+    assert "Permission denied" in {f.name: f.value for f in unknown.figures}["PCIe max payload"]
+
+
+def run_with(gpu_here: pytest.MonkeyPatch, measurement: HostLinkMeasurement) -> Any:
+    gpu_here.setattr(host_links, "measure_host_links", lambda dev: measurement)
+    return run(gpu_probes.HostLinksCheck)
 
 
 def test_host_link_without_nvml_is_unjudged(gpu_here: pytest.MonkeyPatch) -> None:

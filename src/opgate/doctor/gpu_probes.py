@@ -226,6 +226,27 @@ class L2BandwidthCheck(GpuProbeCheck):
         return self.result(outcome, "; ".join(reasons), figures=figures, remediation=remediation, extra=extra)
 
 
+def _payload_ceiling(link: Any, h2d_gbs: float, d2h_gbs: float, tag: str, figures: list[Figure]) -> str:
+    """Figures for the ceiling the link's max payload size puts on a copy (shown, not judged: the band stays
+    issue 6's share of generation x width) and a clause for the reason; or why the payload is unknown."""
+    if link.express is None:
+        figures.append(Figure(f"{tag}PCIe max payload", f"unknown: {link.express_error}"))
+        return ""
+    payload = link.express.max_payload_bytes
+    figures.append(Figure(f"{tag}PCIe max payload (device control)", payload, "bytes"))
+    clauses = []
+    for direction, measured in (("H2D", h2d_gbs), ("D2H", d2h_gbs)):
+        ceiling = link.payload_ceiling_gbs(direction)
+        if ceiling:
+            figures.append(Figure(f"{tag}{direction} ceiling at {payload}-byte packets (data/pcie_packet_overhead.toml)",
+                                  _gbs(ceiling), "GB/s"))
+            figures.append(Figure(f"{tag}{direction} pinned / that ceiling", _pct(measured / ceiling), "%"))
+            clauses.append(f"{direction} {measured / ceiling:.0%} of {ceiling:.1f}")
+    if not clauses:
+        return ""
+    return f"; at {payload}-byte packets TLP overhead leaves at most: " + ", ".join(clauses) + " GB/s"
+
+
 # -------------------------------------------------------------------------------------------------
 class HostLinksCheck(GpuProbeCheck):
     check_id = "doctor.host_links"
@@ -273,7 +294,8 @@ class HostLinksCheck(GpuProbeCheck):
                     degraded = f" (link runs below its Gen{link.max_generation} x{link.max_width} maximum)"
                 reasons.append(f"{tag}pinned H2D {m.h2d_pinned.gbs:.1f} / D2H {m.d2h_pinned.gbs:.1f} GB/s = "
                                f"{m.h2d_pinned.gbs / theoretical:.0%} / {m.d2h_pinned.gbs / theoretical:.0%} of "
-                               f"PCIe Gen{gen} x{width} ({theoretical:.1f} GB/s){degraded}")
+                               f"PCIe Gen{gen} x{width} ({theoretical:.1f} GB/s){degraded}"
+                               + _payload_ceiling(link, m.h2d_pinned.gbs, m.d2h_pinned.gbs, tag, figures))
             else:
                 outcomes.append(Outcome.WARNED)
                 why = m.link_error or (m.link.note if m.link else "") or "NVML reported no PCIe generation/width"

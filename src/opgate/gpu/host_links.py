@@ -12,12 +12,13 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opgate.gpu.bandwidth import MiB, TimedFigure
 from opgate.gpu.device import DeviceInfo, ProbeError, device_info, nvml_handle_for, require_gpu
-from opgate.gpu.pcie import UnknownPcieGeneration, pcie_theoretical_gbs
+from opgate.gpu.pcie import UnknownPcieGeneration, payload_ceiling_fraction, pcie_theoretical_gbs
+from opgate.gpu.pcie_config import ExpressFacts, PcieConfigError, read_express_facts
 from opgate.gpu.stats import Samples, bandwidth_gbs
 from opgate.gpu.timing import time_host_ms, time_on_stream
 
@@ -36,6 +37,9 @@ class PcieLink:
     under_load_width: int | None
     samples: int
     note: str = ""
+    # The GPU's PCI Express capability (payload size and link as the device sees them), or why it cannot tell.
+    express: ExpressFacts | None = None
+    express_error: str = ""
 
     def theoretical_gbs(self) -> float | None:
         """Per direction, for the link as it ran during the copies (else as NVML reports it now)."""
@@ -61,7 +65,17 @@ class PcieLink:
                 "idle_generation": self.idle_generation, "idle_width": self.idle_width,
                 "under_load_generation": self.under_load_generation, "under_load_width": self.under_load_width,
                 "samples": self.samples, "theoretical_gbs": self.theoretical_gbs(),
-                "max_theoretical_gbs": self.max_theoretical_gbs(), "note": self.note}
+                "max_theoretical_gbs": self.max_theoretical_gbs(), "note": self.note,
+                "express": self.express.to_dict() if self.express else None, "express_error": self.express_error}
+
+    def payload_ceiling_gbs(self, direction: str) -> float | None:
+        """The most a one-way copy can carry as data in full TLPs of the link's max payload (an upper bound)."""
+        theoretical = self.theoretical_gbs()
+        gen = self.under_load_generation or self.idle_generation
+        if theoretical is None or gen is None or self.express is None:
+            return None
+        fraction = payload_ceiling_fraction(gen, self.express.max_payload_bytes, direction)
+        return None if fraction is None else theoretical * fraction
 
 
 class _LinkSampler:
@@ -193,6 +207,10 @@ def _open_link(info: DeviceInfo) -> tuple[Any, Any, PcieLink | None, str]:
         idle_generation=_nvml_int(pynvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
         idle_width=_nvml_int(pynvml, "nvmlDeviceGetCurrPcieLinkWidth", handle),
         under_load_generation=None, under_load_width=None, samples=0)
+    try:
+        link = replace(link, express=read_express_facts(info.pci_bus_id))
+    except PcieConfigError as exc:
+        link = replace(link, express_error=str(exc))
     return pynvml, handle, link, ""
 
 
@@ -269,8 +287,8 @@ def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_B
         if pynvml is not None:
             pynvml.nvmlShutdown()
     if link is not None and sampler is not None:
-        link = PcieLink(link.max_generation, link.max_width, link.idle_generation, link.idle_width,
-                        sampler.generation, sampler.width, sampler.samples, sampler.error)
+        link = replace(link, under_load_generation=sampler.generation, under_load_width=sampler.width,
+                       samples=sampler.samples, note=sampler.error)
     return HostLinkMeasurement(info, n, h2d_pinned, d2h_pinned, h2d_pg, d2h_pg, bidir, link, link_error,
                                time.perf_counter() - started)
 

@@ -60,3 +60,26 @@ def pcie_generation(generation: int) -> PcieGeneration:
     if generation not in table:
         raise UnknownPcieGeneration(f"PCIe generation {generation} is not in data/pcie_link_rates.toml")
     return table[generation]
+
+
+def tlp_overhead_bytes(generation: int, direction: str) -> int | None:
+    """Bytes per TLP besides its payload (data/pcie_packet_overhead.toml): `direction` "D2H" (memory writes
+    from the GPU) or "H2D" (completions carrying host data to the GPU). None for a generation without a row."""
+    if direction not in ("D2H", "H2D"):
+        raise ValueError(f"direction must be D2H or H2D, not {direction!r}")
+    for row in load_table("pcie_packet_overhead"):
+        if int(row["generation"]) == generation:
+            header = row["write_header_bytes"] if direction == "D2H" else row["completion_header_bytes"]
+            return int(row["framing_bytes"]) + int(row["sequence_bytes"]) + int(row["lcrc_bytes"]) + int(header)
+    return None
+
+
+def payload_ceiling_fraction(generation: int, max_payload_bytes: int, direction: str) -> float | None:
+    """The most of the encoded link rate a one-way copy can carry as data when every TLP is full
+    (`max_payload_bytes`, the link's MPS); an upper bound, as data-link packets are not counted."""
+    if max_payload_bytes <= 0:
+        raise ValueError(f"a max payload of {max_payload_bytes} bytes is not possible")
+    overhead = tlp_overhead_bytes(generation, direction)
+    if overhead is None:
+        return None
+    return max_payload_bytes / (max_payload_bytes + overhead)
