@@ -17,7 +17,7 @@ from typing import Any
 from opgate.gpu import kernels
 from opgate.gpu.device import DeviceInfo, ProbeError, device_info, require_gpu
 from opgate.gpu.stats import Samples, bandwidth_tbs
-from opgate.gpu.timing import time_interleaved, time_on_stream
+from opgate.gpu.timing import time_interleaved, time_on_stream, time_torch_events
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -183,17 +183,7 @@ def _torch_copy(device_index: int, nbytes: int, reps: int) -> tuple[TimedFigure 
     with torch.cuda.device(device):
         src = torch.randint(1, 255, (nbytes,), dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
-        stream = torch.cuda.current_stream(device)
-        for _ in range(3):
-            dst.copy_(src)
-        torch.cuda.synchronize(device)
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for start, end in pairs:
-            start.record(stream)
-            dst.copy_(src)
-            end.record(stream)
-        torch.cuda.synchronize(device)
-        samples = Samples.of([start.elapsed_time(end) for start, end in pairs])
+        samples = time_torch_events(torch, lambda: dst.copy_(src), warmup=3, reps=reps)
         if not torch.equal(src[:4096], dst[:4096]) or not torch.equal(src[-4096:], dst[-4096:]):
             raise ProbeError("PyTorch's copy_ produced different bytes; its figure would be meaningless")
         del src, dst

@@ -28,6 +28,24 @@ def time_on_stream(cupy: Any, stream: Any, launch: Callable[[], None], warmup: i
     return Samples.of([cupy.cuda.get_elapsed_time(start, end) for start, end in pairs])
 
 
+def time_torch_events(torch: Any, action: Callable[[], None], warmup: int, reps: int) -> Samples:
+    """The same for PyTorch's own work: milliseconds per call of `action` (which enqueues GPU work on the
+    current device's current stream), timed by torch.cuda events back to back."""
+    if reps < 1:
+        raise ValueError("reps must be >= 1")
+    stream = torch.cuda.current_stream()
+    for _ in range(warmup):
+        action()
+    torch.cuda.synchronize()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in pairs:
+        start.record(stream)
+        action()
+        end.record(stream)
+    torch.cuda.synchronize()
+    return Samples.of([start.elapsed_time(end) for start, end in pairs])
+
+
 def time_interleaved(cupy: Any, stream: Any, launches: Sequence[Callable[[], None]], warmup: int,
                      reps: int) -> list[Samples]:
     """Time several variants alternately (A B C A B C ...), so clock or thermal drift during the run

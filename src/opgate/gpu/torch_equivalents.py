@@ -10,9 +10,10 @@ right answer, so a figure is never reported for work that did not happen. torch 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from opgate.gpu.stats import Samples
+from opgate.gpu.timing import time_torch_events
 
 MiB = 1 << 20
 
@@ -40,28 +41,13 @@ def _torch_cuda(device: int) -> Any:
     return torch
 
 
-def _time_events(torch: Any, action: Callable[[], None], warmup: int, reps: int) -> Samples:
-    """Milliseconds per call of `action` (which enqueues GPU work on the current stream)."""
-    stream = torch.cuda.current_stream()
-    for _ in range(warmup):
-        action()
-    torch.cuda.synchronize()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in pairs:
-        start.record(stream)
-        action()
-        end.record(stream)
-    torch.cuda.synchronize()
-    return Samples.of([start.elapsed_time(end) for start, end in pairs])
-
-
 def hbm_read(device: int, nbytes: int, reps: int = 20) -> TorchFigure:
     """`x.sum()` over `nbytes` of float32: a reduction reads every byte once."""
     torch = _torch_cuda(device)
     n = nbytes // 4
     x = torch.ones(n, dtype=torch.float32, device="cuda")
     out = torch.empty((), dtype=torch.float32, device="cuda")
-    samples = _time_events(torch, lambda: torch.sum(x, dim=0, out=out), warmup=3, reps=reps)
+    samples = time_torch_events(torch, lambda: torch.sum(x, dim=0, out=out), warmup=3, reps=reps)
     if abs(float(out) - n) > 1e-4 * n:  # float32 partial sums of ones: exact to well within this
         raise RuntimeError(f"x.sum() returned {float(out)}, not {n}: the figure would be meaningless")
     del x
@@ -76,8 +62,8 @@ def host_copies(device: int, nbytes: int = 256 * MiB, reps: int = 8) -> tuple[To
     host = torch.randint(1, 255, (nbytes,), dtype=torch.uint8).pin_memory()
     back = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    h2d = _time_events(torch, lambda: dev.copy_(host, non_blocking=True), warmup=2, reps=reps)
-    d2h = _time_events(torch, lambda: back.copy_(dev, non_blocking=True), warmup=2, reps=reps)
+    h2d = time_torch_events(torch, lambda: dev.copy_(host, non_blocking=True), warmup=2, reps=reps)
+    d2h = time_torch_events(torch, lambda: back.copy_(dev, non_blocking=True), warmup=2, reps=reps)
     if not torch.equal(back[:4096], host[:4096]) or not torch.equal(back[-4096:], host[-4096:]):
         raise RuntimeError("pinned round trip through PyTorch returned different bytes")
     del dev
@@ -96,7 +82,7 @@ def launch_overhead(device: int, ops_per_run: int = 1000, runs: int = 7) -> tupl
         for _ in range(ops_per_run):
             x.add_(1)
 
-    eager = _time_events(torch, burst, warmup=1, reps=runs)
+    eager = time_torch_events(torch, burst, warmup=1, reps=runs)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up on a side stream, as PyTorch's graph docs ask
@@ -105,7 +91,7 @@ def launch_overhead(device: int, ops_per_run: int = 1000, runs: int = 7) -> tupl
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         burst()
-    replay = _time_events(torch, graph.replay, warmup=1, reps=runs)
+    replay = time_torch_events(torch, graph.replay, warmup=1, reps=runs)
     # eager warm-up + runs, the side-stream warm-up, graph warm-up + runs (capturing runs nothing)
     expected = ops_per_run * ((1 + runs) + 1 + (1 + runs))
     if float(x) != float(expected):
@@ -122,7 +108,7 @@ def peer_copy(src: int, dst: int, nbytes: int = 128 * MiB, reps: int = 5) -> Tor
     torch = _torch_cuda(src)
     a = torch.randint(1, 255, (nbytes,), dtype=torch.uint8, device=f"cuda:{src}")
     b = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{dst}")
-    samples = _time_events(torch, lambda: b.copy_(a, non_blocking=True), warmup=2, reps=reps)
+    samples = time_torch_events(torch, lambda: b.copy_(a, non_blocking=True), warmup=2, reps=reps)
     torch.cuda.synchronize(dst)
     if not torch.equal(a[:4096].cpu(), b[:4096].cpu()) or not torch.equal(a[-4096:].cpu(), b[-4096:].cpu()):
         raise RuntimeError(f"GPU {src} -> GPU {dst} copy through PyTorch delivered different bytes")
