@@ -46,8 +46,10 @@ def main() -> int:
 
     from opgate.gpu import torch_equivalents as te
     from opgate.gpu.bandwidth import measure_hbm, measure_l2
+    from opgate.gpu.events import measure_event_timing
     from opgate.gpu.host_links import measure_host_links
     from opgate.gpu.launch import measure_launch_latency
+    from opgate.gpu.priority import measure_stream_priority
     from opgate.gpu.references import datasheet_bandwidth
 
     started = time.perf_counter()
@@ -61,6 +63,10 @@ def main() -> int:
     torch_links = _try("PyTorch pinned copy_", lambda: te.host_copies(dev), notes)
     launch = _try("opgate launch probe", lambda: measure_launch_latency(dev), notes)
     torch_launch = _try("PyTorch x.add_(1)", lambda: te.launch_overhead(dev), notes)
+    priority = _try("opgate stream-priority probe", lambda: measure_stream_priority(dev), notes)
+    torch_priority = _try("PyTorch stream priority", lambda: te.stream_priority(dev), notes)
+    events = _try("opgate event-timing probe", lambda: measure_event_timing(dev), notes)
+    torch_events = _try("PyTorch torch.cuda.Event", lambda: te.event_timing(dev), notes)
 
     peers: list[tuple[Any, Any]] = []  # (opgate PeerPair, PyTorch figure) for every ordered pair
     if gpu_count() >= 2:
@@ -101,6 +107,16 @@ def main() -> int:
          cell(torch_launch[1].value if torch_launch else None, "us") + " (`torch.cuda.CUDAGraph`)",
          "issue 6: 0.70 us (CuPy)"),
     ]
+    rows += [
+        ("short kernel, highest-priority stream, GPU busy",
+         cell(priority.high_us.median if priority and priority.high_us else None, "us", 1),
+         cell(torch_priority[0].value if torch_priority else None, "us", 1) + " (`torch.cuda.Stream(priority=-1)`)",
+         "equal priority: opgate " + cell(priority.equal_us.median if priority and priority.equal_us else None,
+                                          "us", 1)
+         + ", PyTorch " + cell(torch_priority[1].value if torch_priority else None, "us", 1)),
+        ("event timing, smallest step", cell(events.smallest_step_us if events else None, "us"),
+         cell(torch_events.value if torch_events else None, "us") + " (`torch.cuda.Event`)", "doctor goal <= 2.0 us"),
+    ]
     for pair, theirs in peers:
         rows.append((f"peer copy GPU {pair.src} -> GPU {pair.dst}", cell(pair.bandwidth_gbs, "GB/s", 1),
                      cell(theirs.value if theirs else None, "GB/s", 1) + " (`b.copy_(a)` across devices)",
@@ -118,9 +134,13 @@ def main() -> int:
                    "hbm": hbm.to_dict() if hbm else None, "l2": l2.to_dict() if l2 else None,
                    "host_links": links.to_dict() if links else None,
                    "launch": launch.to_dict() if launch else None,
+                   "stream_priority": priority.to_dict() if priority else None,
+                   "event_timing": events.to_dict() if events else None,
                    "torch": {"hbm_read": torch_read.to_dict() if torch_read else None,
                              "host_copies": [f.to_dict() for f in torch_links] if torch_links else None,
-                             "launch": [f.to_dict() for f in torch_launch] if torch_launch else None}}
+                             "launch": [f.to_dict() for f in torch_launch] if torch_launch else None,
+                             "stream_priority": [f.to_dict() for f in torch_priority] if torch_priority else None,
+                             "event_timing": torch_events.to_dict() if torch_events else None}}
         args.json.write_text(json.dumps(payload, indent=1))
     return 1 if notes else 0
 

@@ -1,8 +1,10 @@
 """PyTorch's plain equivalents of opgate's GPU probes, for the evidence table beside each probe figure.
 
 What a user would write without opgate: `x.sum()` over a large tensor (a read stream), `dst.copy_(src)`
-between device tensors, `dev.copy_(pinned, non_blocking=True)` and back (host links), and a one-element
-`x.add_(1)` launched eagerly or replayed from a `torch.cuda.CUDAGraph` (launch overhead). Each is timed with
+between device tensors, `dev.copy_(pinned, non_blocking=True)` and back (host links), a one-element
+`x.add_(1)` launched eagerly or replayed from a `torch.cuda.CUDAGraph` (launch overhead), the same on a
+`torch.cuda.Stream(priority=-1)` while other streams keep the GPU busy (stream priority), and
+`torch.cuda.Event` records back to back (event timing step). Each is timed with
 torch's own CUDA events on its current stream, medians of repeated runs after warm-up, and checked for the
 right answer, so a figure is never reported for work that did not happen. torch is imported only here.
 """
@@ -114,3 +116,85 @@ def peer_copy(src: int, dst: int, nbytes: int = 128 * MiB, reps: int = 5) -> Tor
         raise RuntimeError(f"GPU {src} -> GPU {dst} copy through PyTorch delivered different bytes")
     return TorchFigure(f"GPU {src} -> GPU {dst}, PyTorch copy_", nbytes / (samples.median * 1e-3) / 1e9, "GB/s",
                        samples, "ms", f"{nbytes // MiB} MiB, b.copy_(a, non_blocking=True) across devices")
+
+
+def event_timing(device: int, back_to_back: int = 256) -> TorchFigure:
+    """`torch.cuda.Event(enable_timing=True)` recorded back to back with no work between: the smallest non-zero
+    interval is the finest step PyTorch's event timing shows (opgate's event probe reports the same)."""
+    torch = _torch_cuda(device)
+    stream = torch.cuda.current_stream()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(back_to_back)]
+    events[0].record(stream)  # warm-up record, then the measured run
+    torch.cuda.synchronize()
+    for event in events:
+        event.record(stream)
+    torch.cuda.synchronize()
+    intervals = [a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:])]
+    positive = [v for v in intervals if v > 0]
+    if not positive:
+        raise RuntimeError(f"all {len(intervals)} back-to-back event intervals read 0: no timing step to report")
+    return TorchFigure("event timing step, PyTorch", min(positive), "us", Samples.of(intervals), "us",
+                       f"{back_to_back} torch.cuda.Event records back to back, smallest non-zero interval")
+
+
+def stream_priority(device: int, samples: int = 15, hog_mib: int = 512, hogs_per_stream: int = 30,
+                    low_streams: int = 2) -> tuple[TorchFigure, TorchFigure]:
+    """A one-element `x.add_(1)` on `torch.cuda.Stream(priority=-1)` and on a priority-0 stream while other
+    priority-0 streams keep the GPU busy with large `h.mul_(1.0)` ops: microseconds per probe (high, equal).
+    A sample counts only when the busy work was still running after the probe finished."""
+    torch = _torch_cuda(device)
+    low = [torch.cuda.Stream(priority=0) for _ in range(low_streams)]
+    high, equal = torch.cuda.Stream(priority=-1), torch.cuda.Stream(priority=0)
+    if high.priority >= equal.priority:
+        raise RuntimeError(f"PyTorch gave the high-priority stream priority {high.priority}, not above "
+                           f"{equal.priority}: this device or build has no stream priorities")
+    hogs = [torch.ones(hog_mib * MiB // 4, device="cuda") for _ in low]
+    x = torch.zeros(1, device="cuda")
+    probes = 0
+
+    def probe(stream: Any) -> float:
+        nonlocal probes
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            start.record()
+            x.add_(1)
+            end.record()
+        probes += 1
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    def saturated(stream: Any) -> Samples:
+        values: list[float] = []
+        tries = 0
+        while len(values) < samples and tries < 8 * samples:
+            tries += 1
+            done = []
+            for low_stream, hog in zip(low, hogs):
+                with torch.cuda.stream(low_stream):
+                    for _ in range(hogs_per_stream):
+                        hog.mul_(1.0)
+                    done.append(torch.cuda.Event())
+                    done[-1].record()
+            us = probe(stream)
+            if not all(event.query() for event in done):  # the GPU stayed busy for the whole probe
+                values.append(us)
+            torch.cuda.synchronize()
+        if len(values) < samples:
+            raise RuntimeError(f"the busy work had finished before the probe did in {tries - len(values)} of "
+                               f"{tries} tries: the GPU could not be kept busy")
+        return Samples.of(values)
+
+    for stream in (*low, high, equal):  # warm-up on every stream
+        probe(stream)
+    equal_us = saturated(equal)
+    high_us = saturated(high)
+    torch.cuda.synchronize()
+    if float(x) != float(probes):
+        raise RuntimeError(f"x counted {float(x):.0f} additions, not the {probes} probes enqueued")
+    if not all(bool((hog == 1.0).all()) for hog in hogs):
+        raise RuntimeError("the busy work changed its tensors: mul_(1.0) must leave ones")
+    what = (f"x.add_(1) on torch.cuda.Stream(priority=-1) vs priority 0, {low_streams} priority-0 streams each "
+            f"running {hogs_per_stream} x mul_(1.0) over {hog_mib} MiB")
+    return (TorchFigure("probe latency, high priority, GPU busy, PyTorch", high_us.median, "us", high_us, "us", what),
+            TorchFigure("probe latency, equal priority, GPU busy, PyTorch", equal_us.median, "us", equal_us, "us",
+                        what))
