@@ -11,11 +11,14 @@ from __future__ import annotations
 import traceback
 import dataclasses
 import time
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.results import CheckResult, Figure, Outcome
+
+if TYPE_CHECKING:  # the probes import CuPy-side modules lazily, inside each check
+    from opgate.gpu.host_links import PcieLink
 
 PROBE_BUDGET_NOTE = "measured with CUDA events after warm-up; medians of repeated runs"
 
@@ -226,7 +229,7 @@ class L2BandwidthCheck(GpuProbeCheck):
         return self.result(outcome, "; ".join(reasons), figures=figures, remediation=remediation, extra=extra)
 
 
-def _payload_ceiling(link: Any, h2d_gbs: float, d2h_gbs: float, tag: str, figures: list[Figure]) -> str:
+def _payload_ceiling(link: PcieLink, h2d_gbs: float, d2h_gbs: float, tag: str, figures: list[Figure]) -> str:
     """Figures for the ceiling the link's max payload size puts on a copy (shown, not judged: the band stays
     issue 6's share of generation x width) and a clause for the reason; or why the payload is unknown."""
     if link.express is None:
