@@ -54,7 +54,6 @@ COPY_CONFIGS = (
     CopyConfig(8, "keep", 256, 1), CopyConfig(8, "keep", 256, 2),
     CopyConfig(8, "plain", 256, 1), CopyConfig(8, "stream", 256, 1),
 )
-COPY_KERNEL_KINDS = ("tile", "keep", "plain", "stream")
 L2_UNROLL = 4
 
 KERNEL_SOURCE = r"""
