@@ -17,6 +17,7 @@ from opgate.checks.base import CheckContext
 from opgate.doctor import gpu_probes
 from opgate.gpu import bandwidth, device, events, host_links, launch, p2p, priority
 from opgate.gpu.bandwidth import HbmMeasurement, L2Measurement, TimedFigure
+from opgate.gpu.clocks import ClockWindow
 from opgate.gpu.device import DeviceInfo
 from opgate.gpu.events import EventTiming
 from opgate.gpu.host_links import BidirectionalFigure, ContentionMeasurement, HostLinkMeasurement, PcieLink
@@ -47,14 +48,15 @@ def gpu_here(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def hbm(read_tbs: float, copy_tbs: float, memcpy_tbs: float, info: DeviceInfo = H200) -> HbmMeasurement:
+def hbm(read_tbs: float, copy_tbs: float, memcpy_tbs: float, info: DeviceInfo = H200,
+        clocks: ClockWindow | None = None) -> HbmMeasurement:
     n = 4 * GiB
     half = n // 2
     return HbmMeasurement(info, n, timed("HBM read (opgate kernel)", n, ms_for(n, read_tbs)),
                           timed("D2D copy", 2 * half, ms_for(2 * half, copy_tbs)),
                           timed("cudaMemcpy D2D", 2 * half, ms_for(2 * half, memcpy_tbs)),
                           timed("PyTorch dst.copy_(src)", 2 * half, ms_for(2 * half, 4.28)), "", (("read u4", 4.5),),
-                          1.0)
+                          1.0, clocks)
 
 
 def run(check: type, monkeypatch: pytest.MonkeyPatch | None = None):
@@ -79,6 +81,25 @@ def test_hbm_verdicts(gpu_here: pytest.MonkeyPatch, read: float, copy: float, ex
     assert read_fig.threshold.value == pytest.approx(0.93 * 4.8) and "4.8 TB/s" in read_fig.threshold.source
     assert figures["PyTorch dst.copy_(src) (read+write)"].value == pytest.approx(4.28, abs=0.01)
     assert "NVIDIA H200" in result.reason and "datasheet" in result.reason
+
+
+def test_a_slow_read_is_shown_beside_what_the_clocks_did(gpu_here: pytest.MonkeyPatch) -> None:
+    # INPUT: an H200 held back by a thermal slowdown, memory clock 2619 of 3201 MHz during the read
+    hot = ClockWindow(120, 1320, 1980, 2619, 3201, 1980, 3201, 91, 690.0, ("GpuIdle", "HwThermalSlowdown"))
+    gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(4.30, 4.31, 4.30, clocks=hot))
+    result = run(gpu_probes.HbmBandwidthCheck)
+    assert result.outcome == Outcome.WARNED
+    assert "memory clock 2619-3201 of 3201 MHz" in result.reason and "slowdowns: HwThermalSlowdown" in result.reason
+    figures = {f.name: f.value for f in result.figures}
+    assert figures["during the read: clock slowdowns (NVML clock-event reasons)"] == "HwThermalSlowdown"
+    assert figures["during the read: GPU temperature (highest)"] == 91
+    # A passing read keeps its reason short; the clocks stay in the figures.
+    cool = ClockWindow(120, 1980, 1980, 3201, 3201, 1980, 3201, 45, 400.0, ("GpuIdle",))
+    gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(4.51, 4.31, 4.30, clocks=cool))
+    result = run(gpu_probes.HbmBandwidthCheck)
+    assert result.outcome == Outcome.PASSED and "MHz" not in result.reason
+    assert {f.name: f.value for f in result.figures}[
+        "during the read: clock slowdowns (NVML clock-event reasons)"] == "none"
 
 
 def test_hbm_on_a_gpu_opgate_has_no_datasheet_for_is_reported_unjudged(gpu_here: pytest.MonkeyPatch) -> None:
@@ -205,9 +226,11 @@ def test_stream_priority_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
     assert result.outcome == Outcome.SKIPPED and "no stream priorities" in result.reason
 
 
-def event_timing(async_ok: bool = True, roundtrip: float = 18.0) -> EventTiming:
-    return EventTiming(H200, Samples.of([0.5, 0.6, 0.0]), 0.5, 1, 2000.0, Samples.of([2003.0]),
-                       Samples.of([roundtrip]), 4.0, async_ok, 1024, 4096, 256, True, 1.0)  # INPUT
+def event_timing(async_ok: bool = True, roundtrip: float = 18.0, timer_step: float | None = 0.032,
+                 back_to_back: float = 2.24) -> EventTiming:
+    return EventTiming(H200, Samples.of([back_to_back, 3.0, 0.0]), back_to_back, 1, timer_step, 120, 2000.0,
+                       Samples.of([2003.0]), Samples.of([roundtrip]), 4.0, async_ok, 1024, 4096, 256, True,
+                       1.0)  # INPUT
 
 
 def test_event_timing_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
@@ -218,6 +241,20 @@ def test_event_timing_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
     assert run(gpu_probes.EventTimingCheck).outcome == Outcome.FAILED
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(roundtrip=400.0))
     assert run(gpu_probes.EventTimingCheck).outcome == Outcome.WARNED
+
+
+def test_event_timing_is_judged_on_the_timer_step_not_back_to_back_records(gpu_here: pytest.MonkeyPatch) -> None:
+    # Back-to-back records 2.24 us apart (one H200 host of this project) are the front end's cost, not the timer.
+    gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=0.032, back_to_back=2.24))
+    result = run(gpu_probes.EventTimingCheck)
+    assert result.outcome == Outcome.PASSED and "timer step 32 ns" in result.reason
+    gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=3.0))  # INPUT: coarse
+    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.WARNED
+    gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=8.0))
+    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.FAILED
+    gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=None))
+    result = run(gpu_probes.EventTimingCheck)
+    assert result.outcome == Outcome.WARNED and "could not be found" in result.reason
 
 
 def test_cuda_errors_during_a_probe_are_explained(gpu_here: pytest.MonkeyPatch) -> None:

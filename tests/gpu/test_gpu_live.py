@@ -101,6 +101,8 @@ def test_event_timing_probe() -> None:
     assert m.chain_ok and m.launch_returned_before_done
     assert m.spin_error_fraction < 0.2  # events and %globaltimer agree on a 1 ms wait
     assert m.roundtrip_us.median > 0
+    assert m.timer_step_us is not None and 0 < m.timer_step_us <= 2.0  # CUDA documents about 0.5 us
+    assert m.timer_step_us <= m.smallest_step_us  # records back to back cannot be closer than one clock step
 
 
 def test_stream_priority_probe() -> None:

@@ -19,6 +19,7 @@ from opgate.results import CheckResult, Figure, Outcome
 
 if TYPE_CHECKING:  # the probes import CuPy-side modules lazily, inside each check
     from opgate.gpu.host_links import PcieLink
+    from opgate.gpu.clocks import ClockWindow
 
 PROBE_BUDGET_NOTE = "measured with CUDA events after warm-up; medians of repeated runs"
 
@@ -104,10 +105,33 @@ def _explain_cuda_exception(exc: BaseException) -> str | None:
     return info.one_line() if info else f"CUDA reported {exc}; see the CUDA runtime API error list"
 
 
-def _band_figure(name: str, value: float, unit: str, band: Any, scale: float = 1.0, what: str = "") -> Figure:
+def _band_figure(name: str, value: float | str, unit: str, band: Any, scale: float = 1.0, what: str = "") -> Figure:
     from opgate.gpu.judge import band_threshold
 
     return Figure(name, value, unit, band_threshold(band, scale=scale, what=what))
+
+
+def _clock_figures(prefix: str, clocks: ClockWindow | None) -> list[Figure]:
+    """NVML's view of the probe window: a slow figure beside a memory clock under its maximum or a thermal
+    or power slowdown points at the cause."""
+    if clocks is None:
+        return []
+    if clocks.error:
+        return [Figure(f"{prefix}clocks", f"not read: {clocks.error}")]
+    figures = []
+    if clocks.memory_mhz_min is not None:
+        figures.append(Figure(f"{prefix}memory clock (lowest seen, of max {clocks.max_memory_mhz})",
+                              clocks.memory_mhz_min, "MHz"))
+    if clocks.sm_mhz_min is not None:
+        figures.append(Figure(f"{prefix}SM clock (lowest-highest, of max {clocks.max_sm_mhz})",
+                              f"{clocks.sm_mhz_min}-{clocks.sm_mhz_max}", "MHz"))
+    if clocks.temperature_c_max is not None:
+        figures.append(Figure(f"{prefix}GPU temperature (highest)", clocks.temperature_c_max, "C"))
+    if clocks.power_w_max is not None:
+        figures.append(Figure(f"{prefix}board power (highest)", round(clocks.power_w_max, 1), "W"))
+    figures.append(Figure(f"{prefix}clock slowdowns (NVML clock-event reasons)",
+                          ", ".join(clocks.slowdowns) or "none"))
+    return figures
 
 
 # -------------------------------------------------------------------------------------------------
@@ -180,6 +204,9 @@ class HbmBandwidthCheck(GpuProbeCheck):
                 figures.append(Figure(f"{tag}PyTorch dst.copy_(src)", f"not measured: {m.torch_note}"))
             figures.append(Figure(f"{tag}read run-to-run spread (p90-p10)/median",
                                   _pct(m.read.samples_ms.relative_spread), "%"))
+            figures.extend(_clock_figures(tag + "during the read: ", m.read_clocks))
+            if read_outcome != Outcome.PASSED and m.read_clocks is not None:
+                read_text += f" [{m.read_clocks.summary()}]"  # what the GPU was doing when it read slowly
             figures.append(Figure(f"{tag}buffer", round(m.buffer_bytes / (1 << 30), 2), "GiB"))
             reasons.append(f"{tag}{name}: {read_text}{copy_text}")
         outcome = combine(outcomes)
@@ -465,8 +492,14 @@ class EventTimingCheck(GpuProbeCheck):
         key = gpu_key_for(m.device.name)
         resolution_band = policy_band("event_resolution_us", key)
         roundtrip_band = policy_band("event_roundtrip_us", key)
-        outcomes = [judge(m.smallest_step_us, resolution_band), judge(m.roundtrip_us.median, roundtrip_band)]
+        outcomes = [judge(m.roundtrip_us.median, roundtrip_band)]
         problems: list[str] = []
+        if m.timer_step_us is None:
+            outcomes.append(Outcome.WARNED)
+            problems.append(f"event timing told only {m.timer_step_readings} distinct durations apart among kernels "
+                            "waiting 0-4 us: its step could not be found")
+        else:
+            outcomes.append(judge(m.timer_step_us, resolution_band))
         if not m.launch_returned_before_done:
             outcomes.append(Outcome.FAILED)
             problems.append("a launch call did not return before its kernel finished (launches are synchronous: "
@@ -478,8 +511,11 @@ class EventTimingCheck(GpuProbeCheck):
         depth = ("never blocked" if m.queue_depth_before_block is None
                  else f"{m.queue_depth_before_block} launches")
         figures = [
-            _band_figure("smallest non-zero interval between back-to-back events", _us(m.smallest_step_us), "us",
+            _band_figure(f"event timer step (smallest gap among {m.timer_step_readings} distinct timed durations)",
+                         "not found" if m.timer_step_us is None else round(m.timer_step_us, 3), "us",
                          resolution_band),
+            Figure("smallest non-zero interval between back-to-back events (cost of one record)",
+                   _us(m.smallest_step_us), "us"),
             Figure("median interval between back-to-back events", _us(m.back_to_back_us.median), "us"),
             Figure("back-to-back intervals reported as 0", m.zero_intervals),
             Figure(f"{m.spin_requested_us:.0f} us %globaltimer wait, timed by events", _us(m.spin_event_us.median),
@@ -493,7 +529,9 @@ class EventTimingCheck(GpuProbeCheck):
             Figure(f"stream order of {m.chain_steps} dependent kernels", "correct" if m.chain_ok else "WRONG"),
         ]
         outcome = combine(outcomes)
-        reason = (f"event timing steps of {m.smallest_step_us:.2f} us, launch round trip {m.roundtrip_us.median:.1f} us "
+        step = "not found" if m.timer_step_us is None else f"{m.timer_step_us * 1e3:.0f} ns"
+        reason = (f"event timer step {step} (back-to-back records {m.smallest_step_us:.2f} us apart), "
+                  f"launch round trip {m.roundtrip_us.median:.1f} us "
                   f"(p95 {m.roundtrip_us.p95:.1f}), launches asynchronous, queue {depth}, stream order correct")
         if problems:
             reason += "; " + "; ".join(problems)

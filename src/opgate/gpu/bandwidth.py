@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opgate.gpu import kernels
+from opgate.gpu.clocks import ClockSampler, ClockWindow
 from opgate.gpu.device import DeviceInfo, ProbeError, device_info, require_gpu
 from opgate.gpu.stats import Samples, bandwidth_tbs
 from opgate.gpu.timing import time_interleaved, time_on_stream, time_torch_events
@@ -60,6 +61,7 @@ class HbmMeasurement:
     torch_note: str
     tuning: tuple[tuple[str, float], ...]  # (config, TB/s) of every variant tried
     duration_s: float
+    read_clocks: ClockWindow | None = None  # NVML's clocks, temperature and slowdowns during the read stream
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,7 +71,8 @@ class HbmMeasurement:
                 "memcpy": self.memcpy.to_dict() if self.memcpy else None,
                 "torch_copy": self.torch_copy.to_dict() if self.torch_copy else None,
                 "torch_note": self.torch_note, "tuning": [list(t) for t in self.tuning],
-                "duration_s": self.duration_s, **self.extra}
+                "duration_s": self.duration_s,
+                "read_clocks": self.read_clocks.to_dict() if self.read_clocks else None, **self.extra}
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,8 @@ def measure_hbm(device: int = 0, buffer_bytes: int | None = None, reps: int = 20
         buffer = cupy.empty((nbytes,), dtype=cupy.uint8)
         try:
             _fill(cupy, np, info, buffer, nbytes // VEC_BYTES, stream)
-            read, tuning = measure_hbm_read_only(cupy, np, info, buffer, nbytes, stream, reps)
+            with ClockSampler(info.pci_bus_id) as clocks:
+                read, tuning = measure_hbm_read_only(cupy, np, info, buffer, nbytes, stream, reps)
             copy_fig = memcpy_fig = None
             if include_copy:
                 copy_fig, memcpy_fig, copy_tuning = _measure_copies(cupy, np, info, buffer, nbytes, stream, reps)
@@ -217,7 +221,7 @@ def measure_hbm(device: int = 0, buffer_bytes: int | None = None, reps: int = 20
         if include_copy and include_torch:
             torch_fig, torch_note = _torch_copy(device, nbytes // 2, reps)
     return HbmMeasurement(info, nbytes, read, copy_fig, memcpy_fig, torch_fig, torch_note, tuple(tuning),
-                          time.perf_counter() - started)
+                          time.perf_counter() - started, clocks.window())
 
 
 def _measure_copies(cupy: Any, np: Any, info: DeviceInfo, buffer: Any, nbytes: int, stream: Any,

@@ -1,4 +1,5 @@
-"""Stream-ordered async work and event polling: how fine events time, how fast a launch is seen done,
+"""Stream-ordered async work and event polling: how fine events time (the step their timestamps move in,
+and what recording events back to back costs), how fast a launch is seen done,
 whether launches are asynchronous and ordered, and how deep the launch queue is before the host blocks."""
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from opgate.gpu.stats import Samples
 class EventTiming:
     device: DeviceInfo
     back_to_back_us: Samples  # intervals between events recorded back to back with no work between
-    smallest_step_us: float  # the smallest non-zero such interval: the finest event timing here
+    smallest_step_us: float  # the smallest non-zero such interval: the front end's cost of one event record
     zero_intervals: int
+    timer_step_us: float | None  # the finest step event timestamps move in (None: too few distinct readings)
+    timer_step_readings: int  # distinct event-timed durations the step was found from
     spin_requested_us: float
     spin_event_us: Samples  # a kernel that waits spin_requested_us of %globaltimer, timed by events
     roundtrip_us: Samples  # host: launch a tiny kernel + record, poll the event until done
@@ -36,6 +39,7 @@ class EventTiming:
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device.to_dict(), "back_to_back_us": self.back_to_back_us.summary(),
                 "smallest_step_us": self.smallest_step_us, "zero_intervals": self.zero_intervals,
+                "timer_step_us": self.timer_step_us, "timer_step_readings": self.timer_step_readings,
                 "spin_requested_us": self.spin_requested_us, "spin_event_us": self.spin_event_us.summary(),
                 "spin_error_fraction": self.spin_error_fraction, "roundtrip_us": self.roundtrip_us.summary(),
                 "launch_call_us": self.launch_call_us,
@@ -43,6 +47,28 @@ class EventTiming:
                 "queue_depth_before_block": self.queue_depth_before_block,
                 "queue_probe_launches": self.queue_probe_launches, "chain_steps": self.chain_steps,
                 "chain_ok": self.chain_ok, "duration_s": self.duration_s}
+
+
+def timer_step_waits_ns(fine_readings: int = 200) -> list[int]:
+    """Kernel waits that find a clock's step whether it is fine or coarse: 0..~4 us in 21-ns steps (neighbours
+    land in neighbouring steps of a clock of tens of ns) and 0..~23 us in 997-ns steps (enough distinct readings
+    from a clock that moves once a microsecond or slower)."""
+    return [21 * i for i in range(fine_readings)] + [997 * i for i in range(24)]
+
+
+def timer_step_ns(durations_ns: list[float], same_within_ns: float = 4.0) -> tuple[float | None, int]:
+    """The finest step a clock moves in, from many durations it timed: the smallest gap between two distinct
+    readings. Readings closer than `same_within_ns` count as one (float milliseconds converted back to
+    nanoseconds carry sub-nanosecond noise). Durations spread finely over a few microseconds land in
+    neighbouring steps, so the smallest gap is the step itself (or, with too few readings, a multiple of it:
+    an upper bound). Returns (step, distinct readings); step is None under 3 distinct readings."""
+    distinct: list[float] = []
+    for value in sorted(durations_ns):
+        if not distinct or value - distinct[-1] >= same_within_ns:
+            distinct.append(value)
+    if len(distinct) < 3:
+        return None, len(distinct)
+    return min(b - a for a, b in zip(distinct, distinct[1:])), len(distinct)
 
 
 def _chain_expected(start: int, steps: int) -> int:
@@ -53,7 +79,8 @@ def _chain_expected(start: int, steps: int) -> int:
 
 
 def measure_event_timing(device: int = 0, back_to_back: int = 256, roundtrips: int = 200,
-                         spin_us: float = 2000.0, queue_probe: int = 4096, chain_steps: int = 256) -> EventTiming:
+                         spin_us: float = 2000.0, queue_probe: int = 4096, chain_steps: int = 256,
+                         step_readings: int = 200) -> EventTiming:
     import numpy as np
 
     started = time.perf_counter()
@@ -80,6 +107,19 @@ def measure_event_timing(device: int = 0, back_to_back: int = 256, roundtrips: i
         intervals = [cupy.cuda.get_elapsed_time(events[i], events[i + 1]) * 1e3 for i in range(back_to_back - 1)]
         positive = [v for v in intervals if v > 0]
         smallest = min(positive) if positive else 0.0
+
+        # 1b. Timer step: kernels waiting known times (by %globaltimer), each between two events; the smallest
+        #     gap between distinct event-timed durations is the step event timestamps move in (what
+        #     cudaEventElapsedTime's documented "resolution of around 0.5 microseconds" means).
+        waits = timer_step_waits_ns(step_readings)
+        pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in waits]
+        with stream:
+            for wait_ns, (start, end) in zip(waits, pairs):
+                start.record(stream)
+                spin((1,), (32,), (np.uint64(wait_ns), done))
+                end.record(stream)
+        stream.synchronize()
+        timer_step, readings = timer_step_ns([cupy.cuda.get_elapsed_time(a, b) * 1e6 for a, b in pairs])
 
         # 2. A kernel of known duration (by the GPU's %globaltimer) measured by events.
         spin_samples = []
@@ -137,6 +177,7 @@ def measure_event_timing(device: int = 0, back_to_back: int = 256, roundtrips: i
         chain_ok = int(cupy.asnumpy(value)[0]) == _chain_expected(start_value, chain_steps)
         if not chain_ok:
             raise ProbeError("kernels on one stream did not apply in issue order: stream ordering is broken")
-    return EventTiming(info, Samples.of(intervals), smallest, back_to_back - 1 - len(positive), spin_us,
+    return EventTiming(info, Samples.of(intervals), smallest, back_to_back - 1 - len(positive),
+                       None if timer_step is None else timer_step / 1e3, readings, spin_us,
                        Samples.of(spin_samples), Samples.of(roundtrip), first_call_us, returned_before_done,
                        depth, queue_probe, chain_steps, chain_ok, time.perf_counter() - started)

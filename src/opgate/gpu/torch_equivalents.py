@@ -4,7 +4,7 @@ What a user would write without opgate: `x.sum()` over a large tensor (a read st
 between device tensors, `dev.copy_(pinned, non_blocking=True)` and back (host links), a one-element
 `x.add_(1)` launched eagerly or replayed from a `torch.cuda.CUDAGraph` (launch overhead), the same on a
 `torch.cuda.Stream(priority=-1)` while other streams keep the GPU busy (stream priority), and
-`torch.cuda.Event` records back to back (event timing step). Each is timed with
+`torch.cuda.Event` around `torch.cuda._sleep` of varied length (event timer step) and back to back. Each is timed with
 torch's own CUDA events on its current stream, medians of repeated runs after warm-up, and checked for the
 right answer, so a figure is never reported for work that did not happen. torch is imported only here.
 """
@@ -116,6 +116,32 @@ def peer_copy(src: int, dst: int, nbytes: int = 128 * MiB, reps: int = 5) -> Tor
         raise RuntimeError(f"GPU {src} -> GPU {dst} copy through PyTorch delivered different bytes")
     return TorchFigure(f"GPU {src} -> GPU {dst}, PyTorch copy_", nbytes / (samples.median * 1e-3) / 1e9, "GB/s",
                        samples, "ms", f"{nbytes // MiB} MiB, b.copy_(a, non_blocking=True) across devices")
+
+
+def event_timer_step(device: int, fine_readings: int = 200) -> TorchFigure:
+    """`torch.cuda.Event(enable_timing=True)` around `torch.cuda._sleep(cycles)`, 0..8000 cycles in 41-cycle steps
+    and 0..46000 in 1999-cycle steps (about 0-4 us finely and 0-23 us coarsely on a ~2 GHz GPU, as the opgate
+    probe's waits): the smallest gap between distinct timed durations is the step PyTorch's event timing moves in,
+    found as opgate's event probe finds its own (`opgate.gpu.events.timer_step_ns`)."""
+    from opgate.gpu.events import timer_step_ns
+
+    torch = _torch_cuda(device)
+    stream = torch.cuda.current_stream()
+    torch.cuda._sleep(1000)  # load the sleep kernel before the measured run
+    cycles = [41 * i for i in range(fine_readings)] + [1999 * i for i in range(24)]
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in cycles]
+    for sleep_cycles, (start, end) in zip(cycles, pairs):
+        start.record(stream)
+        torch.cuda._sleep(sleep_cycles)
+        end.record(stream)
+    torch.cuda.synchronize()
+    durations_ns = [a.elapsed_time(b) * 1e6 for a, b in pairs]
+    step, distinct = timer_step_ns(durations_ns)
+    if step is None:
+        raise RuntimeError(f"only {distinct} distinct durations among {len(cycles)} timed sleeps: no step to report")
+    return TorchFigure("event timer step, PyTorch", step / 1e3, "us", Samples.of([d / 1e3 for d in durations_ns]),
+                       "us", f"{len(cycles)} torch.cuda.Event pairs around torch.cuda._sleep(0..46000 cycles), "
+                       f"smallest gap among {distinct} distinct durations")
 
 
 def event_timing(device: int, back_to_back: int = 256) -> TorchFigure:
