@@ -128,7 +128,8 @@ def _clock_figures(prefix: str, clocks: ClockWindow | None) -> list[Figure]:
     if clocks.temperature_c_max is not None:
         figures.append(Figure(f"{prefix}GPU temperature (highest)", clocks.temperature_c_max, "C"))
     if clocks.power_w_max is not None:
-        figures.append(Figure(f"{prefix}board power (highest)", round(clocks.power_w_max, 1), "W"))
+        figures.append(Figure(f"{prefix}board power (NVML averaged reading, highest)", round(clocks.power_w_max, 1),
+                              "W"))
     figures.append(Figure(f"{prefix}clock slowdowns (NVML clock-event reasons)",
                           ", ".join(clocks.slowdowns) or "none"))
     return figures

@@ -215,7 +215,7 @@ def _open_link(info: DeviceInfo) -> tuple[Any, Any, PcieLink | None, str]:
 
 
 def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_BYTES,
-                       reps: int = 8, pageable_reps: int = 3) -> HostLinkMeasurement:
+                       reps: int = 20, pageable_reps: int = 3) -> HostLinkMeasurement:
     import numpy as np
 
     started = time.perf_counter()
