@@ -8,7 +8,9 @@ thresholds, reasons, JSON-ability of the evidence, and multi-GPU paths.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -100,6 +102,34 @@ def test_a_slow_read_is_shown_beside_what_the_clocks_did(gpu_here: pytest.Monkey
     assert result.outcome == Outcome.PASSED and "MHz" not in result.reason
     assert {f.name: f.value for f in result.figures}[
         "during the read: clock slowdowns (NVML clock-event reasons)"] == "none"
+
+
+def test_hbm_and_l2_measure_every_gpu_at_once_and_report_in_device_order(gpu_here: pytest.MonkeyPatch) -> None:
+    gpu_here.setattr(device, "device_count", lambda: 2)
+    both_running = threading.Barrier(2, timeout=10)  # passes only when both GPUs' probes run at the same time
+
+    def measure(dev: int, include_torch: bool = True) -> HbmMeasurement:
+        both_running.wait()
+        return hbm(4.51 if dev == 0 else 4.30, 4.31, 4.30, dataclasses.replace(H200, index=dev))  # INPUT
+
+    gpu_here.setattr(bandwidth, "measure_hbm", measure)
+    result = run(gpu_probes.HbmBandwidthCheck)
+    assert result.outcome == Outcome.WARNED  # GPU1 reads at 89.6% of the datasheet
+    assert result.reason.index("GPU0 NVIDIA H200: HBM read 4.51") < result.reason.index("GPU1 NVIDIA H200: HBM read 4.30")
+
+    ws = 15 * (1 << 20)
+    l2_running = threading.Barrier(2, timeout=10)
+
+    def measure_l2(dev: int) -> L2Measurement:
+        l2_running.wait()
+        return L2Measurement(dataclasses.replace(H200, index=dev), ws, 500,
+                             timed("L2", ws * 500, ms_for(ws * 500, 9.0 + dev)), timed("HBM", GiB, ms_for(GiB, 4.5)),
+                             1.0)  # INPUT
+
+    gpu_here.setattr(bandwidth, "measure_l2", measure_l2)
+    result = run(gpu_probes.L2BandwidthCheck)
+    assert result.outcome == Outcome.PASSED
+    assert result.reason.index("GPU0 L2 read 9.00") < result.reason.index("GPU1 L2 read 10.00")
 
 
 def test_hbm_on_a_gpu_opgate_has_no_datasheet_for_is_reported_unjudged(gpu_here: pytest.MonkeyPatch) -> None:

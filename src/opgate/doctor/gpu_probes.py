@@ -11,7 +11,8 @@ from __future__ import annotations
 import traceback
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, TypeVar
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # the probes import CuPy-side modules lazily, inside each che
     from opgate.gpu.host_links import PcieLink
     from opgate.gpu.clocks import ClockWindow
 
+T = TypeVar("T")
 PROBE_BUDGET_NOTE = "measured with CUDA events after warm-up; medians of repeated runs"
 
 
@@ -82,6 +84,16 @@ class GpuProbeCheck(Check):
         from opgate.gpu.device import device_count
 
         return list(range(device_count()))
+
+    @staticmethod
+    def measure_each(devices: list[int], measure: Callable[[int], T]) -> list[T]:
+        """`measure(device)` for every GPU, in device order, all GPUs at once. Only for device-local probes
+        (HBM, L2): each GPU reads its own memory, so they do not compete, and a host with 8 GPUs stays inside
+        the level's time budget. Probes that time the host or the shared PCIe path run one GPU at a time."""
+        if len(devices) <= 1:
+            return [measure(device) for device in devices]
+        with ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="opgate-gpu-probe") as pool:
+            return list(pool.map(measure, devices))
 
     @staticmethod
     def label(device: int, count: int) -> str:
@@ -151,8 +163,8 @@ class HbmBandwidthCheck(GpuProbeCheck):
         outcomes: list[Outcome] = []
         reasons: list[str] = []
         extra: dict[str, Any] = {"method": PROBE_BUDGET_NOTE, "gpus": []}
-        for device in devices:
-            m = measure_hbm(device, include_torch=True)
+        measurements = self.measure_each(devices, lambda device: measure_hbm(device, include_torch=True))
+        for device, m in zip(devices, measurements):
             tag = self.label(device, len(devices))
             name = m.device.name
             from opgate.gpu.ceilings import MeasuredCeilings, save_ceilings
@@ -233,8 +245,7 @@ class L2BandwidthCheck(GpuProbeCheck):
         outcomes: list[Outcome] = []
         reasons: list[str] = []
         extra: dict[str, Any] = {"method": PROBE_BUDGET_NOTE, "gpus": []}
-        for device in devices:
-            m = measure_l2(device)
+        for device, m in zip(devices, self.measure_each(devices, measure_l2)):
             tag = self.label(device, len(devices))
             band = policy_band("l2_over_hbm", gpu_key_for(m.device.name))
             outcomes.append(judge(m.l2_over_hbm, band))
