@@ -1,8 +1,9 @@
 """How close do pinned host<->GPU copies get to the PCIe link, by method? (issue 6 goal: >= 90% of gen x width)
 
 Times cudaMemcpyAsync H2D and D2H with CUDA events for: transfer sizes 64 MiB .. 1 GiB; pinned memory
-allocated portable (what `opgate doctor` uses), portable + write-combined, and malloc'd memory pinned with
-cudaHostRegister; one stream, or the transfer split over two streams. Prints each figure as GB/s and as a
+allocated portable (what `opgate doctor` uses), portable + write-combined, malloc'd memory pinned with
+cudaHostRegister, and 2 MiB-aligned memory backed by transparent huge pages pinned with cudaHostRegister (fewer
+IOMMU translations per byte, in case those limit the link); one stream, or the transfer split over two streams. Prints each figure as GB/s and as a
 share of the link's raw rate (NVML generation x width under load), and what `lspci -vv` says about the
 link's maximum payload size when it can read it (TLP overhead per payload bounds the usable share).
 
@@ -73,6 +74,10 @@ def main() -> int:
     registered = np.ones(biggest, dtype=np.uint8)
     runtime.hostRegister(registered.ctypes.data, biggest, 0)
     hosts["malloc+cudaHostRegister"] = registered.ctypes.data
+    huge_map, huge_ptr, huge_note = _huge_page_buffer(biggest)
+    runtime.hostRegister(huge_ptr, biggest, 0)
+    hosts["hugepages+cudaHostRegister"] = huge_ptr
+    print(f"transparent huge pages: {huge_note}")
 
     rows: list[dict[str, Any]] = []
     gen = width = 0
@@ -100,10 +105,32 @@ def main() -> int:
     print(f"best: {best['memory']} {best['bytes'] // MiB} MiB {best['direction']} x{best['streams']} streams "
           f"{best['gbs']:.1f} GB/s = {100 * best['of_raw']:.1f}% of raw; took {time.perf_counter() - started:.1f} s")
     runtime.hostUnregister(registered.ctypes.data)
+    runtime.hostUnregister(huge_ptr)
+    del huge_map
     if args.json:
         args.json.write_text(json.dumps({"bus_id": bus_id, "lspci": payload, "generation": gen, "width": width,
-                                         "raw_gbs": raw, "rows": rows}, indent=1))
+                                         "raw_gbs": raw, "huge_pages": huge_note, "rows": rows}, indent=1))
     return 0
+
+
+def _huge_page_buffer(n: int) -> tuple[Any, int, str]:
+    """n bytes of anonymous memory 2 MiB-aligned, advised MADV_HUGEPAGE before first touch, then filled; returns
+    (the mapping to keep alive, the aligned address, how many huge pages the kernel actually gave)."""
+    import ctypes
+    import mmap
+
+    huge = 2 * MiB
+    mapping = mmap.mmap(-1, n + huge)
+    mapping.madvise(mmap.MADV_HUGEPAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+    aligned = (base + huge - 1) & ~(huge - 1)
+    ctypes.memset(aligned, 1, n)  # first touch, after the advice
+    rollup = Path("/proc/self/smaps_rollup")
+    anon_huge = next((line.split()[1] for line in rollup.read_text().splitlines()
+                      if line.startswith("AnonHugePages:")), "?") if rollup.exists() else "?"
+    enabled = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    mode = enabled.read_text().strip() if enabled.exists() else "unknown"
+    return mapping, aligned, f"THP mode {mode}; process AnonHugePages {anon_huge} kB after filling {n // MiB} MiB"
 
 
 def _fork_join(cupy: Any, s1: Any, s2: Any, n: int, host: int, device_ptr: int, direction: str,
