@@ -509,7 +509,7 @@ class EventTimingCheck(GpuProbeCheck):
         if m.timer_step_us is None:
             outcomes.append(Outcome.WARNED)
             problems.append(f"event timing told only {m.timer_step_readings} distinct durations apart among kernels "
-                            "waiting 0-4 us: its step could not be found")
+                            "waiting 0-23 us: its step could not be found")
         else:
             outcomes.append(judge(m.timer_step_us, resolution_band))
         if not m.launch_returned_before_done:
