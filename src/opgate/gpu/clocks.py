@@ -2,16 +2,17 @@
 
 A bandwidth figure below its reference is only actionable with this beside it: a memory clock under its
 maximum, a thermal or power slowdown, or none of these (then the memory itself, or the probe, is slower).
-A thread polls NVML while the probe runs; NVML has no per-kernel view, so these are the extremes seen in
-the probe's window. Reasons are decoded from pynvml's own `nvmlClocksEventReason*` constants, so no bit
-value is copied here.
+NVML is polled while the probe runs (opgate.gpu.polling); these are the extremes seen in the probe's window.
+Reasons are decoded from pynvml's own `nvmlClocksEventReason*` constants, so no bit value is copied here.
 """
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
+
+from opgate.gpu.polling import Poller
 
 # Clock-event reasons that mean the GPU was held back; the others (GpuIdle, ApplicationsClocksSetting, ...)
 # describe a setting or an idle moment between kernels, not a slowdown.
@@ -86,14 +87,13 @@ def _minmax(values: list[int]) -> tuple[int | None, int | None]:
 
 
 class ClockSampler:
-    """Polls NVML in a thread between start() and stop(); use as a context manager around a probe.
+    """Polls NVML between entering and leaving the block; use as a context manager around a probe.
     Never raises: when NVML cannot be read, the window carries the reason instead of figures."""
 
     def __init__(self, pci_bus_id: str, interval_s: float = 0.01) -> None:
         self.pci_bus_id = pci_bus_id
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="opgate-clock-sampler", daemon=True)
+        self._poller = Poller(self._poll, interval_s, "opgate-clock-sampler")
+        self._nvml_session = contextlib.ExitStack()
         self._sm: list[int] = []
         self._memory: list[int] = []
         self._temperature: list[int] = []
@@ -103,28 +103,26 @@ class ClockSampler:
         self._max_memory: int | None = None
         self._error = ""
         self._pynvml: Any = None
-        self._session: Any = None
+        self._handle: Any = None
 
     def __enter__(self) -> ClockSampler:
-        try:
-            from opgate.gpu.device import nvml, nvml_handle_for
+        from opgate.gpu.device import nvml, nvml_handle_for
 
-            self._session = nvml()
-            self._pynvml = self._session.__enter__()
+        try:
+            self._pynvml = self._nvml_session.enter_context(nvml())
             self._handle = nvml_handle_for(self._pynvml, self.pci_bus_id)
-            self._max_sm = self._read(self._pynvml.nvmlDeviceGetMaxClockInfo, self._pynvml.NVML_CLOCK_SM)
-            self._max_memory = self._read(self._pynvml.nvmlDeviceGetMaxClockInfo, self._pynvml.NVML_CLOCK_MEM)
-            self._thread.start()
         except Exception as exc:  # no NVML, no such device: the probe still runs, without clock evidence
             self._error = f"{type(exc).__name__}: {exc}"
+            self._nvml_session.close()
+            return self
+        self._max_sm = self._read(self._pynvml.nvmlDeviceGetMaxClockInfo, self._pynvml.NVML_CLOCK_SM)
+        self._max_memory = self._read(self._pynvml.nvmlDeviceGetMaxClockInfo, self._pynvml.NVML_CLOCK_MEM)
+        self._poller.start()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=1.0)
-        if self._session is not None:
-            self._session.__exit__(None, None, None)
+        self._poller.stop()
+        self._nvml_session.close()
 
     def _read(self, fn: Any, *args: Any) -> int | None:
         try:
@@ -132,7 +130,7 @@ class ClockSampler:
         except Exception:  # a reading this GPU or VM does not support: leave it out
             return None
 
-    def _poll(self) -> None:
+    def _poll(self) -> bool:
         pynvml = self._pynvml
         for target, fn, args in ((self._sm, pynvml.nvmlDeviceGetClockInfo, (pynvml.NVML_CLOCK_SM,)),
                                  (self._memory, pynvml.nvmlDeviceGetClockInfo, (pynvml.NVML_CLOCK_MEM,)),
@@ -145,13 +143,7 @@ class ClockSampler:
             getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
         mask = self._read(reasons_fn) if reasons_fn else None
         self._mask |= mask or 0
-
-    def _run(self) -> None:
-        while True:
-            self._poll()
-            if self._stop.wait(self.interval_s):
-                self._poll()  # one last reading at the end of the window
-                return
+        return True
 
     def window(self) -> ClockWindow:
         if self._error:

@@ -10,7 +10,6 @@ so the figure read at rest is not the one the copies used.
 from __future__ import annotations
 
 import ctypes
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,6 +18,7 @@ from opgate.gpu.bandwidth import MiB, TimedFigure
 from opgate.gpu.device import DeviceInfo, ProbeError, device_info, nvml_handle_for, require_gpu
 from opgate.gpu.pcie import UnknownPcieGeneration, payload_ceiling_fraction, pcie_theoretical_gbs
 from opgate.gpu.pcie_config import ExpressFacts, PcieConfigError, read_express_facts
+from opgate.gpu.polling import Poller
 from opgate.gpu.stats import Samples, bandwidth_gbs
 from opgate.gpu.timing import time_host_ms, time_on_stream
 
@@ -79,42 +79,27 @@ class PcieLink:
 
 
 class _LinkSampler:
-    """Polls NVML's current PCIe generation and width in a thread while copies run; keeps the highest."""
+    """Polls NVML's current PCIe generation and width while copies run; keeps the highest."""
 
-    def __init__(self, pci_bus_id: str, interval_s: float = 0.002) -> None:
-        self.pci_bus_id = pci_bus_id
-        self.interval_s = interval_s
+    def __init__(self, pynvml: Any, handle: Any, interval_s: float = 0.002) -> None:
+        self._pynvml, self._handle = pynvml, handle
         self.generation: int | None = None
         self.width: int | None = None
         self.samples = 0
         self.error = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="opgate-pcie-sampler", daemon=True)
-        self._pynvml: Any = None
-        self._handle: Any = None
+        self.poller = Poller(self._poll, interval_s, "opgate-pcie-sampler")
 
-    def _run(self) -> None:
-        pynvml = self._pynvml
-        while not self._stop.is_set():
-            try:
-                gen = int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(self._handle))
-                width = int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(self._handle))
-            except Exception as exc:  # NVMLError_NotSupported in some VMs: keep the reason
-                self.error = f"{type(exc).__name__}: {exc}"
-                return
-            self.generation = max(self.generation or 0, gen)
-            self.width = max(self.width or 0, width)
-            self.samples += 1
-            self._stop.wait(self.interval_s)
-
-    def start(self, pynvml: Any, handle: Any) -> None:
-        self._pynvml, self._handle = pynvml, handle
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=1.0)
+    def _poll(self) -> bool:
+        try:
+            gen = int(self._pynvml.nvmlDeviceGetCurrPcieLinkGeneration(self._handle))
+            width = int(self._pynvml.nvmlDeviceGetCurrPcieLinkWidth(self._handle))
+        except Exception as exc:  # NVMLError_NotSupported in some VMs: keep the reason, stop polling
+            self.error = f"{type(exc).__name__}: {exc}"
+            return False
+        self.generation = max(self.generation or 0, gen)
+        self.width = max(self.width or 0, width)
+        self.samples += 1
+        return True
 
 
 def _nvml_int(pynvml: Any, fn_name: str, handle: Any) -> int | None:
@@ -239,8 +224,8 @@ def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_B
             host_dst, _ = _pinned(cupy, n)
             host_ptrs.append(host_dst)
             if pynvml is not None:
-                sampler = _LinkSampler(info.pci_bus_id)
-                sampler.start(pynvml, handle)
+                sampler = _LinkSampler(pynvml, handle)
+                sampler.poller.start()
 
             def h2d(stream: Any = s1) -> None:
                 runtime.memcpyAsync(dev_a.data.ptr, host_src, n, runtime.memcpyHostToDevice, stream.ptr)
@@ -254,7 +239,7 @@ def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_B
                                      "cudaMemcpyAsync, portable pinned host memory")
             bidir = _bidirectional(cupy, s1, s2, h2d, d2h, n, reps)
             if sampler is not None:
-                sampler.stop()
+                sampler.poller.stop()
             if int(_host_view(host_dst, n)[0]) != 0x3C or int(_host_view(host_dst, n)[-1]) != 0x3C:
                 raise ProbeError("pinned D2H copy delivered wrong bytes: the host-link figures would be meaningless")
 
@@ -281,7 +266,7 @@ def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_B
             cupy.get_default_memory_pool().free_all_blocks()
     finally:
         if sampler is not None:
-            sampler.stop()
+            sampler.poller.stop()
         for ptr in host_ptrs:
             cupy.cuda.runtime.freeHost(ptr)
         if pynvml is not None:
