@@ -4,8 +4,9 @@ Times cudaMemcpyAsync H2D and D2H with CUDA events for: transfer sizes 64 MiB ..
 allocated portable (what `opgate doctor` uses), portable + write-combined, malloc'd memory pinned with
 cudaHostRegister, and 2 MiB-aligned memory backed by transparent huge pages pinned with cudaHostRegister (fewer
 IOMMU translations per byte, in case those limit the link); one stream, or the transfer split over two streams. Prints each figure as GB/s and as a
-share of the link's raw rate (NVML generation x width under load), and what `lspci -vv` says about the
-link's maximum payload size when it can read it (TLP overhead per payload bounds the usable share).
+share of the link's raw rate (NVML generation x width under load) and of the ceiling the GPU's Max_Payload_Size
+leaves (read from its PCI Express capability by opgate.gpu.pcie_config, as the doctor does: TLP overhead per
+payload bounds the usable share).
 
     PYTHONPATH=src python3 benchmarks/host_copy_methods.py [--json out.json]
 """
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,24 +23,22 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from opgate.gpu.device import nvml_handle_for  # noqa: E402
-from opgate.gpu.pcie import pcie_theoretical_gbs  # noqa: E402
+from opgate.gpu.pcie import payload_ceiling_fraction, pcie_theoretical_gbs  # noqa: E402
+from opgate.gpu.pcie_config import PcieConfigError, read_express_facts  # noqa: E402
 from opgate.gpu.stats import bandwidth_gbs  # noqa: E402
 from opgate.gpu.timing import time_on_stream  # noqa: E402
 
 MiB = 1 << 20
 
 
-def lspci_payload(bus_id: str) -> str:
-    """The DevCap/DevCtl payload lines of `lspci -vv` for the GPU, or why they are unavailable."""
-    short = bus_id.lower()
-    if short.count(":") == 2 and len(short.split(":")[0]) == 8:  # NVML's 8-digit domain; lspci wants 4
-        short = short[4:]
+def payload_ceilings(bus_id: str, generation: int) -> tuple[int | None, dict[str, float | None], str]:
+    """(Max_Payload_Size, {direction: fraction of the raw rate full packets leave}, note) for the GPU."""
     try:
-        out = subprocess.run(["lspci", "-vv", "-s", short], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"lspci unavailable: {exc}"
-    lines = [line.strip() for line in out.splitlines() if re.search(r"MaxPayload|LnkSta:|LnkCap:", line)]
-    return " | ".join(lines) or "lspci printed no payload lines (needs root for the capability list?)"
+        facts = read_express_facts(bus_id)
+    except PcieConfigError as exc:
+        return None, {"H2D": None, "D2H": None}, f"payload size not read: {exc}"
+    mps = facts.max_payload_bytes
+    return mps, {d: payload_ceiling_fraction(generation, mps, d) for d in ("H2D", "D2H")}, f"Max_Payload_Size {mps} B"
 
 
 def main() -> int:
@@ -59,8 +56,6 @@ def main() -> int:
     pynvml.nvmlInit()
     bus_id = str(cupy.cuda.Device(0).pci_bus_id)
     handle = nvml_handle_for(pynvml, bus_id)
-    payload = lspci_payload(bus_id)
-    print(f"GPU 0 at {bus_id}: {payload}")
     sizes = [64 * MiB, 256 * MiB, 1024 * MiB]
     biggest = sizes[-1]
     dev = cupy.empty(biggest, dtype=cupy.uint8)
@@ -95,12 +90,17 @@ def main() -> int:
                     rows.append({"memory": kind, "bytes": n, "direction": direction, "streams": streams,
                                  "gbs": gbs, "spread": samples.relative_spread})
     raw = pcie_theoretical_gbs(gen, width)
-    print(f"link under load: Gen{gen} x{width} = {raw:.1f} GB/s per direction (raw)")
-    print(f"{'memory':26s} {'size':>8s} {'dir':4s} {'streams':>7s} {'GB/s':>7s} {'of raw':>7s}")
+    mps, ceilings, payload_note = payload_ceilings(bus_id, gen)
+    print(f"GPU 0 at {bus_id}, link under load: Gen{gen} x{width} = {raw:.1f} GB/s per direction (raw); "
+          f"{payload_note}" + "".join(f"; {d} ceiling {100 * f:.1f}% of raw" for d, f in ceilings.items() if f))
+    print(f"{'memory':26s} {'size':>8s} {'dir':4s} {'streams':>7s} {'GB/s':>7s} {'of raw':>7s} {'of ceiling':>10s}")
     for row in rows:
         row["of_raw"] = row["gbs"] / raw
+        ceiling = ceilings[row["direction"]]
+        row["of_ceiling"] = row["of_raw"] / ceiling if ceiling else None
         print(f"{row['memory']:26s} {row['bytes'] // MiB:6d}Mi {row['direction']:4s} {row['streams']:7d} "
-              f"{row['gbs']:7.1f} {100 * row['of_raw']:6.1f}%")
+              f"{row['gbs']:7.1f} {100 * row['of_raw']:6.1f}% "
+              + (f"{100 * row['of_ceiling']:9.1f}%" if row["of_ceiling"] else f"{'-':>10s}"))
     best = max(rows, key=lambda r: r["of_raw"])
     print(f"best: {best['memory']} {best['bytes'] // MiB} MiB {best['direction']} x{best['streams']} streams "
           f"{best['gbs']:.1f} GB/s = {100 * best['of_raw']:.1f}% of raw; took {time.perf_counter() - started:.1f} s")
@@ -108,7 +108,7 @@ def main() -> int:
     runtime.hostUnregister(huge_ptr)
     del huge_map
     if args.json:
-        args.json.write_text(json.dumps({"bus_id": bus_id, "lspci": payload, "generation": gen, "width": width,
+        args.json.write_text(json.dumps({"bus_id": bus_id, "max_payload_bytes": mps, "generation": gen, "width": width,
                                          "raw_gbs": raw, "huge_pages": huge_note, "rows": rows}, indent=1))
     return 0
 
