@@ -17,6 +17,8 @@ def test_torch_equivalents_measure_real_work() -> None:
     read = te.hbm_read(0, 1 << 30, reps=5)
     sheet = datasheet_bandwidth(torch.cuda.get_device_name(0))
     assert read.value > 0 and (sheet is None or read.value < 1.05 * sheet.tbs)
+    copy = te.device_copy(0, 256 << 20, reps=5)  # read + write counted: never above twice the datasheet
+    assert copy.value > 0 and (sheet is None or copy.value < 2 * sheet.tbs) and copy.unit == "TB/s"
     h2d, d2h = te.host_copies(0, 64 << 20, reps=3)
     assert 1.0 < h2d.value < 1000.0 and 1.0 < d2h.value < 1000.0
     eager, graph = te.launch_overhead(0, ops_per_run=200, runs=3)

@@ -16,9 +16,9 @@ from typing import Any
 
 from opgate.gpu import kernels
 from opgate.gpu.clocks import ClockSampler, ClockWindow
-from opgate.gpu.device import DeviceInfo, ProbeError, device_info, require_gpu
+from opgate.gpu.device import DeviceInfo, GpuUnavailable, ProbeError, device_info, require_gpu
 from opgate.gpu.stats import Samples, bandwidth_tbs
-from opgate.gpu.timing import time_interleaved, time_on_stream, time_torch_events
+from opgate.gpu.timing import time_interleaved, time_on_stream
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -175,23 +175,17 @@ def _verify_copy(cupy: Any, buffer: Any, half: int) -> None:
 
 
 def _torch_copy(device_index: int, nbytes: int, reps: int) -> tuple[TimedFigure | None, str]:
-    """PyTorch's plain equivalent, `dst.copy_(src)`, timed with torch's own events on its stream."""
+    """PyTorch's plain equivalent, `dst.copy_(src)` (opgate.gpu.torch_equivalents), or why it was not measured.
+    A copy that delivered wrong bytes raises ProbeError."""
     try:
-        import torch
+        from opgate.gpu.torch_equivalents import device_copy
+
+        figure = device_copy(device_index, nbytes, reps)
     except ImportError as exc:
         return None, f"PyTorch not installed ({exc})"
-    if not torch.cuda.is_available():
-        return None, "PyTorch is installed but sees no CUDA device (a CPU-only build?)"
-    device = torch.device("cuda", device_index)
-    with torch.cuda.device(device):
-        src = torch.randint(1, 255, (nbytes,), dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        samples = time_torch_events(torch, lambda: dst.copy_(src), warmup=3, reps=reps)
-        if not torch.equal(src[:4096], dst[:4096]) or not torch.equal(src[-4096:], dst[-4096:]):
-            raise ProbeError("PyTorch's copy_ produced different bytes; its figure would be meaningless")
-        del src, dst
-        torch.cuda.empty_cache()
-    return TimedFigure("PyTorch dst.copy_(src)", 2 * nbytes, samples, f"torch {torch.__version__}"), ""
+    except GpuUnavailable as exc:
+        return None, str(exc)
+    return TimedFigure("PyTorch dst.copy_(src)", 2 * nbytes, figure.samples, figure.what), ""
 
 
 def measure_hbm(device: int = 0, buffer_bytes: int | None = None, reps: int = 20,

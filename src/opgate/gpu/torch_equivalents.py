@@ -6,7 +6,8 @@ between device tensors, `dev.copy_(pinned, non_blocking=True)` and back (host li
 `torch.cuda.Stream(priority=-1)` while other streams keep the GPU busy (stream priority), and
 `torch.cuda.Event` around `torch.cuda._sleep` of varied length (event timer step) and back to back. Each is timed with
 torch's own CUDA events on its current stream, medians of repeated runs after warm-up, and checked for the
-right answer, so a figure is never reported for work that did not happen. torch is imported only here.
+right answer (ProbeError when it is not), so a figure is never reported for work that did not happen. torch is
+imported only here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from opgate.gpu.device import GpuUnavailable, ProbeError
 from opgate.gpu.stats import Samples
 from opgate.gpu.timing import time_torch_events
 
@@ -38,7 +40,7 @@ def _torch_cuda(device: int) -> Any:
     import torch
 
     if not torch.cuda.is_available():
-        raise RuntimeError("PyTorch sees no CUDA device (a CPU-only build?)")
+        raise GpuUnavailable("PyTorch is installed but sees no CUDA device (a CPU-only build?)")
     torch.cuda.set_device(device)
     return torch
 
@@ -51,11 +53,27 @@ def hbm_read(device: int, nbytes: int, reps: int = 20) -> TorchFigure:
     out = torch.empty((), dtype=torch.float32, device="cuda")
     samples = time_torch_events(torch, lambda: torch.sum(x, dim=0, out=out), warmup=3, reps=reps)
     if abs(float(out) - n) > 1e-4 * n:  # float32 partial sums of ones: exact to well within this
-        raise RuntimeError(f"x.sum() returned {float(out)}, not {n}: the figure would be meaningless")
+        raise ProbeError(f"x.sum() returned {float(out)}, not {n}: the figure would be meaningless")
     del x
     torch.cuda.empty_cache()
     return TorchFigure("HBM read, PyTorch x.sum()", n * 4 / (samples.median * 1e-3) / 1e12, "TB/s", samples, "ms",
                        f"torch.sum over {n * 4 / 2**30:.2f} GiB of float32")
+
+
+def device_copy(device: int, nbytes: int, reps: int = 20) -> TorchFigure:
+    """`dst.copy_(src)` between two device tensors of `nbytes`: TB/s counting bytes read + written (the doctor's
+    HBM check reports it beside opgate's copy kernel and cudaMemcpy)."""
+    torch = _torch_cuda(device)
+    with torch.cuda.device(device):
+        src = torch.randint(1, 255, (nbytes,), dtype=torch.uint8, device=f"cuda:{device}")
+        dst = torch.empty_like(src)
+        samples = time_torch_events(torch, lambda: dst.copy_(src), warmup=3, reps=reps)
+        if not torch.equal(src[:4096], dst[:4096]) or not torch.equal(src[-4096:], dst[-4096:]):
+            raise ProbeError("PyTorch's copy_ produced different bytes: the figure would be meaningless")
+        del src, dst
+        torch.cuda.empty_cache()
+    return TorchFigure("D2D copy, PyTorch dst.copy_(src)", 2 * nbytes / (samples.median * 1e-3) / 1e12, "TB/s",
+                       samples, "ms", f"torch {torch.__version__}, {nbytes // MiB} MiB dst.copy_(src) on the device")
 
 
 def host_copies(device: int, nbytes: int = 256 * MiB, reps: int = 8) -> tuple[TorchFigure, TorchFigure]:
@@ -67,7 +85,7 @@ def host_copies(device: int, nbytes: int = 256 * MiB, reps: int = 8) -> tuple[To
     h2d = time_torch_events(torch, lambda: dev.copy_(host, non_blocking=True), warmup=2, reps=reps)
     d2h = time_torch_events(torch, lambda: back.copy_(dev, non_blocking=True), warmup=2, reps=reps)
     if not torch.equal(back[:4096], host[:4096]) or not torch.equal(back[-4096:], host[-4096:]):
-        raise RuntimeError("pinned round trip through PyTorch returned different bytes")
+        raise ProbeError("pinned round trip through PyTorch returned different bytes")
     del dev
     torch.cuda.empty_cache()
     what = f"{nbytes // MiB} MiB, pinned host tensor, copy_(non_blocking=True)"
@@ -97,7 +115,7 @@ def launch_overhead(device: int, ops_per_run: int = 1000, runs: int = 7) -> tupl
     # eager warm-up + runs, the side-stream warm-up, graph warm-up + runs (capturing runs nothing)
     expected = ops_per_run * ((1 + runs) + 1 + (1 + runs))
     if float(x) != float(expected):
-        raise RuntimeError(f"x counted {float(x):.0f} additions, not the {expected} enqueued: launches were lost")
+        raise ProbeError(f"x counted {float(x):.0f} additions, not the {expected} enqueued: launches were lost")
     eager_us = Samples.of([ms * 1e3 / ops_per_run for ms in eager.values])
     replay_us = Samples.of([ms * 1e3 / ops_per_run for ms in replay.values])
     what = f"{ops_per_run} x x.add_(1) on a 1-element tensor"
@@ -113,7 +131,7 @@ def peer_copy(src: int, dst: int, nbytes: int = 128 * MiB, reps: int = 5) -> Tor
     samples = time_torch_events(torch, lambda: b.copy_(a, non_blocking=True), warmup=2, reps=reps)
     torch.cuda.synchronize(dst)
     if not torch.equal(a[:4096].cpu(), b[:4096].cpu()) or not torch.equal(a[-4096:].cpu(), b[-4096:].cpu()):
-        raise RuntimeError(f"GPU {src} -> GPU {dst} copy through PyTorch delivered different bytes")
+        raise ProbeError(f"GPU {src} -> GPU {dst} copy through PyTorch delivered different bytes")
     return TorchFigure(f"GPU {src} -> GPU {dst}, PyTorch copy_", nbytes / (samples.median * 1e-3) / 1e9, "GB/s",
                        samples, "ms", f"{nbytes // MiB} MiB, b.copy_(a, non_blocking=True) across devices")
 
@@ -138,7 +156,7 @@ def event_timer_step(device: int, fine_readings: int = 200) -> TorchFigure:
     durations_ns = [a.elapsed_time(b) * 1e6 for a, b in pairs]
     step, distinct = timer_step_ns(durations_ns)
     if step is None:
-        raise RuntimeError(f"only {distinct} distinct durations among {len(cycles)} timed sleeps: no step to report")
+        raise ProbeError(f"only {distinct} distinct durations among {len(cycles)} timed sleeps: no step to report")
     return TorchFigure("event timer step, PyTorch", step / 1e3, "us", Samples.of([d / 1e3 for d in durations_ns]),
                        "us", f"{len(cycles)} torch.cuda.Event pairs around torch.cuda._sleep(0..46000 cycles), "
                        f"smallest gap among {distinct} distinct durations")
@@ -158,7 +176,7 @@ def event_timing(device: int, back_to_back: int = 256) -> TorchFigure:
     intervals = [a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:])]
     positive = [v for v in intervals if v > 0]
     if not positive:
-        raise RuntimeError(f"all {len(intervals)} back-to-back event intervals read 0: no timing step to report")
+        raise ProbeError(f"all {len(intervals)} back-to-back event intervals read 0: no timing step to report")
     return TorchFigure("event timing step, PyTorch", min(positive), "us", Samples.of(intervals), "us",
                        f"{back_to_back} torch.cuda.Event records back to back, smallest non-zero interval")
 
@@ -172,7 +190,7 @@ def stream_priority(device: int, samples: int = 15, hog_mib: int = 512, hogs_per
     low = [torch.cuda.Stream(priority=0) for _ in range(low_streams)]
     high, equal = torch.cuda.Stream(priority=-1), torch.cuda.Stream(priority=0)
     if high.priority >= equal.priority:
-        raise RuntimeError(f"PyTorch gave the high-priority stream priority {high.priority}, not above "
+        raise ProbeError(f"PyTorch gave the high-priority stream priority {high.priority}, not above "
                            f"{equal.priority}: this device or build has no stream priorities")
     hogs = [torch.ones(hog_mib * MiB // 4, device="cuda") for _ in low]
     x = torch.zeros(1, device="cuda")
@@ -206,7 +224,7 @@ def stream_priority(device: int, samples: int = 15, hog_mib: int = 512, hogs_per
                 values.append(us)
             torch.cuda.synchronize()
         if len(values) < samples:
-            raise RuntimeError(f"the busy work had finished before the probe did in {tries - len(values)} of "
+            raise ProbeError(f"the busy work had finished before the probe did in {tries - len(values)} of "
                                f"{tries} tries: the GPU could not be kept busy")
         return Samples.of(values)
 
@@ -216,9 +234,9 @@ def stream_priority(device: int, samples: int = 15, hog_mib: int = 512, hogs_per
     high_us = saturated(high)
     torch.cuda.synchronize()
     if float(x) != float(probes):
-        raise RuntimeError(f"x counted {float(x):.0f} additions, not the {probes} probes enqueued")
+        raise ProbeError(f"x counted {float(x):.0f} additions, not the {probes} probes enqueued")
     if not all(bool((hog == 1.0).all()) for hog in hogs):
-        raise RuntimeError("the busy work changed its tensors: mul_(1.0) must leave ones")
+        raise ProbeError("the busy work changed its tensors: mul_(1.0) must leave ones")
     what = (f"x.add_(1) on torch.cuda.Stream(priority=-1) vs priority 0, {low_streams} priority-0 streams each "
             f"running {hogs_per_stream} x mul_(1.0) over {hog_mib} MiB")
     return (TorchFigure("probe latency, high priority, GPU busy, PyTorch", high_us.median, "us", high_us, "us", what),
