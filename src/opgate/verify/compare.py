@@ -172,7 +172,7 @@ def compare_output(
     excused = 0
     if bool(overflow.any()):
         limit = dt.max_finite(out_dtype) / 2
-        ok = ~cand_finite | (cand_finite & (torch.sign(cand64) == torch.sign(truth64)) & (cand64.abs() >= limit))
+        ok = ~cand_finite | ((torch.sign(cand64) == torch.sign(truth64)) & (cand64.abs() >= limit))
         excused += int((overflow & ~ok & lost).sum())
         missed += int((overflow & ~ok & ~lost).sum())
     bad = td_finite & ~cand_finite
