@@ -25,15 +25,22 @@ from opgate.verify import dtypes as dt
 from opgate.verify.spec import Operator, Scalar, SpecError, TensorSpec
 
 LARGE_CAP = 4096.0  # magnitude of the `large` regime in float32/bfloat16 (see _draw_float)
-REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite")
+REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "peaked", "mixed", "magnitude")
+# `peaked`: one confident entry per row (+PEAK over the rest: softmax of it is ~1 - 1e-13), the case where a
+# low-precision `1 - p` or `log(p)` intermediate loses everything. `mixed`: MIXED_HIGH next to O(1) values in a
+# row, where `total - prefix` cancellation shows. `magnitude`: typical values scaled by Case.scale (the range
+# bisection's probe; never planned by itself).
+PEAK = 30.0
+MIXED_HIGH = 1e8
 LAYOUTS = ("contiguous", "transposed", "strided")
 
 # Which value regimes make sense for which kind. Bounded kinds (uniform with low/high, probability,
 # index, integer, constant) keep their domain: scaling them would test inputs the op never sees.
 _REGIMES_BY_KIND: dict[str, tuple[str, ...]] = {
-    "normal": REGIMES,
-    "logits": REGIMES,
-    "positive": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite"),
+    "normal": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "mixed", "magnitude"),
+    "logits": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "peaked", "mixed",
+               "magnitude"),
+    "positive": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "mixed", "magnitude"),
     "uniform": ("typical", "constant_rows", "nonfinite"),
     "probability": ("typical", "constant_rows"),
     "index": ("typical",),
@@ -82,12 +89,13 @@ class Case:
     seed: int
     regime: str = "typical"
     layout: str = "contiguous"
-    origin: str = "declared"  # declared | edge | regime | layout | random | shrunk | replay
+    origin: str = "declared"  # declared | edge | regime | layout | random | shrunk | replay | bisect
+    scale: float = 0.0  # regime "magnitude" only: typical values multiplied by this
 
     @classmethod
     def make(cls, dims: Mapping[str, int], seed: int, regime: str = "typical", layout: str = "contiguous",
-             origin: str = "declared") -> "Case":
-        return cls(tuple(dims.items()), int(seed), regime, layout, origin)
+             origin: str = "declared", scale: float = 0.0) -> "Case":
+        return cls(tuple(dims.items()), int(seed), regime, layout, origin, float(scale))
 
     @property
     def dims_dict(self) -> dict[str, int]:
@@ -95,14 +103,18 @@ class Case:
 
     def label(self) -> str:
         sizes = ",".join(f"{k}={v}" for k, v in self.dims) or "scalar"
-        return f"{sizes} seed={self.seed} {self.regime} {self.layout}"
+        regime = f"magnitude x{self.scale:.3g}" if self.regime == "magnitude" else self.regime
+        return f"{sizes} seed={self.seed} {regime} {self.layout}"
 
     def with_dims(self, dims: Mapping[str, int], origin: str | None = None) -> "Case":
-        return Case(tuple(dims.items()), self.seed, self.regime, self.layout, origin or self.origin)
+        return Case(tuple(dims.items()), self.seed, self.regime, self.layout, origin or self.origin, self.scale)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dims": dict(self.dims), "seed": self.seed, "regime": self.regime, "layout": self.layout,
-                "origin": self.origin}
+        data: dict[str, Any] = {"dims": dict(self.dims), "seed": self.seed, "regime": self.regime,
+                                "layout": self.layout, "origin": self.origin}
+        if self.regime == "magnitude":
+            data["scale"] = self.scale
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
@@ -111,7 +123,7 @@ class Case:
         if regime not in REGIMES or layout not in LAYOUTS:
             raise ValueError(f"unknown regime {regime!r} or layout {layout!r}")
         return cls.make({str(k): int(v) for k, v in dict(data["dims"]).items()}, int(data["seed"]),
-                        regime, layout, data.get("origin", "declared"))
+                        regime, layout, data.get("origin", "declared"), float(data.get("scale", 0.0)))
 
 
 # -- planning ---------------------------------------------------------------------------------------
@@ -149,7 +161,8 @@ def _spread(items: list[Any], n: int) -> list[Any]:
 
 
 def _largest_input(op: Operator, dims: Mapping[str, int]) -> int:
-    sizes = [math.prod(t.concrete_shape(dims)) for t in op.tensor_inputs]
+    full = op.with_derived(dims)
+    sizes = [math.prod(t.concrete_shape(full)) for t in op.tensor_inputs]
     return max(sizes, default=1)
 
 
@@ -157,6 +170,8 @@ def applicable_regimes(op: Operator) -> list[str]:
     """Regimes (besides typical) some input of the op can take."""
     found = []
     for regime in REGIMES[1:]:
+        if regime == "magnitude":
+            continue
         if regime == "nonfinite" and not op.propagates_nonfinite:
             continue
         if any(_regime_applies(t, regime) for t in op.tensor_inputs):
@@ -290,7 +305,7 @@ def _generator(seed: int, index: int) -> Any:
 
 
 def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int], regime: str, dtype: str,
-                gen: Any) -> Any:
+                gen: Any, scale: float = 0.0) -> Any:
     """A float64 tensor of the kind's distribution, shaped by the regime, before rounding to dtype."""
     import torch
 
@@ -342,6 +357,23 @@ def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int
         return steps * 0.5
     if regime == "nonfinite":
         return base  # injection happens once per case, in make_inputs
+    if regime == "magnitude":
+        limit = dt.max_finite(dtype) / 2
+        return (base * scale).clamp(-limit, limit)
+    if regime == "peaked":
+        if len(shape) == 0 or shape[-1] == 0:
+            return base
+        peak = torch.randint(0, shape[-1], shape[:-1] + (1,), generator=gen)
+        return base.scatter_add(-1, peak, torch.full(peak.shape, PEAK, dtype=f64))
+    if regime == "mixed":
+        if len(shape) == 0 or shape[-1] == 0:
+            return base
+        # about one element in eight per row at MIXED_HIGH (sign kept), the rest O(1); dtypes whose range is
+        # smaller (float16) saturate through _to_dtype's clamp
+        high = torch.rand(shape, generator=gen) < 0.125
+        high[..., 0] = True  # every row meets the cancellation, short rows included
+        high_value = min(MIXED_HIGH, dt.max_finite(dtype) / 64)
+        return torch.where(high, torch.sign(base) * high_value + base, base)
     return base
 
 
@@ -415,12 +447,13 @@ def make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
     """The arguments of `case` for the dtype under test; identical in every process for the same case."""
     import torch
 
-    dims = case.dims_dict
+    dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
     values: list[Any] = []
     laid_out: list[Any] = []
     truth: list[Any] = []
     applied: list[str] = []
     injected = False
+    tensors: dict[str, Any] = {}
     for index, inp in enumerate(op.inputs):
         if isinstance(inp, Scalar):
             values.append(inp.value)
@@ -431,18 +464,37 @@ def make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
         in_dtype = resolve_dtype(inp, dtype)
         shape = inp.concrete_shape(dims)
         gen = _generator(case.seed, index)
-        raw = _draw_float(inp, shape, dims, case.regime, in_dtype, gen)
+        raw = _draw_float(inp, shape, dims, case.regime, in_dtype, gen, case.scale)
         if (case.regime == "nonfinite" and not injected and dt.is_float(in_dtype)
                 and _regime_applies(inp, "nonfinite")):
             raw = _inject_nonfinite(raw, gen, positive=inp.kind == "positive")
             injected = True
         tensor = _to_dtype(raw, in_dtype)
+        if inp.hits is not None:
+            tensor = _hit_argmax(tensor, tensors.get(inp.hits), gen)
+        tensors[inp.name] = tensor
         values.append(tensor)
         layout = case.layout if _layout_applies(inp, case.layout) else "contiguous"
         laid_out.append(apply_layout(tensor, layout))
         applied.append(layout)
         truth.append(tensor.to(torch.float64) if tensor.dtype.is_floating_point else tensor.clone())
     return GeneratedInputs(values, laid_out, truth, applied)
+
+
+def _hit_argmax(indices: Any, target: Any, gen: Any) -> Any:
+    """Set about half of `indices` to the argmax (last dim) of `target` at the same leading position.
+
+    The target must be generated first (declare it before the index input); NaN-free rows only."""
+    import torch
+
+    if target is None or indices.numel() == 0 or target.shape[-1] == 0:
+        return indices
+    if tuple(target.shape[:-1]) != tuple(indices.shape):
+        raise SpecError(f"hits=: index shape {list(indices.shape)} is not the target's {list(target.shape)} "
+                        "without its last dim")
+    argmax = torch.nan_to_num(target.to(torch.float64), nan=-math.inf).argmax(dim=-1).to(indices.dtype)
+    chosen = torch.rand(indices.shape, generator=gen) < 0.5
+    return torch.where(chosen, argmax, indices)
 
 
 def case_counts(op: Operator) -> dict[str, int]:

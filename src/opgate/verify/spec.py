@@ -32,6 +32,13 @@ FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "f
 INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "bool")
 KNOWN_DTYPES = FLOAT_DTYPES + INT_DTYPES
 VALUE_KINDS = ("normal", "uniform", "positive", "logits", "probability", "index", "integer", "constant")
+NAN_POLICIES = ("propagate", "ignore")
+SUBNORMAL_POLICIES = ("any", "exact")
+# The largest |value| an input of each unbounded kind promises, unless TensorSpec(max_magnitude=) says otherwise.
+# A failure that only appears above it is a range limit (warned, with the bisected magnitude), below it a failure:
+# softmax without max-subtraction breaks at logits of ~89 (a bug); a float32 layer norm at ~1e19 (a limit).
+# 1e4 covers activations with outlier features (LLM hidden states reach ~1e3-1e4) and every realistic logit.
+DEFAULT_MAX_MAGNITUDE = {"normal": 1e4, "logits": 1e4, "positive": 1e4}
 
 
 class SpecError(InputError, ValueError):
@@ -51,6 +58,12 @@ class TensorSpec:
         exclusive). low/high may also name a dim, e.g. `high="V"` for indices into a table of V rows.
         `constant` fills the tensor with `low` (1.0 when unset).
     contiguous: True means the implementation only promises contiguous inputs (no strided fuzzing).
+    requires_grad: verify gradients with respect to this input (the implementation's autograd backward against
+        the float64 reference's autograd, with random upstream gradients).
+    max_magnitude: the largest |value| this input promises (default: DEFAULT_MAX_MAGNITUDE by kind); an
+        implementation that breaks only above it has a range limit (warned), below it a range bug (failed).
+    hits: for kind="index": the name of another input (e.g. logits of shape (M, V)) whose argmax along its last
+        dim about half of these indices equal, at the same leading position (labels that meet confident logits).
     """
 
     name: str
@@ -60,9 +73,18 @@ class TensorSpec:
     low: float | str | None = None
     high: float | str | None = None
     contiguous: bool = False
+    requires_grad: bool = False
+    max_magnitude: float | None = None
+    hits: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
+        if self.max_magnitude is not None and not (isinstance(self.max_magnitude, (int, float))
+                                                   and self.max_magnitude > 0):
+            raise SpecError(f"TensorSpec {self.name!r}: max_magnitude must be a positive number, "
+                            f"not {self.max_magnitude!r}")
+        if self.hits is not None and self.kind != "index":
+            raise SpecError(f"TensorSpec {self.name!r}: hits= applies to kind='index' inputs only")
         if self.kind not in VALUE_KINDS:
             raise SpecError(f"TensorSpec {self.name!r}: kind {self.kind!r} is not one of {', '.join(VALUE_KINDS)}")
         if self.dtype is not None and self.dtype not in KNOWN_DTYPES:
@@ -72,7 +94,14 @@ class TensorSpec:
                 raise SpecError(f"TensorSpec {self.name!r}: shape entry {dim!r} must be a dim name or an int")
 
     def concrete_shape(self, dims: Mapping[str, int]) -> tuple[int, ...]:
+        """The shape at these sizes; `dims` must hold derived dims too (Operator.with_derived)."""
         return tuple(dims[d] if isinstance(d, str) else d for d in self.shape)
+
+    def promised_magnitude(self) -> float | None:
+        """The largest |value| this input promises (None: a bounded kind, whose bounds are its range)."""
+        if self.max_magnitude is not None:
+            return float(self.max_magnitude)
+        return DEFAULT_MAX_MAGNITUDE.get(self.kind)
 
 
 @dataclass(frozen=True)
@@ -114,6 +143,15 @@ class Operator:
     # correctness sizes are small and edge-shaped, and at those a kernel's time is mostly launch overhead.
     # Dims left out take their largest declared size.
     perf_dims: Mapping[str, int] | None = None
+    # Dims computed from other dims, e.g. {"H": lambda D: D // 2} for a rotary table of D/2 columns: the
+    # function's parameter names are dims; derived dims are never fuzzed themselves.
+    derived_dims: Mapping[str, Callable[..., int]] = field(default_factory=dict)
+    # "ignore": an implementation may drop NaNs the reference propagates (an fmaxf-style max); "propagate":
+    # a NaN the reference propagates must come out as NaN.
+    nan_policy: str = "propagate"
+    # "any": flushing subnormal inputs/outputs to zero (-ftz=true, --use_fast_math) is a documented deviation
+    # (warned); "exact": it is a failure.
+    subnormals: str = "any"
 
     def __post_init__(self) -> None:
         if not callable(self.reference):
@@ -124,6 +162,23 @@ class Operator:
         for dtype in self.dtypes:
             if dtype not in KNOWN_DTYPES:
                 raise SpecError(f"operator {self.name!r}: dtype {dtype!r} is not one of {', '.join(KNOWN_DTYPES)}")
+        if self.nan_policy not in NAN_POLICIES:
+            raise SpecError(f"operator {self.name!r}: nan_policy {self.nan_policy!r} is not one of "
+                            f"{', '.join(NAN_POLICIES)}")
+        if self.subnormals not in SUBNORMAL_POLICIES:
+            raise SpecError(f"operator {self.name!r}: subnormals {self.subnormals!r} is not one of "
+                            f"{', '.join(SUBNORMAL_POLICIES)}")
+        self.derived_dims = dict(self.derived_dims or {})
+        for dim, rule in self.derived_dims.items():
+            if dim in self.dims:
+                raise SpecError(f"operator {self.name!r}: derived dim {dim!r} is also listed in `dims`; keep one")
+            if not callable(rule):
+                raise SpecError(f"operator {self.name!r}: derived_dims[{dim!r}] must be a function of other dims, "
+                                "e.g. lambda D: D // 2")
+            for param in _parameter_names(rule):
+                if param not in self.dims:
+                    raise SpecError(f"operator {self.name!r}: derived_dims[{dim!r}] takes {param!r}, which `dims` "
+                                    "does not list")
         names = set()
         for inp in self.inputs:
             if inp.name in names:
@@ -131,13 +186,14 @@ class Operator:
             names.add(inp.name)
             if isinstance(inp, TensorSpec):
                 for dim in inp.shape:
-                    if isinstance(dim, str) and dim not in self.dims:
+                    if isinstance(dim, str) and dim not in self.dims and dim not in self.derived_dims:
                         raise SpecError(
                             f"operator {self.name!r}: input {inp.name!r} uses dim {dim!r}, which `dims` does not list"
                         )
         for dim, sizes in self.dims.items():
-            if not sizes or any((not isinstance(s, int)) or s < 1 for s in sizes):
-                raise SpecError(f"operator {self.name!r}: dims[{dim!r}] must be a non-empty list of positive ints")
+            if not sizes or any((not isinstance(s, int)) or isinstance(s, bool) or s < 0 for s in sizes):
+                raise SpecError(f"operator {self.name!r}: dims[{dim!r}] must be a non-empty list of ints >= 0 "
+                                f"(0 for empty tensors), not {list(sizes)!r}")
         self.exact_dims = list(self.exact_dims)
         for dim in self.exact_dims:
             if dim not in self.dims:
@@ -153,11 +209,23 @@ class Operator:
                                 f"exact dim {dim!r} allows ({self.dims[dim]})")
         for inp in self.tensor_inputs:
             for bound_name, bound in (("low", inp.low), ("high", inp.high)):
-                if isinstance(bound, str) and bound not in self.dims:
+                if isinstance(bound, str) and bound not in self.dims and bound not in self.derived_dims:
                     raise SpecError(
                         f"operator {self.name!r}: input {inp.name!r} has {bound_name}={bound!r}, "
                         "which is neither a number nor a dim listed in `dims`"
                     )
+            if inp.hits is not None:
+                target = next((t for t in self.tensor_inputs if t.name == inp.hits), None)
+                if target is None or target is inp:
+                    raise SpecError(f"operator {self.name!r}: input {inp.name!r} has hits={inp.hits!r}, which is "
+                                    "not another tensor input of this operator")
+                if self.tensor_inputs.index(target) > self.tensor_inputs.index(inp):
+                    raise SpecError(f"operator {self.name!r}: input {inp.name!r} hits {target.name!r}, which is "
+                                    "declared after it; declare the target input first")
+                if tuple(target.shape[:-1]) != tuple(inp.shape):
+                    raise SpecError(f"operator {self.name!r}: input {inp.name!r} (shape {inp.shape}) hits the argmax "
+                                    f"of {target.name!r} (shape {target.shape}): its shape must be {target.name!r}'s "
+                                    "without the last dim")
             if inp.kind == "index" and inp.high is None:
                 raise SpecError(
                     f"operator {self.name!r}: input {inp.name!r} has kind='index' but no high=; "
@@ -191,15 +259,39 @@ class Operator:
         """Use this ONNX model (relative to the spec file) as the `onnxruntime` implementation."""
         self.onnx_model_path = Path(path)
 
+    @property
+    def gradient_inputs(self) -> list[TensorSpec]:
+        return [i for i in self.tensor_inputs if i.requires_grad]
+
+    def with_derived(self, dims: Mapping[str, int]) -> dict[str, int]:
+        """`dims` plus every derived dim computed from them."""
+        full = dict(dims)
+        for dim, rule in self.derived_dims.items():
+            value = rule(**{p: full[p] for p in _parameter_names(rule)})
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"operator {self.name!r}: derived_dims[{dim!r}] returned {value!r} at {dict(dims)}; "
+                                "it must return an int >= 0")
+            full[dim] = value
+        return full
+
     def default_dims(self) -> dict[str, int]:
-        """The first declared size of every dim: the case analyze and quick checks use."""
-        return {dim: sizes[0] for dim, sizes in self.dims.items()}
+        """The first declared size of every dim (derived dims included): the case analyze and quick checks use."""
+        return self.with_derived({dim: sizes[0] for dim, sizes in self.dims.items()})
 
     def timing_dims(self) -> dict[str, int]:
         """The size the runtime stage times: `perf_dims`, else the largest declared size of each dim."""
         dims = {dim: max(sizes) for dim, sizes in self.dims.items()}
         dims.update(self.perf_dims or {})
-        return dims
+        return self.with_derived(dims)
+
+
+def _parameter_names(rule: Callable[..., Any]) -> list[str]:
+    import inspect
+
+    try:
+        return list(inspect.signature(rule).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def load_spec_file(path: str | Path) -> list[Operator]:
