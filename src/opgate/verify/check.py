@@ -24,7 +24,11 @@ from opgate.verify.calibrate import (
     truth_and_baseline,
 )
 from opgate.verify.compare import OutputStats
-from opgate.verify.inputs import Case, make_inputs
+from opgate.verify.deviations import (
+    FLUSH_THRESHOLD, Deviation, bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude,
+    promised_magnitude, undefined_masks,
+)
+from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.shrink import shrink_case
@@ -62,6 +66,16 @@ def _num(value: float) -> Any:
     return value
 
 
+def _interpreter_bf16_limitations() -> list[str]:
+    """bfloat16 operations Triton's interpreter still computes wrongly after opgate's fixes (the backend says)."""
+    from opgate.verify.backends import triton_backend
+
+    probe = getattr(triton_backend, "interpreter_bf16_limitations", None)
+    if probe is None:  # no probe: the interpreter's bfloat16 arithmetic is not known to be fixed
+        return ["bfloat16 arithmetic (acts on the 16-bit patterns)"]
+    return list(probe())
+
+
 def _find_op(ops: Sequence[Operator], name: str) -> Operator:
     for op in ops:
         if op.name == name:
@@ -93,15 +107,92 @@ class VerifyImplementationCheck(Check):
             prepared.finish()
         artefacts = self._artefacts(prepared, Path(options["artefact_dir"]))
         failing = [r for r in records if not r.verdict.passed]
+        failing, deviations, range_note = self._explain_deviations(op, prepared, plan, failing)
         shrunk = None
         if failing and options.get("shrink", True):
             shrunk = self._shrink(op, prepared, plan, failing)
-        return self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options)
+        failure_class = classify_failure([(r.case, r.verdict.reasons) for r in failing], op.dims) if failing else ""
+        return self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
+                            deviations, failure_class, range_note)
+
+    # -- deviations -----------------------------------------------------------------------------------
+    def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                            failing: list[CaseRecord]) -> tuple[list[CaseRecord], list[Deviation], str]:
+        """Take out of `failing` what a documented deviation explains; say what remains a range bug."""
+        deviations: list[Deviation] = []
+        if not failing:
+            return failing, deviations, ""
+        limitations = _interpreter_bf16_limitations() if prepared.facts.get("interpreter") else []
+        if plan.dtype == "bfloat16" and limitations:
+            deviations.append(Deviation("interpreter", (
+                f"{len(failing)} case(s) fail in bfloat16 under Triton's CPU interpreter, which cannot compute "
+                f"{', '.join(limitations)} in bfloat16 exactly; not judged here: the GPU run decides")))
+            return [], deviations, ""
+        declared_max = {dim: max(sizes) for dim, sizes in op.dims.items()}
+        too_big = [r for r in failing if r.verdict.reasons and all(x.startswith("raised") for x in r.verdict.reasons)
+                   and r.case.origin != "declared"
+                   and any(size > declared_max.get(dim, size) or size == 0 for dim, size in r.case.dims)]
+        if too_big:
+            deviations.append(Deviation("size_limit", (
+                f"raises on {len(too_big)} size(s) opgate added (empty tensors, or above every declared size), where "
+                f"the reference returns a result (e.g. {too_big[0].case.label()}: {too_big[0].verdict.reasons[0][:160]}); "
+                "support them, or declare the supported sizes")))
+            failing = [r for r in failing if r not in too_big]
+        if op.subnormals != "exact":
+            flushed_ok = [r for r in failing if self._explained_by_ftz(op, prepared, plan, r)]
+            if flushed_ok:
+                deviations.append(Deviation("ftz", (
+                    f"{len(flushed_ok)} case(s) match the truth with float32 subnormals flushed to zero (-ftz=true / "
+                    f"--use_fast_math), e.g. {flushed_ok[0].case.label()}; values below {FLUSH_THRESHOLD:.3g} come "
+                    "out as 0; set subnormals=\"exact\" in the spec to make this a failure")))
+                failing = [r for r in failing if r not in flushed_ok]
+        range_note = ""
+        if failing and all(r.case.regime in ("large", "huge") for r in failing):
+            verdict = self._bisect_range(op, prepared, plan, failing[0])
+            if verdict is not None:
+                magnitude, promised = verdict
+                if magnitude > promised:
+                    deviations.append(Deviation("range_limit", (
+                        f"breaks only at inputs of |x| >= {magnitude:.3g} (bisected), far above the {promised:.3g} "
+                        "the inputs' kind promises (TensorSpec max_magnitude=); e.g. an intermediate like x^2 "
+                        "overflows the accumulator there")))
+                    failing = []
+                else:
+                    range_note = (f"breaks at inputs of |x| >= {magnitude:.3g} (bisected), inside the {promised:.3g} "
+                                  "the inputs' kind promises")
+        return failing, deviations, range_note
+
+    def _explained_by_ftz(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                          record: CaseRecord) -> bool:
+        truth = ftz_truth(op, record.case, plan.dtype)
+        if truth is None:
+            return False
+        index = plan.cases.index(record.case) if record.case in plan.cases else -1
+        budgets = plan.budgets[index] if index >= 0 else record.verdict.budgets
+        masks = plan.masks[index] if index >= 0 else [None] * len(truth)
+        fan_in = max((b.fan_in for b in budgets), default=1)
+        verdict = self._run_case(op, prepared, plan.dtype, record.case, truth, budgets, plan.out_dtypes, masks,
+                                 extra_atol=ftz_allowance(fan_in))
+        return verdict.passed
+
+    def _bisect_range(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                      record: CaseRecord) -> tuple[float, float] | None:
+        case = record.case
+        high = (min(math.sqrt(dt.max_finite(plan.dtype)) / 4, LARGE_CAP) if case.regime == "large"
+                else dt.max_finite(plan.dtype) / 64)
+
+        def at(scale: float) -> Case:
+            return Case(case.dims, case.seed, "magnitude", case.layout, "bisect", scale)
+
+        scale = bisect_breaking_scale(lambda s: self._case_fails(op, prepared, plan, at(s)), 1.0, high)
+        if scale is None:
+            return None
+        return input_magnitude(op, at(scale), plan.dtype), promised_magnitude(op, plan.dtype)
 
     # -- running ------------------------------------------------------------------------------------
     def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,
                   truth: Sequence[Any], budgets: Sequence[OutputBudget], out_dtypes: Sequence[str],
-                  masks: Sequence[Any]) -> CaseVerdict:
+                  masks: Sequence[Any], extra_atol: float = 0.0) -> CaseVerdict:
         generated = make_inputs(op, case, dtype)
         out_specs = [(tuple(t.shape), out_dtype) for t, out_dtype in zip(truth, out_dtypes)]
         try:
@@ -110,7 +201,9 @@ class VerifyImplementationCheck(Check):
             lines = traceback.format_exception_only(type(exc), exc)
             message = " ".join(lines[-1].split())[:300]
             return CaseVerdict(False, (f"raised {message}",), (), tuple(budgets))
-        return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten)
+        return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,
+                          undefined=undefined_masks(op, case, dtype, out_dtypes), nan_policy=op.nan_policy,
+                          extra_atol=extra_atol)
 
     def _case_fails(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile, case: Case) -> bool:
         try:
@@ -150,7 +243,8 @@ class VerifyImplementationCheck(Check):
     # -- the result ---------------------------------------------------------------------------------
     def _result(self, op: Operator, choice: ImplementationChoice, prepared: PreparedImplementation, plan: PlanFile,
                 records: list[CaseRecord], failing: list[CaseRecord], shrunk: dict[str, Any] | None,
-                artefacts: list[str], options: dict[str, Any]) -> CheckResult:
+                artefacts: list[str], options: dict[str, Any], deviations: Sequence[Deviation] = (),
+                failure_class: str = "", range_note: str = "") -> CheckResult:
         n = len(records)
         worst = max(records, key=lambda r: r.verdict.worst_ratio)
         figures = [Figure("failing cases", len(failing), "",
@@ -164,7 +258,16 @@ class VerifyImplementationCheck(Check):
             "calibration": plan.summary, "backend_facts": prepared.facts, "notes": prepared.notes,
             "poisoned_out": prepared.poisoned_out, "artefacts": artefacts,
             "worst_case": worst.case.label(), "cases": [r.compact() for r in records],
+            "deviations": [d.to_dict() for d in deviations], "failure_class": failure_class,
         }
+        undefined = sum(st.undefined for r in records for st in r.verdict.stats)
+        if undefined:
+            extra["undefined_elements"] = undefined
+            figures.append(Figure("elements not judged (truth undefined: NaN converted to an integer)", undefined,
+                                  "elements"))
+        dropped = sum(st.nan_dropped for r in records for st in r.verdict.stats)
+        if dropped:
+            figures.append(Figure("NaN dropped (allowed: nan_policy='ignore')", dropped, "elements"))
         if failing:
             extra["failing_case_stats"] = [
                 {"case": r.case.label(), "reasons": list(r.verdict.reasons),
@@ -172,10 +275,19 @@ class VerifyImplementationCheck(Check):
                 for r in failing[:MAX_CASE_RECORDS_WITH_STATS]
             ]
         if not failing:
-            ratio = worst.verdict.worst_ratio
+            passing = [r for r in records if r.verdict.passed] or records
+            ratio = max(r.verdict.worst_ratio for r in passing)
+            worst_label = max(passing, key=lambda r: r.verdict.worst_ratio).case.label()
+            if deviations:
+                kinds = ", ".join(sorted({d.kind for d in deviations}))
+                return self.warned(
+                    f"correct apart from documented deviation(s) [{kinds}]: " + "; ".join(d.detail for d in deviations),
+                    figures=figures, extra=extra,
+                    remediation="a deviation is a legitimate production choice or limit, reported so it is known; "
+                                "see docs/verify-method.md (Documented deviations)")
             return self.passed(
                 f"{n}/{n} cases within budget on {prepared.device}; worst at {ratio:.0%} of its budget "
-                f"({worst.case.label()})", figures=figures, extra=extra)
+                f"({worst_label})", figures=figures, extra=extra)
         if shrunk is not None:
             small: Case = shrunk["case"]
             verdict: CaseVerdict = shrunk["verdict"]
@@ -195,6 +307,20 @@ class VerifyImplementationCheck(Check):
             extra["replay"] = token
             reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
                       f"replay: opgate verify {Path(options['spec_file']).name} --replay {token}")
+        reason = f"[{failure_class}] {reason}"
+        if range_note:
+            reason = f"{reason}; {range_note}"
+        if deviations:
+            reason += "; also documented deviation(s): " + "; ".join(d.detail for d in deviations)
+        if choice.origin == "reference":
+            # opgate's own extra of the reference failing judges the budget, not the user's implementations
+            extra["calibration_warning"] = True
+            return self.warned(
+                f"calibration warning: the reference through {choice.backend} (added by opgate) exceeds the "
+                f"calibrated budget: {reason}", figures=figures, extra=extra,
+                remediation="not a failure of your implementations: the budget may be too tight for this backend, "
+                            "or the backend deviates (e.g. computes in the low precision); the case is named so "
+                            "it can be replayed")
         return self.failed(reason, figures=figures, remediation=remediation_for(failing), extra=extra)
 
 

@@ -50,6 +50,8 @@ class OutputStats:
     nonfinite_excused: int = 0  # ... where the dtype's eager baseline fails too (calibrate.baseline_lost_mask)
     nonfinite_missed: int = 0  # truth is NaN/Inf (or overflows the dtype) and the candidate disagrees
     unwritten: int = 0  # elements of a poisoned output buffer the implementation never wrote
+    undefined: int = 0  # elements whose truth is undefined (NaN converted to an integer): not judged
+    nan_dropped: int = 0  # truth NaN, candidate finite, allowed by the spec's nan_policy="ignore"
     exact_mismatches: int = 0  # integer outputs: elements that differ at all
     off_by_more_than_one: int = 0  # integer outputs: elements more than one quantum away
     mismatches: int = 0  # elements whose error exceeds the elementwise budget (set by the judge)
@@ -120,6 +122,8 @@ def compare_output(
     baseline_lost: Any | None = None,
     quantized: Mapping[str, Any] | None = None,
     unwritten: int = 0,
+    undefined: Any | None = None,
+    nan_policy: str = "propagate",
 ) -> OutputStats:
     """Statistics of `candidate` against the float64 `truth`, for an output whose dtype is `out_dtype`.
 
@@ -140,6 +144,11 @@ def compare_output(
     if got_dtype != out_dtype:
         return OutputStats(name, numel, problem=f"dtype {got_dtype} != the reference's {out_dtype}")
     candidate = candidate.detach().to("cpu")
+    n_undefined = 0
+    if undefined is not None and bool(undefined.any()):
+        # not judged: the candidate is made to agree with the truth there, and the elements are counted
+        n_undefined = int(undefined.sum())
+        candidate = torch.where(undefined, truth.to(candidate.dtype), candidate)
 
     exact_mismatches = off_by_more = 0
     if not dt.is_float(out_dtype):
@@ -162,6 +171,11 @@ def compare_output(
     # Non-finite classes: NaN must meet NaN, +Inf +Inf, -Inf -Inf.
     special = ~truth_finite
     same_class = (torch.isnan(cand64) & torch.isnan(truth64)) | (cand64 == truth64)
+    nan_dropped = 0
+    if nan_policy == "ignore":
+        dropped = torch.isnan(truth64) & ~torch.isnan(cand64)
+        nan_dropped = int(dropped.sum())
+        same_class = same_class | dropped
     missed = int((special & ~same_class).sum())
     # Truth finite but beyond the dtype's range: the rounded answer is +-Inf. Accepted: any infinity,
     # saturating near the top of the range with the right sign, and NaN. Once a partial sum overflows the
@@ -184,7 +198,8 @@ def compare_output(
     n_compared = int(compared.sum())
     stats: dict[str, Any] = dict(
         name=name, numel=numel, compared=n_compared, nonfinite_unexpected=unexpected, nonfinite_excused=excused,
-        nonfinite_missed=missed, unwritten=unwritten, exact_mismatches=exact_mismatches,
+        nonfinite_missed=missed, unwritten=unwritten, undefined=n_undefined, nan_dropped=nan_dropped,
+        exact_mismatches=exact_mismatches,
         off_by_more_than_one=off_by_more,
     )
     worst: WorstElement | None = None

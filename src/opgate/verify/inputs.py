@@ -57,6 +57,12 @@ _EDGE_PRIORITY: tuple[int | str, ...] = (
 )
 
 
+# Sizes past the block caps where row kernels switch paths (a looped store above 4096/16384/65536 columns, a
+# second tile above a power of two): tried largest first, with the other dims at their smallest sizes, as far as
+# the budget's max_elements allows. The plan's info says which ones it reached.
+_BIG_SIZES: tuple[int, ...] = (65537, 65535, 16385, 16383, 8193, 4097, 4095)
+
+
 @dataclass(frozen=True)
 class BudgetPlan:
     """How many cases a budget buys. `max_elements` caps opgate-added cases (declared sizes always run)."""
@@ -69,15 +75,17 @@ class BudgetPlan:
     layout_repeats: int
     random_combos: int
     max_elements: int
+    big_sizes_per_dim: int = 1  # sizes from _BIG_SIZES per fuzzed dim (each regime also meets the largest)
 
 
 BUDGETS: dict[str, BudgetPlan] = {
     "quick": BudgetPlan("quick", declared_combos=4, seeds=1, edge_sizes_per_dim=3, regime_repeats=1,
-                        layout_repeats=1, random_combos=0, max_elements=1 << 16),
+                        layout_repeats=1, random_combos=0, max_elements=1 << 16, big_sizes_per_dim=1),
     "standard": BudgetPlan("standard", declared_combos=8, seeds=2, edge_sizes_per_dim=8, regime_repeats=2,
-                           layout_repeats=2, random_combos=4, max_elements=1 << 18),
+                           layout_repeats=2, random_combos=4, max_elements=1 << 18, big_sizes_per_dim=2),
     "thorough": BudgetPlan("thorough", declared_combos=16, seeds=3, edge_sizes_per_dim=len(_EDGE_PRIORITY),
-                           regime_repeats=4, layout_repeats=4, random_combos=24, max_elements=1 << 21),
+                           regime_repeats=4, layout_repeats=4, random_combos=24, max_elements=1 << 21,
+                           big_sizes_per_dim=4),
 }
 
 
@@ -137,7 +145,7 @@ def budget_plan(name: str) -> BudgetPlan:
 
 def edge_sizes(declared: Sequence[int], cap: int) -> list[int]:
     """opgate's own sizes for one dim, most telling first, none above `cap` or already declared."""
-    top = max(declared)
+    top = max(max(declared), 1)
     pow2 = 1 << max(0, math.ceil(math.log2(top)))
     sizes: list[int] = []
     for entry in _EDGE_PRIORITY:
@@ -148,6 +156,7 @@ def edge_sizes(declared: Sequence[int], cap: int) -> list[int]:
 
 
 def _edge_cap(declared: Sequence[int]) -> int:
+    """Edge sizes near the declared ones; sizes past the common block caps come from _BIG_SIZES."""
     return max(2 * max(declared), 64)
 
 
@@ -164,6 +173,17 @@ def _largest_input(op: Operator, dims: Mapping[str, int]) -> int:
     full = op.with_derived(dims)
     sizes = [math.prod(t.concrete_shape(full)) for t in op.tensor_inputs]
     return max(sizes, default=1)
+
+
+def innermost_dims(op: Operator) -> list[str]:
+    """Fuzzed dims that are the last dim of some tensor input, the first input's first."""
+    found: list[str] = []
+    for spec in op.tensor_inputs:
+        if spec.shape and isinstance(spec.shape[-1], str):
+            dim = spec.shape[-1]
+            if dim in op.dims and dim not in op.exact_dims and dim not in found:
+                found.append(dim)
+    return found
 
 
 def applicable_regimes(op: Operator) -> list[str]:
@@ -238,6 +258,33 @@ def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Ca
                     added += 1
                     break
 
+    # Empty tensors (an empty batch reaches every serving kernel): one case per fuzzed outer dim at size 0,
+    # dropped at calibration when the reference refuses it. Innermost dims are left out: a reduction over zero
+    # elements is degenerate, and PyTorch's own amax raises there.
+    inner = innermost_dims(op)
+    for dim in fuzzed:
+        if 0 not in op.dims[dim] and dim not in inner:
+            base = dict(combos[0])
+            base[dim] = 0
+            add(base, "typical", "contiguous", "edge")
+
+    # Past the common block caps: the innermost dims (the last dim of some input, what a row kernel loops or
+    # tiles over), each alone, the other fuzzed dims at 1 (exact dims at their smallest). Outer dims are left
+    # out: 65537 rows are 65537 programs, slow under Triton's interpreter and no new code path.
+    smallest = {d: (1 if d in fuzzed else min((s for s in op.dims[d] if s > 0), default=0)) for d in dim_names}
+    big_cases: list[dict[str, int]] = []
+    for dim in innermost_dims(op):
+        taken = 0
+        for size in _BIG_SIZES:
+            if taken >= plan.big_sizes_per_dim:
+                break
+            if size <= max(op.dims[dim]) or size in op.dims[dim]:
+                continue
+            base = {**smallest, dim: size}
+            if add(base, "typical", "contiguous", "edge"):
+                big_cases.append(base)
+                taken += 1
+
     def varied(i: int) -> dict[str, int]:
         """Alternate declared sizes and a tail size (2^k - 1) on the innermost fuzzed dim."""
         base = dict(combos[(i // 2) % len(combos)])
@@ -248,10 +295,14 @@ def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Ca
             base[last] = tail
         return base
 
+    # Each regime also meets the multi-tile path: at the largest size past a block cap that fits, else the
+    # largest declared combination.
+    largest = big_cases[0] if big_cases else max(combos, key=lambda d: _largest_input(op, d))
     for regime in applicable_regimes(op):
         for i in range(plan.regime_repeats):
             if not add(varied(i), regime, "contiguous", "regime"):
                 add(combos[0], regime, "contiguous", "regime", capped=False)
+        add(largest, regime, "contiguous", "regime")
 
     for layout in applicable_layouts(op):
         for i in range(plan.layout_repeats):

@@ -1,0 +1,199 @@
+"""Documented deviations and failure classes: what a FAIL means, and what is not a failure at all.
+
+A verdict is `failed` only when the implementation is wrong. Three things that differ from the float64 truth are
+legitimate production choices or limits, and are reported as `warned` with what they mean:
+
+* flush-to-zero (`ftz`): CuPy compiles every kernel with -ftz=true and --use_fast_math builds do the same; such a
+  kernel returns 0 where float32 values are subnormal. Detected by judging the case again against the truth of
+  the flushed inputs with the flushed output, plus an allowance for intermediates flushed inside a reduction.
+  `Operator(subnormals="exact")` makes it a failure.
+* a range limit (`range_limit`): an implementation that breaks only at magnitudes far outside what the input's kind
+  promises (a float32 layer norm whose x^2 overflows at 1e19). The breaking magnitude is bisected; inside the
+  promised range (softmax without max-subtraction breaks at logits of ~89) it is a `range` failure.
+* a known interpreter limitation (`interpreter`): a bfloat16 result of Triton's CPU interpreter where the backend
+  reports arithmetic it could not make exact; the GPU run decides.
+* an unsupported size (`size_limit`): the implementation raises (cleanly) only on sizes opgate added above every
+  declared size.
+
+Cases whose truth is undefined (a NaN converted to an integer, undefined in C and in PyTorch) are not judged and
+are counted (`undefined_masks`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from opgate.verify import dtypes as dt
+from opgate.verify.inputs import Case, make_inputs
+from opgate.verify.spec import Operator
+
+FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
+                   "gradient", "memory")
+DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "undefined")
+FLUSH_THRESHOLD = 2.0**-126  # float32's smallest normal: what -ftz=true flushes (float16 maths does not flush)
+FTZ_DTYPES = ("float32", "bfloat16")  # dtypes whose values a float32 FTZ kernel can see as subnormal
+BISECT_STEPS = 14  # log-space bisection of the breaking magnitude: a factor of ~1.4 at the end
+
+
+@dataclass(frozen=True)
+class Deviation:
+    kind: str  # one of DEVIATION_CLASSES
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"class": self.kind, "detail": self.detail}
+
+
+def has_subnormals(values: Sequence[Any]) -> bool:
+    import torch
+
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point and value.numel():
+            v = value.to(torch.float64).abs()
+            if bool(((v > 0) & (v < FLUSH_THRESHOLD)).any()):
+                return True
+    return False
+
+
+def flushed(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+        return torch.where(value.abs() < FLUSH_THRESHOLD, torch.zeros_like(value), value)
+    return value
+
+
+def ftz_truth(op: Operator, case: Case, dtype: str) -> list[Any] | None:
+    """The float64 truth of the case's inputs with subnormals flushed, the outputs flushed too; None when the
+    case has no subnormal input or output to flush (then FTZ cannot explain a failure)."""
+    import torch
+
+    from opgate.verify.calibrate import as_outputs
+
+    if dtype not in FTZ_DTYPES:
+        return None
+    generated = make_inputs(op, case, dtype)
+    with torch.no_grad():
+        truth = as_outputs(op.reference(*generated.truth))
+    if not has_subnormals(generated.truth) and not has_subnormals(truth):
+        return None
+    with torch.no_grad():
+        flushed_truth = as_outputs(op.reference(*[flushed(v) for v in generated.truth]))
+    return [flushed(t.detach().cpu()) for t in flushed_truth]
+
+
+def ftz_allowance(fan_in: int) -> float:
+    """Intermediates of a reduction of n terms may each be flushed: at most (n + 1) x the threshold."""
+    return (max(fan_in, 1) + 1) * FLUSH_THRESHOLD
+
+
+def undefined_masks(op: Operator, case: Case, dtype: str, out_dtypes: Sequence[str]) -> list[Any] | None:
+    """Per integer output: elements that depend on a non-finite input (their truth is a NaN/Inf converted to an
+    integer: undefined). Found by substituting two different finite values for the non-finite inputs."""
+    import torch
+
+    from opgate.verify.calibrate import as_outputs
+
+    if case.regime != "nonfinite" or all(dt.is_float(d) for d in out_dtypes):
+        return None
+    generated = make_inputs(op, case, dtype)
+
+    def substituted(fill: float) -> list[Any]:
+        return [torch.where(torch.isfinite(v), v, torch.full_like(v, fill))
+                if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v for v in generated.truth]
+
+    try:
+        with torch.no_grad():
+            low = as_outputs(op.reference(*substituted(0.0)))
+            high = as_outputs(op.reference(*substituted(1.0e6)))
+    except Exception:
+        return None
+    masks: list[Any] = []
+    for out_dtype, a, b in zip(out_dtypes, low, high):
+        if dt.is_float(out_dtype) or not isinstance(a, torch.Tensor) or a.shape != b.shape:
+            masks.append(None)
+        else:
+            masks.append(a != b)
+    return masks if any(m is not None and bool(m.any()) for m in masks) else None
+
+
+def bisect_breaking_scale(fails: Callable[[float], bool], low: float, high: float,
+                          steps: int = BISECT_STEPS) -> float | None:
+    """The smallest scale in [low, high] (log space) at which `fails` turns true; None if it fails at `low`
+    already (not a range effect) or passes at `high` (not reproduced)."""
+    if fails(low) or not fails(high):
+        return None
+    lo, hi = math.log(low), math.log(high)
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if fails(math.exp(mid)):
+            hi = mid
+        else:
+            lo = mid
+    return math.exp(hi)
+
+
+def promised_magnitude(op: Operator, dtype: str) -> float:
+    """The smallest promise among the op's float inputs (capped by the dtype's range): where a break becomes a bug."""
+    promises = [spec.promised_magnitude() for spec in op.tensor_inputs
+                if (spec.dtype is None or dt.is_float(spec.dtype)) and spec.promised_magnitude() is not None]
+    limit = dt.max_finite(dtype) / 64 if dt.is_float(dtype) else math.inf
+    return min([*(p for p in promises if p is not None), limit])
+
+
+def input_magnitude(op: Operator, case: Case, dtype: str) -> float:
+    """max |x| over the case's finite float inputs."""
+    import torch
+
+    generated = make_inputs(op, case, dtype)
+    largest = 0.0
+    for value in generated.truth:
+        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point and value.numel():
+            finite = value[torch.isfinite(value)]
+            if finite.numel():
+                largest = max(largest, float(finite.abs().max()))
+    return largest
+
+
+def classify_failure(failing: Sequence[tuple[Case, Sequence[str]]], declared: Mapping[str, Sequence[int]]) -> str:
+    """The failure class from which cases fail and why (see FAILURE_CLASSES)."""
+    reasons = [r for _, rs in failing for r in rs]
+    cases = [c for c, _ in failing]
+    if reasons and all(any(r.startswith("raised") for r in rs) for _, rs in failing):
+        return "crash"
+    if any("never written" in r for r in reasons):
+        return "unwritten"
+    plain = [c for c in cases if c.regime == "typical" and c.layout == "contiguous"]
+    if not plain:
+        if all(c.layout != "contiguous" for c in cases):
+            return "layout"
+        if all(c.regime == "nonfinite" for c in cases):
+            return "nonfinite"
+        if all(c.regime in ("large", "huge", "magnitude", "mixed", "peaked") for c in cases):
+            return "range"
+    elif all(_beyond_declared(c, declared) for c in plain):
+        return "tail"
+    if any("NaN/Inf" in r or "truth is NaN" in r for r in reasons):
+        return "nonfinite"
+    return "precision" if _small_errors(failing) else "typical"
+
+
+def _beyond_declared(case: Case, declared: Mapping[str, Sequence[int]]) -> bool:
+    """An opgate-added size: some dim is not one of its declared sizes (edge, big or shrunk)."""
+    return any(dim in declared and size not in declared[dim] for dim, size in case.dims)
+
+
+def _small_errors(failing: Sequence[tuple[Case, Sequence[str]]]) -> bool:
+    """Over-budget but within 50x of it everywhere: an accumulation-precision problem, not a wrong formula."""
+    import re
+
+    ratios = []
+    for _, reasons in failing:
+        for reason in reasons:
+            match = re.search(r"([0-9.eE+-]+) > budget ([0-9.eE+-]+)", reason)
+            if match:
+                value, budget = float(match.group(1)), float(match.group(2))
+                ratios.append(value / budget if budget > 0 else math.inf)
+    return bool(ratios) and max(ratios) < 50.0

@@ -1,0 +1,183 @@
+"""A forward error bound for what a correct implementation may return, whatever order it sums in.
+
+PyTorch eager on the CPU accumulates float32 reductions in double, so its error is far below what a correct
+GPU kernel (float32 accumulation, any blocking, any order) can reach. A budget of "2x eager" then fails correct
+kernels: a float32 blockwise cumsum on constant rows, a Welford layer norm at large magnitudes. This module gives
+the budget a term no correct implementation can exceed.
+
+The bound (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., SIAM 2002, ch. 3-4): an algorithm
+whose result is the exact result of inputs each perturbed by at most gamma_n = n*u / (1 - n*u) relative (the
+backward error of recursive, pairwise or blocked summation of n terms in any order is gamma_{n-1}; of a dot
+product of length n, gamma_n) has forward error, to first order,
+
+    |y_computed - y| <= gamma_n * sum_j |dy/dx_j| * |x_j|
+
+i.e. the componentwise condition number of y times the backward error. opgate evaluates the right-hand side
+exactly for sampled output elements with reverse-mode autograd of the float64 reference (one row of the
+Jacobian per sampled element), taking n = the element's fan-in (how many inputs it depends on: the reduction
+length the op performs, found from the Jacobian's non-zeros) + EXTRA_OPERATIONS, and u = the unit roundoff
+of the accumulation type (float32 for every dtype but float64, which is what production kernels and PyTorch's
+own CUDA kernels accumulate in for float32/float16/bfloat16).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+# Unit roundoff of the type a correct kernel accumulates in, per dtype under test.
+ACCUMULATION_ROUNDOFF: dict[str, float] = {"float64": 2.0**-53}
+DEFAULT_ACCUMULATION_ROUNDOFF = 2.0**-24  # float32 accumulation (fp32, fp16, bf16, fp8 I/O)
+# Per-element operations beyond the reduction: a scale, a shift, an exp/erf/rsqrt of a few ulp each (CUDA's
+# fast-math __expf is 2 + 1.17|x| ulp, but that grows with the argument, which the condition term already
+# carries), a division. 16 covers the longest elementwise chains of the common ops.
+EXTRA_OPERATIONS = 16
+# Partial sums of random-sign terms reach a few standard deviations of their typical sqrt(i) s somewhere in a
+# long row; 4 keeps the model above what any row of the plan showed (docs/verify-method.md).
+SPREAD_SIGMAS = 4.0
+RANDOM_SAMPLES = 12  # output elements drawn at random: their RMS bound scales the RMSE budget
+LARGEST_SAMPLES = 4  # plus the elements of largest |truth|: where p99.9 errors sit
+
+
+@dataclass(frozen=True)
+class AccumulationBound:
+    """Per output: the bound's RMS over random elements, its maximum over all sampled ones, the largest fan-in."""
+
+    rmse: float = 0.0
+    quantile: float = 0.0
+    fan_in: int = 0
+    roundoff: float = 0.0
+
+    @property
+    def present(self) -> bool:
+        return self.quantile > 0.0
+
+
+def gamma(n: int, roundoff: float) -> float:
+    """Higham's gamma_n = n u / (1 - n u); infinite once n u reaches 1 (no bound)."""
+    nu = n * roundoff
+    return nu / (1.0 - nu) if nu < 1.0 else math.inf
+
+
+def element_bounds(terms: Any, roundoff: float) -> list[float]:
+    """The bound for each sampled output element (one row of `terms` each) from its first-order terms
+    c_j = dy/dx_j * x_j (zeros are inputs it does not depend on).
+
+    Each of the n additions of a reduction errs by at most u |partial sum|. In any order that does not look at
+    the data (sequential, blocked, pairwise, split-K) a partial sum of i terms of mean m and spread s is about
+    i|m| + sqrt(i) s, so the accumulated error is at most about u (n(n+1)/2 |m| + SPREAD_SIGMAS (2/3) n^1.5 s):
+    a constant row (s = 0) takes the systematic n^2 growth a sequential float32 sum really shows, random-sign
+    data the sqrt(n) growth. EXTRA_OPERATIONS u sum|c_j| covers the per-element arithmetic. The result never
+    exceeds the rigorous gamma_{n+EXTRA} sum|c_j|."""
+    import torch
+
+    nonzero = terms != 0
+    n = nonzero.sum(dim=1).to(torch.float64)
+    safe_n = n.clamp_min(1.0)
+    magnitude = terms.abs().sum(dim=1)
+    mean = terms.sum(dim=1) / safe_n
+    spread = ((terms.pow(2).sum(dim=1) / safe_n) - mean.pow(2)).clamp_min(0.0).sqrt()
+    modelled = roundoff * (n * (n + 1) / 2 * mean.abs() + SPREAD_SIGMAS * (2.0 / 3.0) * n.pow(1.5) * spread
+                           + EXTRA_OPERATIONS * magnitude)
+    bounds = []
+    for k in range(int(terms.shape[0])):
+        count = int(n[k])
+        if count == 0:
+            bounds.append(0.0)
+            continue
+        rigorous = gamma(count + EXTRA_OPERATIONS, roundoff) * float(magnitude[k])
+        bounds.append(min(float(modelled[k]), rigorous))
+    return bounds
+
+
+def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str,
+                        seed: int) -> list[AccumulationBound]:
+    """The bound for every output of one case (zero where the reference has no gradient: integer outputs,
+    rounding, argmax). `truth_inputs` are the float64 inputs the truth was computed from."""
+    import torch
+
+    empty = [AccumulationBound()] * len(truths)
+    roundoff = ACCUMULATION_ROUNDOFF.get(dtype, DEFAULT_ACCUMULATION_ROUNDOFF)
+    positions = [i for i, v in enumerate(truth_inputs)
+                 if isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.numel() > 0]
+    if not positions:
+        return empty
+    args = list(truth_inputs)
+    leaves = []
+    for i in positions:
+        leaf = truth_inputs[i].detach().clone().requires_grad_(True)
+        args[i] = leaf
+        leaves.append(leaf)
+    try:
+        with torch.enable_grad():
+            result = reference(*args)
+    except Exception:  # a reference that cannot run under autograd has no bound; the other terms stay
+        return empty
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    values = [leaf.detach().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) for leaf in leaves]
+    bounds = []
+    for index, (out, truth) in enumerate(zip(outputs, truths)):
+        if (not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point or out.grad_fn is None
+                or out.numel() == 0):
+            bounds.append(AccumulationBound())
+            continue
+        samples = _sample_elements(truth, seed * 31 + index)
+        if not samples:
+            bounds.append(AccumulationBound())
+            continue
+        rows = _jacobian_rows(out, leaves, samples)
+        if rows is None:
+            bounds.append(AccumulationBound())
+            continue
+        terms = torch.cat([(grads.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) * value).reshape(len(samples), -1)
+                           for grads, value in zip(rows, values) if grads is not None], dim=1)
+        per_element = element_bounds(terms, roundoff)
+        fan_in = int((terms != 0).sum(dim=1).max())
+        random_part = per_element[:min(RANDOM_SAMPLES, len(per_element))]
+        rms = math.sqrt(sum(b * b for b in random_part) / len(random_part)) if random_part else 0.0
+        top = max(per_element)
+        if not (math.isfinite(rms) and math.isfinite(top)):
+            bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff))
+            continue
+        bounds.append(AccumulationBound(rms, top, fan_in, roundoff))
+    return bounds
+
+
+def _sample_elements(truth: Any, seed: int) -> list[int]:
+    """Flat indices: RANDOM_SAMPLES random finite elements, then the LARGEST_SAMPLES of largest |truth|."""
+    import torch
+
+    flat = truth.reshape(-1).to(torch.float64)
+    finite = torch.nonzero(torch.isfinite(flat)).reshape(-1)
+    if finite.numel() == 0:
+        return []
+    gen = torch.Generator().manual_seed(seed % (2**63 - 1))
+    count = min(RANDOM_SAMPLES, int(finite.numel()))
+    chosen = finite[torch.randperm(int(finite.numel()), generator=gen)[:count]].tolist()
+    largest = finite[flat[finite].abs().argsort(descending=True)[:LARGEST_SAMPLES]].tolist()
+    return chosen + [i for i in largest if i not in chosen]
+
+
+def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int]) -> list[Any] | None:
+    """d out.flat[s] / d leaf for every sample s, per leaf (None where the output does not depend on it).
+
+    One reverse pass per sample: ten times faster than torch.autograd.grad(is_grads_batched=True) on a
+    64 x 1024 softmax (vmap over the backward graph), and it needs no batching rule."""
+    import torch
+
+    flat = out.reshape(-1)
+    per_leaf: list[list[Any]] = [[] for _ in leaves]
+    used = [False] * len(leaves)
+    try:
+        for index in samples:
+            grads = torch.autograd.grad(flat[index], leaves, retain_graph=True, allow_unused=True)
+            for j, g in enumerate(grads):
+                if g is None:
+                    per_leaf[j].append(torch.zeros_like(leaves[j]))
+                else:
+                    used[j] = True
+                    per_leaf[j].append(g.detach())
+    except RuntimeError:
+        return None
+    return [torch.stack(rows) if used[j] else None for j, rows in enumerate(per_leaf)]
