@@ -26,7 +26,7 @@ from opgate.verify.calibrate import (
 from opgate.verify.compare import OutputStats
 from opgate.verify.deviations import (
     FLUSH_THRESHOLD, Deviation, bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude,
-    promised_magnitude, undefined_masks,
+    PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.planfile import PlanFile
@@ -146,20 +146,28 @@ class VerifyImplementationCheck(Check):
                     f"--use_fast_math), e.g. {flushed_ok[0].case.label()}; values below {FLUSH_THRESHOLD:.3g} come "
                     "out as 0; set subnormals=\"exact\" in the spec to make this a failure")))
                 failing = [r for r in failing if r not in flushed_ok]
-        range_note = ""
-        if failing and all(r.case.regime in ("large", "huge") for r in failing):
-            verdict = self._bisect_range(op, prepared, plan, failing[0])
-            if verdict is not None:
-                magnitude, promised = verdict
-                if magnitude > promised:
-                    deviations.append(Deviation("range_limit", (
-                        f"breaks only at inputs of |x| >= {magnitude:.3g} (bisected), far above the {promised:.3g} "
-                        "the inputs' kind promises (TensorSpec max_magnitude=); e.g. an intermediate like x^2 "
-                        "overflows the accumulator there")))
-                    failing = []
-                else:
-                    range_note = (f"breaks at inputs of |x| >= {magnitude:.3g} (bisected), inside the {promised:.3g} "
-                                  "the inputs' kind promises")
+        notes: list[str] = []
+        for side, regimes in (("high", ("large", "huge", "mixed")), ("low", ("tiny",))):
+            group = [r for r in failing if r.case.regime in regimes]
+            if not group or (side == "low" and op.subnormals == "exact"):  # exact: tiny values must be right too
+                continue
+            verdict = self._bisect_range(op, prepared, plan, group[0], side)
+            if verdict is None:
+                continue
+            magnitude, promised = verdict
+            outside = magnitude > promised if side == "high" else magnitude < promised
+            where = "above" if side == "high" else "below"
+            if outside:
+                deviations.append(Deviation("range_limit", (
+                    f"breaks only at inputs of |x| {'>=' if side == 'high' else '<='} {magnitude:.3g} (bisected), far "
+                    f"{where} the {promised:.3g} the inputs' kind promises (TensorSpec max_magnitude=); "
+                    + ("an intermediate such as x^2 or a long sum overflows float32 there" if side == "high" else
+                       "an intermediate such as x^2 underflows to zero there"))))
+                failing = [r for r in failing if r not in group]
+            else:
+                notes.append(f"breaks at inputs of |x| {'>=' if side == 'high' else '<='} {magnitude:.3g} (bisected), "
+                             f"inside the range the inputs' kind promises ({where} {promised:.3g} is outside)")
+        range_note = "; ".join(notes)
         return failing, deviations, range_note
 
     def _explained_by_ftz(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
@@ -176,18 +184,24 @@ class VerifyImplementationCheck(Check):
         return verdict.passed
 
     def _bisect_range(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
-                      record: CaseRecord) -> tuple[float, float] | None:
+                      record: CaseRecord, side: str) -> tuple[float, float] | None:
+        """The input magnitude where the implementation starts failing (typical values scaled up, or down for
+        side "low"), beside the magnitude the inputs promise on that side."""
         case = record.case
-        high = (min(math.sqrt(dt.max_finite(plan.dtype)) / 4, LARGE_CAP) if case.regime == "large"
-                else dt.max_finite(plan.dtype) / 64)
+        if side == "high":
+            far = (min(math.sqrt(dt.max_finite(plan.dtype)) / 4, LARGE_CAP) if case.regime == "large"
+                   else dt.max_finite(plan.dtype) / 64)
+        else:
+            far = dt.smallest_normal(plan.dtype) * 2
 
         def at(scale: float) -> Case:
             return Case(case.dims, case.seed, "magnitude", case.layout, "bisect", scale)
 
-        scale = bisect_breaking_scale(lambda s: self._case_fails(op, prepared, plan, at(s)), 1.0, high)
+        scale = bisect_breaking_scale(lambda s: self._case_fails(op, prepared, plan, at(s)), 1.0, far)
         if scale is None:
             return None
-        return input_magnitude(op, at(scale), plan.dtype), promised_magnitude(op, plan.dtype)
+        promised = promised_magnitude(op, plan.dtype) if side == "high" else PROMISED_MIN_MAGNITUDE
+        return input_magnitude(op, at(scale), plan.dtype), promised
 
     # -- running ------------------------------------------------------------------------------------
     def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,

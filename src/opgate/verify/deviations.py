@@ -35,6 +35,9 @@ DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "undefin
 FLUSH_THRESHOLD = 2.0**-126  # float32's smallest normal: what -ftz=true flushes (float16 maths does not flush)
 FTZ_DTYPES = ("float32", "bfloat16")  # dtypes whose values a float32 FTZ kernel can see as subnormal
 BISECT_STEPS = 14  # log-space bisection of the breaking magnitude: a factor of ~1.4 at the end
+# Inputs whose every value is below this are outside what any kind promises (1e-20: far below any activation,
+# gradient or logit a model produces, far above float32's subnormals); a break only below it is a range limit.
+PROMISED_MIN_MAGNITUDE = 1e-20
 
 
 @dataclass(frozen=True)
@@ -119,20 +122,21 @@ def undefined_masks(op: Operator, case: Case, dtype: str, out_dtypes: Sequence[s
     return masks if any(m is not None and bool(m.any()) for m in masks) else None
 
 
-def bisect_breaking_scale(fails: Callable[[float], bool], low: float, high: float,
+def bisect_breaking_scale(fails: Callable[[float], bool], near: float, far: float,
                           steps: int = BISECT_STEPS) -> float | None:
-    """The smallest scale in [low, high] (log space) at which `fails` turns true; None if it fails at `low`
-    already (not a range effect) or passes at `high` (not reproduced)."""
-    if fails(low) or not fails(high):
+    """The scale between `near` (passes) and `far` (fails), in log space, closest to `near` at which `fails`
+    turns true; `far` may lie above `near` (overflow) or below it (underflow). None if it fails at `near`
+    already (not a range effect) or passes at `far` (not reproduced)."""
+    if fails(near) or not fails(far):
         return None
-    lo, hi = math.log(low), math.log(high)
+    good, bad = math.log(near), math.log(far)
     for _ in range(steps):
-        mid = (lo + hi) / 2
+        mid = (good + bad) / 2
         if fails(math.exp(mid)):
-            hi = mid
+            bad = mid
         else:
-            lo = mid
-    return math.exp(hi)
+            good = mid
+    return math.exp(bad)
 
 
 def promised_magnitude(op: Operator, dtype: str) -> float:
