@@ -110,6 +110,9 @@ def inspect(
                                               "per binary x target."),
     deep: bool = typer.Option(False, "--deep", help="Also search data sections for fatbins a library embeds "
                               "and loads itself (cuFFT 12 does; cuobjdump does not list them)."),
+    compare: bool = typer.Option(False, "--compare", help="Compare exactly two builds (e.g. nvcc and clang) kernel "
+                                 "by kernel: SASS, PTX, resources, verdicts; exit 1 when a difference breaks a "
+                                 "fleet target."),
 ) -> None:
     """What machine code and PTX do these binaries carry, and will they run on the fleet?
 
@@ -119,6 +122,11 @@ def inspect(
     from opgate.inspect.command import run_inspect
 
     console = make_console()
+    if compare:
+        from opgate.inspect.command import resolve_targets
+        from opgate.inspect.compare import run_compare
+
+        raise typer.Exit(run_compare(paths, resolve_targets(targets, fleet), json_path, console, junit_path))
     raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
 
 

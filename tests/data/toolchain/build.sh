@@ -43,14 +43,15 @@ CU13_FATBINARY=$SITE/nvidia/cu13/bin/fatbinary
 CU12=$WORK/wheels
 $PY -m pip install -q --no-deps --target "$CU12" "nvidia-cuda-runtime-cu12==12.5.*" "nvidia-cuda-nvcc-cu12==12.5.*" \
   "nvidia-curand-cu12==10.3.6.*" "nvidia-cuda-cccl-cu12==12.5.*" 2>&1 | grep -v "is ignored" || true
-ROOT=$WORK/cuda-12.5
+# CUDA12_TREE=DIR keeps the assembled tree (for OPGATE_CLANG_CUDA_PATH in tests/inspect/test_inspect_compare.py).
+ROOT=${CUDA12_TREE:-$WORK/cuda-12.5}
 mkdir -p "$ROOT/bin" "$ROOT/include" "$ROOT/nvvm"
 cp -r "$CU12/nvidia/cuda_runtime/include/." "$ROOT/include/"
 cp -r "$CU12/nvidia/cuda_nvcc/include/crt" "$ROOT/include/"
 cp "$CU12"/nvidia/curand/include/curand*.h "$ROOT/include/"
 cp -r "$CU12/nvidia/cuda_cccl/include/nv" "$ROOT/include/"
 cp -r "$CU12/nvidia/cuda_nvcc/nvvm/libdevice" "$ROOT/nvvm/"
-ln -s "$CU12/nvidia/cuda_nvcc/bin/ptxas" "$ROOT/bin/ptxas"
+cp "$CU12/nvidia/cuda_nvcc/bin/ptxas" "$ROOT/bin/ptxas"
 cat > "$ROOT/bin/fatbinary" <<SHIM
 #!/usr/bin/env bash
 args=()
