@@ -291,6 +291,23 @@ def occupancy(
 
 
 @app.command()
+def explain(
+    reports: List[Path] = typer.Argument(..., help="Nsight Compute output: CSV from ncu --csv --page raw (or "
+                                         "--page details), or .ncu-rep reports (read with ncu --import)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the report was taken on, for the roofline ceilings "
+                                      "(default: the device name in the report)."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="Only launches whose kernel name matches this "
+                                         "regular expression."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the diagnoses as JSON (atomically)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every figure of each diagnosis."),
+) -> None:
+    """Why is this kernel slow? The limiter of each profiled launch in one line, with its figures."""
+    from opgate.gpu.explain import run_explain
+
+    raise typer.Exit(run_explain(reports, gpu, kernel, json_path, verbose, make_console()))
+
+
+@app.command()
 def version() -> None:
     """Print opgate's version."""
     from opgate import __version__
