@@ -206,3 +206,22 @@ def test_planted_report_imports_through_ncu():
         pytest.skip("ncu not on PATH: .ncu-rep reports are read through `ncu --import`")
     (profile,) = load_profiles(report)
     assert diagnose(profile).limiter == "barrier"
+
+
+def test_verify_ncu_stage_counters_feed_the_diagnosis():
+    """verify's ncu stage reads the limiter's metrics too (details layout of `--metrics`) and names the limiter."""
+    from opgate.gpu.ncu import limiter_profile, parse_ncu_csv
+
+    head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+            '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')
+    rows = [("smsp__average_warp_latency_per_inst_issued.ratio", "cycle", "20"),
+            ("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", "inst", "9.2"),
+            ("smsp__average_warps_issue_stalled_selected_per_issue_active.ratio", "inst", "1"),
+            ("sm__maximum_warps_per_active_cycle_pct", "%", "100"),
+            ("sm__warps_active.avg.pct_of_peak_sustained_active", "%", "95"),
+            ("dram__bytes.sum", "byte", "1,048,576"), ("gpu__time_duration.sum", "ns", "9,000")]
+    text = head + "".join(f'"0","1","py","h","k","1","7","(1024, 1, 1)","(264, 1, 1)","0","9.0","Command line '
+                          f'profiler metrics","{n}","{u}","{v}"\n' for n, u, v in rows)
+    (counters,) = parse_ncu_csv(text)
+    d = diagnose(limiter_profile(counters))
+    assert d.limiter == "barrier" and d.memory.dram_bytes == 1048576 and d.memory.duration_ns == 9000
