@@ -168,3 +168,23 @@ def test_fresh_clang_build_compares_with_nvcc(tmp_path):
     assert set(comparison.b.kernels) == KERNELS
     assert all(k.sass == ("sm_80", "sm_90") for k in comparison.b.kernels.values())
     assert not comparison.breaks
+
+
+@pytest.mark.parametrize("build", ["nvcc", "clang"])
+def test_launched_fatbin_is_the_inspected_objects_section(build):
+    """two_builds_spec.py launches kernels_<build>.fatbin: byte for byte the .nv_fatbin of the compared object."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(TOOLCHAIN / f"kernels_{build}.o", "rb") as handle:
+        section = ELFFile(handle).get_section_by_name(".nv_fatbin").data()
+    assert (TOOLCHAIN / f"kernels_{build}.fatbin").read_bytes() == section
+    (report,) = inspect_paths([TOOLCHAIN / f"kernels_{build}.fatbin"], kernels=True)
+    assert {k.name for k in report.kernels} == KERNELS
+
+
+def test_two_builds_spec_declares_one_implementation_per_build():
+    from opgate.verify.spec import load_spec_file
+
+    ops = {op.name: op for op in load_spec_file(TOOLCHAIN / "two_builds_spec.py")}
+    assert set(ops) == {"row_sum", "transpose"}
+    assert all(set(op.implementations) == {"nvcc", "clang"} for op in ops.values())
