@@ -126,7 +126,8 @@ class KernelProfile:
 
     @property
     def gpu_name(self) -> str | None:
-        return self.attributes.get("device__attribute_display_name")
+        named = self.attributes.get("device__attribute_display_name")
+        return named or (self.device if self.device and not self.device.isdigit() else None)
 
     def get(self, *names: str) -> float | None:
         return next((self.metrics[n] for n in names if n in self.metrics), None)
