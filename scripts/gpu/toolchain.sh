@@ -24,6 +24,9 @@ export PYTHONUNBUFFERED=1
 WORK="$(mktemp -d /tmp/opgate-toolchain.XXXXXX)"
 LOG="$WORK/toolchain.log"
 export OPGATE_CACHE_DIR="$WORK/cache"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
+NCU=${NCU:-ncu}
+[ -x "$NCU" ] && export PATH="$(dirname "$NCU"):$PATH"  # opgate explain reads .ncu-rep through the same ncu
 KERNELS=(barrier_bound latency_bound register_bound bank_conflicts)
 EXPECTED=(barrier latency occupancy bank-conflicts)
 declare -A STATUS
@@ -47,8 +50,8 @@ step() {  # step NAME MAX_S command...: runs with min(MAX_S, budget left - 8) se
 }
 
 { echo "opgate toolchain run $(date -u +%FT%TZ) on $(hostname)"; git rev-parse HEAD 2>/dev/null;
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1; command -v ncu nvcc;
-  ncu --version 2>&1 | tail -1; nvcc --version 2>&1 | tail -1; } > "$LOG"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1; echo "ncu: $NCU"; command -v nvcc;
+  "$NCU" --version 2>&1 | tail -1; nvcc --version 2>&1 | tail -1; } > "$LOG"
 
 step build 40 nvcc -O3 -arch=sm_90 -lineinfo -Xptxas -v -o "$WORK/planted_limiters" tests/data/toolchain/planted_limiters.cu
 step ceilings 35 "$PY" -m opgate doctor --level standard --check hbm_bandwidth --check l2_bandwidth --json "$WORK/doctor.json"
@@ -56,18 +59,23 @@ cp -f "$OPGATE_CACHE_DIR/ceilings.json" "$WORK/ceilings.json" 2>/dev/null
 
 for k in "${KERNELS[@]}"; do
   if [ -x "$WORK/planted_limiters" ]; then
-    step "ncu:$k" 25 ncu --clock-control none --set full --launch-count 1 -f -o "$WORK/planted_$k" "$WORK/planted_limiters" "$k"
+    step "ncu:$k" 25 "$NCU" --clock-control none --set full --launch-count 1 -f -o "$WORK/planted_$k" "$WORK/planted_limiters" "$k"
     if [ -f "$WORK/planted_$k.ncu-rep" ]; then
-      ncu --import "$WORK/planted_$k.ncu-rep" --csv --page raw > "$WORK/planted_$k.raw.csv" 2>> "$LOG"
-      ncu --import "$WORK/planted_$k.ncu-rep" --csv --page details > "$WORK/planted_$k.details.csv" 2>> "$LOG"
+      "$NCU" --import "$WORK/planted_$k.ncu-rep" --csv --page raw > "$WORK/planted_$k.raw.csv" 2>> "$LOG"
+      "$NCU" --import "$WORK/planted_$k.ncu-rep" --csv --page details > "$WORK/planted_$k.details.csv" 2>> "$LOG"
     fi
   fi
 done
 
-CSVS=("$WORK"/planted_*.raw.csv)
-if [ -e "${CSVS[0]}" ]; then
+# only exports that hold launches (a failed profile leaves an empty CSV, which explain would refuse)
+CSVS=(); DETAILS=()
+for k in "${KERNELS[@]}"; do
+  grep -q '^"ID"' "$WORK/planted_$k.raw.csv" 2>/dev/null && CSVS+=("$WORK/planted_$k.raw.csv")
+  grep -q '^"ID"' "$WORK/planted_$k.details.csv" 2>/dev/null && DETAILS+=("$WORK/planted_$k.details.csv")
+done
+if [ "${#CSVS[@]}" -gt 0 ]; then
   step explain 20 "$PY" -m opgate explain "${CSVS[@]}" --verbose --json "$WORK/explain.json"
-  step explain-details 15 "$PY" -m opgate explain "$WORK"/planted_*.details.csv --json "$WORK/explain_details.json"
+  [ "${#DETAILS[@]}" -gt 0 ] && step explain-details 15 "$PY" -m opgate explain "${DETAILS[@]}" --json "$WORK/explain_details.json"
   REP=$(ls "$WORK"/planted_*.ncu-rep 2>/dev/null | head -1)
   [ -n "$REP" ] && step explain-import 20 "$PY" -m opgate explain "$REP"
 fi
