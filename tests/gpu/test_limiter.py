@@ -225,3 +225,16 @@ def test_verify_ncu_stage_counters_feed_the_diagnosis():
     (counters,) = parse_ncu_csv(text)
     d = diagnose(limiter_profile(counters))
     assert d.limiter == "barrier" and d.memory.dram_bytes == 1048576 and d.memory.duration_ns == 9000
+
+
+def test_ncu_rep_without_ncu_says_what_to_do(tmp_path):
+    from opgate.gpu.ncu import NcuNotFound, find_ncu
+
+    try:
+        pytest.skip(f"ncu is installed here ({find_ncu()}): the report would be imported")
+    except NcuNotFound:
+        pass
+    report = tmp_path / "taken_elsewhere.ncu-rep"
+    report.write_bytes(b"\x00")
+    with pytest.raises(InputError, match="needs Nsight Compute.*ncu --import REPORT --csv --page raw"):
+        load_profiles(report)

@@ -354,6 +354,8 @@ def memory_of(profile: KernelProfile) -> Memory:
         dram = profile.total((DRAM_READ, DRAM_WRITE))
     instructions = profile.total(SHARED_INSTRUCTIONS) or profile.total(SHARED_INSTRUCTIONS_SASS)
     wavefronts = profile.total(SHARED_WAVEFRONTS)
+    if wavefronts is None:
+        wavefronts = profile.get("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")  # loads and stores together
     per_instruction = None
     if instructions:
         if wavefronts is not None:
