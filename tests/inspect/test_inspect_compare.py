@@ -188,3 +188,14 @@ def test_two_builds_spec_declares_one_implementation_per_build():
     ops = {op.name: op for op in load_spec_file(TOOLCHAIN / "two_builds_spec.py")}
     assert set(ops) == {"row_sum", "transpose"}
     assert all(set(op.implementations) == {"nvcc", "clang"} for op in ops.values())
+
+
+def test_a_ptx_only_build_is_compared_by_its_entry_names():
+    """kernels.ptx (inspect fixtures): kernels known from PTX `.entry` names alone, demangled, JIT-only."""
+    fixtures = REPO / "tests" / "data" / "inspect"
+    comparison = compare(fixtures / "kernels.ptx", fixtures / "sm90a.o", "h100@580.65.06")
+    ptx_side = comparison.a.kernels
+    assert ptx_side and all(k.sass == () and k.ptx for k in ptx_side.values())
+    assert "void opgate_fixture::scale<float>(float*, float const*, float, int)" in {
+        k.demangled for k in ptx_side.values()}
+    assert {k.verdicts[0].status for k in ptx_side.values()} == {"jit"}

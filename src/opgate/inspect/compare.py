@@ -136,6 +136,11 @@ def kernel_builds(reports: Sequence[BinaryReport], targets: Sequence[Target]) ->
             for name in names:
                 carriers.setdefault(name, []).append((report, entry))
                 demangled.setdefault(name, name)
+    ptx_only = [n for n in carriers if demangled.get(n, n) == n and n.startswith("_Z")]
+    if ptx_only:
+        from opgate.inspect.demangle import demangle_all
+
+        demangled.update(demangle_all(ptx_only))
     builds = {}
     for name, images in carriers.items():
         entries = [e for _, e in images]
@@ -393,11 +398,12 @@ def run_compare(paths: Sequence[Path], targets: Sequence[Target], json_path: Pat
         fatal = next((r for r in reports if r.fatal), None)
         if fatal is not None:
             raise InputError(f"{fatal.label}: {fatal.fatal}; --compare needs two readable builds")
-        if not any(r.kernels for r in reports):
-            raise InputError(f"{path}: no kernels found in its device code; give a build with CUDA kernels "
-                             "(an object, library, executable, cubin or fatbin)")
     la, lb = short_labels(str(paths[0]), str(paths[1]))
     comparison = compare_builds(la, a_reports, lb, b_reports, targets)
+    for side, path in ((comparison.a, paths[0]), (comparison.b, paths[1])):
+        if not side.kernels:
+            raise InputError(f"{path}: no kernels found in its device code; give a build with CUDA kernels "
+                             "(an object, library, executable, cubin, fatbin or PTX)")
     duration = time.perf_counter() - t0
     render_comparison(comparison, console)
     code = int(ExitCode.CHECK_FAILED if comparison.breaks else ExitCode.OK)
