@@ -74,7 +74,7 @@ for k in "${KERNELS[@]}"; do
   grep -q '^"ID"' "$WORK/planted_$k.details.csv" 2>/dev/null && DETAILS+=("$WORK/planted_$k.details.csv")
 done
 if [ "${#CSVS[@]}" -gt 0 ]; then
-  step explain 20 "$PY" -m opgate explain "${CSVS[@]}" --verbose --json "$WORK/explain.json"
+  step explain 25 "$PY" -m opgate explain "${CSVS[@]}" --verbose --json "$WORK/explain.json" --chart "$WORK/roofline.png"
   [ "${#DETAILS[@]}" -gt 0 ] && step explain-details 15 "$PY" -m opgate explain "${DETAILS[@]}" --json "$WORK/explain_details.json"
   REP=$(ls "$WORK"/planted_*.ncu-rep 2>/dev/null | head -1)
   [ -n "$REP" ] && step explain-import 20 "$PY" -m opgate explain "$REP"

@@ -300,11 +300,13 @@ def explain(
                                          "regular expression."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the diagnoses as JSON (atomically)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every figure of each diagnosis."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Draw the launches' roofline points against the "
+                                         "HBM and L2 ceilings into this PNG (needs matplotlib)."),
 ) -> None:
     """Why is this kernel slow? The limiter of each profiled launch in one line, with its figures."""
     from opgate.gpu.explain import run_explain
 
-    raise typer.Exit(run_explain(reports, gpu, kernel, json_path, verbose, make_console()))
+    raise typer.Exit(run_explain(reports, gpu, kernel, json_path, verbose, make_console(), chart))
 
 
 @app.command()

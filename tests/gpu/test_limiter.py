@@ -238,3 +238,19 @@ def test_ncu_rep_without_ncu_says_what_to_do(tmp_path):
     report.write_bytes(b"\x00")
     with pytest.raises(InputError, match="needs Nsight Compute.*ncu --import REPORT --csv --page raw"):
         load_profiles(report)
+
+
+def test_roofline_chart_is_drawn_only_from_counted_flops(tmp_path):
+    pytest.importorskip("matplotlib")
+    from opgate.gpu.explain import write_roofline_chart
+
+    counted = raw_csv({"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": ("inst", "1,000,000,000"),
+                       "dram__bytes.sum": ("Mbyte", "100"), "lts__t_bytes.sum": ("Mbyte", "400"),
+                       "gpu__time_duration.sum": ("usecond", "500")})
+    d = one(counted, Ceilings(hbm_bytes_per_s=4.8e12, l2_bytes_per_s=1.1e13, peak_flops={"fp32": 6.7e13}))
+    assert d.roofline.intensity("hbm") == 20.0 and d.roofline.intensity("l2") == 5.0
+    assert d.roofline.flops_per_s == pytest.approx(4e12)
+    png = write_roofline_chart([d], tmp_path / "roofline.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (gelu,) = load_profiles(DATA / "gelu_triton_h200.csv")
+    assert write_roofline_chart([diagnose(gelu)], tmp_path / "none.png") is None

@@ -30,7 +30,7 @@ def explain_reports(paths: Sequence[Path], gpu: str | None = None, kernel: str |
 
 
 def run_explain(paths: Sequence[Path], gpu: str | None, kernel: str | None, json_path: Path | None, verbose: bool,
-                console) -> int:
+                console, chart: Path | None = None) -> int:
     from rich.table import Table
     from rich.text import Text
 
@@ -54,5 +54,66 @@ def run_explain(paths: Sequence[Path], gpu: str | None, kernel: str | None, json
         write_atomically(json_path, json.dumps({"schema": "opgate.explain/1",
                                                 "launches": [d.to_dict() for d in diagnoses]}, indent=2))
         console.print(f"JSON report: {json_path}")
+    if chart:
+        try:
+            drawn = write_roofline_chart(diagnoses, chart)
+        except ImportError:
+            drawn = None
+            console.print("roofline chart: not drawn, matplotlib is not installed (pip install matplotlib)")
+        else:
+            console.print(f"roofline chart: {drawn}" if drawn else
+                          "roofline chart: not drawn, no launch has FLOP counters (profile with --set full)")
     console.print(f"{len(diagnoses)} launch(es) explained — exit code 0", highlight=False)
     return 0
+
+
+def write_roofline_chart(diagnoses: Sequence[Diagnosis], path: Path) -> Path | None:
+    """One roofline chart (PNG) of the launches with counted FLOPs: a filled marker against the HBM ceiling
+    (FLOP per DRAM byte) and a hollow one against the L2 ceiling (FLOP per L2 byte), under the ceilings each
+    launch was judged with (measured on the card where the doctor cached them). None when nothing can be drawn."""
+    points = [d for d in diagnoses if d.roofline is not None and d.roofline.flops_counted]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(9, 6), dpi=110)
+    intensities = [i for d in points for i in (d.roofline.intensity("hbm"), d.roofline.intensity("l2")) if i]
+    low, high = min([0.01, *(i / 4 for i in intensities)]), max([1e3, *(i * 4 for i in intensities)])
+    drawn: set[tuple[str, float]] = set()
+    for d in points:
+        c = d.roofline.ceilings
+        peak = c.peak_flops.get(d.roofline.precision)
+        for label, bandwidth, style in (("HBM", c.hbm_bytes_per_s, "-"), ("L2", c.l2_bytes_per_s, "--")):
+            if not bandwidth or (label, bandwidth) in drawn:
+                continue
+            drawn.add((label, bandwidth))
+            top = peak or bandwidth * high
+            ridge = top / bandwidth
+            axes.plot([low, ridge, high], [low * bandwidth, top, top], style, color="gray", linewidth=1.2,
+                      label=f"{label} {bandwidth / 1e12:.2f} TB/s" + (f", {d.roofline.precision} peak" if peak else ""))
+    colors = plt.get_cmap("tab10")
+    for index, d in enumerate(points):
+        color = colors(index % 10)
+        name = d.kernel.split("(")[0][:40]
+        hbm, l2 = d.roofline.intensity("hbm"), d.roofline.intensity("l2")
+        if hbm:
+            axes.plot([hbm], [d.roofline.flops_per_s], "o", color=color, label=f"{name}: {d.limiter}")
+        if l2:
+            axes.plot([l2], [d.roofline.flops_per_s], "o", color=color, markerfacecolor="none",
+                      label=None if hbm else f"{name}: {d.limiter}")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("arithmetic intensity (FLOP / byte; filled: DRAM bytes, hollow: L2 bytes)")
+    axes.set_ylabel("achieved FLOP/s")
+    axes.set_title("opgate explain: roofline points of the profiled launches")
+    axes.grid(True, which="both", linewidth=0.3)
+    axes.legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, metadata={"Software": None})
+    plt.close(figure)
+    return path
