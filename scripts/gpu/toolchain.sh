@@ -113,7 +113,7 @@ for name in "${ORDER[@]}"; do printf '%-18s %s\n' "$name" "${STATUS[$name]}"; do
 if [ -f "$WORK/explain.json" ]; then
   "$PY" - "$WORK/explain.json" "${KERNELS[*]}" "${EXPECTED[*]}" <<'EOF'
 import json, sys
-launches = json.load(open(sys.argv[1]))["launches"]
+launches = [r["extra"] for r in json.load(open(sys.argv[1]))["results"]]
 expected = dict(zip(sys.argv[2].split(), sys.argv[3].split()))
 print(f"{'kernel':<16} {'expected':<15} {'named':<15} ok")
 for kernel, want in expected.items():

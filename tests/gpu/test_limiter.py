@@ -147,8 +147,12 @@ def test_explain_cli(tmp_path, opgate_env):
                         capture_output=True, text=True, env=opgate_env, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "_gelu_kernel (launch 0)" in ok.stdout
-    (launch,) = json.loads((tmp_path / "e.json").read_text())["launches"]
-    assert any(f["name"] == "HBM ceiling" for f in launch["figures"])
+    from opgate.reporting.json_report import read_json
+
+    report = read_json(tmp_path / "e.json")  # the shared, versioned RunReport layout
+    (launch,) = report.results
+    assert launch.extra["limiter"] == "unknown" and report.verb == "explain"
+    assert any(f.name == "HBM ceiling" and f.unit.startswith("TB/s") for f in launch.figures)
     bad = subprocess.run([*base, str(tmp_path / "nope.ncu-rep")], capture_output=True, text=True, env=opgate_env,
                          timeout=120)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr

@@ -29,6 +29,39 @@ def explain_reports(paths: Sequence[Path], gpu: str | None = None, kernel: str |
     return found
 
 
+def diagnosis_result(d: Diagnosis):
+    """One launch's diagnosis as a CheckResult: informational (passed), the line as the reason, the figures with
+    units and, where a rule used one, its threshold."""
+    from opgate.gpu import limiter
+    from opgate.results import CheckResult, Figure, Outcome, Threshold
+
+    policy = "opgate.gpu.limiter (opgate's rule, not a vendor figure)"
+    thresholds = {
+        "DRAM throughput": Threshold(limiter.BANDWIDTH_BOUND_PCT, ">=", policy),
+        "L2 throughput": Threshold(limiter.BANDWIDTH_BOUND_PCT, ">=", policy),
+        "theoretical occupancy": Threshold(limiter.LOW_OCCUPANCY_PCT, "<=", policy),
+        "shared wavefronts per instruction": Threshold(limiter.BANK_CONFLICT_WAVEFRONTS, ">=", policy),
+    }
+    figures = tuple(Figure(name, value, unit, thresholds.get(name)
+                           or (Threshold(limiter.DOMINANT_STALL * 100, ">=", policy) if name.startswith("stall:") else None))
+                    for name, value, unit in d.figures)
+    return CheckResult(check_id=f"explain.{d.launch_id}.{d.kernel.split('(')[0][:80]}",
+                       title=f"{d.kernel} (launch {d.launch_id})", outcome=Outcome.PASSED,
+                       reason=f"{d.limiter}: {d.line}", figures=figures, remediation=d.remedy, extra=d.to_dict())
+
+
+def to_run_report(diagnoses: Sequence[Diagnosis], paths: Sequence[Path]):
+    import datetime as _dt
+
+    from opgate import __version__
+    from opgate.results import RunReport
+    from opgate.session import host_facts
+
+    return RunReport(verb="explain", results=tuple(diagnosis_result(d) for d in diagnoses),
+                     started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), duration_s=0.0,
+                     host=host_facts(), tool_version=__version__, extra={"reports": [str(p) for p in paths]})
+
+
 def run_explain(paths: Sequence[Path], gpu: str | None, kernel: str | None, json_path: Path | None, verbose: bool,
                 console, chart: Path | None = None) -> int:
     from rich.table import Table
@@ -47,12 +80,9 @@ def run_explain(paths: Sequence[Path], gpu: str | None, kernel: str | None, json
                 table.add_row(name, str(value), unit)
             console.print(table)
     if json_path:
-        import json
+        from opgate.reporting.json_report import write_json
 
-        from opgate.reporting.atomic import write_atomically
-
-        write_atomically(json_path, json.dumps({"schema": "opgate.explain/1",
-                                                "launches": [d.to_dict() for d in diagnoses]}, indent=2))
+        write_json(to_run_report(diagnoses, paths), json_path)
         console.print(f"JSON report: {json_path}")
     if chart:
         try:
