@@ -98,16 +98,24 @@ class Comparison:
 
 # -- collect -----------------------------------------------------------------------------------------------
 
-def ptx_kernel_names(report: BinaryReport, entry: FatbinEntry) -> tuple[str, ...] | None:
-    """The `.entry` names of one PTX image of a file on disk, or None when its text cannot be read."""
+def ptx_kernel_names(report: BinaryReport, entries: Sequence[FatbinEntry]) -> list[tuple[str, ...] | None]:
+    """The `.entry` names of each PTX image of a file on disk; None where the text cannot be read (a wheel or
+    archive member, a damaged payload)."""
     if report.member is not None:
-        return None
+        return [None] * len(entries)
+    found: list[tuple[str, ...] | None] = []
     try:
         with open(report.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            text = strip_ptx_padding(entry_payload(buf, entry)).decode("utf-8", "replace")
-    except (OSError, ValueError, PayloadError):
-        return None
-    return parse_ptx(text).entries
+            for entry in entries:
+                try:
+                    text = strip_ptx_padding(entry_payload(buf, entry)).decode("utf-8", "replace")
+                except PayloadError:
+                    found.append(None)
+                    continue
+                found.append(parse_ptx(text).entries)
+    except (OSError, ValueError):
+        return [None] * len(entries)
+    return found
 
 
 def kernel_builds(reports: Sequence[BinaryReport], targets: Sequence[Target]) -> dict[str, KernelBuild]:
@@ -126,10 +134,8 @@ def kernel_builds(reports: Sequence[BinaryReport], targets: Sequence[Target]) ->
             resources.setdefault(kernel.name, []).append(kernel)
             demangled[kernel.name] = kernel.demangled
         report_kernels = {k.name for k in report.kernels}
-        for entry in loaded:
-            if entry.kind != KIND_PTX:
-                continue
-            names = ptx_kernel_names(report, entry)
+        ptx_entries = [e for e in loaded if e.kind == KIND_PTX]
+        for entry, names in zip(ptx_entries, ptx_kernel_names(report, ptx_entries)):
             if names is None:
                 assumed.update(report_kernels)
                 names = tuple(report_kernels)
