@@ -542,7 +542,7 @@ def diagnose(profile: KernelProfile, ceilings: Ceilings | None = None) -> Diagno
     if (occupancy.achieved_pct is not None and occupancy.theoretical_pct
             and occupancy.achieved_pct < ACHIEVED_GAP * occupancy.theoretical_pct and limiter != "occupancy"):
         line += (f"; achieved occupancy is {occupancy.achieved_pct / occupancy.theoretical_pct:.0%} of theoretical "
-                 "(few blocks, a tail wave or uneven blocks)")
+                 f"({_grid_text(profile)})")
     if memory.sm_busy_spread is not None and memory.sm_busy_spread >= SM_SPREAD:
         line += f"; the busiest SM ran {memory.sm_busy_spread:.0%} longer than the average SM (uneven work)"
     roofline = roofline_of(profile, memory, ceilings)
@@ -550,6 +550,32 @@ def diagnose(profile: KernelProfile, ceilings: Ceilings | None = None) -> Diagno
         line += f"; try: {remedy}"
     return Diagnosis(profile.kernel, profile.launch_id, limiter, line, remedy, tuple(stalls), occupancy, memory,
                      roofline, tuple(_figures(stalls, occupancy, memory, roofline)))
+
+
+def _grid_text(profile: KernelProfile) -> str:
+    """Why warps may be missing: the grid against the SMs, as far as the profile says."""
+    waves = profile.get("launch__waves_per_multiprocessor")
+    blocks = profile.get("launch__grid_size") or _block_count(profile.grid)
+    sms = profile.get("device__attribute_multiprocessor_count")
+    if blocks is not None and sms:
+        text = f"{blocks:.0f} blocks for {sms:.0f} SMs"
+        return text + (f", {waves:.2f} waves" if waves is not None else "")
+    if waves is not None:
+        return f"{waves:.2f} waves of blocks: a partial last wave leaves SMs idle"
+    return f"grid {profile.grid}: few blocks, a tail wave or uneven blocks" if profile.grid else \
+        "few blocks, a tail wave or uneven blocks"
+
+
+def _block_count(grid: str) -> float | None:
+    """(64, 1, 1) -> 64."""
+    parts = [p.strip() for p in grid.strip("() ").split(",") if p.strip()]
+    try:
+        count = 1.0
+        for part in parts:
+            count *= float(part)
+        return count if parts else None
+    except ValueError:
+        return None
 
 
 def _fmt(value: float | None, unit: str) -> str:
