@@ -258,3 +258,40 @@ def test_roofline_chart_is_drawn_only_from_counted_flops(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (gelu,) = load_profiles(DATA / "gelu_triton_h200.csv")
     assert write_roofline_chart([diagnose(gelu)], tmp_path / "none.png") is None
+
+
+@pytest.fixture(scope="module")
+def planted_object(tmp_path_factory) -> Path:
+    nvcc = shutil.which("nvcc") or next(
+        (str(p) for p in Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu13/bin/nvcc")), None)
+    if nvcc is None:
+        pytest.skip("nvcc not found (PATH or the nvidia-cuda-nvcc wheel): the planted kernels are not built here")
+    out = tmp_path_factory.mktemp("planted") / "planted_limiters.o"
+    proc = subprocess.run([nvcc, "-O3", "-arch=sm_90", "-c", "-o", str(out),
+                           str(DATA.parent / "toolchain" / "planted_limiters.cu")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_planted_kernels_carry_their_static_limiters(planted_object):
+    """What can be checked without a GPU: the register-bound kernel really leaves one block per SM on an H200,
+    and the others do not (opgate inspect reads the registers, opgate's occupancy model does the rest)."""
+    from opgate.analyze.limits import sm_limits
+    from opgate.analyze.occupancy import KernelLaunch, calculate
+    from opgate.inspect.sources import inspect_paths
+
+    (report,) = inspect_paths([planted_object], kernels=True)
+    kernels = {k.demangled.split("(")[0]: k for k in report.kernels}
+    threads = {"barrier_bound": 1024, "latency_bound": 256, "register_bound": 256, "bank_conflicts": 256}
+    occupancy = {}
+    for name, block in threads.items():
+        k = kernels[name]
+        assert k.local_bytes == 0 and not k.stack_frame_bytes, f"{name} spills"
+        result = calculate(KernelLaunch(threads_per_block=block, registers_per_thread=k.registers,
+                                        static_shared_bytes=k.static_shared_bytes), sm_limits("9.0"))
+        occupancy[name] = (result.occupancy, result.limiting_factors)
+    assert kernels["register_bound"].registers >= 160
+    assert occupancy["register_bound"][0] == 0.125 and "registers" in occupancy["register_bound"][1]
+    assert all(occupancy[n][0] == 1.0 for n in ("barrier_bound", "latency_bound", "bank_conflicts"))
+    assert kernels["bank_conflicts"].static_shared_bytes >= 32 * 32 * 4
