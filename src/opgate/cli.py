@@ -110,6 +110,9 @@ def inspect(
                                               "per binary x target."),
     deep: bool = typer.Option(False, "--deep", help="Also search data sections for fatbins a library embeds "
                               "and loads itself (cuFFT 12 does; cuobjdump does not list them)."),
+    compare: bool = typer.Option(False, "--compare", help="Compare exactly two builds (e.g. nvcc and clang) kernel "
+                                 "by kernel: SASS, PTX, resources, verdicts; exit 1 when a difference breaks a "
+                                 "fleet target."),
 ) -> None:
     """What machine code and PTX do these binaries carry, and will they run on the fleet?
 
@@ -119,6 +122,11 @@ def inspect(
     from opgate.inspect.command import run_inspect
 
     console = make_console()
+    if compare:
+        from opgate.inspect.command import resolve_targets
+        from opgate.inspect.compare import run_compare
+
+        raise typer.Exit(run_compare(paths, resolve_targets(targets, fleet), json_path, console, junit_path))
     raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
 
 
@@ -280,6 +288,25 @@ def occupancy(
     else:
         render_occupancy(result, Console(highlight=False), label)
     raise typer.Exit(0 if result.fits else 1)
+
+
+@app.command()
+def explain(
+    reports: List[Path] = typer.Argument(..., help="Nsight Compute output: CSV from ncu --csv --page raw (or "
+                                         "--page details), or .ncu-rep reports (read with ncu --import)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU the report was taken on, for the roofline ceilings "
+                                      "(default: the device name in the report)."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="Only launches whose kernel name matches this "
+                                         "regular expression."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the diagnoses as JSON (atomically)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every figure of each diagnosis."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Draw the launches' roofline points against the "
+                                         "HBM and L2 ceilings into this PNG (needs matplotlib)."),
+) -> None:
+    """Why is this kernel slow? The limiter of each profiled launch in one line, with its figures."""
+    from opgate.gpu.explain import run_explain
+
+    raise typer.Exit(run_explain(reports, gpu, kernel, json_path, verbose, make_console(), chart))
 
 
 @app.command()

@@ -248,6 +248,10 @@ class L2BandwidthCheck(GpuProbeCheck):
         for device, m in zip(devices, self.measure_each(devices, measure_l2)):
             tag = self.label(device, len(devices))
             band = policy_band("l2_over_hbm", gpu_key_for(m.device.name))
+            from opgate.gpu.ceilings import save_l2_ceiling
+
+            # `opgate explain` draws the roofline point against this card's measured L2 ceiling.
+            save_l2_ceiling(m.device.name, m.l2_read.tbs * 1e12, self.check_id, m.hbm_read.tbs * 1e12)
             outcomes.append(judge(m.l2_over_hbm, band))
             extra["gpus"].append({**m.to_dict(), "band": dataclasses.asdict(band)})
             figures += [

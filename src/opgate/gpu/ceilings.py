@@ -19,6 +19,9 @@ class MeasuredCeilings:
     hbm_read_bytes_per_s: float
     measured_at: float  # epoch seconds
     source: str  # which probe measured it
+    # The doctor's L2 probe adds the L2 read bandwidth of the same card (opgate explain's roofline uses it).
+    l2_read_bytes_per_s: float | None = None
+    l2_source: str = ""
 
 
 def cache_path() -> Path:
@@ -38,7 +41,11 @@ def save_ceilings(key: str, ceilings: MeasuredCeilings) -> None:
     from opgate.reporting.atomic import write_atomically
 
     data = _load()
-    data[key] = asdict(ceilings)
+    previous = data.get(key) or {}
+    row = asdict(ceilings)
+    if row.get("l2_read_bytes_per_s") is None and previous.get("l2_read_bytes_per_s"):
+        row["l2_read_bytes_per_s"], row["l2_source"] = previous["l2_read_bytes_per_s"], previous.get("l2_source", "")
+    data[key] = row
     try:
         cache_path().parent.mkdir(parents=True, exist_ok=True)
         write_atomically(cache_path(), json.dumps(data, indent=2))
@@ -55,3 +62,13 @@ def load_ceilings(key: str, max_age_s: float = 30 * 24 * 3600) -> MeasuredCeilin
     except TypeError:
         return None
     return ceilings if time.time() - ceilings.measured_at <= max_age_s else None
+
+
+def save_l2_ceiling(key: str, l2_read_bytes_per_s: float, source: str, hbm_read_bytes_per_s: float) -> None:
+    """Add the measured L2 read bandwidth to this device's row (the HBM figure of the same run when the row
+    has none yet)."""
+    row = _load().get(key) or {}
+    save_ceilings(key, MeasuredCeilings(
+        gpu_name=key, hbm_read_bytes_per_s=float(row.get("hbm_read_bytes_per_s") or hbm_read_bytes_per_s),
+        measured_at=float(row.get("measured_at") or time.time()), source=str(row.get("source") or source),
+        l2_read_bytes_per_s=l2_read_bytes_per_s, l2_source=source))

@@ -33,6 +33,18 @@ LAUNCH_METRICS = {
     "static_shared_bytes": "launch__shared_mem_per_block_static",
     "dynamic_shared_bytes": "launch__shared_mem_per_block_dynamic",
 }
+# What `opgate explain`'s diagnosis reads (opgate.gpu.limiter), under ncu's own names; asked for first, dropped
+# when this ncu rejects one of them.
+LIMITER_STALLS = ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "lg_throttle",
+                  "math_pipe_throttle", "tex_throttle", "wait", "not_selected", "selected", "membar",
+                  "branch_resolving", "no_instruction", "dispatch_stall", "drain", "imc_miss", "sleeping", "misc")
+LIMITER_METRICS = {name: name for name in (
+    *(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in LIMITER_STALLS),
+    "smsp__average_warp_latency_per_inst_issued.ratio",
+    "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "smsp__inst_executed_op_shared_ld.sum")}
 # ncu prints each value in the unit it finds readable ("271,872" byte, "3,200" ns, "2.10" Mbyte, "1.5" us)
 # unless asked for base units (--print-units base, which run_ncu does); either way everything is scaled to
 # bytes and nanoseconds. Per-item units ("byte/block", "register/thread") scale by their first part. Older
@@ -76,13 +88,13 @@ def _number(text: str) -> float | None:
 
 def parse_ncu_csv(text: str, metrics: dict[str, str] | None = None) -> list[KernelCounters]:
     """Kernel launches and their metrics from ncu's CSV output (lines before the header are ncu's own notes);
-    `metrics` maps our names to ncu's (default: METRICS and LAUNCH_METRICS)."""
+    `metrics` maps our names to ncu's (default: METRICS, LAUNCH_METRICS and LIMITER_METRICS)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         return []
     by_id: dict[int, KernelCounters] = {}
-    names = {v: k for k, v in (metrics or {**METRICS, **LAUNCH_METRICS}).items()}
+    names = {v: k for k, v in (metrics or {**METRICS, **LAUNCH_METRICS, **LIMITER_METRICS}).items()}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         launch = _number(row.get("ID", ""))
         metric = names.get(row.get("Metric Name", ""))
@@ -102,7 +114,17 @@ def parse_ncu_csv(text: str, metrics: dict[str, str] | None = None) -> list[Kern
 MetricAttempts = Sequence[tuple[dict[str, str], list[str]]]
 # First with the launch facts and base units; then exactly the command verified on the H200
 # (2026-11-29), should this ncu reject a metric name or option of the first.
-DEFAULT_ATTEMPTS: MetricAttempts = (({**METRICS, **LAUNCH_METRICS}, ["--print-units", "base"]), (METRICS, []))
+DEFAULT_ATTEMPTS: MetricAttempts = (({**METRICS, **LAUNCH_METRICS, **LIMITER_METRICS}, ["--print-units", "base"]),
+                                    ({**METRICS, **LAUNCH_METRICS}, ["--print-units", "base"]), (METRICS, []))
+
+
+def limiter_profile(kernel: KernelCounters):
+    """The launch as opgate.gpu.limiter reads it (ncu's metric names), for `diagnose`."""
+    from opgate.gpu.limiter import KernelProfile
+
+    names = {**METRICS, **LAUNCH_METRICS, **LIMITER_METRICS}
+    return KernelProfile(kernel.launch_id, kernel.kernel, kernel.block, kernel.grid, kernel.cc,
+                         metrics={names[k]: v for k, v in kernel.values.items() if k in names})
 
 
 def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int = 20,

@@ -288,6 +288,11 @@ class VerifyNcuCheck(GpuStageCheck):
                                   + (f" (opgate's occupancy model: {ours:.1f}%)" if ours is not None else "")
                                   + f", L2 hit {v.get('l2_hit_rate_pct', float('nan')):.1f}%, "
                                   f"DRAM {v.get('dram_bytes', 0):.0f} B, {v.get('duration_ns', 0) / 1e3:.1f} us"))
+            if any(name.startswith("smsp__average_warps_issue_stalled") for name in v):  # `opgate explain`'s diagnosis
+                from opgate.gpu.limiter import diagnose
+                from opgate.gpu.ncu import limiter_profile
+
+                figures.append(Figure(f"{k.kernel[:60]}: limiter", diagnose(limiter_profile(k)).line))
         extra = {"kernels": [k.__dict__ for k in kernels], "model_bytes": model.bytes, "stderr_tail": stderr,
                  "model_occupancy_pct": modelled_occupancy}
         reason = (f"{len(kernels)} kernel launch(es) profiled with --clock-control none: DRAM "
