@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--workloads", type=int, default=5000)
     parser.add_argument("--time-limit", type=float, default=50.0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--gap-limit", type=float, default=0.0, help="stop once CP-SAT's relative gap is below this")
     parser.add_argument("--json", dest="json_path", default="")
     args = parser.parse_args()
     from opgate.plan.legality import check_plan
@@ -53,11 +54,13 @@ def main() -> None:
     started = time.perf_counter()
     fleet, workloads = make_inputs(args.gpus, args.workloads)
     built = time.perf_counter() - started
-    plan = plan_mig(fleet, workloads, time_limit_s=args.time_limit, workers=args.workers, model="pattern")
+    plan = plan_mig(fleet, workloads, time_limit_s=args.time_limit, workers=args.workers, model="pattern",
+                    gap_limit=args.gap_limit)
     total = time.perf_counter() - started
     violations = check_plan(plan.layouts, workloads)
     summary = {"gpus": len(fleet.gpus), "workloads": len(workloads), "replicas": plan.requested_replicas,
-               "placed_replicas": plan.placed_replicas, "replica_bound": plan.replica_bound,
+               "placed_replicas": plan.placed_replicas, "weighted_placed": plan.weighted_placed,
+               "weighted_bound": plan.weighted_bound, "placement_gap": round(plan.placement_gap, 6),
                "input_s": round(built, 2), "total_s": round(total, 2), **plan.stats.to_dict(),
                "gpus_used": len(plan.layouts), "violations": len(violations)}
     for key, value in summary.items():

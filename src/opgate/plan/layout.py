@@ -68,10 +68,17 @@ class MigPlan:
     stats: SolveStats
     placed_replicas: int
     requested_replicas: int
-    replica_bound: int  # the solver's upper bound on replicas that can be placed (weighted by priority)
+    weighted_placed: int  # sum of priority x placed replicas: what the solver maximises first
+    weighted_bound: int  # the solver's proven upper bound on weighted_placed
+
+    @property
+    def placement_gap(self) -> float:
+        """Relative gap on what matters: priority-weighted replicas placed vs the proven bound."""
+        return max(0.0, self.weighted_bound - self.weighted_placed) / max(1, self.weighted_bound)
 
     def to_dict(self) -> dict[str, Any]:
         return {"placed_replicas": self.placed_replicas, "requested_replicas": self.requested_replicas,
-                "stats": self.stats.to_dict(), "layouts": [layout.to_dict() for layout in self.layouts],
+                "weighted_placed": self.weighted_placed, "weighted_bound": self.weighted_bound,
+                "placement_gap": self.placement_gap, "stats": self.stats.to_dict(), "layouts": [layout.to_dict() for layout in self.layouts],
                 "unplaced": [{"workload": u.workload, "replicas": u.replicas, "reason": u.reason}
                              for u in self.unplaced]}

@@ -38,6 +38,7 @@ class Choice:
     profile: str
     compute_slices: int
     memory_gb: float
+    memory_slots: int = 8
 
 
 def _fits(profile_memory: float, profile_slices: int, size_class: str, workload: Workload) -> bool:
@@ -57,9 +58,10 @@ def choices_for(workload: Workload, slicings: Sequence[GpuSlicing]) -> tuple[Cho
         if slicing.mig_capable:
             for profile in slicing.profiles:
                 if _fits(profile.memory_gb, profile.compute_slices, profile.size_class, workload):
-                    found.append(Choice(slicing.key, profile.name, profile.compute_slices, profile.memory_gb))
+                    found.append(Choice(slicing.key, profile.name, profile.compute_slices, profile.memory_gb,
+                                          profile.memory_slices))
         elif _fits(slicing.memory_gb, 7, WHOLE_GPU, workload):
-            found.append(Choice(slicing.key, WHOLE_GPU, 7, slicing.memory_gb))
+            found.append(Choice(slicing.key, WHOLE_GPU, 7, slicing.memory_gb, 8))
     return tuple(found)
 
 
@@ -155,7 +157,7 @@ def _why_unplaced(workload: Workload, slicings: Sequence[GpuSlicing]) -> str:
 
 
 def plan_mig(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: float = 30.0, workers: int = 2,
-             model: str = "auto", topology: Mapping[str, object] | None = None) -> MigPlan:
+             model: str = "auto", topology: Mapping[str, object] | None = None, gap_limit: float = 0.0) -> MigPlan:
     """Solve the MIG plan. `model`: auto (exact when the fleet is small or groups exist), pattern or exact."""
     mig_workloads = [w for w in workloads if w.isolation in ("mig", "any")]
     if not mig_workloads:
@@ -167,9 +169,9 @@ def plan_mig(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: float = 
         raise InputError(f"workload groups need the exact model, which takes fleets up to {EXACT_MODEL_MAX_GPUS} "
                          f"GPUs per run; this fleet has {len(fleet.gpus)}: plan the grouped workloads per node")
     if model == "pattern":
-        return _solve_pattern(fleet, mig_workloads, time_limit_s, workers)
+        return _solve_pattern(fleet, mig_workloads, time_limit_s, workers, gap_limit)
     if model == "exact":
-        return _solve_exact(fleet, mig_workloads, time_limit_s, workers, topology or {})
+        return _solve_exact(fleet, mig_workloads, time_limit_s, workers, topology or {}, gap_limit)
     raise InputError(f"--model {model!r}: choose auto, pattern or exact")
 
 
@@ -178,10 +180,17 @@ def _slicings(fleet: Fleet) -> list[GpuSlicing]:
 
 
 def _weight_scale(fleet: Fleet) -> int:
-    return 8 * len(fleet.gpus) + 8  # one more placed replica outweighs any saving in compute slices
+    return 24 * len(fleet.gpus) + 24  # one more placed replica outweighs any saving in instance cost (<= 23/GPU)
 
 
-def _solve_pattern(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: float, workers: int) -> MigPlan:
+def instance_cost(choice: Choice) -> int:
+    """What a replica's instance costs in the secondary objective: two per compute slice, one per memory slot,
+    one more for media extensions (+me holds the GPU's only media-engine instance; keep it free)."""
+    return 2 * choice.compute_slices + choice.memory_slots + (1 if "+me" in choice.profile else 0)
+
+
+def _solve_pattern(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: float, workers: int,
+                   gap_limit: float) -> MigPlan:
     from ortools.sat.python import cp_model
 
     started = time.perf_counter()
@@ -218,7 +227,7 @@ def _solve_pattern(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: fl
             serve[(k, choice)] = var
             served.append(var)
             uses[(choice.model, choice.profile)].append(var)
-            objective.append(var * (scale * priority - choice.compute_slices))
+            objective.append(var * (scale * priority - instance_cost(choice)))
         m.Add(sum(served) <= demand)
     for key, users in uses.items():
         m.Add(sum(users) <= sum(var * times for var, times in capacity[key]))
@@ -226,6 +235,7 @@ def _solve_pattern(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: fl
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
+    solver.parameters.relative_gap_limit = gap_limit
     status = solver.Solve(m)
     status_name = _status_name(cp_model, status)
     stats = SolveStats(_solver_name(), "pattern", status_name,
@@ -277,8 +287,7 @@ def _solve_pattern(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: fl
             layouts.append(GpuLayout(gpu_by_id[gpu_id], tuple(sorted(instances, key=lambda i: i.start))))
     requested = sum(w.replicas for w in workloads)
     placed = requested - sum(u.replicas for u in unplaced)
-    return MigPlan(tuple(sorted(layouts, key=lambda l: l.gpu.gpu_id)), tuple(unplaced), stats, placed, requested,
-                   int(stats.bound // scale) if scale else 0)
+    return _finish(tuple(sorted(layouts, key=lambda l: l.gpu.gpu_id)), tuple(unplaced), stats, workloads, scale)
 
 
 def link_is_poor(topology: Mapping[str, object], node: str, a: int, b: int) -> bool:
@@ -306,7 +315,7 @@ def nic_local(topology: Mapping[str, object], node: str, index: int) -> bool:
 
 
 def _solve_exact(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: float, workers: int,
-                 topology: Mapping[str, object]) -> MigPlan:
+                 topology: Mapping[str, object], gap_limit: float) -> MigPlan:
     from ortools.sat.python import cp_model
 
     if len(fleet.gpus) > EXACT_MODEL_MAX_GPUS * 4:
@@ -348,7 +357,7 @@ def _solve_exact(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: floa
                 var = m.NewIntVar(0, workload.replicas, f"a[{workload.name},{gpu.gpu_id},{choice.profile}]")
                 serve[(workload.name, gpu.gpu_id, choice.profile)] = var
                 served_total[workload.name].append(var)
-                objective.append(var * (scale * workload.priority - choice.compute_slices))
+                objective.append(var * (scale * workload.priority - instance_cost(choice)))
                 if workload.group:
                     key = (workload.group, gpu.gpu_id)
                     if key not in group_uses:
@@ -379,6 +388,7 @@ def _solve_exact(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: floa
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
+    solver.parameters.relative_gap_limit = gap_limit
     status = solver.Solve(m)
     status_name = _status_name(cp_model, status)
     if status_name not in ("OPTIMAL", "FEASIBLE"):
@@ -410,6 +420,17 @@ def _solve_exact(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: floa
                 reason = (f"group {workload.group!r} is placed whole or not at all, on one node, on GPUs not linked "
                           "across the CPU interconnect; " + reason)
             unplaced.append(Unplaced(workload.name, missing, reason))
+    return _finish(tuple(layouts), tuple(unplaced), stats, workloads, scale)
+
+
+def _finish(layouts: tuple[GpuLayout, ...], unplaced: tuple[Unplaced, ...], stats: SolveStats,
+            workloads: Sequence[Workload], scale: int) -> MigPlan:
+    import math
+
+    priority = {w.name: w.priority for w in workloads}
+    weighted = sum(priority[i.workload] for layout in layouts for i in layout.instances if i.workload)
     requested = sum(w.replicas for w in workloads)
     placed = requested - sum(u.replicas for u in unplaced)
-    return MigPlan(tuple(layouts), tuple(unplaced), stats, placed, requested, int(stats.bound // scale))
+    # objective = scale x weighted - slices, with 0 <= slices < scale: the bound on weighted is ceil(bound / scale)
+    bound = max(weighted, math.ceil(stats.bound / scale - 1e-9)) if stats.status != "OPTIMAL" else weighted
+    return MigPlan(layouts, unplaced, stats, placed, requested, weighted, bound)
