@@ -88,3 +88,64 @@ def plan_mps_command(
     render_mps_plan(plan, console)
     console.print(f"settings: {', '.join(str(p) for p in written)}")
     raise typer.Exit(1 if plan.unplaced else 0)
+
+
+@plan_app.command("autoscale")
+def plan_autoscale_command(
+    trace: Path = typer.Argument(..., help="Request-rate trace CSV: t_s,requests_per_s, evenly spaced."),
+    slo_p95_ms: float = typer.Option(..., "--slo-p95-ms", min=0.001, help="P95 latency SLO of one request, ms."),
+    service_ms: Optional[float] = typer.Option(None, "--service-ms", min=0.001, help="Mean service time of one "
+                                               "request on one replica slot, ms (or give --service-histogram)."),
+    service_histogram: Optional[Path] = typer.Option(None, "--service-histogram", help="Model server latency "
+                                                     "histogram CSV (le_s,count, cumulative) for the service time."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Requests one replica serves at once."),
+    startup_s: float = typer.Option(60.0, "--startup-s", min=0.0, help="Seconds from pod start to serving."),
+    min_replicas: int = typer.Option(1, "--min-replicas", min=1, help="HPA minReplicas."),
+    max_replicas: int = typer.Option(40, "--max-replicas", min=1, help="HPA maxReplicas."),
+    deployment: str = typer.Option("llm-server", "--deployment", help="Deployment the manifests scale."),
+    served_model: str = typer.Option("llm", "--served-model", help="model_name label of the server's metrics."),
+    prometheus: str = typer.Option("http://prometheus.monitoring.svc:9090", "--prometheus",
+                                   help="Prometheus address KEDA queries."),
+    out: Path = typer.Option(Path("opgate-report/plan"), "--out", help="Folder for the plot, manifests and JSON."),
+) -> None:
+    """Simulate HPA and KEDA over the trace; pick the target with the fewest replica-hours that holds the P95 SLO
+    (exit 1: no policy holds it)."""
+    import json
+
+    import yaml
+
+    from opgate.errors import InputError
+    from opgate.plan import autoscale as scale
+
+    if (service_ms is None) == (service_histogram is None):
+        raise InputError("give exactly one of --service-ms or --service-histogram")
+    if min_replicas > max_replicas:
+        raise InputError(f"--min-replicas {min_replicas} is above --max-replicas {max_replicas}")
+    service_s = service_ms / 1000 if service_ms is not None else scale.service_from_histogram(service_histogram)
+    model = scale.ServerModel(service_s=service_s, concurrency=concurrency, startup_s=startup_s,
+                              min_replicas=min_replicas, max_replicas=max_replicas)
+    slo_s = slo_p95_ms / 1000
+    rates = scale.load_trace(trace)
+    console = _console()
+    report = scale.autoscale_report(rates, model, slo_s)
+    out.mkdir(parents=True, exist_ok=True)
+    for line in report.lines():
+        console.print(line, highlight=False)
+    runs = [r for r in (report.chosen, report.naive) if r is not None]
+    plot = scale.plot_runs(rates, runs, slo_s, out / "autoscale.png")
+    files = [plot]
+    if report.chosen is not None:
+        keda_choice = report.chosen if report.chosen.policy in scale.QUERIES else report.best_keda
+        if keda_choice is not None:
+            so = scale.scaled_object(f"{deployment}-scaler", deployment, keda_choice.policy, keda_choice.target,
+                                     model, prometheus, served_model)
+            (out / "keda-scaledobject.yaml").write_text(yaml.safe_dump(so, sort_keys=False))
+            files.append(out / "keda-scaledobject.yaml")
+        if report.best_queue is not None:
+            hpa = scale.hpa_manifest(f"{deployment}-hpa", deployment, report.best_queue.target, model)
+            (out / "hpa.yaml").write_text(yaml.safe_dump(hpa, sort_keys=False))
+            files.append(out / "hpa.yaml")
+    (out / "autoscale.json").write_text(json.dumps(report.to_dict(), indent=2))
+    files.append(out / "autoscale.json")
+    console.print(f"outputs: {', '.join(str(p) for p in files)}")
+    raise typer.Exit(0 if report.chosen is not None else 1)
