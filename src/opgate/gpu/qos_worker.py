@@ -93,8 +93,10 @@ def run_hog(args: argparse.Namespace) -> dict[str, Any]:
 def run_priority(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
+    from opgate.gpu.priority import stream_priority_range
+
     cupy, kernels = _setup(args.device)
-    least, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
+    least, greatest, _ = stream_priority_range(cupy)
     spin = kernels.kernel("opgate_spin")
     done = cupy.zeros(1, dtype=cupy.uint32)
     low = cupy.cuda.Stream(non_blocking=True, priority=least)
