@@ -355,7 +355,7 @@ def simulate(trace: Trace, model: ServerModel, policy: str, target: float, slo_s
 DEFAULT_GRIDS = {  # targets tried per policy, as fractions of what one replica holds (scaled by the model)
     "keda-queue": [x / 8 for x in range(2, 17)],  # 0.25 .. 2 x concurrency requests in the server per replica
     "keda-rps": [x / 8 for x in range(2, 17)],  # 0.25 .. 2 x the replica's service rate (req/s)
-    "keda-p95": [x / 4 for x in range(4, 17)],  # 1 .. 4 x the SLO... scaled below
+    "keda-p95": [x / 4 for x in range(4, 17)],  # 1 .. 4 x SLO/2 seconds (0.5 .. 2 x the SLO)
     "hpa-gpu-util": [float(x) for x in range(30, 100, 5)],
     "hpa-framebuffer": [float(x) for x in range(50, 100, 10)],
 }
