@@ -59,7 +59,7 @@ def test_registered_standard_only_and_skips_without_gpu() -> None:
     specs = {s.name: s for s in _source_tree_entry_points()}
     assert specs["doctor.topology"].load().levels == ("basic", "standard")
     spec = specs["doctor.qos"]
-    assert spec.load().levels == ("standard",)
+    assert spec.load().levels == ("standard",) and spec.load().exclusive
     ok, reason = gpu_available()
     if ok:
         pytest.skip("a GPU is present: the skip path is not reachable here")

@@ -8,7 +8,7 @@ else data/qos_policy.toml derives it from the probe alone."""
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from opgate.checks.base import Check, CheckContext
 from opgate.data import load_table
@@ -106,6 +106,7 @@ class QosCheck(Check):
     check_id = "doctor.qos"
     title = "Measured isolation and QoS (probe beside a saturating neighbour)"
     levels = ("standard",)
+    exclusive: ClassVar[bool] = True  # it saturates the GPU on purpose: nothing else may measure meanwhile
     timeout_s = 240.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
