@@ -37,11 +37,12 @@ PYEOF
 step doctor_topology 30 "$PY" -m opgate doctor --check topology --json "$OUT/governance-topology.json" -v
 
 step qos 100 "$PY" - <<'PYEOF'
-import json, time
+import json, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still runs the MPS daemon's stop (finally)
 from opgate.gpu.qos import measure_qos
 from opgate.doctor.qos import judge_qos, latency_summary
 started = time.time()
-m = measure_qos(samples=300, probe_us=50.0, neighbour_percent=50, pinned_limit_mb=1024, timeout_s=60)
+m = measure_qos(samples=300, probe_us=50.0, neighbour_percent=50, pinned_limit_mb=1024, timeout_s=30, budget_s=80)
 print(json.dumps(m.to_dict()))
 outcome, reason, figures, remediation = judge_qos(m)
 print("QOS", outcome.value, reason)
@@ -57,8 +58,8 @@ print("PINNED", m.pinned_note)
 print(f"QOS total {time.time() - started:.1f}s")
 PYEOF
 
-# leftover private MPS daemons (only ours: pipe directories under opgate-mps-*) are reported, never killed broadly
-step mps_leftovers 5 bash -c 'ls -d /tmp/opgate-mps-* 2>/dev/null || echo "no opgate MPS directories left"; pgrep -a nvidia-cuda-mps || echo "no MPS process running"'
+# a private MPS daemon left behind (only ours: pipe directories under opgate-mps-*) is told to quit, nothing else
+step mps_leftovers 15 bash -c 'for d in "${TMPDIR:-/tmp}"/opgate-mps-*; do [ -d "$d/pipe" ] || continue; echo "quitting leftover daemon of $d"; echo quit | CUDA_MPS_PIPE_DIRECTORY="$d/pipe" CUDA_MPS_LOG_DIRECTORY="$d/log" timeout 10 nvidia-cuda-mps-control; done; pgrep -a nvidia-cuda-mps || echo "no MPS process running"'
 
 {
   echo

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("alone", "time_sliced", "priority", "mps")
+MODE_MIN_S = 15.0
 MPS_CONTROL = "nvidia-cuda-mps-control"
 
 
@@ -117,11 +118,7 @@ class Neighbour:
             self.error = f"the neighbour did not start: {line.strip() or 'no output in time'}"
 
     def stop(self) -> dict[str, Any]:
-        try:
-            self.process.stdin.close()
-        except OSError:
-            pass
-        try:
+        try:  # communicate() closes stdin: the hog's signal to stop
             out, err = self.process.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()  # this process only, by its own handle
@@ -170,7 +167,8 @@ def _mps_modes(common: list[str], hog_args: list[str], neighbour_percent: int, p
             reason = f"{MPS_CONTROL} -d failed: {(start.stdout + start.stderr).strip()[:200]}"
             return ModeResult("mps", unavailable=reason), None, reason
         started = True
-        neighbour = Neighbour(hog_args, {**env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(neighbour_percent)})
+        neighbour = Neighbour(hog_args, {**env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(neighbour_percent)},
+                              timeout_s)
         result = _probe_mode("mps", common, env, neighbour, timeout_s)
         servers = mps_control(env, "get_server_list")
         details = dict(result.details)
@@ -196,7 +194,10 @@ def _mps_modes(common: list[str], hog_args: list[str], neighbour_percent: int, p
 
 
 def measure_qos(device: int = 0, samples: int = 300, probe_us: float = 50.0, neighbour_percent: int = 50,
-                pinned_limit_mb: int = 1024, with_mps: bool = True, timeout_s: float = 90.0) -> QosMeasurement:
+                pinned_limit_mb: int = 1024, with_mps: bool = True, timeout_s: float = 40.0,
+                budget_s: float = 150.0) -> QosMeasurement:
+    """Every mode in turn; a mode that would start with less than MODE_MIN_S of `budget_s` left is reported as not
+    measured, so the whole probe (and the MPS daemon's stop) stays inside the caller's time limit."""
     from opgate.gpu.device import device_info, require_gpu
 
     started = time.perf_counter()
@@ -205,16 +206,33 @@ def measure_qos(device: int = 0, samples: int = 300, probe_us: float = 50.0, nei
     common = ["--device", str(device), "--samples", str(samples), "--probe-us", str(probe_us)]
     hog_args = ["--device", str(device), "--duration-s", "60"]
     env = _child_env()
-    modes = [_probe_mode("alone", common, env, None, timeout_s),
-             _probe_mode("time_sliced", common, env, Neighbour(hog_args, env), timeout_s)]
-    prio = _run("priority", common, env, timeout_s)
-    modes.append(ModeResult("priority", tuple(prio.get("latencies_us", ())), prio.get("error", ""),
-                            {k: v for k, v in prio.items() if k not in ("latencies_us", "error")}))
+
+    def left() -> float:
+        return budget_s - (time.perf_counter() - started)
+
+    def step_timeout() -> float:
+        return max(5.0, min(timeout_s, left() / 3))
+
+    def out_of_time(name: str) -> ModeResult:
+        return ModeResult(name, unavailable=f"not measured: less than {MODE_MIN_S:.0f} s of the {budget_s:.0f} s "
+                                            "budget left")
+
+    modes = [_probe_mode("alone", common, env, None, step_timeout())]
+    modes.append(_probe_mode("time_sliced", common, env, Neighbour(hog_args, env, step_timeout()), step_timeout())
+                 if left() > MODE_MIN_S else out_of_time("time_sliced"))
+    if left() > MODE_MIN_S:
+        prio = _run("priority", common, env, step_timeout())
+        modes.append(ModeResult("priority", tuple(prio.get("latencies_us", ())), prio.get("error", ""),
+                                {k: v for k, v in prio.items() if k not in ("latencies_us", "error")}))
+    else:
+        modes.append(out_of_time("priority"))
     allocated, note = None, "MPS not measured"
-    if with_mps:
-        mps, allocated, note = _mps_modes(common, hog_args, neighbour_percent, pinned_limit_mb, timeout_s)
+    if not with_mps:
+        modes.append(ModeResult("mps", unavailable="MPS measurement not requested"))
+    elif left() > 2 * MODE_MIN_S:
+        mps, allocated, note = _mps_modes(common, hog_args, neighbour_percent, pinned_limit_mb, step_timeout())
         modes.append(mps)
     else:
-        modes.append(ModeResult("mps", unavailable="MPS measurement not requested"))
+        modes.append(out_of_time("mps"))
     return QosMeasurement(info.name, probe_us, neighbour_percent, tuple(modes), pinned_limit_mb, allocated, note,
                           time.perf_counter() - started)
