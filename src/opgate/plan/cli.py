@@ -29,7 +29,7 @@ def _load_topology(path: Optional[Path]) -> dict:
 def plan_mig_command(
     workloads: Path = typer.Argument(..., help="Workload file (TOML or YAML, [[workload]] entries; see docs/plan.md)."),
     fleet: Path = typer.Option(..., "--fleet", help="Fleet file (TOML or YAML, [[gpu]] entries with model, count, "
-                               "node)."),
+                               "node), or `opgate doctor --json` report(s) (.json)."),
     topology: Optional[Path] = typer.Option(None, "--topology", help="Topology facts per node (JSON from "
                                             "`opgate doctor --check topology --json`, or {node: facts})."),
     out: Path = typer.Option(Path("opgate-report/plan"), "--out", help="Folder for the emitted configs."),

@@ -184,5 +184,49 @@ def load_workloads(path: Path) -> tuple[Workload, ...]:
     return parse_workloads(read_document(path), str(path))
 
 
+# NVML device names (nvmlDeviceGetName, as `opgate doctor` records them) -> GPU catalogue keys, most specific first
+NVML_NAME_HINTS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("L40S", "l40s"),
+                   ("A30", "a30"), ("L4", "l4"), ("A10", "a10"), ("T4", "t4"))
+
+
+def model_from_nvml_name(name: str) -> str:
+    """The catalogue key for an NVML device name ("NVIDIA A100-SXM4-40GB" -> "a100-40gb")."""
+    upper = name.upper().replace("NVIDIA", "").strip()
+    for hint, key in NVML_NAME_HINTS:
+        if hint in upper.replace("-", " ").split() or upper.startswith(hint) or f" {hint}" in f" {upper}":
+            if key == "a100" and "40GB" in upper:
+                return "a100-40gb"
+            return key
+    return name
+
+
+def parse_doctor_reports(data: Any, origin: str) -> Fleet:
+    """A fleet from `opgate doctor --json` reports (one, or a list): each report's GPUs (doctor.gpu_inventory's
+    extra.gpus) on a node named after the report's host."""
+    reports = data if isinstance(data, list) else [data]
+    entries = []
+    for report in reports:
+        node = str(report.get("host", {}).get("hostname") or "localhost")
+        inventory = next((r for r in report.get("results", []) if r.get("check_id") == "doctor.gpu_inventory"), None)
+        gpus = (inventory or {}).get("extra", {}).get("gpus", [])
+        if not gpus:
+            raise InputError(f"{origin}: the report of {node} has no doctor.gpu_inventory GPUs; run `opgate doctor "
+                             "--json FILE` on a GPU host")
+        for gpu in gpus:
+            entries.append({"model": model_from_nvml_name(str(gpu.get("name", ""))), "count": 1, "node": node})
+    return parse_fleet({"gpu": entries}, origin)
+
+
 def load_fleet(path: Path) -> Fleet:
+    """A fleet file (TOML/YAML [[gpu]] entries), or doctor JSON report(s) (.json)."""
+    if path.suffix.lower() == ".json":
+        import json
+
+        if not path.is_file():
+            raise InputError(f"{path} does not exist; pass a fleet file or an `opgate doctor --json` report")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+        return parse_doctor_reports(data, str(path))
     return parse_fleet(read_document(path), str(path))
