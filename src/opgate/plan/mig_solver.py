@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from opgate.errors import InputError
-from opgate.plan.inputs import Fleet, FleetGpu, Workload
+from opgate.plan.inputs import Fleet, Workload
 from opgate.plan.layout import GpuLayout, Instance, MigPlan, SolveStats, Unplaced
 from opgate.plan.profiles import WHOLE_GPU, GpuSlicing, MigProfile
 
@@ -128,13 +128,13 @@ def _count(layout: Sequence[Placement]) -> dict[str, int]:
 
 
 # -- solving ---------------------------------------------------------------------------------------------------
-def _solver_name() -> str:
+def solver_name() -> str:
     import ortools
 
     return f"OR-Tools CP-SAT {ortools.__version__}"
 
 
-def _status_name(cp_model, status: int) -> str:
+def status_name(cp_model, status: int) -> str:
     return {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
             cp_model.MODEL_INVALID: "MODEL_INVALID"}.get(status, "UNKNOWN")
 
@@ -237,13 +237,13 @@ def _solve_pattern(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: fl
     solver.parameters.num_workers = workers
     solver.parameters.relative_gap_limit = gap_limit
     status = solver.Solve(m)
-    status_name = _status_name(cp_model, status)
-    stats = SolveStats(_solver_name(), "pattern", status_name,
-                       solver.ObjectiveValue() if status_name in ("OPTIMAL", "FEASIBLE") else 0.0,
-                       solver.BestObjectiveBound() if status_name in ("OPTIMAL", "FEASIBLE") else 0.0,
+    status_text = status_name(cp_model, status)
+    stats = SolveStats(solver_name(), "pattern", status_text,
+                       solver.ObjectiveValue() if status_text in ("OPTIMAL", "FEASIBLE") else 0.0,
+                       solver.BestObjectiveBound() if status_text in ("OPTIMAL", "FEASIBLE") else 0.0,
                        time.perf_counter() - started, len(layout_vars) + len(serve))
-    if status_name not in ("OPTIMAL", "FEASIBLE"):
-        raise RuntimeError(f"CP-SAT found no solution ({status_name}) within {time_limit_s} s")
+    if status_text not in ("OPTIMAL", "FEASIBLE"):
+        raise RuntimeError(f"CP-SAT found no solution ({status_text}) within {time_limit_s} s")
     # decode: give each GPU of a model a chosen layout, then hand instances to replicas class by class
     layouts_by_gpu: dict[str, list[Placement]] = {}
     free: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)  # (model, profile) -> [(gpu_id, start)]
@@ -390,10 +390,10 @@ def _solve_exact(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: floa
     solver.parameters.num_workers = workers
     solver.parameters.relative_gap_limit = gap_limit
     status = solver.Solve(m)
-    status_name = _status_name(cp_model, status)
-    if status_name not in ("OPTIMAL", "FEASIBLE"):
-        raise RuntimeError(f"CP-SAT found no solution ({status_name}) within {time_limit_s} s")
-    stats = SolveStats(_solver_name(), "exact", status_name, solver.ObjectiveValue(), solver.BestObjectiveBound(),
+    status_text = status_name(cp_model, status)
+    if status_text not in ("OPTIMAL", "FEASIBLE"):
+        raise RuntimeError(f"CP-SAT found no solution ({status_text}) within {time_limit_s} s")
+    stats = SolveStats(solver_name(), "exact", status_text, solver.ObjectiveValue(), solver.BestObjectiveBound(),
                        time.perf_counter() - started, len(place) + len(serve) + len(group_uses))
     layouts = []
     next_replica: dict[str, int] = defaultdict(int)

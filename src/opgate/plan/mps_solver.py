@@ -16,7 +16,7 @@ from opgate.data import load_table
 from opgate.errors import InputError
 from opgate.plan.inputs import Fleet, FleetGpu, Workload
 from opgate.plan.layout import SolveStats, Unplaced
-from opgate.plan.mig_solver import _solver_name, _status_name
+from opgate.plan.mig_solver import solver_name, status_name
 
 MPS_EXACT_MAX_VARIABLES = 400_000
 
@@ -111,10 +111,10 @@ def plan_mps(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: float = 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
-    status_name = _status_name(cp_model, solver.Solve(m))
-    if status_name not in ("OPTIMAL", "FEASIBLE"):
-        raise RuntimeError(f"CP-SAT found no solution ({status_name}) within {time_limit_s} s")
-    stats = SolveStats(_solver_name(), "mps", status_name, solver.ObjectiveValue(), solver.BestObjectiveBound(),
+    status_text = status_name(cp_model, solver.Solve(m))
+    if status_text not in ("OPTIMAL", "FEASIBLE"):
+        raise RuntimeError(f"CP-SAT found no solution ({status_text}) within {time_limit_s} s")
+    stats = SolveStats(solver_name(), "mps", status_text, solver.ObjectiveValue(), solver.BestObjectiveBound(),
                        time.perf_counter() - started, len(serve) + len(used))
     next_replica = {w.name: 0 for w in chosen}
     gpus = []
