@@ -72,3 +72,48 @@ def test_qos_on_the_gpu() -> None:
     result = QosCheck().run(CheckContext(level="standard"))
     assert result.outcome in (Outcome.PASSED, Outcome.WARNED), result.reason
     assert any(f.name == "alone probe p95" for f in result.figures)
+
+
+FAKE_WORKER = """
+import json, sys
+mode = sys.argv[1]
+if mode == "hog":
+    print(json.dumps({"ready": True}), flush=True)
+    sys.stdin.read()  # runs until the parent closes stdin
+    print(json.dumps({"hog_kernels": 4, "seconds": 0.1}), flush=True)
+elif mode == "probe":
+    print("noise before the result")
+    print(json.dumps({"latencies_us": [70.0, 71.5, 90.0]}), flush=True)
+else:
+    print(json.dumps({"error": "RuntimeError: boom"}), flush=True)
+    sys.exit(1)
+"""
+
+
+def test_process_plumbing_with_a_stand_in_worker(tmp_path, monkeypatch) -> None:
+    """The parent side of the QoS probe (start, ready handshake, stop by closing stdin, JSON results, errors),
+    driven through a stand-in worker script; the real worker needs a GPU."""
+    import sys
+
+    from opgate.gpu import qos
+
+    script = tmp_path / "worker.py"
+    script.write_text(FAKE_WORKER)
+    monkeypatch.setattr(qos, "_worker", lambda mode, args: [sys.executable, str(script), mode, *args])
+    env = qos._child_env()
+    neighbour = qos.Neighbour([], env, ready_timeout_s=30)
+    assert neighbour.error == ""
+    result = qos._probe_mode("time_sliced", [], env, neighbour, 30)
+    assert result.latencies_us == (70.0, 71.5, 90.0)
+    assert result.details["neighbour"] == {"hog_kernels": 4, "seconds": 0.1}
+    assert neighbour.process.returncode == 0
+    failed = qos._run("priority", [], env, 30)
+    assert failed["error"] == "RuntimeError: boom"
+
+
+def test_mps_mode_without_the_control_binary(monkeypatch) -> None:
+    from opgate.gpu import qos
+
+    monkeypatch.setattr(qos, "MPS_CONTROL", "nvidia-cuda-mps-control-not-installed")
+    mode, allocated, note = qos._mps_modes([], [], 50, 1024, 10)
+    assert mode.unavailable.endswith("is not on PATH") and allocated is None
