@@ -19,7 +19,10 @@ FLEET_MIX = {"a100-40gb": 0.10, "a100-80gb": 0.20, "h100-80gb": 0.30, "h200-141g
 MEMORY_CHOICES = (4, 6, 9, 12, 16, 18, 22, 30, 38, 44, 60, 70, 85, 130, 170)
 
 
-def make_inputs(gpus: int, workloads: int, seed: int = 18):
+SMALL_MEMORY_CHOICES = (4, 6, 9, 12, 16, 18)  # --fits: a load the fleet can hold entirely
+
+
+def make_inputs(gpus: int, workloads: int, seed: int = 18, fits: bool = False):
     from opgate.plan.inputs import parse_fleet, parse_workloads
 
     rng = random.Random(seed)
@@ -32,8 +35,9 @@ def make_inputs(gpus: int, workloads: int, seed: int = 18):
             fleet_entries.append({"model": model, "count": min(8, count - node), "node": f"{model}-n{node // 8}"})
     entries = []
     for index in range(workloads):
-        memory = rng.choice(MEMORY_CHOICES)
-        entries.append({"name": f"svc-{index:05d}", "memory_gb": memory, "replicas": rng.choice((1, 1, 1, 2, 3)),
+        memory = rng.choice(SMALL_MEMORY_CHOICES if fits else MEMORY_CHOICES)
+        entries.append({"name": f"svc-{index:05d}", "memory_gb": memory,
+                        "replicas": 1 if fits else rng.choice((1, 1, 1, 2, 3)),
                         "min_compute_slices": rng.choice((1, 1, 1, 2, 3)) if memory < 40 else 1,
                         "priority": rng.choice((1, 1, 2, 3)), "isolation": "mig"})
     return parse_fleet({"gpu": fleet_entries}), parse_workloads({"workload": entries})
@@ -47,12 +51,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--gap-limit", type=float, default=0.0, help="stop once CP-SAT's relative gap is below this")
     parser.add_argument("--json", dest="json_path", default="")
+    parser.add_argument("--fits", action="store_true", help="a load the fleet can hold (small services, one replica)")
     args = parser.parse_args()
     from opgate.plan.legality import check_plan
     from opgate.plan.mig_solver import plan_mig
 
     started = time.perf_counter()
-    fleet, workloads = make_inputs(args.gpus, args.workloads)
+    fleet, workloads = make_inputs(args.gpus, args.workloads, fits=args.fits)
     built = time.perf_counter() - started
     plan = plan_mig(fleet, workloads, time_limit_s=args.time_limit, workers=args.workers, model="pattern",
                     gap_limit=args.gap_limit)
