@@ -317,6 +317,11 @@ def version() -> None:
     print(__version__)
 
 
+from opgate.plan.cli import plan_app  # noqa: E402  (the `plan` verbs; their machinery loads lazily)
+
+app.add_typer(plan_app, name="plan")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3."""
     try:

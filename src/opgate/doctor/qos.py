@@ -1,0 +1,123 @@
+"""Check: measured isolation / QoS. Does a latency-sensitive probe kernel keep its SLO beside a saturating
+neighbour, under time-slicing, stream priorities and MPS (neighbour capped), and does MPS's pinned-memory limit
+hold? Standard level only (it saturates the GPU for several seconds); skipped without a GPU, with the reason.
+
+The SLO: OPGATE_QOS_SLO_US (or the context option qos_slo_us) when declared, P95 of the probe in microseconds;
+else data/qos_policy.toml derives it from the probe alone."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar, Mapping
+
+from opgate.checks.base import Check, CheckContext
+from opgate.data import load_table
+from opgate.errors import SkipCheck
+from opgate.gpu.qos import QosMeasurement
+from opgate.gpu.stats import percentile
+from opgate.results import CheckResult, Figure, Outcome, Threshold
+
+SHARING_MODES = ("time_sliced", "priority", "mps")
+PROTECTING_MODES = ("priority", "mps")
+
+
+def qos_policy() -> dict[str, tuple[float, str]]:
+    return {row["metric"]: (float(row["value"]), row["source"]) for row in load_table("qos_policy")}
+
+
+def latency_summary(values) -> dict[str, float]:
+    return {q: percentile(list(values), p) for q, p in (("p50", 50.0), ("p95", 95.0), ("p99", 99.0))}
+
+
+def slo_for(alone_p95_us: float, declared_us: float | None, policy: Mapping[str, tuple[float, str]]
+            ) -> tuple[float, str]:
+    if declared_us is not None:
+        return declared_us, "declared SLO (OPGATE_QOS_SLO_US)"
+    factor, source = policy["slo_factor_of_alone_p95"]
+    added, _ = policy["slo_max_added_us"]
+    return min(factor * alone_p95_us, alone_p95_us + added), source
+
+
+def judge_qos(measurement: QosMeasurement, declared_slo_us: float | None = None
+              ) -> tuple[Outcome, str, list[Figure], str]:
+    """(outcome, reason, figures, remediation); pure, so recorded measurements test it on a CPU."""
+    policy = qos_policy()
+    alone = measurement.mode("alone")
+    if alone is None or not alone.latencies_us:
+        reason = alone.unavailable if alone else "the probe alone was not measured"
+        return Outcome.ERROR, f"probe alone could not be measured: {reason}", [], ""
+    alone_stats = latency_summary(alone.latencies_us)
+    slo, slo_source = slo_for(alone_stats["p95"], declared_slo_us, policy)
+    figures = []
+    verdicts: dict[str, bool] = {}
+    for mode in measurement.modes:
+        if not mode.latencies_us:
+            figures.append(Figure(f"{mode.mode}", f"not measured: {mode.unavailable}"))
+            continue
+        stats = latency_summary(mode.latencies_us)
+        for q in ("p50", "p99"):
+            figures.append(Figure(f"{mode.mode} probe {q}", round(stats[q], 1), "us"))
+        figures.append(Figure(f"{mode.mode} probe p95", round(stats["p95"], 1), "us",
+                              Threshold(round(slo, 1), "<=", slo_source)))
+        verdicts[mode.mode] = stats["p95"] <= slo
+    if measurement.pinned_allocated_mb is not None:
+        slack, slack_source = policy["pinned_limit_slack_mb"]
+        figures.append(Figure("MPS client memory under the pinned limit", measurement.pinned_allocated_mb, "MB",
+                              Threshold(measurement.pinned_limit_mb + slack, "<=", slack_source)))
+    enforced = (None if measurement.pinned_allocated_mb is None else
+                measurement.pinned_allocated_mb <= measurement.pinned_limit_mb + policy["pinned_limit_slack_mb"][0])
+    figures.append(Figure("MPS pinned-memory limit", measurement.pinned_note))
+    holds = [m for m in SHARING_MODES if verdicts.get(m)]
+    breaks = [m for m in SHARING_MODES if m in verdicts and not verdicts[m]]
+    text = (f"SLO p95 <= {slo:.0f} us (alone {alone_stats['p95']:.0f} us); holds under: {', '.join(holds) or 'none'}"
+            f"; broken under: {', '.join(breaks) or 'none'}")
+    if enforced is False:
+        text += f"; MPS pinned-memory limit NOT enforced ({measurement.pinned_note})"
+    elif enforced:
+        text += "; MPS pinned-memory limit enforced"
+    if not verdicts.get("alone", True):
+        return (Outcome.FAILED, "the probe misses its SLO even alone: " + text, figures,
+                "The declared SLO is below what this GPU delivers to one small kernel; relax it or measure again "
+                "on an idle GPU.")
+    protected = [m for m in PROTECTING_MODES if verdicts.get(m)]
+    if not protected or enforced is False:
+        return (Outcome.WARNED, text, figures,
+                "A saturating neighbour breaks the SLO under every sharing mode measured here: give the "
+                "latency-sensitive service its own MIG instance or GPU (opgate plan mig), or cap the neighbour "
+                "harder (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)." if not protected else
+                "Set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in the MPS control daemon too (set_default_device_pinned_mem_limit)"
+                " and check the driver: a client could take more memory than its limit.")
+    return Outcome.PASSED, text, figures, ""
+
+
+def _declared_slo(ctx: CheckContext) -> float | None:
+    value: Any = ctx.options.get("qos_slo_us", os.environ.get("OPGATE_QOS_SLO_US"))
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        from opgate.errors import InputError
+
+        raise InputError(f"OPGATE_QOS_SLO_US={value!r} is not a number; give the probe's P95 SLO in microseconds")
+
+
+class QosCheck(Check):
+    check_id = "doctor.qos"
+    title = "Measured isolation and QoS (probe beside a saturating neighbour)"
+    levels = ("standard",)
+    exclusive: ClassVar[bool] = True  # it saturates the GPU on purpose: nothing else may measure meanwhile
+    timeout_s = 240.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.gpu.device import gpu_unavailable_reason
+        from opgate.gpu.qos import measure_qos
+
+        reason = gpu_unavailable_reason()
+        if reason:
+            raise SkipCheck(reason)
+        declared = _declared_slo(ctx)
+        measurement = measure_qos(budget_s=self.timeout_s - 60.0)  # room for the MPS daemon's stop
+        outcome, text, figures, remediation = judge_qos(measurement, declared)
+        return self.result(outcome, text, figures, remediation=remediation,
+                           extra={"qos": measurement.to_dict()})
