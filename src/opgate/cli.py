@@ -290,6 +290,14 @@ def version() -> None:
     print(__version__)
 
 
+# opgate fleet doctor|verify|inspect and opgate serve (issue 17): typer apps of their own, imported cheaply.
+from opgate.fleet.cli import fleet_app  # noqa: E402
+from opgate.fleet.serve import serve  # noqa: E402
+
+app.add_typer(fleet_app)
+app.command("serve")(serve)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3."""
     try:
