@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -60,10 +61,22 @@ class LocalRayCluster:
     def start(self, node_envs: dict[str, dict[str, str]], timeout_s: float = 90.0) -> None:
         names = list(node_envs)
         self._start(names[0], True, node_envs[names[0]])
-        self.wait_for(1, timeout_s)
-        for count, name in enumerate(names[1:], start=2):  # one at a time: two cores, one GCS
+        self.wait_started(names[0], timeout_s)
+        for name in names[1:]:  # one at a time: two cores, one GCS
             self._start(name, False, node_envs[name])
-            self.wait_for(count, timeout_s)
+            self.wait_started(name, timeout_s)
+        self.wait_for(len(names), timeout_s)  # and the cluster itself agrees
+
+    def wait_started(self, name: str, timeout_s: float) -> None:
+        """`ray start` logs "Ray runtime started." once its node has registered with the GCS."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.nodes[name].poll() is not None:
+                raise RuntimeError(f"ray node {name} exited: {self.log(name)[-2000:]}")
+            if "Ray runtime started" in self.log(name):
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"Ray node {name} did not start in {timeout_s:g} s: {self.log(name)[-2000:]}")
 
     def alive_count(self) -> int:
         code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); "
@@ -134,3 +147,4 @@ class LocalRayCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
