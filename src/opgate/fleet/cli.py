@@ -38,8 +38,8 @@ def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes
 
     reserved = {"--json", "--junit"} & set(node_args)
     if reserved:
-        raise InputError(f"{sorted(reserved)[0]} goes before the node verb's options only once: the fleet writes "
-                         "the merged report; give it to `opgate fleet`, not twice")
+        raise InputError(f"{sorted(reserved)[0]} was given twice: it is the fleet's own option (the merged report; "
+                         "each node's report is collected for you); give it once, to `opgate fleet`")
     if json_path and not json_path.parent.is_dir():
         raise InputError(f"--json {json_path}: folder {json_path.parent} does not exist; create it first")
     console = make_console()

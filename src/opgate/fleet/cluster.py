@@ -7,6 +7,7 @@ NodeOutcome with `error` set, never a lost run: every node asked for is answered
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -36,8 +37,22 @@ def import_ray() -> Any:
     return ray
 
 
+def _require_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Ray retries an unreachable GCS for minutes; a HOST:PORT that refuses a TCP connection is bad input now."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or address.startswith(("ray://", "auto")):
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise InputError(f"--address {address!r}: no Ray cluster answers there ({exc}); start one with "
+                         "`ray start --head` or leave --address out to run on a local cluster") from exc
+
+
 def connect(address: str | None) -> Any:
     """ray.init to `address` ("auto", "HOST:PORT", "ray://..."), or start a local one-node cluster."""
+    if address:
+        _require_reachable(address)
     ray = import_ray()
     if ray.is_initialized():
         return ray

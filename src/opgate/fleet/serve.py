@@ -331,6 +331,10 @@ def serve(
     if once is not None:
         from opgate.fleet.k8s_label import LabelError, label_node as apply_label
 
+        busy = gpu_busy_reason() if once is ServeLevel.standard and not allow_probes_under_load else None
+        if busy:
+            raise InputError(f"--once standard: {busy}; the probes would measure the workload, not the GPU. "
+                             "Run when the GPU is idle, or pass --allow-probes-under-load")
         report = run_doctor_once(once.value, schedule.checks, schedule.frameworks)
         verdict = ready_value(report)
         print(f"opgate.io/ready={verdict} ({', '.join(f'{n} {k}' for k, n in report.counts().items() if n)})")
