@@ -24,6 +24,11 @@ FAST_DEATH_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeou
                   "RAY_health_check_failure_threshold": "3"}
 
 
+# No usage stats; no token auth: Ray >= 2.5x turns it on by itself once ~/.ray/auth_token exists (any
+# earlier local ray.init() writes one), and then a driver without the token cannot connect.
+QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,7 +58,7 @@ class LocalRayCluster:
                      f"--temp-dir={self.temp_dir}"]
         else:
             args += [f"--address={self.address}"]
-        env = {**self.base_env, **(FAST_DEATH_ENV if head else {}), "RAY_USAGE_STATS_ENABLED": "0", **node_env}
+        env = {**self.base_env, **(FAST_DEATH_ENV if head else {}), **QUIET_ENV, **node_env}
         with open(self.temp_dir / f"{name}.log", "wb") as log:
             self.nodes[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -83,7 +88,7 @@ class LocalRayCluster:
                 "print(sum(1 for n in ray.nodes() if n['Alive']))")
         try:
             out = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
-                                 timeout=20, env={**self.base_env, "RAY_USAGE_STATS_ENABLED": "0"})
+                                 timeout=20, env={**self.base_env, **QUIET_ENV})
         except subprocess.TimeoutExpired:
             return 0
         return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0

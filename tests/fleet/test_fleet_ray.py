@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 from conftest import planted_dist, HERE
 from opgate_testing import REPO, child_pythonpath
-from ray_cluster import LocalRayCluster
+from ray_cluster import QUIET_ENV, LocalRayCluster
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
 def fleet(cluster: LocalRayCluster, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "opgate", "fleet", "doctor", "--address", cluster.address,
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**cluster.env, "RAY_USAGE_STATS_ENABLED": "0"}, cwd=REPO)  # type: ignore[attr-defined]
+                            env={**cluster.env, **QUIET_ENV}, cwd=REPO)  # type: ignore[attr-defined]
 
 
 def test_a_node_killed_mid_run_is_an_error_row_and_the_outlier_is_flagged(cluster: LocalRayCluster,
