@@ -17,13 +17,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, List, Optional
-from urllib.parse import parse_qs, urlparse
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional
 
 import typer
 
 from opgate.results import CheckResult, Outcome, RunReport
+
+if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler
 
 # opgate_check_outcome's value; documented in docs/fleet.md so alerts can be written against it.
 OUTCOME_CODE = {Outcome.PASSED: 0, Outcome.WARNED: 1, Outcome.FAILED: 2, Outcome.ERROR: 3, Outcome.SKIPPED: -1}
@@ -130,6 +131,8 @@ class OpgateCollector:
                                          labels=["level"])
         ready = GaugeMetricFamily("opgate_ready", "Latest run's verdict: 0 pass, 1 warn, 2 fail", labels=["level"])
         runs = CounterMetricFamily("opgate_runs", "Doctor runs completed", labels=["level"])
+        gpu_info = GaugeMetricFamily("opgate_gpu_info", "Each GPU NVML sees (1), to join figures with their model "
+                                     "and driver in PromQL", labels=["gpu", "uuid", "model", "driver"])
         skipped = CounterMetricFamily("opgate_probe_runs_skipped", "Standard probe runs skipped because a GPU "
                                       "was in use", labels=[])
         with self.state.lock:
@@ -153,7 +156,9 @@ class OpgateCollector:
             for level, count in sorted(self.state.runs_total.items()):
                 runs.add_metric([level], count)
             skipped.add_metric([], self.state.probes_skipped)
-        yield from (outcome, duration, figure, last_run, run_duration, ready, runs, skipped)
+            for gpu in self.state.gpus:
+                gpu_info.add_metric([str(gpu["index"]), str(gpu["uuid"]), str(gpu["model"]), str(gpu["driver"])], 1)
+        yield from (outcome, duration, figure, last_run, run_duration, ready, runs, skipped, gpu_info)
 
 
 @dataclass
@@ -170,6 +175,8 @@ class Exporter:
     """The scheduler thread plus the HTTP server; `stop()` ends both."""
 
     def __init__(self, schedule: Schedule, host: str, port: int) -> None:
+        from http.server import ThreadingHTTPServer
+
         from prometheus_client import CollectorRegistry
 
         self.schedule = schedule
@@ -250,6 +257,9 @@ class Exporter:
         return (age <= limit, f"last basic run {age:.0f} s ago (limit {limit:.0f} s)")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
+        from http.server import BaseHTTPRequestHandler
+        from urllib.parse import parse_qs, urlparse
+
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
