@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import planted_dist, HERE
+from fleet_testing import HERE, planted_dist
 from opgate_testing import REPO, child_pythonpath
 from ray_cluster import QUIET_ENV, LocalRayCluster
 
@@ -87,15 +87,18 @@ def test_a_node_killed_mid_run_is_an_error_row_and_the_outlier_is_flagged(cluste
     assert "node-d" in stdout and "lost mid-run" in stdout
 
 
-def test_the_surviving_fleet_passes_with_the_outlier_as_a_warning(cluster: LocalRayCluster, tmp_path: Path) -> None:
-    # runs after the kill above: the cluster now has three nodes
-    run = fleet(cluster, "--check", "planted_bandwidth", "--json", str(tmp_path / "r.json"))
+def test_the_surviving_fleet_warns_of_its_outlier_and_strict_fails_it(cluster: LocalRayCluster,
+                                                                      tmp_path: Path) -> None:
+    # runs after the kill above: the cluster now has three nodes (the warning alone exits 0: see
+    # test_fleet_baseline.py; one Ray run here is enough)
+    run = fleet(cluster, "--check", "planted_bandwidth", "--strict", "--json", str(tmp_path / "r.json"),
+                "--node", "head", "--node", "node-b", "--node", "node-c")
     stdout, stderr = run.communicate(timeout=120)
-    assert run.returncode == 0, stdout + stderr
+    assert run.returncode == 1, stdout + stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert sorted(n["node"] for n in report["extra"]["nodes"]) == ["head", "node-b", "node-c"]
-    assert report["counts"]["warned"] == 1
-    strict = fleet(cluster, "--check", "planted_bandwidth", "--strict", "--node", "node-b", "--node", "node-c",
-                   "--node", "head")
-    out, err = strict.communicate(timeout=120)
-    assert strict.returncode == 1, out + err
+    assert report["counts"] == {"passed": 3, "warned": 1, "failed": 0, "skipped": 0, "error": 0}
+    assert "(--strict: warnings fail)" in stdout
+    gone = fleet(cluster, "--node", "node-d")
+    _, err = gone.communicate(timeout=120)
+    assert gone.returncode == 2 and "'node-d' is not an alive node" in err

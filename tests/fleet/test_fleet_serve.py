@@ -101,6 +101,8 @@ def test_metrics_have_stable_names_and_labels_and_a_failure_recovers(exporter: t
     assert metrics["opgate_last_run_duration_seconds"][0].value > 0
     assert metrics["opgate_ready"][0].value == 2
     assert any(s.name == "opgate_runs_total" and s.value >= 1 for s in metrics["opgate_runs"])
+    assert {(s.labels["kind"], s.value) for s in metrics["opgate_exporter_errors"] if s.name.endswith("_total")} == \
+        {("scheduler", 0.0), ("label", 0.0)}
 
     code, body = fetch(f"{base}/report.json")
     assert code == 200 and json.loads(body)["verb"] == "doctor"
@@ -146,3 +148,6 @@ def test_a_port_in_use_is_one_line_exit_2(fleet_env: dict[str, str]) -> None:
         out = subprocess.run([sys.executable, "-m", "opgate", "serve", "--port", str(port)], env=fleet_env,
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr and f"--port {port}" in out.stderr
+    unknown = subprocess.run([sys.executable, "-m", "opgate", "serve", "--check", "no_such_check"], env=fleet_env,
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "no_such_check" in unknown.stderr

@@ -52,6 +52,8 @@ def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes
             raise InputError(f"--node {unknown[0]!r} is not an alive node of this cluster; alive: "
                              f"{', '.join(n.name for n in nodes)}")
         nodes = [n for n in nodes if n.name in set(only_nodes)]
+    if not nodes:
+        raise InputError(f"--address {address or 'local'}: the Ray cluster has no alive node; check `ray status`")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         bar = progress.add_task(f"opgate fleet {verb}", total=len(nodes))

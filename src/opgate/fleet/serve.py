@@ -15,6 +15,7 @@ import json
 import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator, List, Optional
@@ -50,6 +51,7 @@ class ExporterState:
     probes_skipped: int = 0
     probes_skipped_reason: str = ""
     label_errors: int = 0
+    scheduler_errors: int = 0
     gpus: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, level: str, report: RunReport) -> None:
@@ -131,6 +133,8 @@ class OpgateCollector:
                                          labels=["level"])
         ready = GaugeMetricFamily("opgate_ready", "Latest run's verdict: 0 pass, 1 warn, 2 fail", labels=["level"])
         runs = CounterMetricFamily("opgate_runs", "Doctor runs completed", labels=["level"])
+        internal = CounterMetricFamily("opgate_exporter_errors", "Runs that raised inside opgate (kind=scheduler) "
+                                       "and node-label patches that failed (kind=label)", labels=["kind"])
         gpu_info = GaugeMetricFamily("opgate_gpu_info", "Each GPU NVML sees (1), to join figures with their model "
                                      "and driver in PromQL", labels=["gpu", "uuid", "model", "driver"])
         skipped = CounterMetricFamily("opgate_probe_runs_skipped", "Standard probe runs skipped because a GPU "
@@ -156,9 +160,11 @@ class OpgateCollector:
             for level, count in sorted(self.state.runs_total.items()):
                 runs.add_metric([level], count)
             skipped.add_metric([], self.state.probes_skipped)
+            internal.add_metric(["scheduler"], self.state.scheduler_errors)
+            internal.add_metric(["label"], self.state.label_errors)
             for gpu in self.state.gpus:
                 gpu_info.add_metric([str(gpu["index"]), str(gpu["uuid"]), str(gpu["model"]), str(gpu["driver"])], 1)
-        yield from (outcome, duration, figure, last_run, run_duration, ready, runs, skipped, gpu_info)
+        yield from (outcome, duration, figure, last_run, run_duration, ready, runs, skipped, internal, gpu_info)
 
 
 @dataclass
@@ -186,6 +192,7 @@ class Exporter:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.standard_requested = threading.Event()
+        self.basic_requested = threading.Event()
         self.server = ThreadingHTTPServer((host, port), self._handler())
         self.server.daemon_threads = True
         self.threads = [threading.Thread(target=self._loop, name="opgate-scheduler", daemon=True),
@@ -234,14 +241,22 @@ class Exporter:
                          if self.schedule.standard_interval_s > 0 else float("inf"))
         while not self.stopping.is_set():
             now = time.monotonic()
-            if self.standard_requested.is_set() or now >= next_standard:
-                self.standard_requested.clear()
-                self.run_level("standard")
-                if self.schedule.standard_interval_s > 0:
-                    next_standard = time.monotonic() + self.schedule.standard_interval_s
-            elif now >= next_basic:
-                self.run_level("basic")
-                next_basic = time.monotonic() + self.schedule.interval_s
+            try:
+                if self.standard_requested.is_set() or now >= next_standard:
+                    self.standard_requested.clear()
+                    if self.schedule.standard_interval_s > 0:
+                        next_standard = time.monotonic() + self.schedule.standard_interval_s
+                    self.run_level("standard")
+                elif self.basic_requested.is_set() or now >= next_basic:
+                    self.basic_requested.clear()
+                    next_basic = time.monotonic() + self.schedule.interval_s
+                    self.run_level("basic")
+            except Exception:  # an opgate bug in one run: say so, keep the schedule (healthz stays truthful)
+                traceback.print_exc()
+                with self.state.lock:
+                    self.state.scheduler_errors += 1
+            if self.basic_requested.is_set() or self.standard_requested.is_set():
+                continue
             self.wake.wait(timeout=max(0.05, min(next_basic, next_standard) - time.monotonic()))
             self.wake.clear()
 
@@ -298,8 +313,7 @@ class Exporter:
                 if url.path != "/run" or level not in LEVELS:
                     self._send(400, b"POST /run?level=basic|standard\n", "text/plain")
                     return
-                if level == "standard":
-                    exporter.standard_requested.set()
+                (exporter.standard_requested if level == "standard" else exporter.basic_requested).set()
                 exporter.wake.set()
                 self._send(202, f"{level} run requested\n".encode(), "text/plain")
 
@@ -336,6 +350,9 @@ def serve(
     except ImportError as exc:
         raise InputError("opgate serve needs prometheus-client, which is not installed; install it with "
                          "pip install 'opgate[fleet]'") from exc
+    from opgate.checks.registry import select_checks
+
+    select_checks("doctor.", list(check or []) or None)  # an unknown --check is bad input now, not in a thread
     schedule = Schedule(interval, standard_interval, list(check or []), list(framework or []),
                         allow_probes_under_load, label_node)
     if once is not None:
