@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from opgate_testing import run_opgate
+from opgate_testing import DATA, run_opgate
 
 from opgate.fleet.k8s_label import LABEL, LabelError, label_node, label_patch
 from opgate.fleet.node_task import NodeOutcome, run_verb_on_node
@@ -26,6 +26,14 @@ def test_the_node_task_runs_the_single_host_verb_and_returns_its_report(fleet_en
     [result] = outcome.report["results"]  # type: ignore[index]
     assert result["check_id"] == "planted.bandwidth" and result["figures"][0]["value"] == 4.25
     assert outcome.report["schema_version"] == 1  # type: ignore[index]
+
+
+def test_the_node_task_runs_inspect_as_well(fleet_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", fleet_env["PYTHONPATH"])
+    binary = DATA / "inspect" / "compress_size.o"
+    outcome = NodeOutcome.from_dict(run_verb_on_node("n1", ["inspect", str(binary), "--targets", "h100,b200"], 120))
+    assert outcome.error == "" and outcome.exit_code == 0 and outcome.report["verb"] == "inspect"  # type: ignore[index]
+    assert outcome.report["results"]  # type: ignore[index]
 
 
 def test_the_node_task_turns_bad_input_and_hangs_into_an_error(fleet_env: dict[str, str],

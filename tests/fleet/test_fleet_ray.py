@@ -4,6 +4,7 @@ the fleet baseline, and the merged report has every verb's formats."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -19,8 +20,8 @@ from fleet_testing import HERE, planted_dist
 from opgate_testing import REPO, child_pythonpath
 from ray_cluster import QUIET_ENV, LocalRayCluster
 
-pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (opgate[fleet])")]
 
 NODE_TBS = {"head": "4.50", "node-b": "4.52", "node-c": "4.10", "node-d": "4.49"}
 
