@@ -20,8 +20,8 @@ from fleet_testing import HERE, planted_dist
 from opgate_testing import REPO, child_pythonpath
 from ray_cluster import QUIET_ENV, LocalRayCluster
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (opgate[fleet])")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                                   reason="Ray is not installed (opgate[fleet])")]
 
 NODE_TBS = {"head": "4.50", "node-b": "4.52", "node-c": "4.10", "node-d": "4.49"}
 
@@ -33,13 +33,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(plugins), str(HERE), child_pythonpath()])
     ray_cluster = LocalRayCluster(base_env=env)
-    node_envs = {name: {"OPGATE_PLANTED_TBS": tbs} for name, tbs in NODE_TBS.items()}
+    times = tmp_path_factory.mktemp("times") / "runs.txt"
+    node_envs = {name: {"OPGATE_PLANTED_TBS": tbs, "OPGATE_PLANTED_TIMES": str(times)}
+                 for name, tbs in NODE_TBS.items()}
     # node-d is the one that dies: its check announces itself, then waits to be killed with its node.
     node_envs["node-d"].update({"OPGATE_PLANTED_SLEEP_S": "90", "OPGATE_PLANTED_PIDFILE": str(pidfile)})
     try:
         ray_cluster.start(node_envs)
         ray_cluster.pidfile = pidfile  # type: ignore[attr-defined]
         ray_cluster.env = env  # type: ignore[attr-defined]
+        ray_cluster.times = times  # type: ignore[attr-defined]
         yield ray_cluster
     finally:
         ray_cluster.stop()
@@ -91,15 +94,19 @@ def test_a_node_killed_mid_run_is_an_error_row_and_the_outlier_is_flagged(cluste
 def test_the_surviving_fleet_warns_of_its_outlier_and_strict_fails_it(cluster: LocalRayCluster,
                                                                       tmp_path: Path) -> None:
     # runs after the kill above: the cluster now has three nodes (the warning alone exits 0: see
-    # test_fleet_baseline.py; one Ray run here is enough)
+    # test_fleet_baseline.py; one Ray run here is enough), one node at a time
+    times: Path = cluster.times  # type: ignore[attr-defined]
+    times.write_text("")
     run = fleet(cluster, "--check", "planted_bandwidth", "--strict", "--json", str(tmp_path / "r.json"),
-                "--node", "head", "--node", "node-b", "--node", "node-c")
+                "--node", "head", "--node", "node-b", "--node", "node-c", "--max-nodes-at-once", "1")
     stdout, stderr = run.communicate(timeout=120)
     assert run.returncode == 1, stdout + stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert sorted(n["node"] for n in report["extra"]["nodes"]) == ["head", "node-b", "node-c"]
     assert report["counts"] == {"passed": 3, "warned": 1, "failed": 0, "skipped": 0, "error": 0}
     assert "(--strict: warnings fail)" in stdout
+    spans = sorted(tuple(map(float, line.split())) for line in times.read_text().splitlines())
+    assert len(spans) == 3 and all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans
     gone = fleet(cluster, "--node", "node-d")
     _, err = gone.communicate(timeout=120)
     assert gone.returncode == 2 and "'node-d' is not an alive node" in err
