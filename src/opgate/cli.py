@@ -321,6 +321,13 @@ from opgate.plan.cli import plan_app  # noqa: E402  (the `plan` verbs; their mac
 
 app.add_typer(plan_app, name="plan")
 
+# opgate fleet doctor|verify|inspect and opgate serve (issue 17): typer apps of their own, imported cheaply.
+from opgate.fleet.cli import fleet_app  # noqa: E402
+from opgate.fleet.serve import serve  # noqa: E402
+
+app.add_typer(fleet_app)
+app.command("serve")(serve)
+
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3."""
