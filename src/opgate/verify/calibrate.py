@@ -418,7 +418,7 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
                out_dtypes: Sequence[str], baseline_lost: Sequence[Any | None],
                quantized: Mapping[str, Any] | None = None, unwritten: Sequence[int] | None = None,
                undefined: Sequence[Any | None] | None = None, nan_policy: str = "propagate",
-               extra_atol: float = 0.0) -> CaseVerdict:
+               extra_atol: float = 0.0, unwritten_spans: Sequence[tuple[int, int]] | None = None) -> CaseVerdict:
     """Compare every output of one case with the truth and judge it against its budget."""
     import dataclasses
 
@@ -452,7 +452,9 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
         stats = dataclasses.replace(stats, mismatches=mism)
         all_stats.append(stats)
         if stats.unwritten:
-            reasons.append(f"{label}{stats.unwritten} element(s) of the poisoned out= buffer never written")
+            span = unwritten_spans[i] if unwritten_spans and i < len(unwritten_spans) else (-1, -1)
+            where = f" (flat indices {span[0]}..{span[1]} of {stats.numel})" if span[0] >= 0 else ""
+            reasons.append(f"{label}{stats.unwritten} element(s) of the poisoned out= buffer never written{where}")
         computed_nonfinite = max(0, stats.nonfinite_unexpected - stats.unwritten)  # unwritten poison is NaN too
         if computed_nonfinite:
             reasons.append(f"{label}{computed_nonfinite} NaN/Inf where the truth is finite")

@@ -217,7 +217,7 @@ class VerifyImplementationCheck(Check):
             return CaseVerdict(False, (f"raised {message}",), (), tuple(budgets))
         return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,
                           undefined=undefined_masks(op, case, dtype, out_dtypes), nan_policy=op.nan_policy,
-                          extra_atol=extra_atol)
+                          extra_atol=extra_atol, unwritten_spans=output.unwritten_spans)
 
     def _case_fails(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile, case: Case) -> bool:
         try:
@@ -414,7 +414,8 @@ def remediation_for(failing: list[CaseRecord]) -> str:
                      "float32, or rescale before squaring")
     elif nonfinite:
         hints.append("NaN/Inf from finite inputs: look for masked lanes loaded with other=0 feeding a max/exp/"
-                     "division, or reads past the end of a row")
+                     "division, or reads past the end of a row; if the output comes from torch.empty, NaN also "
+                     "marks elements never written (opgate fills torch.empty with NaN): check the store mask and grid")
     if "truth is NaN/Inf" in reasons:
         hints.append("NaN/Inf inputs are not propagated: a max/min or masking step drops them")
     if not hints and "declared" not in origins and origins <= {"edge", "random", "layout", "regime", "shrunk"}:

@@ -91,6 +91,7 @@ def implementation_function(op: Operator, choice: ImplementationChoice) -> Calla
 class RunOutput:
     outputs: list[Any]  # CPU tensors (or whatever the implementation returned, for the comparator to reject)
     unwritten: list[int]  # per output: elements of the poisoned out= buffer never written (0 without out=)
+    unwritten_spans: list[tuple[int, int]] = field(default_factory=list)  # per output: first/last flat index
 
 
 @dataclass
@@ -165,6 +166,14 @@ def _still_poison(buffer: Any, second: bool) -> Any:
     return buffer == reference
 
 
+def _span(mask: Any) -> tuple[int, int]:
+    """First and last flat index where `mask` holds, (-1, -1) when nowhere."""
+    import torch
+
+    where = torch.nonzero(mask.reshape(-1)).reshape(-1)
+    return (int(where[0]), int(where[-1])) if where.numel() else (-1, -1)
+
+
 def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
                     to_device: Callable[[Any], Any] | None = None) -> Callable[..., RunOutput]:
     """Call a Python implementation on `device` with the conventions in the module docstring."""
@@ -189,14 +198,17 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
         with torch.no_grad():
             result, buffers = call(args, out_specs, second=False)
             unwritten = [0] * len(out_specs)
+            spans: list[tuple[int, int]] = [(-1, -1)] * len(out_specs)
             if buffers is not None:
                 first = [_still_poison(b, second=False) for b in buffers]
                 if any(bool(m.any()) for m in first):
                     _, again = call(args, out_specs, second=True)
-                    unwritten = [int((m & _still_poison(b, second=True)).sum()) for m, b in zip(first, again)]
+                    kept = [m & _still_poison(b, second=True) for m, b in zip(first, again)]
+                    unwritten = [int(k.sum()) for k in kept]
+                    spans = [_span(k) for k in kept]
         outputs = result if isinstance(result, (list, tuple)) else [result]
         if device != "cpu":
             torch.cuda.synchronize()
-        return RunOutput([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs], unwritten)
+        return RunOutput([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs], unwritten, spans)
 
     return run
