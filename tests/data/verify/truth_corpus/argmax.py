@@ -23,7 +23,7 @@ argmax = opgate.Operator(
     "argmax",
     reference=lambda x: torch.argmax(x, dim=-1),
     inputs=[opgate.TensorSpec("x", ("M", "N"), kind="normal")],
-    dims={"M": [16, 0], "N": [256, 100]},
+    dims={"M": [8, 0], "N": [256, 100]},
     dtypes=["float32"],
 )
 

@@ -30,7 +30,7 @@ cross_entropy = opgate.Operator(
         opgate.TensorSpec("logits", ("M", "V"), kind="logits"),
         opgate.TensorSpec("labels", ("M",), dtype="int64", kind="index", high="V", hits="logits"),
     ],
-    dims={"M": [16, 5], "V": [128, 1000]},
+    dims={"M": [8, 5], "V": [128, 1000]},
     dtypes=["float32", "float16"],
     flops=lambda M, V: 4 * M * V,
 )

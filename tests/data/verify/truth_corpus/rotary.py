@@ -33,7 +33,7 @@ rotary = opgate.Operator(
         opgate.TensorSpec("cos", ("M", "H"), kind="uniform", low=-1.0, high=1.0),
         opgate.TensorSpec("sin", ("M", "H"), kind="uniform", low=-1.0, high=1.0),
     ],
-    dims={"M": [16, 5], "D": [64, 128]},
+    dims={"M": [8, 5], "D": [64, 128]},
     derived_dims={"H": lambda D: D // 2},
     exact_dims=["D"],
     dtypes=["bfloat16", "float32"],

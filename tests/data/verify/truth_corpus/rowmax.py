@@ -22,7 +22,7 @@ rowmax = opgate.Operator(
     "rowmax",
     reference=lambda x: x.amax(dim=-1),
     inputs=[opgate.TensorSpec("x", ("M", "N"), kind="normal")],
-    dims={"M": [16, 5], "N": [512, 128]},
+    dims={"M": [8, 5], "N": [512, 128]},
     dtypes=["float32"],
 )
 
@@ -30,7 +30,7 @@ rowmax_fmax = opgate.Operator(
     "rowmax_fmax",
     reference=lambda x: x.amax(dim=-1),
     inputs=[opgate.TensorSpec("x", ("M", "N"), kind="normal")],
-    dims={"M": [16, 5], "N": [512, 128]},
+    dims={"M": [8, 5], "N": [512, 128]},
     dtypes=["float32"],
     nan_policy="ignore",
 )

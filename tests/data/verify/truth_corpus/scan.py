@@ -27,7 +27,7 @@ cumsum = opgate.Operator(
     "cumsum",
     reference=lambda x: torch.cumsum(x, dim=-1),
     inputs=[opgate.TensorSpec("x", ("M", "N"), kind="normal")],
-    dims={"M": [8, 3], "N": [256, 1024]},
+    dims={"M": [4, 3], "N": [256, 1024]},
     dtypes=["float32"],
     flops=lambda M, N: M * N,
 )
@@ -36,7 +36,7 @@ suffix_sum = opgate.Operator(
     "suffix_sum",
     reference=lambda x: torch.flip(torch.cumsum(torch.flip(x, dims=[-1]), dim=-1), dims=[-1]),
     inputs=[opgate.TensorSpec("x", ("M", "N"), kind="normal")],
-    dims={"M": [8, 3], "N": [256, 1024]},
+    dims={"M": [4, 3], "N": [256, 1024]},
     dtypes=["float32"],
     flops=lambda M, N: M * N,
 )
