@@ -145,6 +145,10 @@ def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Pat
     wanted = {s for r in rows for s in r.stages.split(",")} | {"numerics"}
     stages = ",".join(sorted(wanted, key=lambda s: order.index(s) if s in order else len(order)))
     json_path = json_dir / (file.replace("/", "__") + ".json")
+    if args.reuse and json_path.is_file():
+        report = json.loads(json_path.read_text())
+        return FileRun(file, report.get("exit_code"), float(report.get("duration_s") or 0.0),
+                       list(report.get("results", [])))
     cmd = [sys.executable, "-m", "opgate", "verify", str(CORPUS / file), "--budget", args.budget, "--json",
            str(json_path), "--no-extras", "--stages", stages, "--jobs", str(args.jobs),
            "--out", str(json_dir / (file.replace("/", "__") + ".out"))]
@@ -226,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                         "marked device='cpu' (the Triton kernels, compiled for the GPU)")
     parser.add_argument("--json-dir", type=Path, default=None, help="keep opgate's JSON reports here")
     parser.add_argument("--summary", type=Path, default=None, help="write every row's verdict here as JSON")
+    parser.add_argument("--reuse", action="store_true", help="read the reports already in --json-dir instead of "
+                        "verifying those files again (re-run one file by deleting its report)")
     args = parser.parse_args(argv)
 
     rows = load_manifest()

@@ -11,7 +11,11 @@ Buggy
   itself (the kernel wrote its gradient into a temporary that was dropped): the loss is right, the gradient is
   grad_out * logits. Invisible to any check that runs under torch.no_grad().
 - bad_ce_grad_ignores_upstream_triton: the backward returns softmax - onehot and never multiplies by grad_out (right
-  only when the upstream gradient is all ones, as under loss.sum().backward()).
+  only when the upstream gradient is all ones, as under loss.sum().backward(); TransformerEngine PR 2139's bug
+  slipped through because its tests skipped the kernel when grad_out was 1).
+- bad_ce_grad_scalar_upstream_triton: the backward loads grad_out as a scalar (grad_out[0]) for every row: right for
+  reduction="mean"/"sum", wrong for reduction="none" with per-row upstream gradients (Liger-Kernel issues 678 and
+  968: the gradient of reduction="none" used the first element of grad_output).
 """
 
 from __future__ import annotations
@@ -69,12 +73,15 @@ def _ce_fwd(x_ptr, lab_ptr, loss_ptr, lse_ptr, g_ptr, V, sxm, sxv, sgm, TILE: tl
 
 @triton.jit
 def _ce_bwd(x_ptr, lab_ptr, lse_ptr, go_ptr, gx_ptr, V, sxm, sxv, sgm, TILE: tl.constexpr, SCALE: tl.constexpr):
+    # SCALE: 1 multiplies row m by grad_out[m]; 0 never multiplies; 2 multiplies every row by grad_out[0].
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, TILE)
     lse = tl.load(lse_ptr + row)
     label = tl.load(lab_ptr + row)
-    if SCALE:
+    if SCALE == 1:
         go = tl.load(go_ptr + row).to(tl.float32)
+    elif SCALE == 2:
+        go = tl.load(go_ptr).to(tl.float32)
     else:
         go = 1.0
     for start in range(0, V, TILE):
@@ -111,7 +118,7 @@ def _forward(logits: torch.Tensor, labels: torch.Tensor, write_grad: bool):
 
 class _FusedCE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, labels, scale_upstream: bool):
+    def forward(ctx, logits, labels, scale_upstream: int):
         loss, lse, _ = _forward(logits, labels, write_grad=False)
         ctx.save_for_backward(logits, labels, lse)
         ctx.scale_upstream = scale_upstream
@@ -148,7 +155,7 @@ class _GradInForwardCE(torch.autograd.Function):
 
 @ce_train.implementation("good_ce_fused_triton", backend="triton")
 def good_ce_fused_triton(logits, labels):
-    return _FusedCE.apply(logits, labels, True)
+    return _FusedCE.apply(logits, labels, 1)
 
 
 @ce_train.implementation("good_ce_grad_in_forward_triton", backend="triton")
@@ -163,4 +170,9 @@ def bad_ce_grad_in_forward_unchanged_triton(logits, labels):
 
 @ce_train.implementation("bad_ce_grad_ignores_upstream_triton", backend="triton")
 def bad_ce_grad_ignores_upstream_triton(logits, labels):
-    return _FusedCE.apply(logits, labels, False)
+    return _FusedCE.apply(logits, labels, 0)
+
+
+@ce_train.implementation("bad_ce_grad_scalar_upstream_triton", backend="triton")
+def bad_ce_grad_scalar_upstream_triton(logits, labels):
+    return _FusedCE.apply(logits, labels, 2)
