@@ -37,7 +37,7 @@ for src in corpus_f32 corpus_f16; do
 done
 
 step "truth corpus, device gpu, budget quick"
-timeout 112 env PYTHONPATH=src "$PY" scripts/truth_corpus.py --device gpu --budget quick --parallel 6 --jobs 2 \
+timeout 112 env PYTHONPATH=src "$PY" scripts/truth_corpus.py --device gpu --budget quick --parallel 6 --jobs 3 \
   --timeout 95 --json-dir "$WORK/json" --summary "$WORK/summary.json" > "$WORK/table.txt" 2>&1
 rc=$?
 cat "$WORK/table.txt" >> "$LOG"

@@ -43,7 +43,8 @@ TILE = 256
 
 
 @triton.jit
-def _ce_fwd(x_ptr, lab_ptr, loss_ptr, lse_ptr, g_ptr, V, sxm, sxv, sgm, TILE: tl.constexpr, WRITE_GRAD: tl.constexpr):
+def _ce_fwd(x_ptr, lab_ptr, loss_ptr, lse_ptr, g_ptr, V, sxm, sxv, slab, sgm, TILE: tl.constexpr,
+            WRITE_GRAD: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, TILE)
     x_row = x_ptr + row * sxm
@@ -58,7 +59,7 @@ def _ce_fwd(x_ptr, lab_ptr, loss_ptr, lse_ptr, g_ptr, V, sxm, sxv, sgm, TILE: tl
         m = m_new
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     lse = m_safe + tl.log(s)
-    label = tl.load(lab_ptr + row)
+    label = tl.load(lab_ptr + row * slab)
     x_label = tl.load(x_row + label * sxv).to(tl.float32)
     tl.store(loss_ptr + row, (lse - x_label).to(loss_ptr.dtype.element_ty))
     tl.store(lse_ptr + row, lse)
@@ -72,12 +73,13 @@ def _ce_fwd(x_ptr, lab_ptr, loss_ptr, lse_ptr, g_ptr, V, sxm, sxv, sgm, TILE: tl
 
 
 @triton.jit
-def _ce_bwd(x_ptr, lab_ptr, lse_ptr, go_ptr, gx_ptr, V, sxm, sxv, sgm, TILE: tl.constexpr, SCALE: tl.constexpr):
+def _ce_bwd(x_ptr, lab_ptr, lse_ptr, go_ptr, gx_ptr, V, sxm, sxv, slab, sgm, TILE: tl.constexpr,
+            SCALE: tl.constexpr):
     # SCALE: 1 multiplies row m by grad_out[m]; 0 never multiplies; 2 multiplies every row by grad_out[0].
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, TILE)
     lse = tl.load(lse_ptr + row)
-    label = tl.load(lab_ptr + row)
+    label = tl.load(lab_ptr + row * slab)
     if SCALE == 1:
         go = tl.load(go_ptr + row).to(tl.float32)
     elif SCALE == 2:
@@ -110,7 +112,7 @@ def _forward(logits: torch.Tensor, labels: torch.Tensor, write_grad: bool):
     lse = torch.empty((M,), dtype=torch.float32, device=logits.device)
     grad = torch.empty((M, V), dtype=logits.dtype, device=logits.device) if write_grad else lse
     if M:
-        _ce_fwd[(M,)](logits, labels, loss, lse, grad, V, logits.stride(0), logits.stride(1),
+        _ce_fwd[(M,)](logits, labels, loss, lse, grad, V, logits.stride(0), logits.stride(1), labels.stride(0),
                       grad.stride(0) if write_grad else 0, TILE=min(triton.next_power_of_2(V), TILE),
                       WRITE_GRAD=write_grad)
     return loss, lse, grad
@@ -131,7 +133,8 @@ class _FusedCE(torch.autograd.Function):
         gx = torch.empty((M, V), dtype=logits.dtype, device=logits.device)
         if M:
             _ce_bwd[(M,)](logits, labels, lse, grad_out.contiguous(), gx, V, logits.stride(0), logits.stride(1),
-                          gx.stride(0), TILE=min(triton.next_power_of_2(V), TILE), SCALE=ctx.scale_upstream)
+                          labels.stride(0), gx.stride(0), TILE=min(triton.next_power_of_2(V), TILE),
+                          SCALE=ctx.scale_upstream)
         return gx, None, None
 
 

@@ -9,9 +9,13 @@ Correct
 - good_ce_torch: log_softmax in float32, gather.
 
 Buggy
-- bad_ce_lowprec_probs_torch: materialises the probabilities in the I/O dtype (as fused kernels that keep softmax
-  for the backward do) and takes -log(p[label]): in float16 p = 1 - 3e-4 rounds to 1, so a confident hit row's loss
-  comes out 0; tiny p of missed rows lose their digits to float16 subnormals.
+- bad_ce_lowprec_lse_torch: keeps the logsumexp in the I/O dtype (as kernels that save lse for the backward in
+  the activations' dtype do) and takes loss = lse - x[label]. When the label misses, the loss is large and the
+  float16 rounding of lse (an ulp of |lse|) is as small as the output's own rounding; when the label meets a
+  confident logit, the true loss is ~1e-4 and lse - x[label] is 0 or one float16 ulp of |x| (0.0156 at 20): every
+  digit lost. Exact in float32 (lse stays float32 there).
+
+Both good kernels read labels through their stride (a strided labels view is a legal input).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ TILE = 512
 
 
 @triton.jit
-def _ce_fwd(x_ptr, lab_ptr, loss_ptr, V, sxm, sxv, TILE: tl.constexpr):
+def _ce_fwd(x_ptr, lab_ptr, loss_ptr, V, sxm, sxv, slab, TILE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, TILE)
     x_row = x_ptr + row * sxm
@@ -54,7 +58,7 @@ def _ce_fwd(x_ptr, lab_ptr, loss_ptr, V, sxm, sxv, TILE: tl.constexpr):
         m = m_new
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     lse = m_safe + tl.log(s)
-    label = tl.load(lab_ptr + row)
+    label = tl.load(lab_ptr + row * slab)
     x_label = tl.load(x_row + label * sxv).to(tl.float32)
     tl.store(loss_ptr + row, (lse - x_label).to(loss_ptr.dtype.element_ty))
 
@@ -65,7 +69,7 @@ def good_ce_triton(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     loss = torch.empty((M,), dtype=logits.dtype, device=logits.device)
     if M == 0:
         return loss
-    _ce_fwd[(M,)](logits, labels, loss, V, logits.stride(0), logits.stride(1),
+    _ce_fwd[(M,)](logits, labels, loss, V, logits.stride(0), logits.stride(1), labels.stride(0),
                   TILE=min(triton.next_power_of_2(V), TILE))
     return loss
 
@@ -76,8 +80,8 @@ def good_ce_torch(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return (-logp.gather(-1, labels[:, None])[:, 0]).to(logits.dtype)
 
 
-@cross_entropy.implementation("bad_ce_lowprec_probs_torch", backend="torch")
-def bad_ce_lowprec_probs_torch(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    probs = torch.softmax(logits.float(), dim=-1).to(logits.dtype)  # kept in the I/O dtype "to save memory"
-    p_label = probs.gather(-1, labels[:, None])[:, 0].float()
-    return (-torch.log(p_label.clamp_min(1e-30))).to(logits.dtype)
+@cross_entropy.implementation("bad_ce_lowprec_lse_torch", backend="torch")
+def bad_ce_lowprec_lse_torch(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    lse = torch.logsumexp(logits.float(), dim=-1).to(logits.dtype)  # saved in the I/O dtype for the backward
+    x_label = logits.gather(-1, labels[:, None])[:, 0]
+    return (lse.float() - x_label.float()).to(logits.dtype)
