@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -163,13 +164,21 @@ def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Pat
         env["TRITON_INTERPRET"] = "1"
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     start = time.monotonic()
+    # Its own session, so that a timeout ends opgate's worker processes too (they hold the output pipes open).
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
+        stdout, stderr = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
         return FileRun(file, None, time.monotonic() - start, [], f"opgate verify ran past {args.timeout:.0f} s")
     duration = time.monotonic() - start
     if not json_path.is_file():
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
+        tail = (stderr or stdout or "").strip().splitlines()[-3:]
         return FileRun(file, proc.returncode, duration, [], f"exit {proc.returncode}, no JSON: {' / '.join(tail)}")
     report = json.loads(json_path.read_text())
     return FileRun(file, proc.returncode, duration, list(report.get("results", [])))
