@@ -10,8 +10,9 @@ mkdir -p "$OUT"
 LOG="$OUT/corpus.log"
 : > "$LOG"
 PY="${PYTHON:-python3}"
+NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 CORPUS=tests/data/verify/truth_corpus/gpu
-BUILD="$CORPUS/build"
+BUILD="$(pwd)/$CORPUS/build"  # absolute: opgate's workers may run elsewhere
 WORK="$(mktemp -d /tmp/opgate-corpus.XXXXXX)"
 export OPGATE_CORPUS_CUBIN_DIR="$BUILD"
 mkdir -p "$BUILD"
@@ -20,7 +21,7 @@ step() { echo "== $*" | tee -a "$LOG"; }
 
 step "host: $(date -u) $(hostname)"
 { nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || echo "nvidia-smi failed"
-  nvcc --version | tail -2 || echo "nvcc not found"
+  "$NVCC" --version | tail -2 || echo "nvcc not found at $NVCC"
   "$PY" -c "import torch, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| cupy', cupy.__version__)" \
     || echo "torch/cupy import failed"; } >> "$LOG" 2>&1
 
@@ -28,7 +29,7 @@ step "nvcc cubins (sm_90): plain, -ftz=true, --use_fast_math"
 for src in corpus_f32 corpus_f16; do
   for variant in plain ftz fastmath; do
     case "$variant" in plain) flags="" ;; ftz) flags="-ftz=true" ;; fastmath) flags="--use_fast_math" ;; esac
-    if nvcc -cubin -arch=sm_90 $flags -o "$BUILD/${src}_${variant}.cubin" "$CORPUS/kernels/$src.cu" >> "$LOG" 2>&1; then
+    if "$NVCC" -cubin -arch=sm_90 $flags -o "$BUILD/${src}_${variant}.cubin" "$CORPUS/kernels/$src.cu" >> "$LOG" 2>&1; then
       echo "built $BUILD/${src}_${variant}.cubin" >> "$LOG"
     else
       echo "FAILED: nvcc $flags $src.cu (the implementations using it will crash: counted, not fatal)" | tee -a "$LOG"

@@ -58,6 +58,11 @@ def test_manifest_pairs_correct_kernels_with_buggy_twins() -> None:
         assert row.impl.startswith("good_") == row.is_correct_kernel(row.device), row.impl
 
 
+def test_manifest_reads_the_same_without_tomllib() -> None:
+    runner = _runner()
+    assert runner._parse_simple_toml(runner.MANIFEST) == runner.load_manifest()  # the GPU host's Python may be < 3.11
+
+
 @pytest.mark.slow
 def test_cpu_truth_corpus_no_false_alarm_no_miss(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
