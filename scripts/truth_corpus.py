@@ -159,7 +159,7 @@ def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Pat
         for impl in sorted({r.impl for r in rows}):
             cmd += ["--impl", impl]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(args.src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     if args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                         "marked device='cpu' (the Triton kernels, compiled for the GPU)")
     parser.add_argument("--json-dir", type=Path, default=None, help="keep opgate's JSON reports here")
     parser.add_argument("--summary", type=Path, default=None, help="write every row's verdict here as JSON")
+    parser.add_argument("--src", type=Path, default=REPO / "src", help="the opgate sources to judge with "
+                        "(default: this checkout's src; e.g. another worktree's, to compare versions)")
     parser.add_argument("--reuse", action="store_true", help="read the reports already in --json-dir instead of "
                         "verifying those files again (re-run one file by deleting its report)")
     args = parser.parse_args(argv)
