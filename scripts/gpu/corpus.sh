@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The truth corpus on a GPU host (H200, sm_90): builds the nvcc cubins of tests/data/verify/truth_corpus/gpu/,
+# runs scripts/truth_corpus.py --device gpu (CUDA C kernels through CuPy/NVRTC and nvcc cubins on PyTorch tensors)
+# and prints its table last. Everything it produces goes into ONE file, $OUT/corpus.log (the JSON summary of every
+# row is appended to it). Budget: at most 120 s (cubins ~10 s, spec files in parallel, each capped at 95 s).
+# Run from the repo root:  OUT=/some/dir bash scripts/gpu/corpus.sh
+set -u
+OUT="${OUT:-/tmp/opgate-corpus-out}"
+mkdir -p "$OUT"
+LOG="$OUT/corpus.log"
+: > "$LOG"
+PY="${PYTHON:-python3}"
+NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+CORPUS=tests/data/verify/truth_corpus/gpu
+BUILD="$(pwd)/$CORPUS/build"  # absolute: opgate's workers may run elsewhere
+WORK="$(mktemp -d /tmp/opgate-corpus.XXXXXX)"
+export OPGATE_CORPUS_CUBIN_DIR="$BUILD"
+mkdir -p "$BUILD"
+
+step() { echo "== $*" | tee -a "$LOG"; }
+
+step "host: $(date -u) $(hostname)"
+{ nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || echo "nvidia-smi failed"
+  "$NVCC" --version | tail -2 || echo "nvcc not found at $NVCC"
+  "$PY" -c "import torch, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| cupy', cupy.__version__)" \
+    || echo "torch/cupy import failed"; } >> "$LOG" 2>&1
+
+step "nvcc cubins (sm_90): plain, -ftz=true, --use_fast_math"
+for src in corpus_f32 corpus_f16; do
+  for variant in plain ftz fastmath; do
+    case "$variant" in plain) flags="" ;; ftz) flags="-ftz=true" ;; fastmath) flags="--use_fast_math" ;; esac
+    if "$NVCC" -cubin -arch=sm_90 $flags -o "$BUILD/${src}_${variant}.cubin" "$CORPUS/kernels/$src.cu" >> "$LOG" 2>&1; then
+      echo "built $BUILD/${src}_${variant}.cubin" >> "$LOG"
+    else
+      echo "FAILED: nvcc $flags $src.cu (the implementations using it will crash: counted, not fatal)" | tee -a "$LOG"
+    fi
+  done
+done
+
+step "truth corpus, device gpu, budget quick"
+timeout 112 env PYTHONPATH=src "$PY" scripts/truth_corpus.py --device gpu --budget quick --parallel 6 --jobs 3 \
+  --timeout 95 --json-dir "$WORK/json" --summary "$WORK/summary.json" > "$WORK/table.txt" 2>&1
+rc=$?
+cat "$WORK/table.txt" >> "$LOG"
+[ "$rc" -ne 0 ] && echo "runner exit code $rc (124: killed by the 112 s guard)" | tee -a "$LOG"
+step "summary JSON"
+cat "$WORK/summary.json" >> "$LOG" 2>/dev/null || echo "(no summary JSON)" >> "$LOG"
+rm -rf "$WORK"
+# The short result table, last.
+sed -n '/^## Truth corpus/,$p' "$LOG" | sed '/^== summary JSON/,$d' | head -60
