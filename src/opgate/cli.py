@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from enum import Enum
@@ -38,6 +39,21 @@ class Level(str, Enum):
     standard = "standard"
 
 
+# Where this invocation writes its reports: so an interrupted run can still write the report so far.
+_REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None}
+
+
+def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] = None,
+                   out_dir: Optional[Path] = None) -> None:
+    """Every output path is checked before any work (a report that cannot be written is bad input)."""
+    from opgate.outputs import check_output_folder, check_report_path
+
+    check_report_path(json_path, "--json")
+    check_report_path(junit_path, "--junit")
+    check_output_folder(out_dir, "--out")
+    _REPORT_PATHS.update(json=json_path, junit=junit_path)
+
+
 def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path], console: Console,
                   verbose: bool) -> None:
     from opgate.reporting.json_report import write_json
@@ -66,27 +82,59 @@ def doctor(
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
                                               "per check."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as failures (exit 1)."),
+    fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
+    require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
+                                     "and fail every check skipped for want of one: for GPU hosts' CI."),
     jobs: int = typer.Option(4, "--jobs", min=1, max=64, help="Checks run at once, each in its own process."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
-    list_checks: bool = typer.Option(False, "--list", help="List the registered checks and exit."),
+    list_checks: bool = typer.Option(False, "--list", help="List the registered checks, the levels each runs "
+                                     "at, and exit."),
 ) -> None:
     """Is this host, container, driver and toolkit stack fit to run GPU operators?"""
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
+    from opgate.policy import apply_skip_policy
     from opgate.session import run_session, tasks_for
 
     console = make_console()
     specs = select_checks("doctor.", check)
     if list_checks:
-        for spec in specs:
-            console.print(f"{spec.name}  ({spec.target})")
+        _list_checks(specs, console)
         raise typer.Exit(0)
+    _check_outputs(json_path, junit_path)
+    _check_frameworks(framework or [])
     ctx = CheckContext(verb="doctor", level=level.value, options={"frameworks": list(framework or [])})
     tasks, broken = tasks_for(specs, ctx)
     report = run_session("doctor", tasks, console, jobs=jobs, strict=strict, preset=broken,
                          extra={"level": level.value})
+    if fail_on_skip or require_gpu:
+        report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
     raise typer.Exit(int(report.exit_code))
+
+
+def _list_checks(specs, console: Console) -> None:
+    """`doctor --list`: each check with the levels it runs at (basic runs at standard too)."""
+    for spec in specs:
+        try:
+            levels = ", ".join(getattr(spec.load(), "levels", ("basic", "standard")))
+        except Exception as exc:  # a broken plugin is listed, not fatal
+            levels = f"cannot be imported: {type(exc).__name__}"
+        console.print(f"{spec.name}  levels: {levels}  ({spec.target})", highlight=False)
+
+
+def _check_frameworks(frameworks: List[str]) -> None:
+    """`--framework NAME` must name an importable Python module (checked without importing it)."""
+    import importlib.util
+
+    for name in frameworks:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InputError(f"--framework {name!r}: no Python module of that name is installed in this "
+                             f"environment ({sys.executable}); give an importable module, e.g. --framework torch")
 
 
 def _not_yet(verb: str) -> None:
@@ -118,6 +166,7 @@ def inspect(
     """
     from opgate.inspect.command import run_inspect
 
+    _check_outputs(json_path, junit_path)
     console = make_console()
     raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
 
@@ -163,6 +212,9 @@ def verify(
     sanitizer_tools: str = typer.Option("all", "--sanitizer-tools", help="compute-sanitizer tools of the "
                                         "sanitizer stage, comma-separated: memcheck, racecheck, initcheck, "
                                         "synccheck, or all (one run per implementation and tool)."),
+    fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
+    require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
+                                     "and fail every stage skipped for want of one: for GPU hosts' CI."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
     from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, parse_sanitizer_tools, run_verify
@@ -174,12 +226,17 @@ def verify(
         raise InputError(f"--stages {unknown[0]!r} is not a stage; choose from {', '.join(VERIFY_STAGES)}")
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
     tools = parse_sanitizer_tools(sanitizer_tools)
+    _check_outputs(json_path, junit_path, out)
     request = VerifyRequest(
         spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
         timeout_s=timeout, stages=chosen_stages, sanitizer_tools=tools,
     )
     report = run_verify(request, console)
+    if fail_on_skip or require_gpu:
+        from opgate.policy import apply_skip_policy
+
+        report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
     raise typer.Exit(int(report.exit_code))
 
@@ -201,6 +258,8 @@ def analyze(
     compile_timeout: float = typer.Option(300.0, "--compile-timeout", min=1.0,
                                           help="Seconds one implementation may take to compile for one target."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every check with its figures."),
+    allow_unknown_arch: bool = typer.Option(False, "--allow-unknown-arch", help="Accept a well-formed sm_XY "
+                                            "that opgate's catalogue does not list (default: refused, exit 2)."),
 ) -> None:
     """Portability, occupancy and roofline for every target GPU, without a GPU. Exit 1: a required target fails."""
     from opgate.analyze.portability import parse_targets
@@ -212,9 +271,11 @@ def analyze(
     if not spec_file.is_file():
         raise InputError(f"spec file {spec_file} does not exist; pass the path of a Python file that defines "
                          "opgate.Operator objects")
+    _check_outputs(json_path, None, out_dir)
     console = make_console()
-    required = parse_targets(targets)
-    optional = [t for t in parse_targets(optional_targets) if t not in required] if optional_targets.strip() else []
+    required = parse_targets(targets, allow_unknown=allow_unknown_arch)
+    optional = [t for t in parse_targets(optional_targets, allow_unknown=allow_unknown_arch)
+                if t not in required] if optional_targets.strip() else []
     options = AnalyzeOptions(
         spec_file=spec_file.resolve(), targets=required, optional_targets=optional, gpus=parse_gpus(gpus),
         out_dir=out_dir, jobs=jobs, compile_timeout_s=compile_timeout, stages=parse_stages(stages),
@@ -231,7 +292,7 @@ def analyze(
     if verbose:
         render_terminal(report, console, verbose=True)
     counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
-    console.print(f"{counts} in {report.duration_s:.1f}s - exit code {int(report.exit_code)}")
+    console.print(f"{counts} in {report.duration_s:.1f}s — exit code {int(report.exit_code)}")
     if json_path:
         write_json(report, json_path)
         console.print(f"JSON report: {json_path}")
@@ -249,7 +310,8 @@ def occupancy(
     carveout: Optional[int] = typer.Option(None, "--carveout", help="Preferred shared-memory carve-out, percent "
                                            "(default: no preference, the driver's default)."),
     barriers: int = typer.Option(1, "--barriers", help="Named barriers per block (CC >= 9 budgets them)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON to this file "
+                                             "(atomically), or to standard output with --json -."),
 ) -> None:
     """Active blocks and warps per SM, occupancy and what limits it (NVIDIA's occupancy calculator).
 
@@ -264,6 +326,8 @@ def occupancy(
 
     if (gpu is None) == (cc is None):
         raise InputError("give exactly one of --gpu (e.g. --gpu h200) or --cc (e.g. --cc 9.0)")
+    if json_path is not None and str(json_path) != "-":
+        _check_outputs(json_path)
     if gpu is not None:
         model = lookup_gpu(gpu)
         limits = sm_limits(model.compute_capability)
@@ -275,8 +339,16 @@ def occupancy(
                           static_shared_bytes=static_shared, dynamic_shared_bytes=dynamic_shared,
                           carveout_percent=carveout, block_barriers=barriers)
     result = compute_occupancy(launch, limits)
-    if as_json:
-        print(json.dumps({"device": label, **result.to_dict()}, indent=2))
+    if json_path is not None:
+        text = json.dumps({"device": label, **result.to_dict()}, indent=2) + "\n"
+        if str(json_path) == "-":
+            print(text, end="")
+        else:
+            from opgate.reporting.atomic import write_atomically
+
+            write_atomically(json_path, text)
+            render_occupancy(result, Console(highlight=False), label)
+            print(f"JSON report: {json_path}")
     else:
         render_occupancy(result, Console(highlight=False), label)
     raise typer.Exit(0 if result.fits else 1)
@@ -290,18 +362,69 @@ def version() -> None:
     print(__version__)
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _write_interrupted_report(report) -> str:
+    """The report so far, marked interrupted, to the --json/--junit paths; returns what to say about it."""
+    from opgate.reporting.json_report import write_json
+    from opgate.reporting.junit import write_junit
+
+    written = []
+    for kind, path in _REPORT_PATHS.items():
+        if path is None:
+            continue
+        try:
+            (write_json if kind == "json" else write_junit)(report, path)
+            written.append(str(path))
+        except (OSError, InputError):
+            pass
+    finished = sum(1 for _ in report.results)
+    where = f"; the report so far ({finished} results, marked interrupted) is in {', '.join(written)}" \
+        if written else ""
+    return where
+
+
+def _verb(argv: Optional[List[str]]) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), "")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
-    """Console entry point: maps the three kinds of failure to exit codes 2 and 3."""
+    """Console entry point: maps the three kinds of failure to exit codes 2 and 3, an interrupt to 130."""
+    from opgate.optional import missing_module_message
+
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
     try:
         app(args=argv, prog_name="opgate")
     except InputError as exc:
         err_console.print(f"opgate: error: {exc}")
         sys.exit(int(ExitCode.BAD_INPUT))
-    except KeyboardInterrupt:
-        err_console.print("opgate: interrupted")
-        sys.exit(130)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM; a SessionInterrupted carries the report so far
+        from opgate.runner import kill_all_children
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        kill_all_children()
+        report = getattr(stop, "report", None)
+        if report is not None:
+            err_console.print(f"opgate: interrupted; every child process was stopped"
+                              f"{_write_interrupted_report(report)}")
+        else:
+            err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
+                              "no report was written")
+        sys.exit(int(ExitCode.INTERRUPTED))
     except SystemExit:
         raise
+    except ModuleNotFoundError as exc:
+        message = missing_module_message(exc.name, _verb(argv))
+        if message is None:
+            traceback.print_exc()
+            err_console.print("opgate: internal error (a bug in opgate); please report the traceback above")
+            sys.exit(int(ExitCode.INTERNAL_ERROR))
+        err_console.print(f"opgate: error: {message}")
+        sys.exit(int(ExitCode.BAD_INPUT))
     except Exception:
         traceback.print_exc()
         err_console.print("opgate: internal error (a bug in opgate); please report the traceback above")

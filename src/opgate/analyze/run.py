@@ -84,14 +84,9 @@ def parse_stages(text: str | None) -> list[str]:
 
 def _load_operators(spec_file: Path) -> list[Any]:
     """Import the spec under the compile-only driver, so module-level device queries work without a GPU."""
-    from opgate.analyze.capture import compile_only
-    from opgate.verify.spec import SpecError, load_spec_file
+    from opgate.specload import load_spec_isolated
 
-    try:
-        with compile_only(90, sm_limits("9.0"), 132):
-            return load_spec_file(spec_file)
-    except SpecError as exc:
-        raise InputError(str(exc)) from None
+    return load_spec_isolated(spec_file, mode="analyze")
 
 
 # -- collect -------------------------------------------------------------------------------------------------------
