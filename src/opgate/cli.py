@@ -39,6 +39,29 @@ class Level(str, Enum):
     standard = "standard"
 
 
+class Interrupted(Exception):
+    """Ctrl-C/SIGTERM inside a verb, carried past typer (which would turn KeyboardInterrupt into a silent
+    exit 130) to `main`; `report` is the report so far when a run had started."""
+
+    def __init__(self, report=None) -> None:
+        super().__init__("interrupted")
+        self.report = report
+
+
+def interruptible(verb):
+    """Decorate a verb so an interrupt reaches `main` with the report so far."""
+    import functools
+
+    @functools.wraps(verb)
+    def run(*args, **kwargs):
+        try:
+            return verb(*args, **kwargs)
+        except KeyboardInterrupt as stop:
+            raise Interrupted(getattr(stop, "report", None)) from None
+
+    return run
+
+
 # Where this invocation writes its reports: so an interrupted run can still write the report so far.
 _REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None}
 
@@ -70,6 +93,7 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
 
 
 @app.command()
+@interruptible
 def doctor(
     level: Level = typer.Option(Level.basic, help="basic: software and deployment checks; "
                                 "standard: adds measured GPU probes."),
@@ -142,6 +166,7 @@ def _not_yet(verb: str) -> None:
 
 
 @app.command()
+@interruptible
 def inspect(
     paths: List[Path] = typer.Argument(..., help="Binaries (.so, executables, .o, .a), .cubin/.fatbin/.ptx "
                                        "files, wheels (.whl) or directories (searched recursively, Triton "
@@ -178,6 +203,7 @@ class Budget(str, Enum):
 
 
 @app.command()
+@interruptible
 def verify(
     spec: Path = typer.Argument(..., metavar="FILE.py", help="Python spec file that defines opgate.Operator objects."),
     op: Optional[List[str]] = typer.Option(None, "--op", help="Verify only this operator (repeatable)."),
@@ -242,6 +268,7 @@ def verify(
 
 
 @app.command()
+@interruptible
 def analyze(
     spec_file: Path = typer.Argument(..., help="Operator spec file (the `opgate verify` format)."),
     targets: str = typer.Option("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120", "--targets",
@@ -300,6 +327,7 @@ def analyze(
 
 
 @app.command()
+@interruptible
 def occupancy(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Catalogue GPU, e.g. h200 (or give --cc)."),
     cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability, e.g. 9.0 or sm_90 (or give --gpu)."),
@@ -402,7 +430,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     except InputError as exc:
         err_console.print(f"opgate: error: {exc}")
         sys.exit(int(ExitCode.BAD_INPUT))
-    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM; a SessionInterrupted carries the report so far
+    except (Interrupted, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM; a run's report so far comes along
         from opgate.runner import kill_all_children
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
