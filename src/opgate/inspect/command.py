@@ -6,6 +6,7 @@ CheckResults so the shared JSON and JUnit reporters apply unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import time
 from pathlib import Path
@@ -71,7 +72,7 @@ def run_inspect(
     fleet_targets = resolve_targets(targets, fleet)
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    reports = inspect_paths([Path(p) for p in paths], kernels=kernels, deep=deep)
+    reports = [nothing_read_is_fatal(r) for r in inspect_paths([Path(p) for p in paths], kernels=kernels, deep=deep)]
     verdicts = judge_all(reports, fleet_targets)
     duration = time.perf_counter() - t0
 
@@ -95,7 +96,24 @@ def run_inspect(
             write_junit(run_report, junit_path)
             console.print(f"JUnit report: {junit_path}")
     console.print(summary_line(reports, verdicts, duration, code))
+    report_unreadable(reports)
     return code
+
+
+def nothing_read_is_fatal(report: BinaryReport) -> BinaryReport:
+    """A file whose every device-code entry is damaged was not read at all (exit 2, docs/inspect.md); a
+    file partly read keeps its errors, which its verdicts carry as a warning naming what was lost."""
+    if report.fatal or not report.errors or report.loaded_entries():
+        return report
+    return dataclasses.replace(report, fatal=f"nothing could be read: {report.errors[0]}")
+
+
+def report_unreadable(reports: Sequence[BinaryReport]) -> None:
+    """One line on stderr per input that could not be read, as every other bad input gets."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for report in reports:
+        if report.fatal:
+            err.print(f"opgate: error: {report.label}: {report.fatal}", markup=False)
 
 
 def exit_code(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict]) -> int:
@@ -107,7 +125,7 @@ def exit_code(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict]) -> i
 
 
 def summary_line(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict], duration: float, code: int) -> str:
-    with_code = sum(1 for r in reports if r.entries)
+    with_code = sum(1 for r in reports if r.loaded_entries() and not r.fatal)
     text = f"{len(reports)} file(s), {with_code} with device code"
     if verdicts:
         counts = {s: sum(1 for v in verdicts if v.status == s) for s in (NATIVE, JIT, UNSUPPORTED)}
