@@ -28,10 +28,15 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+# Tables are laid out to fit this many columns when output is piped (CI logs) and on wider terminals.
+OUTPUT_COLUMNS = 100
+
+
 def make_console() -> Console:
-    """Terminal console; when output is piped (CI logs), use a wide fixed width so tables stay readable."""
+    """Terminal console at most OUTPUT_COLUMNS wide (the terminal's width when narrower)."""
     probe = Console()
-    return Console(highlight=False, width=None if probe.is_terminal else 160)
+    width = min(probe.width, OUTPUT_COLUMNS) if probe.is_terminal else OUTPUT_COLUMNS
+    return Console(highlight=False, width=width)
 
 
 class Level(str, Enum):
@@ -428,7 +433,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         app(args=argv, prog_name="opgate")
     except InputError as exc:
-        err_console.print(f"opgate: error: {exc}")
+        err_console.print(f"opgate: error: {exc}", markup=False)  # [[gpu]] is text, not rich markup
         sys.exit(int(ExitCode.BAD_INPUT))
     except (Interrupted, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM; a run's report so far comes along
         from opgate.runner import kill_all_children
@@ -451,7 +456,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             traceback.print_exc()
             err_console.print("opgate: internal error (a bug in opgate); please report the traceback above")
             sys.exit(int(ExitCode.INTERNAL_ERROR))
-        err_console.print(f"opgate: error: {message}")
+        err_console.print(f"opgate: error: {message}", markup=False)
         sys.exit(int(ExitCode.BAD_INPUT))
     except Exception:
         traceback.print_exc()
