@@ -188,6 +188,8 @@ def inspect(
                                               "per binary x target."),
     deep: bool = typer.Option(False, "--deep", help="Also search data sections for fatbins a library embeds "
                               "and loads itself (cuFFT 12 does; cuobjdump does not list them)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="One row per file and every verdict line "
+                                 "(default: files with identical rows share one)."),
 ) -> None:
     """What machine code and PTX do these binaries carry, and will they run on the fleet?
 
@@ -198,7 +200,8 @@ def inspect(
 
     _check_outputs(json_path, junit_path)
     console = make_console()
-    raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
+    raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep,
+                                 verbose=verbose))
 
 
 class Budget(str, Enum):

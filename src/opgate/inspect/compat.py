@@ -238,10 +238,10 @@ def runtime_floor_verdict(report: BinaryReport, target: Target, verdict: Verdict
     floor = mvc_floor(int(runtime["major"]))
     if floor is None or parse_version(target.driver) >= parse_version(floor["min_driver"]):
         return verdict
-    source = floor["source"]
+    source = next((word.rstrip(";,") for word in floor["source"].split() if word.startswith("http")), floor["source"])
     reason = (f"{verdict.reason}, but its CUDA {runtime['major']} runtime ({runtime['evidence']}) needs driver >= "
-              f"{floor['min_driver']} (the R{floor['min_driver_branch']} branch, CUDA {runtime['major']} minor "
-              f"version compatibility; {source}) and the target runs {target.driver}")
+              f"{floor['min_driver']} (R{floor['min_driver_branch']}, CUDA {runtime['major']} minor version "
+              f"compatibility, {source}) and the target runs {target.driver}")
     return Verdict(verdict.binary, target, UNSUPPORTED, reason, verdict.sass, verdict.ptx, verdict.warnings)
 
 
