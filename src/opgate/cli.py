@@ -303,9 +303,9 @@ def analyze(
     from opgate.reporting.json_report import write_json
     from opgate.reporting.terminal import render_terminal
 
-    if not spec_file.is_file():
-        raise InputError(f"spec file {spec_file} does not exist; pass the path of a Python file that defines "
-                         "opgate.Operator objects")
+    from opgate.specload import check_spec_path
+
+    check_spec_path(spec_file)
     _check_outputs(json_path, None, out_dir)
     console = make_console()
     required = parse_targets(targets, allow_unknown=allow_unknown_arch)

@@ -44,12 +44,25 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+def check_spec_path(path: Path) -> None:
+    """InputError unless `path` is a regular file (a directory, /dev/null or a missing path is named as such)."""
+    path = Path(path)
+    if path.is_file():
+        return
+    if path.is_dir():
+        problem = "is a directory"
+    elif path.exists():
+        problem = "is not a regular file"
+    else:
+        problem = "does not exist"
+    raise InputError(f"spec file {path} {problem}; pass the path of a Python file that defines opgate.Operator "
+                     "objects")
+
+
 def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode: str = "verify") -> None:
     """Import `path` in a child process; raise InputError (one line) unless it imported and defined Operators."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"spec file {path} does not exist; pass the path of a Python file that defines "
-                         "opgate.Operator objects")
+    check_spec_path(path)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryDirectory(prefix="opgate-spec-") as tmp:
