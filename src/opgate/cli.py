@@ -317,8 +317,8 @@ def analyze(
     )
     report, findings = run_analyze(options, console)
     if findings.outcomes:
-        render_matrix(findings.outcomes, [t.label for t in [*required, *optional]], console)
-    render_roofline(findings, console)
+        render_matrix(findings.outcomes, [t.label for t in [*required, *optional]], console, verbose=verbose)
+    render_roofline(findings, console, verbose=verbose)
     problems = [r for r in report.results if r.outcome in (Outcome.FAILED, Outcome.WARNED, Outcome.ERROR)]
     for result in problems:
         console.print(f"{result.outcome.value.upper()} {result.check_id}: {result.reason}", highlight=False)

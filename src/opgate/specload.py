@@ -137,6 +137,12 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
     except SystemExit as exc:
         raise InputError(f"spec file {path} called sys.exit({exc.code!r}) while being imported; a spec must only "
                          "define opgate.Operator objects at import") from None
+    except ModuleNotFoundError as exc:
+        from opgate.optional import missing_module_message
+
+        hint = missing_module_message(exc.name)
+        raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}"
+                         + (f"; {hint}" if hint else "")) from None
     except BaseException as exc:  # noqa: BLE001 - user code: anything it raises is a fact about the spec
         raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}") from None
 

@@ -253,7 +253,9 @@ def analyze_operator(op: Any, gpus: Sequence[GpuModel],
         if dtype not in ITEMSIZE:
             skipped.append(f"{dtype}: no element size known")
             continue
-        works = [operator_work(op, dtype, dims) for dims in dims_cases(op.dims)]
+        # The production-like size when the spec gives one (perf_dims); else every declared combination.
+        cases = [op.timing_dims()] if getattr(op, "perf_dims", None) else dims_cases(op.dims)
+        works = [operator_work(op, dtype, dims) for dims in cases]
         for source in sorted({w.flops_source for w in works} | {w.bytes_source for w in works}):
             note = f"{dtype}: {source}"
             if note not in notes:
