@@ -344,3 +344,67 @@ def test_sigint_before_any_check_leaves_no_report(tmp_path: Path) -> None:
     assert not report.exists()
     time.sleep(0.5)
     assert not processes_with(run.marker)
+
+
+@pytest.mark.slow
+def test_sigkill_of_opgate_takes_its_workers_with_it(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG: a worker dies with its parent even when the parent gets no chance to clean up."""
+    plugin = _plugin(tmp_path)
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "opgate", "doctor", "--check", "planted_slow"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_for(marker, plugin),
+                            cwd=REPO)
+
+    def workers() -> list[int]:
+        found = []
+        for pid in processes_with(marker):
+            try:
+                if b"opgate.checks.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 60
+    while not workers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers(), "the worker never started"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not workers(), "a worker outlived the SIGKILL of opgate"
+    for pid in processes_with(marker):  # the check's own `sleep` grandchild: not covered by PDEATHSIG
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("args, failed", [
+    (["doctor", "--check", "gpu_inventory", "--fail-on-skip"], "doctor.gpu_inventory"),
+    (["doctor", "--check", "container", "--require-gpu"], "gpu.required"),
+])
+def test_skips_fail_when_asked(args: list[str], failed: str, tmp_path: Path) -> None:
+    from opgate_testing import gpu_available
+
+    if gpu_available()[0]:
+        pytest.skip("a GPU is visible here: nothing is skipped for want of one")
+    report = tmp_path / "r.json"
+    run = opgate(*args, "--json", str(report))
+    assert run.returncode == 1, run.stdout + run.stderr
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    assert results[failed]["outcome"] == "failed"
+    assert not [r for r in results.values() if r["outcome"] == "skipped"]
+
+
+def test_a_missing_optional_dependency_names_its_extra(tmp_path: Path) -> None:
+    """matplotlib made unimportable for real (None in sys.modules): one line naming the extra, exit 2."""
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from opgate.cli import main\n"
+            f"main(['analyze', {str(DATA / 'analyze' / 'analyze_ops.py')!r}, '--targets', 'sm_90', '--stages', "
+            f"'roofline', '--gpus', 'h100', '--out', {str(tmp_path)!r}])")
+    marker = uuid.uuid4().hex
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_for(marker),
+                          timeout=240, cwd=REPO)
+    run = Run(proc.returncode, proc.stdout, proc.stderr, marker)
+    assert_one_line_error(run, "'matplotlib'")
+    assert "pip install 'opgate[verify]'" in run.stderr_lines[0]

@@ -70,7 +70,8 @@ def skip_groups(results: list[CheckResult]) -> list[tuple[str, list[str]]]:
 
 def render_terminal(report: RunReport, console: Console, verbose: bool = False) -> None:
     table = Table(title=f"opgate {report.verb}", show_lines=True, expand=False)
-    table.add_column("check", style="cyan", overflow="fold")
+    longest_id = max((len(r.check_id) for r in report.results), default=10)
+    table.add_column("check", style="cyan", overflow="fold", min_width=min(longest_id, 40))
     table.add_column("result", no_wrap=True)
     table.add_column("reason", ratio=3, overflow="fold")
     table.add_column("evidence", style="dim", ratio=2, overflow="fold")
