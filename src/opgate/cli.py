@@ -451,7 +451,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                               "no report was written")
         sys.exit(int(ExitCode.INTERRUPTED))
-    except SystemExit:
+    except SystemExit as exc:
+        if exc.code == int(ExitCode.INTERRUPTED):  # typer turns a Ctrl-C outside a verb into a silent exit 130
+            err_console.print("opgate: interrupted before any check started; no report was written")
         raise
     except ModuleNotFoundError as exc:
         message = missing_module_message(exc.name, _verb(argv))
