@@ -321,9 +321,10 @@ def analyze(
     render_roofline(findings, console, verbose=verbose)
     problems = [r for r in report.results if r.outcome in (Outcome.FAILED, Outcome.WARNED, Outcome.ERROR)]
     for result in problems:
-        console.print(f"{result.outcome.value.upper()} {result.check_id}: {result.reason}", highlight=False)
+        console.print(f"{result.outcome.value.upper()} {result.check_id}: {result.reason}", highlight=False,
+                      markup=False)
         if result.remediation:
-            console.print(f"  -> {result.remediation}", highlight=False)
+            console.print(f"  → {result.remediation}", highlight=False, markup=False)
     if verbose:
         render_terminal(report, console, verbose=True)
     counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
