@@ -236,7 +236,8 @@ def verify(
     shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Shrink a failure to the smallest failing "
                                 "case."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1.0, help="Seconds one implementation x dtype "
-                                            "may run before it is killed (default: 300/600/1800 by budget)."),
+                                            "may run before it is killed (default: 300/600/1800 by budget); "
+                                            "also bounds the spec's import (default 120 s)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated: numerics "
                                "(always runs), runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer "
