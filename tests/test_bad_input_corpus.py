@@ -278,6 +278,7 @@ def _interrupt(args: list[str], ready: callable, extra_path: str = "", deadline_
     started = time.monotonic()
     while not ready(marker, proc.pid) and time.monotonic() - started < deadline_s and proc.poll() is None:
         time.sleep(0.2)
+    time.sleep(0.5)  # a finished child is collected by the parent's next poll (every 20 ms)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

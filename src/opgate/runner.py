@@ -199,6 +199,26 @@ class _Running:
         return self.error(f"check process exited with code {code} before reporting a result", returncode=code)
 
 
+class _stop_on_interrupt:
+    """Ctrl-C/SIGTERM inside run_checks: kill every running child's group, raise RunInterrupted with the
+    results that had finished and the ids of the tasks that had not."""
+
+    def __init__(self, running: list[_Running], results: list[CheckResult | None],
+                 pending: list[tuple[int, CheckTask]]) -> None:
+        self.running, self.results, self.pending = running, results, pending
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if kind is None or not issubclass(kind, KeyboardInterrupt) or isinstance(exc, RunInterrupted):
+            return False
+        for slot in self.running:
+            slot.kill()
+        not_run = [slot.task.check_id for slot in self.running] + [task.check_id for _, task in self.pending]
+        raise RunInterrupted([r for r in self.results if r is not None], not_run) from None
+
+
 def run_checks(
     tasks: Sequence[CheckTask],
     jobs: int = 1,
@@ -212,52 +232,41 @@ def run_checks(
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = list(enumerate(tasks))
     running: list[_Running] = []
-    with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
         workdir = Path(tmp)
-        try:
-            _run_loop(pending, running, results, workdir, jobs, on_start, on_done)
-        except KeyboardInterrupt:
-            for slot in running:
-                slot.kill()
-            not_run = [slot.task.check_id for slot in running] + [task.check_id for _, task in pending]
-            raise RunInterrupted([r for r in results if r is not None], not_run) from None
-    return [r for r in results if r is not None]
-
-
-def _run_loop(pending: list[tuple[int, CheckTask]], running: list[_Running], results: list[CheckResult | None],
-              workdir: Path, jobs: int, on_start: ProgressHook | None, on_done: DoneHook | None) -> None:
-    while pending or running:
-        while pending and len(running) < max(1, jobs):
-            index, task = pending[0]
-            if task.exclusive and running:
-                break
-            if running and running[0].task.exclusive:
-                break
-            pending.pop(0)
-            if on_start:
-                on_start(task)
-            try:
-                running.append(_Running(task, workdir, index))
-            except OSError as exc:
-                result = CheckResult(task.check_id, task.title, Outcome.ERROR,
-                                     f"could not start the check process: {exc}")
-                results[index] = result
+        while pending or running:
+            while pending and len(running) < max(1, jobs):
+                index, task = pending[0]
+                if task.exclusive and running:
+                    break
+                if running and running[0].task.exclusive:
+                    break
+                pending.pop(0)
+                if on_start:
+                    on_start(task)
+                try:
+                    running.append(_Running(task, workdir, index))
+                except OSError as exc:
+                    result = CheckResult(task.check_id, task.title, Outcome.ERROR,
+                                         f"could not start the check process: {exc}")
+                    results[index] = result
+                    if on_done:
+                        on_done(task, result)
+            time.sleep(POLL_INTERVAL_S)
+            for slot in list(running):
+                if slot.proc.poll() is None:
+                    if slot.elapsed() <= slot.task.timeout_s:
+                        continue
+                    slot.kill()
+                    result = slot.error(
+                        f"check timed out after {slot.task.timeout_s:g} s and was killed",
+                        timeout_s=slot.task.timeout_s,
+                    )
+                else:
+                    unregister_child(slot.proc)
+                    result = slot.collect()
+                running.remove(slot)
+                results[slot.index] = result
                 if on_done:
-                    on_done(task, result)
-        time.sleep(POLL_INTERVAL_S)
-        for slot in list(running):
-            if slot.proc.poll() is None:
-                if slot.elapsed() <= slot.task.timeout_s:
-                    continue
-                slot.kill()
-                result = slot.error(
-                    f"check timed out after {slot.task.timeout_s:g} s and was killed",
-                    timeout_s=slot.task.timeout_s,
-                )
-            else:
-                unregister_child(slot.proc)
-                result = slot.collect()
-            running.remove(slot)
-            results[slot.index] = result
-            if on_done:
-                on_done(slot.task, result)
+                    on_done(slot.task, result)
+    return [r for r in results if r is not None]
