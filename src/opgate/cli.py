@@ -33,9 +33,14 @@ OUTPUT_COLUMNS = 100
 
 
 def make_console() -> Console:
-    """Terminal console at most OUTPUT_COLUMNS wide (the terminal's width when narrower)."""
+    """Terminal console at most OUTPUT_COLUMNS wide (the terminal's width when narrower); COLUMNS, when set,
+    is the width asked for."""
     probe = Console()
-    width = min(probe.width, OUTPUT_COLUMNS) if probe.is_terminal else OUTPUT_COLUMNS
+    asked = os.environ.get("COLUMNS", "")
+    if asked.isdigit() and int(asked) > 0:
+        width = int(asked)
+    else:
+        width = min(probe.width, OUTPUT_COLUMNS) if probe.is_terminal else OUTPUT_COLUMNS
     return Console(highlight=False, width=width)
 
 
