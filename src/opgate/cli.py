@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from opgate.errors import InputError
+from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.results import ExitCode, Outcome
 
 app = typer.Typer(
@@ -49,33 +50,6 @@ class Level(str, Enum):
     standard = "standard"
 
 
-class Interrupted(Exception):
-    """Ctrl-C/SIGTERM inside a verb, carried past typer (which would turn KeyboardInterrupt into a silent
-    exit 130) to `main`; `report` is the report so far when a run had started."""
-
-    def __init__(self, report=None) -> None:
-        super().__init__("interrupted")
-        self.report = report
-
-
-def interruptible(verb):
-    """Decorate a verb so an interrupt reaches `main` with the report so far."""
-    import functools
-
-    @functools.wraps(verb)
-    def run(*args, **kwargs):
-        try:
-            return verb(*args, **kwargs)
-        except KeyboardInterrupt as stop:
-            raise Interrupted(getattr(stop, "report", None)) from None
-
-    return run
-
-
-# Where this invocation writes its reports: so an interrupted run can still write the report so far.
-_REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None}
-
-
 def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] = None,
                    out_dir: Optional[Path] = None) -> None:
     """Every output path is checked before any work (a report that cannot be written is bad input)."""
@@ -84,7 +58,7 @@ def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] 
     check_report_path(json_path, "--json")
     check_report_path(junit_path, "--junit")
     check_output_folder(out_dir, "--out")
-    _REPORT_PATHS.update(json=json_path, junit=junit_path)
+    REPORT_PATHS.update(json=json_path, junit=junit_path)
 
 
 def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path], console: Console,
@@ -405,30 +379,6 @@ def version() -> None:
     print(__version__)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _write_interrupted_report(report) -> str:
-    """The report so far, marked interrupted, to the --json/--junit paths; returns what to say about it."""
-    from opgate.reporting.json_report import write_json
-    from opgate.reporting.junit import write_junit
-
-    written = []
-    for kind, path in _REPORT_PATHS.items():
-        if path is None:
-            continue
-        try:
-            (write_json if kind == "json" else write_junit)(report, path)
-            written.append(str(path))
-        except (OSError, InputError):
-            pass
-    finished = sum(1 for _ in report.results)
-    where = f"; the report so far ({finished} results, marked interrupted) is in {', '.join(written)}" \
-        if written else ""
-    return where
-
-
 def _verb(argv: Optional[List[str]]) -> str:
     args = sys.argv[1:] if argv is None else argv
     return next((a for a in args if not a.startswith("-")), "")
@@ -439,7 +389,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     from opgate.optional import missing_module_message
 
     if hasattr(signal, "SIGTERM"):
-        signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
+        signal.signal(signal.SIGTERM, raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
     try:
         app(args=argv, prog_name="opgate")
     except InputError as exc:
@@ -453,7 +403,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         report = getattr(stop, "report", None)
         if report is not None:
             err_console.print(f"opgate: interrupted; every child process was stopped"
-                              f"{_write_interrupted_report(report)}")
+                              f"{write_interrupted_report(report)}")
         else:
             err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                               "no report was written")
