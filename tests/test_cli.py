@@ -60,10 +60,14 @@ def test_warning_exits_0_and_1_under_strict(plugin_env: dict[str, str]) -> None:
     assert run_opgate(["doctor", "--check", "planted_warning", "--strict"], env=plugin_env).returncode == 1
 
 
-def test_crashing_check_exits_3_and_run_goes_on(plugin_env: dict[str, str]) -> None:
-    out = run_opgate(["doctor", "--check", "planted_crash", "--check", "planted_passing"], env=plugin_env)
+def test_crashing_check_exits_3_and_run_goes_on(plugin_env: dict[str, str], tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    out = run_opgate(["doctor", "--check", "planted_crash", "--check", "planted_passing", "--json", str(report)],
+                     env=plugin_env)
     assert out.returncode == 3, out.stdout + out.stderr
-    assert "planted failure inside the check" in out.stdout
+    # The terminal table wraps reasons at 100 columns; the words are in the cell, the whole reason in the JSON.
+    assert "planted failure" in out.stdout
+    assert any("planted failure inside the check" in r["reason"] for r in json.loads(report.read_text())["results"])
     assert "1 passed" in out.stdout
 
 

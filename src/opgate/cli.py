@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from enum import Enum
@@ -13,6 +14,7 @@ import typer
 from rich.console import Console
 
 from opgate.errors import InputError
+from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.results import ExitCode, Outcome
 
 app = typer.Typer(
@@ -27,15 +29,36 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+# Tables are laid out to fit this many columns when output is piped (CI logs) and on wider terminals.
+OUTPUT_COLUMNS = 100
+
+
 def make_console() -> Console:
-    """Terminal console; when output is piped (CI logs), use a wide fixed width so tables stay readable."""
+    """Terminal console at most OUTPUT_COLUMNS wide (the terminal's width when narrower); COLUMNS, when set,
+    is the width asked for."""
     probe = Console()
-    return Console(highlight=False, width=None if probe.is_terminal else 160)
+    asked = os.environ.get("COLUMNS", "")
+    if asked.isdigit() and int(asked) > 0:
+        width = int(asked)
+    else:
+        width = min(probe.width, OUTPUT_COLUMNS) if probe.is_terminal else OUTPUT_COLUMNS
+    return Console(highlight=False, width=width)
 
 
 class Level(str, Enum):
     basic = "basic"
     standard = "standard"
+
+
+def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] = None,
+                   out_dir: Optional[Path] = None) -> None:
+    """Every output path is checked before any work (a report that cannot be written is bad input)."""
+    from opgate.outputs import check_output_folder, check_report_path
+
+    check_report_path(json_path, "--json")
+    check_report_path(junit_path, "--junit")
+    check_output_folder(out_dir, "--out")
+    REPORT_PATHS.update(json=json_path, junit=junit_path)
 
 
 def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path], console: Console,
@@ -54,6 +77,7 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
 
 
 @app.command()
+@interruptible
 def doctor(
     level: Level = typer.Option(Level.basic, help="basic: software and deployment checks; "
                                 "standard: adds measured GPU probes."),
@@ -66,27 +90,59 @@ def doctor(
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
                                               "per check."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as failures (exit 1)."),
+    fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
+    require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
+                                     "and fail every check skipped for want of one: for GPU hosts' CI."),
     jobs: int = typer.Option(4, "--jobs", min=1, max=64, help="Checks run at once, each in its own process."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
-    list_checks: bool = typer.Option(False, "--list", help="List the registered checks and exit."),
+    list_checks: bool = typer.Option(False, "--list", help="List the registered checks, the levels each runs "
+                                     "at, and exit."),
 ) -> None:
     """Is this host, container, driver and toolkit stack fit to run GPU operators?"""
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
+    from opgate.policy import apply_skip_policy
     from opgate.session import run_session, tasks_for
 
     console = make_console()
     specs = select_checks("doctor.", check)
     if list_checks:
-        for spec in specs:
-            console.print(f"{spec.name}  ({spec.target})")
+        _list_checks(specs, console)
         raise typer.Exit(0)
+    _check_outputs(json_path, junit_path)
+    _check_frameworks(framework or [])
     ctx = CheckContext(verb="doctor", level=level.value, options={"frameworks": list(framework or [])})
     tasks, broken = tasks_for(specs, ctx)
     report = run_session("doctor", tasks, console, jobs=jobs, strict=strict, preset=broken,
                          extra={"level": level.value})
+    if fail_on_skip or require_gpu:
+        report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
     raise typer.Exit(int(report.exit_code))
+
+
+def _list_checks(specs, console: Console) -> None:
+    """`doctor --list`: each check with the levels it runs at (basic runs at standard too)."""
+    for spec in specs:
+        try:
+            levels = ", ".join(getattr(spec.load(), "levels", ("basic", "standard")))
+        except Exception as exc:  # a broken plugin is listed, not fatal
+            levels = f"cannot be imported: {type(exc).__name__}"
+        console.print(f"{spec.name}  levels: {levels}  ({spec.target})", highlight=False)
+
+
+def _check_frameworks(frameworks: List[str]) -> None:
+    """`--framework NAME` must name an importable Python module (checked without importing it)."""
+    import importlib.util
+
+    for name in frameworks:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InputError(f"--framework {name!r}: no Python module of that name is installed in this "
+                             f"environment ({sys.executable}); give an importable module, e.g. --framework torch")
 
 
 def _not_yet(verb: str) -> None:
@@ -94,6 +150,7 @@ def _not_yet(verb: str) -> None:
 
 
 @app.command()
+@interruptible
 def inspect(
     paths: List[Path] = typer.Argument(..., help="Binaries (.so, executables, .o, .a), .cubin/.fatbin/.ptx "
                                        "files, wheels (.whl) or directories (searched recursively, Triton "
@@ -113,6 +170,8 @@ def inspect(
     compare: bool = typer.Option(False, "--compare", help="Compare exactly two builds (e.g. nvcc and clang) kernel "
                                  "by kernel: SASS, PTX, resources, verdicts; exit 1 when a difference breaks a "
                                  "fleet target."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="One row per file and every verdict line "
+                                 "(default: files with identical rows share one)."),
 ) -> None:
     """What machine code and PTX do these binaries carry, and will they run on the fleet?
 
@@ -121,13 +180,15 @@ def inspect(
     """
     from opgate.inspect.command import run_inspect
 
+    _check_outputs(json_path, junit_path)
     console = make_console()
     if compare:
         from opgate.inspect.command import resolve_targets
         from opgate.inspect.compare import run_compare
 
         raise typer.Exit(run_compare(paths, resolve_targets(targets, fleet), json_path, console, junit_path))
-    raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep))
+    raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep,
+                                 verbose=verbose))
 
 
 class Budget(str, Enum):
@@ -137,6 +198,7 @@ class Budget(str, Enum):
 
 
 @app.command()
+@interruptible
 def verify(
     spec: Path = typer.Argument(..., metavar="FILE.py", help="Python spec file that defines opgate.Operator objects."),
     op: Optional[List[str]] = typer.Option(None, "--op", help="Verify only this operator (repeatable)."),
@@ -161,7 +223,8 @@ def verify(
     shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Shrink a failure to the smallest failing "
                                 "case."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1.0, help="Seconds one implementation x dtype "
-                                            "may run before it is killed (default: 300/600/1800 by budget)."),
+                                            "may run before it is killed (default: 300/600/1800 by budget); "
+                                            "also bounds the spec's import (default 120 s)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated: numerics "
                                "(always runs), runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer "
@@ -171,6 +234,9 @@ def verify(
     sanitizer_tools: str = typer.Option("all", "--sanitizer-tools", help="compute-sanitizer tools of the "
                                         "sanitizer stage, comma-separated: memcheck, racecheck, initcheck, "
                                         "synccheck, or all (one run per implementation and tool)."),
+    fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
+    require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
+                                     "and fail every stage skipped for want of one: for GPU hosts' CI."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
     from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, parse_sanitizer_tools, run_verify
@@ -182,17 +248,23 @@ def verify(
         raise InputError(f"--stages {unknown[0]!r} is not a stage; choose from {', '.join(VERIFY_STAGES)}")
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
     tools = parse_sanitizer_tools(sanitizer_tools)
+    _check_outputs(json_path, junit_path, out)
     request = VerifyRequest(
         spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
         timeout_s=timeout, stages=chosen_stages, sanitizer_tools=tools,
     )
     report = run_verify(request, console)
+    if fail_on_skip or require_gpu:
+        from opgate.policy import apply_skip_policy
+
+        report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
     raise typer.Exit(int(report.exit_code))
 
 
 @app.command()
+@interruptible
 def analyze(
     spec_file: Path = typer.Argument(..., help="Operator spec file (the `opgate verify` format)."),
     targets: str = typer.Option("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120", "--targets",
@@ -209,6 +281,8 @@ def analyze(
     compile_timeout: float = typer.Option(300.0, "--compile-timeout", min=1.0,
                                           help="Seconds one implementation may take to compile for one target."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every check with its figures."),
+    allow_unknown_arch: bool = typer.Option(False, "--allow-unknown-arch", help="Accept a well-formed sm_XY "
+                                            "that opgate's catalogue does not list (default: refused, exit 2)."),
 ) -> None:
     """Portability, occupancy and roofline for every target GPU, without a GPU. Exit 1: a required target fails."""
     from opgate.analyze.portability import parse_targets
@@ -217,29 +291,32 @@ def analyze(
     from opgate.reporting.json_report import write_json
     from opgate.reporting.terminal import render_terminal
 
-    if not spec_file.is_file():
-        raise InputError(f"spec file {spec_file} does not exist; pass the path of a Python file that defines "
-                         "opgate.Operator objects")
+    from opgate.specload import check_spec_path
+
+    check_spec_path(spec_file)
+    _check_outputs(json_path, None, out_dir)
     console = make_console()
-    required = parse_targets(targets)
-    optional = [t for t in parse_targets(optional_targets) if t not in required] if optional_targets.strip() else []
+    required = parse_targets(targets, allow_unknown=allow_unknown_arch)
+    optional = [t for t in parse_targets(optional_targets, allow_unknown=allow_unknown_arch)
+                if t not in required] if optional_targets.strip() else []
     options = AnalyzeOptions(
         spec_file=spec_file.resolve(), targets=required, optional_targets=optional, gpus=parse_gpus(gpus),
         out_dir=out_dir, jobs=jobs, compile_timeout_s=compile_timeout, stages=parse_stages(stages),
     )
     report, findings = run_analyze(options, console)
     if findings.outcomes:
-        render_matrix(findings.outcomes, [t.label for t in [*required, *optional]], console)
-    render_roofline(findings, console)
+        render_matrix(findings.outcomes, [t.label for t in [*required, *optional]], console, verbose=verbose)
+    render_roofline(findings, console, verbose=verbose)
     problems = [r for r in report.results if r.outcome in (Outcome.FAILED, Outcome.WARNED, Outcome.ERROR)]
     for result in problems:
-        console.print(f"{result.outcome.value.upper()} {result.check_id}: {result.reason}", highlight=False)
+        console.print(f"{result.outcome.value.upper()} {result.check_id}: {result.reason}", highlight=False,
+                      markup=False)
         if result.remediation:
-            console.print(f"  -> {result.remediation}", highlight=False)
+            console.print(f"  → {result.remediation}", highlight=False, markup=False)
     if verbose:
         render_terminal(report, console, verbose=True)
     counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
-    console.print(f"{counts} in {report.duration_s:.1f}s - exit code {int(report.exit_code)}")
+    console.print(f"{counts} in {report.duration_s:.1f}s — exit code {int(report.exit_code)}")
     if json_path:
         write_json(report, json_path)
         console.print(f"JSON report: {json_path}")
@@ -247,6 +324,7 @@ def analyze(
 
 
 @app.command()
+@interruptible
 def occupancy(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Catalogue GPU, e.g. h200 (or give --cc)."),
     cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability, e.g. 9.0 or sm_90 (or give --gpu)."),
@@ -257,7 +335,8 @@ def occupancy(
     carveout: Optional[int] = typer.Option(None, "--carveout", help="Preferred shared-memory carve-out, percent "
                                            "(default: no preference, the driver's default)."),
     barriers: int = typer.Option(1, "--barriers", help="Named barriers per block (CC >= 9 budgets them)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON to this file "
+                                             "(atomically), or to standard output with --json -."),
 ) -> None:
     """Active blocks and warps per SM, occupancy and what limits it (NVIDIA's occupancy calculator).
 
@@ -272,6 +351,8 @@ def occupancy(
 
     if (gpu is None) == (cc is None):
         raise InputError("give exactly one of --gpu (e.g. --gpu h200) or --cc (e.g. --cc 9.0)")
+    if json_path is not None and str(json_path) != "-":
+        _check_outputs(json_path)
     if gpu is not None:
         model = lookup_gpu(gpu)
         limits = sm_limits(model.compute_capability)
@@ -283,8 +364,16 @@ def occupancy(
                           static_shared_bytes=static_shared, dynamic_shared_bytes=dynamic_shared,
                           carveout_percent=carveout, block_barriers=barriers)
     result = compute_occupancy(launch, limits)
-    if as_json:
-        print(json.dumps({"device": label, **result.to_dict()}, indent=2))
+    if json_path is not None:
+        text = json.dumps({"device": label, **result.to_dict()}, indent=2) + "\n"
+        if str(json_path) == "-":
+            print(text, end="")
+        else:
+            from opgate.reporting.atomic import write_atomically
+
+            write_atomically(json_path, text)
+            render_occupancy(result, Console(highlight=False), label)
+            print(f"JSON report: {json_path}")
     else:
         render_occupancy(result, Console(highlight=False), label)
     raise typer.Exit(0 if result.fits else 1)
@@ -329,18 +418,47 @@ app.add_typer(fleet_app)
 app.command("serve")(serve)
 
 
+def _verb(argv: Optional[List[str]]) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), "")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
-    """Console entry point: maps the three kinds of failure to exit codes 2 and 3."""
+    """Console entry point: maps the three kinds of failure to exit codes 2 and 3, an interrupt to 130."""
+    from opgate.optional import missing_module_message
+
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
     try:
         app(args=argv, prog_name="opgate")
     except InputError as exc:
-        err_console.print(f"opgate: error: {exc}")
+        err_console.print(f"opgate: error: {exc}", markup=False)  # [[gpu]] is text, not rich markup
         sys.exit(int(ExitCode.BAD_INPUT))
-    except KeyboardInterrupt:
-        err_console.print("opgate: interrupted")
-        sys.exit(130)
-    except SystemExit:
+    except (Interrupted, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM; a run's report so far comes along
+        from opgate.runner import kill_all_children
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        kill_all_children()
+        report = getattr(stop, "report", None)
+        if report is not None:
+            err_console.print(f"opgate: interrupted; every child process was stopped"
+                              f"{write_interrupted_report(report)}")
+        else:
+            err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
+                              "no report was written")
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except SystemExit as exc:
+        if exc.code == int(ExitCode.INTERRUPTED):  # typer turns a Ctrl-C outside a verb into a silent exit 130
+            err_console.print("opgate: interrupted before any check started; no report was written")
         raise
+    except ModuleNotFoundError as exc:
+        message = missing_module_message(exc.name, _verb(argv))
+        if message is None:
+            traceback.print_exc()
+            err_console.print("opgate: internal error (a bug in opgate); please report the traceback above")
+            sys.exit(int(ExitCode.INTERNAL_ERROR))
+        err_console.print(f"opgate: error: {message}", markup=False)
+        sys.exit(int(ExitCode.BAD_INPUT))
     except Exception:
         traceback.print_exc()
         err_console.print("opgate: internal error (a bug in opgate); please report the traceback above")

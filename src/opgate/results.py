@@ -128,6 +128,7 @@ class ExitCode(enum.IntEnum):
     CHECK_FAILED = 1
     BAD_INPUT = 2
     INTERNAL_ERROR = 3
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM: the shell's 128 + SIGINT; the report (if any) says `interrupted`
 
 
 def exit_code_for(results: Sequence[CheckResult], strict: bool = False) -> ExitCode:
@@ -158,6 +159,8 @@ class RunReport:
     @property
     def exit_code(self) -> ExitCode:
         """Unreadable input (exit 2) outranks verdicts: the run could not judge what it was given."""
+        if self.extra.get("interrupted"):
+            return ExitCode.INTERRUPTED
         if self.input_errors:
             return ExitCode.BAD_INPUT
         return exit_code_for(self.results, self.strict)
@@ -179,6 +182,7 @@ class RunReport:
             "host": dict(self.host),
             "strict": self.strict,
             "exit_code": int(self.exit_code),
+            "interrupted": bool(self.extra.get("interrupted", False)),
             "counts": self.counts(),
             "results": [r.to_dict() for r in self.results],
             "input_errors": list(self.input_errors),

@@ -4,6 +4,10 @@ A child is a fresh interpreter (`python -m opgate.checks.worker`): spawn semanti
 no CUDA context, lock or thread state leaks in from the parent. A check that segfaults, hangs,
 calls os._exit, raises, or poisons its CUDA context becomes an `error` result naming the signal,
 timeout or exception; the next check starts in a clean process.
+
+Children never outlive opgate: each is its own process group, killed as a group when the run is
+interrupted (Ctrl-C, SIGTERM: `RunInterrupted` carries the results so far), and on Linux each asks the
+kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), so a SIGKILL of opgate kills them too.
 """
 
 from __future__ import annotations
@@ -39,6 +43,62 @@ class CheckTask:
     context: CheckContext = field(default_factory=CheckContext)
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for this child only
     exclusive: bool = False  # measuring checks run alone, with no sibling competing for the GPU
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a run: every child is killed; `results` are the checks that finished."""
+
+    def __init__(self, results: Sequence[CheckResult], not_run: Sequence[str]) -> None:
+        super().__init__("interrupted")
+        self.results = list(results)
+        self.not_run = list(not_run)
+
+
+# prctl(2) option: the signal the kernel sends this process when its parent thread exits.
+PR_SET_PDEATHSIG = 1
+_LIVE_CHILDREN: set[subprocess.Popen[Any]] = set()
+
+
+def die_with_parent() -> None:
+    """preexec_fn of every child: SIGKILL it when opgate dies (Linux); elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def register_child(proc: subprocess.Popen[Any]) -> None:
+    _LIVE_CHILDREN.add(proc)
+
+
+def unregister_child(proc: subprocess.Popen[Any]) -> None:
+    _LIVE_CHILDREN.discard(proc)
+
+
+def kill_process_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL a child's whole process group (its grandchildren too) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    unregister_child(proc)
+
+
+def kill_all_children() -> None:
+    """Kill every child opgate started that is still registered (the interrupt path)."""
+    for proc in list(_LIVE_CHILDREN):
+        kill_process_group(proc)
 
 
 ProgressHook = Callable[[CheckTask], None]
@@ -100,17 +160,15 @@ class _Running:
                 stderr=err,
                 env=_child_env(task),
                 start_new_session=True,  # its own process group: a timeout kills grandchildren too
+                preexec_fn=die_with_parent,
             )
+        register_child(self.proc)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
+        kill_process_group(self.proc)
 
     def error(self, reason: str, **extra: Any) -> CheckResult:
         return CheckResult(
@@ -141,6 +199,26 @@ class _Running:
         return self.error(f"check process exited with code {code} before reporting a result", returncode=code)
 
 
+class _stop_on_interrupt:
+    """Ctrl-C/SIGTERM inside run_checks: kill every running child's group, raise RunInterrupted with the
+    results that had finished and the ids of the tasks that had not."""
+
+    def __init__(self, running: list[_Running], results: list[CheckResult | None],
+                 pending: list[tuple[int, CheckTask]]) -> None:
+        self.running, self.results, self.pending = running, results, pending
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if kind is None or not issubclass(kind, KeyboardInterrupt) or isinstance(exc, RunInterrupted):
+            return False
+        for slot in self.running:
+            slot.kill()
+        not_run = [slot.task.check_id for slot in self.running] + [task.check_id for _, task in self.pending]
+        raise RunInterrupted([r for r in self.results if r is not None], not_run) from None
+
+
 def run_checks(
     tasks: Sequence[CheckTask],
     jobs: int = 1,
@@ -154,7 +232,7 @@ def run_checks(
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = list(enumerate(tasks))
     running: list[_Running] = []
-    with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
         workdir = Path(tmp)
         while pending or running:
             while pending and len(running) < max(1, jobs):
@@ -185,6 +263,7 @@ def run_checks(
                         timeout_s=slot.task.timeout_s,
                     )
                 else:
+                    unregister_child(slot.proc)
                     result = slot.collect()
                 running.remove(slot)
                 results[slot.index] = result

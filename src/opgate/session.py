@@ -16,7 +16,15 @@ from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
 from opgate.results import CheckResult, Outcome, RunReport
-from opgate.runner import CheckTask, run_checks
+from opgate.runner import CheckTask, RunInterrupted, run_checks
+
+
+class SessionInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C/SIGTERM; `report` holds what finished, with extra["interrupted"] set."""
+
+    def __init__(self, report: RunReport) -> None:
+        super().__init__("interrupted")
+        self.report = report
 
 
 def host_facts() -> dict[str, str]:
@@ -91,7 +99,14 @@ def run_session(
                 console.print(f"  {result.outcome.value:8s} {task.check_id} ({result.duration_s:.2f}s)",
                               highlight=False)
 
-        results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done)
+        try:
+            results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done)
+        except RunInterrupted as stop:
+            raise SessionInterrupted(RunReport(
+                verb=verb, results=tuple(preset) + tuple(stop.results), started_at=started_at,
+                duration_s=time.perf_counter() - t0, host=host_facts(), tool_version=__version__, strict=strict,
+                extra={**dict(extra or {}), "interrupted": True, "not_run": stop.not_run},
+            )) from None
     return RunReport(
         verb=verb,
         results=tuple(preset) + tuple(results),

@@ -90,7 +90,7 @@ def test_occupancy_verb_table_json_and_exit_codes():
     assert table.returncode == 0
     assert "registers 96 -> 80 per thread gives 50% more resident warps" in table.stdout
     as_json = opgate("occupancy", "--cc", "8.0", "--threads", "128", "--registers", "32",
-                     "--dynamic-shared", "49152", "--json")
+                     "--dynamic-shared", "49152", "--json", "-")
     assert as_json.returncode == 0
     data = json.loads(as_json.stdout)
     assert data["active_blocks_per_sm"] == 3 and data["limiting_factors"] == ["shared_memory"]

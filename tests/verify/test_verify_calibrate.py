@@ -44,7 +44,9 @@ def test_budget_follows_the_documented_formula(softmax_op):
                                            b.sensitivity_quantile), b.accumulation_quantile)
                       + FLOOR_EPS["float16"] * eps * s.truth_quantile_abs)
         # softmax is well conditioned: float32-roundoff sensitivity is far below float16's own rounding
-        assert b.sensitivity_rmse < 0.1 * max(s.rmse, cal.pooled_rmse[0] * s.truth_rms) or s.truth_rms == 0
+        # (the `mixed` regime's 1e8 entries, clamped to float16's range, are where it is not)
+        assert (b.sensitivity_rmse < 0.1 * max(s.rmse, cal.pooled_rmse[0] * s.truth_rms) or s.truth_rms == 0
+                or cases[case_index].regime == "mixed")
         assert math.isclose(b.quantile, expected_q + tiny, rel_tol=1e-12), case_index
         assert b.rmse_term in ("baseline", "pooled", "sensitivity", "accumulation", "floor")
         assert b.rmse_source.startswith("calibrated: ")

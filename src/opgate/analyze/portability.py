@@ -54,8 +54,11 @@ class Target:
         return self.arch // 10, self.arch % 10
 
 
-def parse_targets(text: str | Sequence[str]) -> list[Target]:
-    """"sm_80,sm_90", "80,9.0", or GPU keys from the catalogue ("h100" -> sm_90); duplicates dropped."""
+def parse_targets(text: str | Sequence[str], allow_unknown: bool = False) -> list[Target]:
+    """"sm_80,sm_90", "80,9.0", or GPU keys from the catalogue ("h100" -> sm_90); duplicates dropped.
+
+    An architecture opgate has no SM limits for (sm_999) is refused unless `allow_unknown`
+    (`--allow-unknown-arch`): its compile would fail in the compiler, not in the user's kernel."""
     from opgate.analyze.limits import parse_cc
     from opgate.gpus import lookup_gpu
 
@@ -75,6 +78,10 @@ def parse_targets(text: str | Sequence[str]) -> list[Target]:
                     f"write e.g. sm_90 or h100"
                 ) from None
         target = Target(f"sm_{major}{minor}", major * 10 + minor)
+        if not allow_unknown and (major, minor) not in known_ccs():
+            known = ", ".join(f"sm_{a}{b}" for a, b in sorted(known_ccs()))
+            raise InputError(f"target {item!r} is not an architecture opgate knows ({known}); fix the name, or "
+                             "pass --allow-unknown-arch to compile for it anyway")
         if target not in targets:
             targets.append(target)
     if not targets:

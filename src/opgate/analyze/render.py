@@ -57,7 +57,93 @@ STATUS_STYLE = {"ok": "green", "compile_error": "bold red", "resource_overflow":
                 "timeout": "bold magenta", "crashed": "bold magenta", "spills": "yellow"}
 
 
-def render_matrix(outcomes: Sequence["CompileOutcome"], targets: Sequence[str], console: Console) -> None:
+def _span(values: Sequence[int], unit: str = "") -> str:
+    low, high = min(values), max(values)
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+
+def render_matrix(outcomes: Sequence["CompileOutcome"], targets: Sequence[str], console: Console,
+                  verbose: bool = False) -> None:
+    """One row per kernel family (operator / implementation / kernel) with the range over its
+    specializations, then what limits each family's occupancy and what would raise it; -v: every variant."""
+    if verbose:
+        render_matrix_variants(outcomes, targets, console)
+    else:
+        render_matrix_families(outcomes, targets, console)
+    render_limits(outcomes, console)
+
+
+def render_matrix_families(outcomes: Sequence["CompileOutcome"], targets: Sequence[str], console: Console) -> None:
+    from collections import Counter
+
+    from rich.text import Text
+
+    table = Table(title="portability and occupancy per kernel family (range over its specializations)",
+                  show_lines=True, expand=False)
+    table.add_column("operator / impl / kernel", style="cyan", overflow="fold", ratio=2)
+    for target in targets:
+        table.add_column(target, overflow="fold", ratio=1)
+    families: dict[tuple[str, str, str], dict[str, list]] = {}
+    for outcome in outcomes:
+        if not outcome.kernels:
+            key = (outcome.operator, outcome.implementation, "-")
+            families.setdefault(key, {}).setdefault(outcome.target, []).append(outcome)
+            continue
+        for kernel in outcome.kernels:
+            key = (outcome.operator, outcome.implementation, kernel.kernel_name)
+            families.setdefault(key, {}).setdefault(outcome.target, []).append(kernel)
+    for (operator, implementation, kernel_name), by_target in families.items():
+        variants = max(len(v) for v in by_target.values())
+        cells = []
+        for target in targets:
+            items = by_target.get(target, [])
+            if not items:
+                cells.append("-")
+                continue
+            statuses = Counter(item.status for item in items)
+            worst = next((s for s in ("compile_error", "capture_error", "crashed", "timeout", "resource_overflow",
+                                      "spills") if s in statuses), "ok")
+            text = ", ".join(f"{status} {n}" if len(items) > 1 else status for status, n in statuses.items())
+            regs = [k.registers for k in items if getattr(k, "registers", None) is not None]
+            occ = [round(k.occupancy.occupancy * 100) for k in items if getattr(k, "occupancy", None) is not None]
+            if regs:
+                text += f"\n{_span(regs)} regs"
+            if occ:
+                text += f"\n{_span(occ, '%')} occ."
+            message = next((getattr(i, "message", "") for i in items if getattr(i, "status", "ok") != "ok"), "")
+            if message:
+                text += f"\n{message[:60]}"
+            cells.append(Text(text, style=STATUS_STYLE.get(worst, "red") if worst != "ok" else ""))
+        label = f"{operator} / {implementation}\n{kernel_name}" + (f"\n({variants} specializations)"
+                                                                    if variants > 1 else "")
+        table.add_row(label, *cells)
+    console.print(table)
+
+
+def render_limits(outcomes: Sequence["CompileOutcome"], console: Console) -> None:
+    """Per kernel family and target: the lowest-occupancy specialization, what limits it, what would raise it."""
+    worst: dict[tuple[str, str, str, str], object] = {}
+    for outcome in outcomes:
+        for kernel in outcome.kernels:
+            if kernel.occupancy is None:
+                continue
+            key = (outcome.operator, outcome.implementation, kernel.kernel_name, outcome.target)
+            current = worst.get(key)
+            if current is None or kernel.occupancy.occupancy < current.occupancy.occupancy:  # type: ignore[attr-defined]
+                worst[key] = kernel
+    if not worst:
+        return
+    console.print("what limits occupancy (lowest specialization per kernel and target) and what would raise it:")
+    for (operator, implementation, kernel_name, target), kernel in worst.items():
+        occ = kernel.occupancy  # type: ignore[attr-defined]
+        line = (f"  {operator}/{implementation} {kernel_name} on {target}: {occ.occupancy:.0%} "
+                f"({kernel.registers} regs, {kernel.num_warps} warps), limited by {occ.limiter_text}")  # type: ignore[attr-defined]
+        if occ.suggestions:
+            line += f"; {occ.suggestions[0].text}"
+        console.print(line, highlight=False, markup=False)
+
+
+def render_matrix_variants(outcomes: Sequence["CompileOutcome"], targets: Sequence[str], console: Console) -> None:
     """Rows: operator / implementation / kernel; columns: targets; cells: ok, regs, warps, or the failure."""
     table = Table(title="portability and occupancy (registers, shared memory, occupancy per target)",
                   show_lines=True, expand=False)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from opgate.errors import InputError
 from opgate.gpus import GpuModel
 
 MAX_SHAPES = 64  # dims combinations per dtype beyond this are dropped, in declaration order
@@ -182,8 +183,9 @@ def _run_reference(op: Any, dims: Mapping[str, int], dtype: str) -> tuple[float,
             return float(counter.get_total_flops()), _tensors(outputs), device
         except Exception as exc:  # the reference may not run on meta (e.g. .item()); try real CPU tensors
             last_error = exc
-    raise RuntimeError(f"the reference of {op.name!r} could not run to count its work: "
-                       f"{type(last_error).__name__}: {last_error}")
+    # The reference is the user's input: exit 2 with the exception, never "a bug in opgate".
+    raise InputError(f"spec file {op.spec_file}: the reference of {op.name!r} could not run to count its work: "
+                     f"{type(last_error).__name__}: {last_error}; fix the reference or the dims it is given")
 
 
 def operator_work(op: Any, dtype: str, dims: Mapping[str, int]) -> OperatorWork:
@@ -251,7 +253,9 @@ def analyze_operator(op: Any, gpus: Sequence[GpuModel],
         if dtype not in ITEMSIZE:
             skipped.append(f"{dtype}: no element size known")
             continue
-        works = [operator_work(op, dtype, dims) for dims in dims_cases(op.dims)]
+        # The production-like size when the spec gives one (perf_dims); else every declared combination.
+        cases = [op.timing_dims()] if getattr(op, "perf_dims", None) else dims_cases(op.dims)
+        works = [operator_work(op, dtype, dims) for dims in cases]
         for source in sorted({w.flops_source for w in works} | {w.bytes_source for w in works}):
             note = f"{dtype}: {source}"
             if note not in notes:

@@ -84,14 +84,9 @@ def parse_stages(text: str | None) -> list[str]:
 
 def _load_operators(spec_file: Path) -> list[Any]:
     """Import the spec under the compile-only driver, so module-level device queries work without a GPU."""
-    from opgate.analyze.capture import compile_only
-    from opgate.verify.spec import SpecError, load_spec_file
+    from opgate.specload import load_spec_isolated
 
-    try:
-        with compile_only(90, sm_limits("9.0"), 132):
-            return load_spec_file(spec_file)
-    except SpecError as exc:
-        raise InputError(str(exc)) from None
+    return load_spec_isolated(spec_file, mode="analyze")
 
 
 # -- collect -------------------------------------------------------------------------------------------------------
@@ -285,23 +280,35 @@ def _duration(seconds: float) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
-def render_roofline(findings: AnalyzeFindings, console: Console) -> None:
-    """One table per operator: a row per (dtype, shape), a floor per GPU (m = memory-, c = compute-bound)."""
+def render_roofline(findings: AnalyzeFindings, console: Console, verbose: bool = False) -> None:
+    """One table per operator: a row per dtype (x shape under -v), a floor per GPU (m = memory-, c = compute-bound).
+
+    By default only the largest shape (the spec's perf_dims when it gives them) is shown; every shape is in
+    the JSON and under -v."""
     for analysis in findings.rooflines:
         gpus = list(dict.fromkeys(p.gpu for p in analysis.points))
+        points = list(analysis.points)
+        if not verbose and points:
+            largest = max(points, key=lambda p: (p.work.flops, p.work.bytes)).work.dims
+            points = [p for p in points if p.work.dims == largest]
+            shapes = len({p.work.shape_label for p in analysis.points})
+            console.print(f"roofline floors of {analysis.operator} at {points[0].work.shape_label}"
+                          + (f" (the largest of {shapes} shapes; all: -v or --json)" if shapes > 1 else ""),
+                          highlight=False)
         table = Table(title=f"roofline floors: {analysis.operator} (m = memory-bound, c = compute-bound)",
                       expand=False)
-        table.add_column("dtype")
-        table.add_column("shape")
-        for column in ("FLOPs", "bytes", "FLOP/B", *gpus):
+        table.add_column("dtype", no_wrap=True)
+        if verbose:
+            table.add_column("shape", overflow="fold")
+        for column in ("FLOP/B", *gpus):
             table.add_column(column, justify="right", no_wrap=True)
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for p in analysis.points:
+        for p in points:
             row = rows.setdefault((p.work.dtype, p.work.shape_label), {"work": p.work})
             row[p.gpu] = f"{_duration(p.floor_s)} {p.bound[0]}"
         for (dtype, shape), row in rows.items():
             work = row["work"]
-            table.add_row(dtype, shape, f"{work.flops:.3g}", f"{work.bytes:.3g}", f"{work.intensity:.3g}",
+            table.add_row(dtype, *([shape] if verbose else []), f"{work.intensity:.3g}",
                           *(row.get(g, "-") for g in gpus))
         console.print(table)
         for note in analysis.notes:

@@ -6,6 +6,7 @@ CheckResults so the shared JSON and JUnit reporters apply unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import time
 from pathlib import Path
@@ -64,6 +65,7 @@ def run_inspect(
     console: Console,
     junit_path: Path | None = None,
     deep: bool = False,
+    verbose: bool = False,
 ) -> int:
     """Inspect `paths`, print tables, write reports; return the exit code (0, 1 unsupported, 2 bad input)."""
     if not paths:
@@ -71,15 +73,15 @@ def run_inspect(
     fleet_targets = resolve_targets(targets, fleet)
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    reports = inspect_paths([Path(p) for p in paths], kernels=kernels, deep=deep)
+    reports = [nothing_read_is_fatal(r) for r in inspect_paths([Path(p) for p in paths], kernels=kernels, deep=deep)]
     verdicts = judge_all(reports, fleet_targets)
     duration = time.perf_counter() - t0
 
-    render_listing(reports, console, kernels)
+    render_listing(reports, console, kernels, verbose=verbose)
     if kernels:
         render_kernels(reports, console)
     if fleet_targets:
-        render_verdicts(reports, fleet_targets, verdicts, console)
+        render_verdicts(reports, fleet_targets, verdicts, console, verbose=verbose)
 
     code = exit_code(reports, verdicts)
     if json_path or junit_path:
@@ -95,7 +97,24 @@ def run_inspect(
             write_junit(run_report, junit_path)
             console.print(f"JUnit report: {junit_path}")
     console.print(summary_line(reports, verdicts, duration, code))
+    report_unreadable(reports)
     return code
+
+
+def nothing_read_is_fatal(report: BinaryReport) -> BinaryReport:
+    """A file whose every device-code entry is damaged was not read at all (exit 2, docs/inspect.md); a
+    file partly read keeps its errors, which its verdicts carry as a warning naming what was lost."""
+    if report.fatal or not report.errors or report.loaded_entries():
+        return report
+    return dataclasses.replace(report, fatal=f"nothing could be read: {report.errors[0]}")
+
+
+def report_unreadable(reports: Sequence[BinaryReport]) -> None:
+    """One line on stderr per input that could not be read, as every other bad input gets."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for report in reports:
+        if report.fatal:
+            err.print(f"opgate: error: {report.label}: {report.fatal}", markup=False)
 
 
 def exit_code(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict]) -> int:
@@ -107,7 +126,7 @@ def exit_code(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict]) -> i
 
 
 def summary_line(reports: Sequence[BinaryReport], verdicts: Sequence[Verdict], duration: float, code: int) -> str:
-    with_code = sum(1 for r in reports if r.entries)
+    with_code = sum(1 for r in reports if r.loaded_entries() and not r.fatal)
     text = f"{len(reports)} file(s), {with_code} with device code"
     if verdicts:
         counts = {s: sum(1 for v in verdicts if v.status == s) for s in (NATIVE, JIT, UNSUPPORTED)}
@@ -158,11 +177,26 @@ def _compression_text(report: BinaryReport) -> str:
     return "; ".join(parts) or "-"
 
 
-def render_listing(reports: Sequence[BinaryReport], console: Console, kernels: bool) -> None:
+# Without -v, files with identical rows (a Triton cache holds hundreds of near-identical cubins) share one row.
+LISTED_NAMES = 3
+
+
+def _grouped(labels: Sequence[str], names: dict[str, str], verbose: bool) -> str:
+    """A table cell naming a group of files: all of them under -v, else the first few and a count."""
+    shown = [names[label] for label in (labels if verbose else labels[:LISTED_NAMES])]
+    more = len(labels) - len(shown)
+    text = ", ".join(shown) + (f" +{more} more" if more else "")
+    return text if len(labels) == 1 else f"{len(labels)} files: {text}"
+
+
+def render_listing(reports: Sequence[BinaryReport], console: Console, kernels: bool, verbose: bool = False) -> None:
     if not reports:
         console.print("No CUDA device code found in the given inputs.")
         return
     names = display_names(reports)
+    if not verbose:
+        _render_listing_grouped(reports, names, console, kernels)
+        return
     table = Table(title="opgate inspect: device code per file", show_lines=False, expand=False)
     table.add_column("file", style="cyan", overflow="fold", min_width=12)
     table.add_column("format", no_wrap=True)
@@ -193,6 +227,52 @@ def render_listing(reports: Sequence[BinaryReport], console: Console, kernels: b
         if len(report.errors) > 20:
             console.print(Text(f"{names[report.label]}: ... {len(report.errors) - 20} more errors in --json",
                                "magenta"))
+
+
+def _listing_cells(report: BinaryReport, kernels: bool) -> tuple[str, ...]:
+    sass_count = sum(1 for e in report.entries if e.kind == KIND_SASS)
+    ptx_count = sum(1 for e in report.entries if e.kind == KIND_PTX)
+    other = len(report.entries) - sass_count - ptx_count
+    images = f"{sass_count}+{ptx_count}" + (f"+{other}" if other else "")
+    kernel_text = str(len({k.name for k in report.kernels})) if kernels else "-"
+    return (report.file_format, _sass_text(report), _ptx_text(report), _compression_text(report), images,
+            kernel_text)
+
+
+def _render_listing_grouped(reports: Sequence[BinaryReport], names: dict[str, str], console: Console,
+                            kernels: bool) -> None:
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for report in reports:
+        key = (("fatal", report.label, report.fatal or "") if report.fatal else _listing_cells(report, kernels))
+        groups.setdefault(key, []).append(report.label)
+    table = Table(title="opgate inspect: device code per file", show_lines=False, expand=False)
+    table.add_column("file", style="cyan", overflow="fold", min_width=12, ratio=2)
+    table.add_column("format", no_wrap=True)
+    table.add_column("SASS (cubins)", overflow="fold", ratio=1)
+    table.add_column("PTX", overflow="fold", ratio=1)
+    table.add_column("compression", overflow="fold")
+    table.add_column("images", justify="right", no_wrap=True)
+    table.add_column("kernels", justify="right", no_wrap=True)
+    by_label = {r.label: r for r in reports}
+    for key, labels in groups.items():
+        if key[0] == "fatal":
+            report = by_label[labels[0]]
+            table.add_row(names[report.label], report.file_format or "?",
+                          Text(f"unreadable: {report.fatal}", "magenta"), "", "", "", "")
+            continue
+        table.add_row(_grouped(labels, names, False), *key)
+    console.print(table)
+    if not kernels:
+        console.print("images = SASS+PTX entries; kernel counts need --kernels (which decompresses the cubins)",
+                      style="dim")
+    if len(groups) < len(reports):
+        console.print(f"{len(reports)} files in {len(groups)} rows (identical rows share one); every file: -v "
+                      "or --json", style="dim")
+    errors = [(names[r.label], error) for r in reports for error in r.errors]
+    for name, error in errors[:10]:
+        console.print(Text(f"{name}: {error}", style="magenta"))
+    if len(errors) > 10:
+        console.print(Text(f"... {len(errors) - 10} more read errors: -v or --json", "magenta"))
 
 
 # rich lays out each table cell; past a few hundred rows that takes seconds, so long kernel lists are
@@ -236,8 +316,11 @@ def _num(value: int | None) -> str:
 
 
 def render_verdicts(reports: Sequence[BinaryReport], targets: Sequence[Target], verdicts: Sequence[Verdict],
-                    console: Console) -> None:
+                    console: Console, verbose: bool = False) -> None:
     names = display_names(reports)
+    if not verbose:
+        _render_verdicts_grouped(reports, targets, verdicts, names, console)
+        return
     table = Table(title="fleet verdict", expand=False, show_lines=False)
     table.add_column("file", style="cyan", overflow="fold", min_width=12)
     for target in targets:
@@ -260,6 +343,42 @@ def render_verdicts(reports: Sequence[BinaryReport], targets: Sequence[Target], 
         for warning in verdict.warnings:
             if warning not in verdict.reason:
                 console.print(Text(f"* {name} on {verdict.target.label}: {warning}", style="yellow"))
+
+
+def _render_verdicts_grouped(reports: Sequence[BinaryReport], targets: Sequence[Target],
+                             verdicts: Sequence[Verdict], names: dict[str, str], console: Console) -> None:
+    """One row per set of files with the same verdict on every target; one line per distinct reason."""
+    by_key = {(v.binary, v.target.label): v for v in verdicts}
+    rows: dict[tuple[tuple[str, bool], ...], list[str]] = {}
+    for report in reports:
+        cells = tuple((by_key[(report.label, t.label)].status, bool(by_key[(report.label, t.label)].warnings))
+                      for t in targets)
+        rows.setdefault(cells, []).append(report.label)
+    table = Table(title="fleet verdict", expand=False, show_lines=False)
+    table.add_column("file", style="cyan", overflow="fold", min_width=12)
+    for target in targets:
+        header = f"{target.label}\nsm_{target.sm}" + (f" @{target.driver}" if target.driver else "")
+        table.add_column(header, no_wrap=True)
+    for cells, labels in rows.items():
+        texts = []
+        for status, warned in cells:
+            label, style, _ = STATUS_STYLE[status]
+            texts.append(Text(label + ("*" if warned else ""), style=style))
+        table.add_row(_grouped(labels, names, False), *texts)
+    console.print(table)
+    lines: dict[tuple[str, str, str], list[str]] = {}
+    for verdict in verdicts:
+        if verdict.status in (JIT, UNSUPPORTED, UNREADABLE):
+            lines.setdefault((verdict.status, verdict.target.label, verdict.reason), []).append(verdict.binary)
+        for warning in verdict.warnings:
+            if warning not in verdict.reason:
+                lines.setdefault(("*", verdict.target.label, warning), []).append(verdict.binary)
+    for (status, target, reason), labels in lines.items():
+        style = "yellow" if status == "*" else STATUS_STYLE[status][1]
+        head = "*" if status == "*" else status.upper()
+        console.print(Text(f"{head} {_grouped(labels, names, False)} on {target}: {reason}", style=style))
+    if any(len(labels) > 1 for labels in rows.values()):
+        console.print("files with the same verdicts share a row; every file and verdict: -v or --json", style="dim")
 
 
 # -- reports -----------------------------------------------------------------------------------------------

@@ -224,7 +224,38 @@ def ptx_targets(entry: FatbinEntry, target: Target) -> bool:
     return sm_to_cc(entry.sm) <= target.cc
 
 
+def runtime_floor_verdict(report: BinaryReport, target: Target, verdict: Verdict) -> Verdict:
+    """A SASS/PTX verdict that also runs: is the target's driver new enough for the binary's CUDA runtime?
+
+    A host binary built with CUDA N.x loads an N.x runtime (libcudart.so.N or a static copy); under minor
+    version compatibility it runs on any driver of the N major's branch or newer, and on no older one
+    (cuda_minor_version_compat.toml, with its source row)."""
+    from opgate.cuda_versions import mvc_floor
+
+    runtime = report.metadata.get("cuda_runtime") if report.metadata else None
+    if not target.driver or not runtime or verdict.status not in (NATIVE, JIT):
+        return verdict
+    floor = mvc_floor(int(runtime["major"]))
+    if floor is None or parse_version(target.driver) >= parse_version(floor["min_driver"]):
+        return verdict
+    source = next((word.rstrip(";,") for word in floor["source"].split() if word.startswith("http")), floor["source"])
+    reason = (f"{verdict.reason}, but its CUDA {runtime['major']} runtime ({runtime['evidence']}) needs driver >= "
+              f"{floor['min_driver']} (R{floor['min_driver_branch']}, CUDA {runtime['major']} minor version "
+              f"compatibility, {source}) and the target runs {target.driver}")
+    return Verdict(verdict.binary, target, UNSUPPORTED, reason, verdict.sass, verdict.ptx, verdict.warnings)
+
+
 def judge(report: BinaryReport, target: Target) -> Verdict:
+    verdict = runtime_floor_verdict(report, target, _judge_code(report, target))
+    if report.errors and not report.fatal and verdict.status in (NATIVE, JIT, UNSUPPORTED):
+        lost = (f"file only partly read ({len(report.errors)} problem(s), the verdict covers what could be read): "
+                f"{report.errors[0]}")
+        return Verdict(verdict.binary, target, verdict.status, verdict.reason, verdict.sass, verdict.ptx,
+                       (*verdict.warnings, lost))
+    return verdict
+
+
+def _judge_code(report: BinaryReport, target: Target) -> Verdict:
     label = report.label
     if report.fatal:
         return Verdict(label, target, UNREADABLE, f"unreadable: {report.fatal}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 import struct
 import zipfile
 from dataclasses import replace
@@ -269,9 +270,45 @@ def _elf_report(buf, start: int, end: int, path: str, member: str | None, kernel
             entries.extend(replace(e, offset=e.offset - start, container=e.container + container_base)
                            for e in found.entries)
             container_base += found.containers
+    metadata: dict = {}
+    if entries:
+        runtime = cuda_runtime_of(elf, buf, start, end)
+        if runtime:
+            metadata["cuda_runtime"] = runtime
     report = BinaryReport(path=path, member=member, file_format=file_format, size=size,
-                          entries=tuple(entries), errors=tuple(errors))
+                          entries=tuple(entries), errors=tuple(errors), metadata=metadata)
     return _add_kernels(report, buf, start) if kernels else report
+
+
+_TOOLKIT_RELEASE = re.compile(rb"Cuda compilation tools, release (\d+)\.(\d+)")
+_CUDART_SONAME = re.compile(r"^libcudart\.so\.(\d+)")
+# cudaGetErrorString(cudaErrorInsufficientDriver): present in every binary that links the runtime statically.
+_STATIC_CUDART_MARKER = b"CUDA driver version is insufficient for CUDA runtime version"
+
+
+def cuda_runtime_of(elf, buf, start: int, end: int) -> dict | None:
+    """Which CUDA runtime a host binary with device code brings: {"major", "linkage", "evidence", "toolkit"}.
+
+    Dynamic: DT_NEEDED libcudart.so.N (any N.x runtime of that major may be loaded). Static: the runtime's
+    own error strings are in the file, and its major is the toolkit's (nvcc's `.note.nv.tkinfo` release
+    string in the embedded cubins, when they are not compressed). None when neither is found (e.g. code
+    loaded through the driver API only, as Triton does)."""
+    found = _TOOLKIT_RELEASE.search(buf, start, end)
+    toolkit = f"{int(found.group(1))}.{int(found.group(2))}" if found else None
+    try:
+        dynamic = elf.get_section_by_name(".dynamic")
+        needed = [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"] if dynamic else []
+    except Exception:  # a damaged dynamic section: no runtime evidence from it
+        needed = []
+    for name in needed:
+        match = _CUDART_SONAME.match(name)
+        if match:
+            return {"major": int(match.group(1)), "linkage": "dynamic", "evidence": f"DT_NEEDED {name}",
+                    "toolkit": toolkit}
+    if toolkit and buf.find(_STATIC_CUDART_MARKER, start, end) >= 0:
+        return {"major": int(toolkit.split(".")[0]), "linkage": "static",
+                "evidence": f"statically linked CUDA runtime, built with CUDA {toolkit}", "toolkit": toolkit}
+    return None
 
 
 # Sections where libraries keep fatbins they load themselves (cuModuleLoadData on an embedded blob).

@@ -30,7 +30,7 @@ from opgate.verify.calibrate import (
 from opgate.verify.inputs import Case, budget_plan, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
-from opgate.verify.spec import Operator, load_spec_file
+from opgate.verify.spec import Operator
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
 # Seconds one implementation x dtype may take (all its cases, shrinking included) before it is killed.
@@ -200,7 +200,10 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
     budget_plan(budget_name)  # validates the name
     if token:
         request = dataclasses.replace(request, seed=token.plan_seed, shrink=False)
-    ops = load_spec_file(request.spec_file)
+    from opgate.specload import load_spec_isolated
+    from opgate.verify.memory_guard import refuse_oversized_cases
+
+    ops = load_spec_isolated(request.spec_file, request.timeout_s)
     selections = select(ops, request, token)
     gpu = _gpu_present()
     tasks: list[CheckTask] = []
@@ -221,6 +224,7 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
         for dtype in sel.dtypes:
             if status is not None:
                 status(f"calibrating {op.name} in {dtype} ({len(cases)} cases)")
+            refuse_oversized_cases(op, [token.case] if token else cases, dtype)
             try:
                 truths, baselines, kept = [], [], []
                 for case in cases:
@@ -242,8 +246,9 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
                     plan = PlanFile(op.name, dtype, budget_name, request.seed, kept, truths, cal.budgets, cal.masks,
                                     cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
             except CalibrationError as exc:
-                errors[dtype] = str(exc)
-                continue
+                # The reference is the user's input: one line, exit 2 (never "a bug in opgate").
+                raise InputError(f"spec file {request.spec_file}: {exc}; fix the reference (it defines the "
+                                 "operator's meaning) or the dims/dtypes it is given") from None
             path = workdir / f"plan-{len(plans)}-{op.name}-{dtype}.pt".replace("/", "_")
             plan.save(path)
             plans[dtype] = path

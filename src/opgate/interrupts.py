@@ -1,0 +1,62 @@
+"""Ctrl-C and SIGTERM: every verb ends with one line and exit 130, writing the report so far when a run started.
+
+typer turns a KeyboardInterrupt inside a command into a silent exit 130, so each verb is wrapped
+(`interruptible`) to carry the interrupt, and the RunReport of the checks that finished, to `opgate.cli.main`.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from opgate.errors import InputError
+
+# Where this invocation writes its reports, set once the paths are checked: an interrupted run still writes there.
+REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None}
+
+
+class Interrupted(Exception):
+    """Ctrl-C/SIGTERM inside a verb, carried past typer (which would turn KeyboardInterrupt into a silent
+    exit 130) to `main`; `report` is the report so far when a run had started."""
+
+    def __init__(self, report: Any = None) -> None:
+        super().__init__("interrupted")
+        self.report = report
+
+
+def interruptible(verb: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a verb so an interrupt reaches `main` with the report so far."""
+
+    @functools.wraps(verb)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return verb(*args, **kwargs)
+        except KeyboardInterrupt as stop:
+            raise Interrupted(getattr(stop, "report", None)) from None
+
+    return run
+
+
+def raise_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM handler: stop the run exactly as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def write_interrupted_report(report: Any) -> str:
+    """The report so far, marked interrupted, to the --json/--junit paths; returns what to say about it."""
+    from opgate.reporting.json_report import write_json
+    from opgate.reporting.junit import write_junit
+
+    written = []
+    for kind, path in REPORT_PATHS.items():
+        if path is None:
+            continue
+        try:
+            (write_json if kind == "json" else write_junit)(report, path)
+            written.append(str(path))
+        except (OSError, InputError):
+            pass
+    if not written:
+        return ""
+    return f"; the report so far ({len(report.results)} results, marked interrupted) is in {', '.join(written)}"

@@ -1,0 +1,172 @@
+"""Load a spec file safely: first in an isolated child with a timeout, then in this process.
+
+A spec is user code run at import. `verify` and `analyze` need its Operator objects here (the parent
+calibrates budgets with the reference), so the parent must import it too; but a spec that calls
+`sys.exit(0)`, `os._exit(7)`, segfaults or loops forever at import would otherwise decide opgate's exit
+code or hang it. The pre-flight child imports the spec first (`python -m opgate.specload`, its own process
+group, killed on timeout); whatever it did is one line, exit 2, naming the spec. Only a spec that imports
+cleanly there is imported here, with SystemExit and any BaseException from the import caught as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from opgate.errors import InputError
+from opgate.runner import die_with_parent, register_child, unregister_child
+
+# Seconds a spec may take to import (torch and Triton alone take a few seconds on a cold CPU machine).
+DEFAULT_IMPORT_TIMEOUT_S = 120.0
+STDERR_HINT_CHARS = 160
+MODES = ("verify", "analyze")
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[1])
+
+
+def _last_stderr_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:STDERR_HINT_CHARS] if lines else ""
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def check_spec_path(path: Path) -> None:
+    """InputError unless `path` is a regular file (a directory, /dev/null or a missing path is named as such)."""
+    path = Path(path)
+    if path.is_file():
+        return
+    if path.is_dir():
+        problem = "is a directory"
+    elif path.exists():
+        problem = "is not a regular file"
+    else:
+        problem = "does not exist"
+    raise InputError(f"spec file {path} {problem}; pass the path of a Python file that defines opgate.Operator "
+                     "objects")
+
+
+def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode: str = "verify") -> None:
+    """Import `path` in a child process; raise InputError (one line) unless it imported and defined Operators."""
+    path = Path(path)
+    check_spec_path(path)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    with tempfile.TemporaryDirectory(prefix="opgate-spec-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        stderr_path = Path(tmp) / "stderr"
+        with open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "opgate.specload", mode, str(path), str(result_path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                start_new_session=True, preexec_fn=die_with_parent,
+            )
+            register_child(proc)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise InputError(f"spec file {path} did not finish importing within {timeout_s:g} s (an endless "
+                                 "loop or a blocking call at import?); make its import quick and side-effect "
+                                 "free") from None
+            finally:
+                _kill_group(proc)  # grandchildren the spec started at import die with it
+                unregister_child(proc)
+        stderr_hint = _last_stderr_line(stderr_path.read_text(errors="replace"))
+        result = _read_result(result_path)
+    code = proc.returncode
+    if result is not None and result.get("error"):
+        raise InputError(result["error"])
+    if result is not None and code == 0:
+        return
+    said = f" (last stderr: {stderr_hint})" if stderr_hint else ""
+    if code < 0:
+        what = f"crashed with {_signal_name(code)} while being imported"
+    else:
+        what = f"ended the process with exit code {code} while being imported (os._exit?)"
+    raise InputError(f"spec file {path} {what}{said}; a spec must only define opgate.Operator objects at import")
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
+    """Import the spec in this process; SystemExit or any other BaseException at import is an InputError."""
+    from opgate.verify.spec import load_spec_file
+
+    try:
+        if mode == "analyze":
+            from opgate.analyze.capture import compile_only
+            from opgate.analyze.limits import sm_limits
+
+            with compile_only(90, sm_limits("9.0"), 132):
+                return load_spec_file(path)
+        return load_spec_file(path)
+    except InputError:
+        raise
+    except KeyboardInterrupt:
+        raise
+    except SystemExit as exc:
+        raise InputError(f"spec file {path} called sys.exit({exc.code!r}) while being imported; a spec must only "
+                         "define opgate.Operator objects at import") from None
+    except ModuleNotFoundError as exc:
+        from opgate.optional import missing_module_message
+
+        hint = missing_module_message(exc.name)
+        raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}"
+                         + (f"; {hint}" if hint else "")) from None
+    except BaseException as exc:  # noqa: BLE001 - user code: anything it raises is a fact about the spec
+        raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}") from None
+
+
+def load_spec_isolated(path: Path, timeout_s: float | None = None, mode: str = "verify") -> list[Any]:
+    """Pre-flight in a child, then import here: what `verify` and `analyze` call to get the Operators."""
+    preflight_spec(path, timeout_s or DEFAULT_IMPORT_TIMEOUT_S, mode)
+    return import_spec_guarded(path, mode)
+
+
+def _child_main(mode: str, spec_path: str, result_path: str) -> None:
+    """The pre-flight child: import the spec, write {"operators": [...]} or {"error": one line}."""
+    try:
+        operators = import_spec_guarded(Path(spec_path), mode)
+        payload: dict[str, Any] = {"operators": [op.name for op in operators]}
+    except InputError as exc:
+        payload = {"error": str(exc)}
+    Path(result_path).write_text(json.dumps(payload))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: atexit hooks or threads the spec started cannot change the verdict
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] not in MODES:
+        sys.exit("usage: python -m opgate.specload {verify|analyze} SPEC.py RESULT.json")
+    _child_main(sys.argv[1], sys.argv[2], sys.argv[3])

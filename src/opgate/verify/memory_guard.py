@@ -1,0 +1,73 @@
+"""Refuse, before any allocation, a case too large for this machine's memory.
+
+`dims={"M": [1 << 20], "N": [1 << 20]}` asks for a 2^40-element tensor: 8 TB in float64. Allocating it
+raised a RuntimeError deep in torch (exit 3). The parent computes every case's truth in float64 and a
+baseline in the dtype under test, so a case needs at least the float64 and the dtype copies of every
+input; when that lower bound is over the memory available now, the run stops with exit 2 naming the
+case and the size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+from opgate.errors import InputError
+from opgate.verify.inputs import Case
+from opgate.verify.spec import FLOAT_DTYPES, Operator
+
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+            "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1}
+
+
+def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else physical memory; None when neither is known."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def case_input_bytes(op: Operator, case: Case, dtype: str) -> int:
+    """Lower bound of what one case allocates here: each input as float64 truth plus its working dtype."""
+    dims = case.dims_dict
+    total = 0
+    for spec in op.tensor_inputs:
+        numel = math.prod(spec.concrete_shape(dims))
+        name = spec.dtype or dtype
+        truth = 8 if name in FLOAT_DTYPES else 0  # float inputs get a float64 twin for the truth
+        total += numel * (ITEMSIZE.get(name, 8) + truth)
+    return total
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB", "EB"):
+        if n < 1000 or unit == "EB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} EB"
+
+
+def refuse_oversized_cases(op: Operator, cases: Sequence[Case], dtype: str, available: int | None = None) -> None:
+    """InputError (exit 2) for the largest case whose inputs alone exceed the memory available now."""
+    available = available_memory_bytes() if available is None else available
+    if available is None or not cases:
+        return
+    biggest = max(cases, key=lambda case: case_input_bytes(op, case, dtype))
+    needed = case_input_bytes(op, biggest, dtype)
+    if needed <= available:
+        return
+    sizes = ",".join(f"{k}={v}" for k, v in biggest.dims)
+    raise InputError(
+        f"spec file {op.spec_file}: operator {op.name!r} case {sizes} ({dtype}) needs at least {_human(needed)} "
+        f"of memory for its inputs (float64 truth + {dtype} copy) and this machine has {_human(available)} "
+        f"available; lower the sizes in dims (keep production sizes in perf_dims, which only the GPU stage uses)"
+    )

@@ -1,0 +1,2 @@
+"""Bad-input corpus: a spec that defines no operator."""
+X = 1

@@ -1,0 +1,4 @@
+"""Bad-input corpus: a spec that ends its process with os._exit(7) at import."""
+import os
+
+os._exit(7)

@@ -1,0 +1,411 @@
+"""The bad-input corpus, run against every verb (issue 14).
+
+Every case is a real file or path handed to the real CLI in a child process. Each asserts the contract:
+the exit code, exactly one line on stderr that names the input (`opgate: error: ...`), no traceback, no
+report file left behind (not even a partial one), and no process of the run left alive afterwards.
+Processes are found through a marker in their environment, which every child of opgate inherits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from opgate_testing import DATA, REPO, child_pythonpath
+
+BAD = DATA / "bad_input"
+INSPECT = DATA / "inspect"
+SPEC = DATA / "verify" / "softmax_spec.py"
+MARKER = "OPGATE_CORPUS_RUN"
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    marker: str
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def processes_with(marker: str) -> list[int]:
+    """PIDs of live processes whose environment carries this run's marker (zombies excluded)."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def env_for(marker: str, extra_path: str = "") -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, child_pythonpath()) if p)
+    env[MARKER] = marker
+    return env
+
+
+def opgate(*args: str, timeout: float = 240, extra_path: str = "") -> Run:
+    marker = uuid.uuid4().hex
+    proc = subprocess.run([sys.executable, "-m", "opgate", *args], capture_output=True, text=True,
+                          env=env_for(marker, extra_path), timeout=timeout, cwd=REPO)
+    return Run(proc.returncode, proc.stdout, proc.stderr, marker)
+
+
+def assert_one_line_error(run: Run, names: str, code: int = 2) -> None:
+    assert run.returncode == code, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and "Traceback" not in run.stdout
+    assert len(run.stderr_lines) == 1, run.stderr
+    line = run.stderr_lines[0]
+    assert line.startswith("opgate: error: "), line
+    assert names in line, f"{names!r} not named in: {line}"
+    deadline = time.monotonic() + 5
+    while processes_with(run.marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_with(run.marker), "a process of the run outlived it"
+
+
+# -- inspect: files that are not what they claim -------------------------------------------------------------
+
+def _truncated(source: Path, dest: Path, keep: float) -> Path:
+    data = source.read_bytes()
+    dest.write_bytes(data[: int(len(data) * keep)])
+    return dest
+
+
+def inspect_inputs(tmp: Path) -> dict[str, Path]:
+    tmp.mkdir(exist_ok=True)
+    return {
+        "empty file": BAD / "empty.bin",
+        "/dev/null": Path("/dev/null"),
+        "random bytes": BAD / "random.bin",
+        "missing file": tmp / "missing.so",
+        "truncated ELF": _truncated(INSPECT / "libkernels.so", tmp / "trunc.so", 0.02),
+        "truncated cubin": _truncated(INSPECT / "sm89.cubin", tmp / "trunc.cubin", 0.3),
+        "truncated fatbin": _truncated(INSPECT / "kernels.fatbin", tmp / "trunc.fatbin", 0.09),
+        "truncated wheel": _truncated(INSPECT / "demo-0.1-py3-none-linux_x86_64.whl", tmp / "trunc.whl", 0.5),
+    }
+
+
+INSPECT_CASES = ["empty file", "/dev/null", "random bytes", "missing file", "truncated ELF", "truncated cubin",
+                 "truncated fatbin", "truncated wheel"]
+
+
+@pytest.mark.parametrize("case", INSPECT_CASES)
+def test_inspect_unreadable_input_is_exit_2_one_line_and_no_report(case: str, tmp_path: Path) -> None:
+    path = inspect_inputs(tmp_path / "in")[case]
+    report = tmp_path / "r.json"
+    run = opgate("inspect", str(path), "--targets", "h100")
+    assert_one_line_error(run, str(path))
+    assert not report.exists()
+
+
+def test_inspect_unreadable_file(tmp_path: Path) -> None:
+    if IS_ROOT:
+        pytest.skip("root reads files regardless of permissions")
+    path = tmp_path / "locked.so"
+    shutil.copy(INSPECT / "libkernels.so", path)
+    path.chmod(0)
+    assert_one_line_error(opgate("inspect", str(path)), str(path))
+
+
+def test_inspect_fleet_that_is_a_directory(tmp_path: Path) -> None:
+    assert_one_line_error(opgate("inspect", str(INSPECT / "sm89.cubin"), "--fleet", str(tmp_path)), str(tmp_path))
+
+
+def test_inspect_fleet_error_names_the_table(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[[gpu]]\nmodle = "h100"\n')
+    assert_one_line_error(opgate("inspect", str(INSPECT / "sm89.cubin"), "--fleet", str(fleet)), "[[gpu]] #1")
+
+
+# -- verify and analyze: specs that misbehave at import, references that raise, sizes too large -------------
+
+SPEC_CASES = [
+    ("spec_exits_0.py", "called sys.exit(0)"),
+    ("spec_os_exit.py", "exit code 7"),
+    ("spec_segfaults.py", "SIGSEGV"),
+    ("spec_raises.py", "RuntimeError: this spec is broken on purpose"),
+    ("spec_no_operator.py", "defines no opgate.Operator"),
+    ("empty.bin", "give it a .py name"),
+    ("reference_raises.py", "ZeroDivisionError"),
+]
+
+
+@pytest.mark.parametrize("verb", ["verify", "analyze"])
+@pytest.mark.parametrize("name, said", SPEC_CASES)
+def test_a_misbehaving_spec_is_exit_2_naming_it(verb: str, name: str, said: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    extra = ["--budget", "quick", "--no-extras"] if verb == "verify" else ["--targets", "sm_90", "--stages",
+                                                                             "roofline"]
+    run = opgate(verb, str(BAD / name), *extra, "--json", str(report), "--out", str(tmp_path / "out"))
+    assert_one_line_error(run, name)
+    assert said in run.stderr_lines[0]
+    assert not report.exists()
+
+
+def test_a_spec_that_hangs_at_import_is_stopped_by_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    run = opgate("verify", str(BAD / "spec_hangs.py"), "--timeout", "3", "--json", str(tmp_path / "r.json"))
+    assert time.monotonic() - started < 60
+    assert_one_line_error(run, "spec_hangs.py")
+    assert "did not finish importing within 3 s" in run.stderr_lines[0]
+
+
+def test_a_case_too_large_for_this_machine_is_refused_up_front(tmp_path: Path) -> None:
+    run = opgate("verify", str(BAD / "huge_dims.py"), "--budget", "quick", "--no-extras",
+                 "--json", str(tmp_path / "r.json"))
+    assert_one_line_error(run, "huge_dims.py")
+    assert "M=1048576,N=1048576" in run.stderr_lines[0] and "TB" in run.stderr_lines[0]
+
+
+@pytest.mark.parametrize("verb", ["verify", "analyze"])
+@pytest.mark.parametrize("what", ["directory", "/dev/null", "missing"])
+def test_a_spec_path_that_is_not_a_file(verb: str, what: str, tmp_path: Path) -> None:
+    path = {"directory": tmp_path, "/dev/null": Path("/dev/null"), "missing": tmp_path / "nope.py"}[what]
+    assert_one_line_error(opgate(verb, str(path)), str(path))
+
+
+def test_analyze_refuses_an_unknown_architecture() -> None:
+    run = opgate("analyze", str(SPEC), "--targets", "sm_999")
+    assert_one_line_error(run, "sm_999")
+    assert "--allow-unknown-arch" in run.stderr_lines[0]
+
+
+# -- report paths, for every verb, checked before any work --------------------------------------------------
+
+VERB_ARGS = {
+    "doctor": ["doctor", "--check", "container"],
+    "inspect": ["inspect", str(INSPECT / "sm89.cubin")],
+    "verify": ["verify", str(SPEC), "--budget", "quick", "--no-extras"],
+    "analyze": ["analyze", str(SPEC), "--targets", "sm_90"],
+    "occupancy": ["occupancy", "--cc", "9.0", "--threads", "128", "--registers", "32"],
+}
+
+
+def report_paths(tmp: Path) -> dict[str, Path]:
+    return {
+        "a directory": tmp,
+        "a missing folder": tmp / "no" / "such" / "r.json",
+        "under /proc": Path("/proc/r.json"),
+        "a file as folder": BAD / "empty.bin" / "r.json",
+    }
+
+
+# Every verb against a directory and /proc; the other kinds once (they take the same path through the check).
+PATH_CASES = ([(verb, where) for verb in VERB_ARGS for where in ("a directory", "under /proc")]
+              + [("doctor", "a missing folder"), ("verify", "a file as folder")])
+
+
+@pytest.mark.parametrize("verb, where", PATH_CASES)
+def test_an_unwritable_report_path_is_refused_before_any_work(verb: str, where: str, tmp_path: Path) -> None:
+    path = report_paths(tmp_path)[where]
+    started = time.monotonic()
+    run = opgate(*VERB_ARGS[verb], "--json", str(path))
+    assert_one_line_error(run, str(path))
+    assert "--json" in run.stderr_lines[0]
+    assert run.stdout == "", "work started before the report path was checked"
+    assert time.monotonic() - started < 30
+
+
+def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
+    if IS_ROOT:
+        pytest.skip("root writes into read-only folders")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    assert_one_line_error(opgate(*VERB_ARGS["doctor"], "--json", str(folder / "r.json")), str(folder))
+
+
+def test_doctor_framework_that_is_not_installed() -> None:
+    run = opgate("doctor", "--framework", "nosuchmod_opgate")
+    assert_one_line_error(run, "nosuchmod_opgate")
+    assert "no Python module of that name" in run.stderr_lines[0]
+
+
+# -- interrupts: SIGINT mid-run ----------------------------------------------------------------------------
+
+PLANTED_SLOW = '''
+import subprocess, time
+from opgate.checks.base import Check
+
+
+class SlowCheck(Check):
+    check_id = "planted.slow"
+    title = "slow, with a grandchild"
+    timeout_s = 300.0
+
+    def evaluate(self, ctx):
+        subprocess.Popen(["sleep", "300"])  # a grandchild: must die with the run too
+        time.sleep(300)
+'''
+
+
+def _plugin(tmp: Path) -> str:
+    (tmp / "corpus_planted.py").write_text(PLANTED_SLOW)
+    dist = tmp / "opgate_corpus-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: opgate-corpus\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[opgate.checks]\ndoctor.planted_slow = corpus_planted:SlowCheck\n"
+                                           "doctor.planted_passing = planted_checks:PassingCheck\n")
+    return str(tmp)
+
+
+def _interrupt(args: list[str], ready: callable, extra_path: str = "", deadline_s: float = 120) -> Run:
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "opgate", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env_for(marker, extra_path), cwd=REPO)
+    started = time.monotonic()
+    while not ready(marker, proc.pid) and time.monotonic() - started < deadline_s and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(0.5)  # a finished child is collected by the parent's next poll (every 20 ms)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return Run(proc.returncode, out, err, marker)
+
+
+def _slow_check_alone(marker: str, pid: int) -> bool:
+    """The passing check has finished; the slow check's worker and its `sleep` grandchild are alive."""
+    children = [p for p in processes_with(marker) if p != pid]
+    try:
+        commands = [Path(f"/proc/{p}/cmdline").read_bytes() for p in children]
+    except OSError:
+        return False
+    return len(children) == 2 and any(c.startswith(b"sleep") for c in commands)
+
+
+def _assert_interrupted(run: Run, report: Path, finished: int) -> None:
+    assert run.returncode == 130, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+    assert len(run.stderr_lines) == 1 and run.stderr_lines[0].startswith("opgate: interrupted"), run.stderr
+    assert str(report) in run.stderr_lines[0]
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is True and data["exit_code"] == 130
+    assert len(data["results"]) >= finished and data["extra"]["not_run"]
+    assert not list(report.parent.glob(f".{report.name}.*")), "a temporary report file was left behind"
+    time.sleep(0.5)
+    assert not processes_with(run.marker), "a child of the interrupted run is still alive"
+
+
+@pytest.mark.slow
+def test_sigint_during_doctor_stops_every_child_and_writes_the_report_so_far(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    plugin = _plugin(tmp_path)
+    # Ready once the slow check's worker and its `sleep` grandchild are both alive.
+    run = _interrupt(["doctor", "--check", "planted_slow", "--check", "planted_passing", "--jobs", "2",
+                      "--json", str(report)], _slow_check_alone, extra_path=plugin)
+    _assert_interrupted(run, report, finished=1)
+    assert "planted.slow" in json.loads(report.read_text())["extra"]["not_run"]
+
+
+@pytest.mark.slow
+def test_sigint_during_verify_stops_every_child_and_writes_the_report_so_far(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    # Ready once the implementation's worker runs (after the spec pre-flight child has gone).
+    def ready(marker: str, pid: int) -> bool:
+        return any(b"opgate.checks.worker" in Path(f"/proc/{p}/cmdline").read_bytes()
+                   for p in processes_with(marker) if Path(f"/proc/{p}").exists())
+
+    run = _interrupt(["verify", str(BAD / "slow_spec.py"), "--budget", "quick", "--no-extras",
+                      "--json", str(report), "--out", str(tmp_path / "out")], ready)
+    _assert_interrupted(run, report, finished=1)
+
+
+def test_sigint_before_any_check_leaves_no_report(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+
+    def importing(marker: str, pid: int) -> bool:  # the hanging spec's pre-flight child is running
+        return any(b"opgate.specload" in Path(f"/proc/{p}/cmdline").read_bytes()
+                   for p in processes_with(marker) if Path(f"/proc/{p}").exists())
+
+    run = _interrupt(["verify", str(BAD / "spec_hangs.py"), "--json", str(report)], importing)
+    assert run.returncode == 130, run.stderr
+    assert len(run.stderr_lines) == 1 and "no report was written" in run.stderr_lines[0]
+    assert not report.exists()
+    time.sleep(0.5)
+    assert not processes_with(run.marker)
+
+
+@pytest.mark.slow
+def test_sigkill_of_opgate_takes_its_workers_with_it(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG: a worker dies with its parent even when the parent gets no chance to clean up."""
+    plugin = _plugin(tmp_path)
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "opgate", "doctor", "--check", "planted_slow"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_for(marker, plugin),
+                            cwd=REPO)
+
+    def workers() -> list[int]:
+        found = []
+        for pid in processes_with(marker):
+            try:
+                if b"opgate.checks.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 60
+    while not workers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers(), "the worker never started"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not workers(), "a worker outlived the SIGKILL of opgate"
+    for pid in processes_with(marker):  # the check's own `sleep` grandchild: not covered by PDEATHSIG
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("args, failed", [
+    (["doctor", "--check", "gpu_inventory", "--fail-on-skip"], "doctor.gpu_inventory"),
+    (["doctor", "--check", "container", "--require-gpu"], "gpu.required"),
+])
+def test_skips_fail_when_asked(args: list[str], failed: str, tmp_path: Path) -> None:
+    from opgate_testing import gpu_available
+
+    if gpu_available()[0]:
+        pytest.skip("a GPU is visible here: nothing is skipped for want of one")
+    report = tmp_path / "r.json"
+    run = opgate(*args, "--json", str(report))
+    assert run.returncode == 1, run.stdout + run.stderr
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    assert results[failed]["outcome"] == "failed"
+    assert not [r for r in results.values() if r["outcome"] == "skipped"]
+
+
+def test_a_missing_optional_dependency_names_its_extra(tmp_path: Path) -> None:
+    """matplotlib made unimportable for real (None in sys.modules): one line naming the extra, exit 2."""
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from opgate.cli import main\n"
+            f"main(['analyze', {str(DATA / 'analyze' / 'analyze_ops.py')!r}, '--targets', 'sm_90', '--stages', "
+            f"'roofline', '--gpus', 'h100', '--out', {str(tmp_path)!r}])")
+    marker = uuid.uuid4().hex
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_for(marker),
+                          timeout=240, cwd=REPO)
+    run = Run(proc.returncode, proc.stdout, proc.stderr, marker)
+    assert_one_line_error(run, "'matplotlib'")
+    assert "pip install 'opgate[verify]'" in run.stderr_lines[0]
