@@ -16,7 +16,7 @@ from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
 from opgate.results import CheckResult, Outcome, RunReport
-from opgate.runner import CheckTask, run_checks
+from opgate.runner import CheckTask, FollowUpHook, run_checks
 
 
 def host_facts() -> dict[str, str]:
@@ -72,6 +72,7 @@ def run_session(
     strict: bool = False,
     preset: Sequence[CheckResult] = (),
     extra: Mapping[str, object] | None = None,
+    follow_up: FollowUpHook | None = None,
 ) -> RunReport:
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -91,7 +92,7 @@ def run_session(
                 console.print(f"  {result.outcome.value:8s} {task.check_id} ({result.duration_s:.2f}s)",
                               highlight=False)
 
-        results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done)
+        results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done, follow_up=follow_up)
     return RunReport(
         verb=verb,
         results=tuple(preset) + tuple(results),

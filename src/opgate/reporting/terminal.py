@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opgate.reporting.crash_details import render_crash_details
 from opgate.results import CheckResult, Outcome, RunReport
 
 OUTCOME_STYLE = {
@@ -54,6 +55,7 @@ def render_terminal(report: RunReport, console: Console, verbose: bool = False) 
             f"{result.duration_s:.2f}s",
         )
     console.print(table)
+    render_crash_details(report, console)
     counts = report.counts()
     summary = ", ".join(f"{n} {name}" for name, n in counts.items() if n)
     code = int(report.exit_code)
