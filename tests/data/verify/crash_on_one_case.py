@@ -62,3 +62,8 @@ def double_hangs(x):
         while True:  # never returns, never sleeps: only a limit outside Python's loop can end it
             pass
     return x * 2
+
+
+@double.implementation("aborts_always", backend="torch")
+def double_aborts_always(x):
+    os.abort()  # on every case: opgate gives up after MAX_CRASHES crashes and counts the rest as not run
