@@ -49,6 +49,7 @@ _FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!
 PHASE_WORDS = {
     "setup": "setting up (loading the plan and the spec, preparing the backend) before any case ran",
     "after": "judging the output after the implementation returned",
+    "between": "between two cases (generating inputs, saving a result, building the report)",
 }
 
 
@@ -128,6 +129,7 @@ class CaseJournal:
 
     def save(self, index: int, record: Any) -> None:
         _write_atomically(self.folder / "done" / f"{index:05d}.pkl", pickle.dumps(record))
+        self._mark({"phase": "between"})  # a death from here on is opgate's until the next call begins
 
     @contextlib.contextmanager
     def implementation_call(self, case: Any, index: int | None) -> Iterator[None]:
@@ -279,17 +281,25 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     phase = str(marker.get("phase", "setup"))
     timed_out = "timeout_s" in result.extra
     status = death_status(result, marker)
-    if phase == "setup" or (phase == "after" and timed_out) or "case" not in marker:
-        what = PHASE_WORDS.get(phase, phase)
-        return dataclasses.replace(
-            result, reason=f"the check process {status.replace('killed its process with', 'died from')} while "
-                           f"{what}: opgate's own code, not a verdict on the implementation",
-            remediation="A bug in opgate or its environment, not in your implementation: report it with the "
-                        "stderr lines shown below the table (the JSON report has the full tail).")
     data = _read_json(folder / "crashes.json")
     crashes = list(data.get("crashes", []))
-    crashes.append(CrashEntry(marker.get("index"), phase, dict(marker["case"]), str(marker.get("label", "")),
-                              status, str(result.extra.get("stderr_tail", ""))).to_dict())
+    if phase in ("setup", "between") or (phase == "after" and timed_out) or "case" not in marker:
+        what = PHASE_WORDS.get(phase, phase)
+        return dataclasses.replace(
+            result, reason=f"{result.reason} while {what}: opgate's own code, not a verdict on the implementation",
+            remediation="A bug in opgate or its environment, not in your implementation: report it with the "
+                        "stderr lines shown below the table (the JSON report has the full tail).")
+    if len(crashes) > MAX_CRASHES:  # the bound holds even if a child keeps dying where no case is left to run
+        return dataclasses.replace(
+            result, outcome=Outcome.FAILED,
+            reason=f"the implementation kept killing its process ({len(crashes) + 1} crashes, the last: {status} on "
+                   f"{marker.get('label', '?')}); opgate stopped restarting it",
+            remediation="Run the replay command of the first crash alone, under gdb or compute-sanitizer.",
+            extra={**result.extra, "failure_class": "crash", "crashes": crashes})
+    index = marker.get("index")
+    crashes.append(CrashEntry(index, phase if index is not None else "shrink", dict(marker["case"]),
+                              str(marker.get("label", "")), status,
+                              str(result.extra.get("stderr_tail", ""))).to_dict())
     data["crashes"] = crashes
     if len(crashes) >= MAX_CRASHES:
         data["stop"] = True
