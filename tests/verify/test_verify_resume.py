@@ -162,3 +162,21 @@ def test_the_resume_hook_targets_the_verify_check():
     from opgate.verify.engine import CHECK_TARGET as ENGINE_TARGET
 
     assert CHECK_TARGET == ENGINE_TARGET
+
+
+@pytest.mark.slow
+def test_a_crash_while_shrinking_ends_shrinking_and_is_reported_with_the_other_failures(crash_run):
+    from opgate.verify.inputs import plan_cases
+    from opgate.verify.spec import load_spec_file
+
+    _, results = crash_run
+    result = results["verify.double.crashes_while_shrinking.float32"]
+    extra = result["extra"]
+    assert result["outcome"] == "failed" and extra["failure_class"] == "crash"
+    crash = extra["crashes"][0]
+    assert crash["label"].startswith("M=5,") and "SIGABRT" in crash["status"]
+    if not any(c.dims_dict["M"] == 5 for c in plan_cases(load_spec_file(SPEC)[0], "quick", 0)):
+        assert crash["phase"] == "shrink" and "while opgate shrank a failure" in result["reason"]
+    assert "other failures: " in result["reason"]  # the M=8 cases are wrong, and say so
+    wrong = [c for c in extra["cases"] if not c["passed"]]
+    assert wrong and all(c["case"].startswith("M=8,") for c in wrong)

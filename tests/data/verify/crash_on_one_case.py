@@ -67,3 +67,10 @@ def double_hangs(x):
 @double.implementation("aborts_always", backend="torch")
 def double_aborts_always(x):
     os.abort()  # on every case: opgate gives up after MAX_CRASHES crashes and counts the rest as not run
+
+
+@double.implementation("crashes_while_shrinking", backend="torch")
+def double_crashes_while_shrinking(x):
+    if x.shape[0] == 5:  # M=5 is no case of the quick plan, but a size shrinking tries on the way down from 8
+        os.abort()
+    return x * 3 if x.shape[0] == 8 else x * 2  # wrong whenever M=8
