@@ -18,8 +18,9 @@ def render_crash_details(report: RunReport, console: Console) -> None:
         crashes = result.extra.get("crashes") if isinstance(result.extra, dict) else None
         if crashes:
             for crash in crashes:
+                shrinking = " (a case tried while shrinking a failure)" if crash.get("phase") == "shrink" else ""
                 console.print(Text(f"{result.check_id}: the implementation {crash.get('status', 'crashed')} on "
-                                   f"{crash.get('label', '?')}", style="bold red"))
+                                   f"{crash.get('label', '?')}{shrinking}", style="bold red"))
                 if crash.get("replay"):
                     console.print(Text(f"  replay: opgate {report.verb} {_spec_name(report)} --replay "
                                        f"{crash['replay']}"), soft_wrap=True)

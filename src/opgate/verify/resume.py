@@ -29,7 +29,9 @@ import os
 import pickle
 import re
 import signal
+import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -146,6 +148,9 @@ class CaseJournal:
             fault = _cuda_context_fault()
             if fault:  # a sticky CUDA error: this process cannot judge anything more; a fresh one resumes
                 self._mark({**marker, "cuda_fault": fault})
+                traceback.print_exc()
+                print(f"opgate: the CUDA context is unusable after this case ({fault}); a fresh process resumes",
+                      file=sys.stderr, flush=True)
                 os._exit(EXIT_CONTEXT_LOST)
             raise
         finally:
