@@ -176,7 +176,7 @@ def test_a_crash_while_shrinking_ends_shrinking_and_is_reported_with_the_other_f
     crash = extra["crashes"][0]
     assert crash["label"].startswith("M=5,") and "SIGABRT" in crash["status"]
     if not any(c.dims_dict["M"] == 5 for c in plan_cases(load_spec_file(SPEC)[0], "quick", 0)):
-        assert crash["phase"] == "shrink" and "while opgate shrank a failure" in result["reason"]
+        assert crash["phase"] == "shrink" and "while narrowing down a failure" in result["reason"]
     assert "other failures: " in result["reason"]  # the M=8 cases are wrong, and say so
     wrong = [c for c in extra["cases"] if not c["passed"]]
     assert wrong and all(c["case"].startswith("M=8,") for c in wrong)

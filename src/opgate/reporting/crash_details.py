@@ -18,7 +18,7 @@ def render_crash_details(report: RunReport, console: Console) -> None:
         crashes = result.extra.get("crashes") if isinstance(result.extra, dict) else None
         if crashes:
             for crash in crashes:
-                shrinking = " (a case tried while shrinking a failure)" if crash.get("phase") == "shrink" else ""
+                shrinking = " (a case opgate tried while narrowing down a failure)" if crash.get("phase") == "shrink" else ""
                 console.print(Text(f"{result.check_id}: the implementation {crash.get('status', 'crashed')} on "
                                    f"{crash.get('label', '?')}{shrinking}", style="bold red"))
                 if crash.get("replay"):

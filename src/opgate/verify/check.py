@@ -113,7 +113,8 @@ class VerifyImplementationCheck(Check):
         shrunk = None
         if remaining and options.get("shrink", True):
             shrunk = self._shrink(op, prepared, plan, remaining)
-        failure_class = classify_failure([(r.case, r.verdict.reasons) for r in failing], op.dims) if failing else ""
+        failure_class = classify_failure([(r.case, r.verdict.reasons) for r in self.journal.not_crashed(failing)],
+                                         op.dims) if failing else ""
         result = self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
                               deviations, failure_class, range_note)
         return self.journal.annotate(

@@ -157,6 +157,9 @@ class CaseJournal:
             faulthandler.cancel_dump_traceback_later()
         self._mark({**marker, "phase": "after"})
 
+    def not_crashed(self, records: Sequence[Any]) -> list[Any]:
+        return [r for r in records if r.case.label() not in self.crashed_labels]
+
     def split_failing(self, failing: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """(records kept as they are, records opgate may run again to shrink them or probe a deviation): a crashed
         case is never run again in this process, and after a crash on such an extra run none is."""
@@ -208,13 +211,13 @@ class CaseJournal:
         previous_class = extra.get("failure_class")
         extra.update(failure_class="crash", crashes=entries, cases_planned=planned, cases_judged=judged,
                      cases_crashed=len(in_plan), cases_not_run=max(0, not_run))
-        if previous_class and previous_class != "crash":
+        if others and previous_class and previous_class != "crash":
             extra["other_failure_class"] = previous_class
         if "replay" not in extra or not others:
             extra["replay"] = first["replay"]
         figures = (Figure("crashed cases", len(in_plan), "",
                           Threshold(0, "==", "the implementation must not kill its process")),
-                   Figure("cases judged after the crash(es)", judged),
+                   Figure("cases judged (the crashed ones apart)", judged),
                    *result.figures)
         if not_run > 0:
             figures += (Figure("cases not run", not_run, "", Threshold(0, "==", f"{MAX_CRASHES} crashes at most")),)
@@ -224,8 +227,10 @@ class CaseJournal:
         if others and result.remediation:
             remediation += "; " + result.remediation
         # opgate's own extras (the reference through torch.compile, ...) only warn on the calibration
-        outcome = result.outcome if extra.get("calibration_warning") else Outcome.FAILED
-        return dataclasses.replace(result, outcome=outcome, reason=f"{crash_text}; {rest}",
+        warning_only = bool(extra.get("calibration_warning"))
+        outcome = result.outcome if warning_only else Outcome.FAILED
+        reason = ("calibration warning: " if warning_only else "") + f"[crash] {crash_text}; {rest}"
+        return dataclasses.replace(result, outcome=outcome, reason=reason,
                                    figures=figures, remediation=remediation, extra=extra)
 
 
