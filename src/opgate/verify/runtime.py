@@ -244,7 +244,7 @@ class VerifySanitizerCheck(GpuStageCheck):
             raise SkipCheck(str(exc)) from None
         findings = run.report.findings
         reached = sanitized_steps_reached(run.stdout_tail)
-        sizes_text = " then ".join(f"{label} size {_dims_label(dims)}" for label, dims in sizes)
+        sizes_text = " and the ".join(f"{label} size {_dims_label(dims)}" for label, dims in sizes)
         extra = {"sanitizer": run.to_dict(), "sizes": [{"step": label, "dims": dims} for label, dims in sizes],
                  "steps_reached": reached, "tool_options": tool_options, "options_unsupported": dropped,
                  "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
@@ -272,8 +272,9 @@ class VerifySanitizerCheck(GpuStageCheck):
             return self.result(Outcome.ERROR, f"the implementation exited with {run.returncode} under {tool}: "
                                f"{run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ''}",
                                figures=figures, extra=extra)
-        return self.passed(f"{tool}: no errors in one call at the {sizes_text} ({run.duration_s:.0f} s under the "
-                           "sanitizer, allocator caches off)", figures=figures, extra=extra)
+        each = " each" if len(sizes) > 1 else ""
+        return self.passed(f"{tool}: no errors in one call{each} at the {sizes_text} ({run.duration_s:.0f} s under "
+                           "the sanitizer, allocator caches off)", figures=figures, extra=extra)
 
 
 class VerifyNcuCheck(GpuStageCheck):
