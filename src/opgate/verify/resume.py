@@ -5,8 +5,9 @@ its task's workdir:
 
 - `running.json`, rewritten atomically around every call of the implementation: which case it is about to
   run (plan index, dims, seed, regime, layout) and in which phase the child is (`setup`: loading the plan,
-  the spec and the backend; `case` / `shrink`: inside the implementation call; `after`: the call returned,
-  opgate judges its output).
+  the spec and the backend; `case` / `shrink`: inside the implementation call, on a plan case or on one opgate
+  tries beyond the plan; `after`: the call returned, opgate judges its output; `between`: the case is saved;
+  `finished`: the result is built).
 - `done/NNNNN.pkl`: the judged record of every finished case.
 - `crashes.json`, written by the parent: the cases that killed a child, with the signal or exit status and
   the tail of that child's stderr.
@@ -52,6 +53,7 @@ PHASE_WORDS = {
     "setup": "setting up (loading the plan and the spec, preparing the backend) before any case ran",
     "after": "judging the output after the implementation returned",
     "between": "between two cases (generating inputs, saving a result, building the report)",
+    "finished": "exiting after it had built its result (a library's destructor at interpreter exit?)",
 }
 
 
@@ -170,8 +172,7 @@ class CaseJournal:
         return crashed, others
 
     def finished(self) -> None:
-        with contextlib.suppress(OSError):
-            (self.folder / "running.json").unlink()
+        self._mark({"phase": "finished"})
 
     # The merged result.
     def annotate(self, result: CheckResult, planned: int, judged: int, token_for: Callable[[Any], str],
@@ -293,7 +294,7 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     status = death_status(result, marker)
     data = _read_json(folder / "crashes.json")
     crashes = list(data.get("crashes", []))
-    if phase in ("setup", "between") or (phase == "after" and timed_out) or "case" not in marker:
+    if phase in ("setup", "between", "finished") or (phase == "after" and timed_out) or "case" not in marker:
         what = PHASE_WORDS.get(phase, phase)
         return dataclasses.replace(
             result, reason=f"{result.reason} while {what}: opgate's own code, not a verdict on the implementation",
