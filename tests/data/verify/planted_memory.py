@@ -13,6 +13,8 @@ pool). Each bug has a correct twin. Every implementation computes y = 2x right, 
 * tail_oob_read / tail_oob_read_twin: a kernel that loads before its bounds check: past the end only when the
   size is not a multiple of its 256-thread block, i.e. at a tail size, never at the declared M x N = 4 x 256.
 
+Empty inputs (opgate's size-0 cases) launch nothing.
+
 Run on a GPU host: opgate verify tests/data/verify/planted_memory.py --stages numerics,sanitizer
 """
 
@@ -93,6 +95,8 @@ def _torch_buffer(kernel, extra_thread):
     def run(x):
         x = x.contiguous()
         y = torch.empty_like(x)  # from the caching allocator: inside a larger cached block
+        if x.numel() == 0:  # opgate's empty cases: nothing to launch
+            return y
         _launch(kernel, x.numel() + extra_thread, _ptr(x), _ptr(y), _n(x))
         return y
     return run
@@ -104,6 +108,8 @@ def _cupy_buffer(kernel, extra_thread):
         import numpy as np
 
         x = x.contiguous()
+        if x.numel() == 0:
+            return torch.empty_like(x)
         torch.cuda.current_stream().synchronize()
         y = cupy.empty(x.numel(), dtype=cupy.float32)  # from CuPy's memory pool
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
@@ -120,6 +126,8 @@ def _free_async(ordered):
 
         rt = cupy.cuda.runtime
         x = x.contiguous()
+        if x.numel() == 0:
+            return torch.empty_like(x)
         nbytes = x.numel() * 4
         torch.cuda.current_stream().synchronize()  # x is ready for any stream
         stream_a = cupy.cuda.Stream(non_blocking=True)
