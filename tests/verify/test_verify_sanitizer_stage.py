@@ -135,3 +135,11 @@ def test_a_sticky_cuda_error_on_one_case_is_a_crash_of_that_case(tmp_path):
     assert "left the CUDA context unusable" in crashed["extra"]["crashes"][0]["status"]
     assert crashed["extra"]["cases_judged"] == crashed["extra"]["cases_planned"] - len(crashed["extra"]["crashes"])
     assert results["verify.double.sticky_error_twin.float32"]["outcome"] == "passed"
+
+
+def test_declared_empty_sizes_are_skipped_for_the_sanitizer():
+    import opgate
+
+    op = opgate.Operator("e", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                         dims={"M": [0, 8], "N": [64]})
+    assert runtime.sanitized_sizes(op) == [("first declared", {"M": 8, "N": 64}), ("tail", {"M": 8, "N": 65})]

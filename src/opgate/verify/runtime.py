@@ -377,15 +377,20 @@ def tail_dims(op: Any) -> dict[str, int] | None:
     if base <= 0:
         return None
     power = 1 << (base - 1).bit_length()
-    dims = {dim: next((size for size in sizes if size > 0), sizes[0]) for dim, sizes in op.dims.items()}
+    dims = _first_nonempty_dims(op)
     dims[last] = power + 1
     full = op.with_derived(dims)
-    return None if full == op.default_dims() else full
+    return None if full == op.with_derived(_first_nonempty_dims(op)) else full
+
+
+def _first_nonempty_dims(op: Any) -> dict[str, int]:
+    """The first declared size of each dim, skipping 0 (an empty tensor launches nothing to check)."""
+    return {dim: next((size for size in sizes if size > 0), sizes[0]) for dim, sizes in op.dims.items()}
 
 
 def sanitized_sizes(op: Any) -> list[tuple[str, dict[str, int]]]:
     """(step, dims) the sanitized child runs, in order: the first declared sizes, then the tail size."""
-    sizes = [("first declared", op.default_dims())]
+    sizes = [("first declared", op.with_derived(_first_nonempty_dims(op)))]
     tail = tail_dims(op)
     if tail is not None:
         sizes.append(("tail", tail))
