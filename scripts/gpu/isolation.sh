@@ -46,15 +46,15 @@ step() {  # step NAME LIMIT_S COMMAND...: run it, its output into the log, its s
   for caching in on off; do
     if [ "$caching" = off ]; then export PYTORCH_NO_CUDA_MEMORY_CACHING=1; fi
     echo "--- memcheck of oob_write at the declared size, caching allocator $caching"
-    timeout 35 python3 -m opgate.gpu.sanitizer run --tool memcheck opgate.verify.runtime \
+    timeout 33 python3 -m opgate.gpu.sanitizer run --tool memcheck opgate.verify.runtime \
       tests/data/verify/planted_memory.py double oob_write float32 2>&1 | tail -4
   done
 ) >"$WORK/baseline.txt" 2>&1 &
 baseline=$!
 
-step planted_memory 75 python3 -m opgate verify tests/data/verify/planted_memory.py --stages numerics,sanitizer \
+step planted_memory 70 python3 -m opgate verify tests/data/verify/planted_memory.py --stages numerics,sanitizer \
   --sanitizer-tools memcheck --budget quick --no-extras --jobs 8 --json "$WORK/planted.json" --out "$WORK/art"
-step gpu_crash 38 python3 -m opgate verify tests/data/verify/gpu_crash_spec.py --stages numerics --budget quick \
+step gpu_crash 36 python3 -m opgate verify tests/data/verify/gpu_crash_spec.py --stages numerics --budget quick \
   --no-extras --jobs 2 --json "$WORK/crash.json" --out "$WORK/art"
 
 wait "$baseline"
