@@ -180,3 +180,25 @@ def test_a_crash_while_shrinking_ends_shrinking_and_is_reported_with_the_other_f
     assert "other failures: " in result["reason"]  # the M=8 cases are wrong, and say so
     wrong = [c for c in extra["cases"] if not c["passed"]]
     assert wrong and all(c["case"].startswith("M=8,") for c in wrong)
+
+
+def test_the_parent_resumes_after_a_death_in_a_call_but_not_after_the_whole_timeout(tmp_path):
+    from opgate.checks.base import CheckContext
+    from opgate.runner import CheckTask
+    from opgate.verify.inputs import Case
+    from opgate.verify.resume import CaseJournal, follow_up, read_crashes
+
+    options = {"workdir": str(tmp_path / "work")}
+    task = CheckTask("verify.x.y.float32", "x", CHECK_TARGET, 20.0, CheckContext(verb="verify", options=options))
+    journal = CaseJournal.open(options)
+    case = Case.make({"N": 63}, 7)
+    with pytest.raises(RuntimeError):
+        with journal.implementation_call(case, 3):  # the child is inside the call when it dies
+            raise RuntimeError("the marker stays on the case")
+    slow = follow_up(task, _died(timeout_s=20.0, stderr_tail=""))
+    assert isinstance(slow, CheckResult) and slow.outcome is Outcome.ERROR
+    assert "N=63 seed=7" in slow.reason and "took longer than --timeout" in slow.reason
+    assert follow_up(task, _died(returncode=-11, stderr_tail="Fatal Python error")) is task
+    (crash,) = read_crashes(tmp_path / "work" / "journal")
+    assert (crash.index, crash.phase, crash.label, crash.status) == (
+        3, "case", case.label(), "killed its process with SIGSEGV")

@@ -30,7 +30,7 @@ from opgate.verify.calibrate import (
 from opgate.verify.inputs import Case, budget_plan, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
-from opgate.verify.resume import CASE_TIMEOUT_S
+from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 from opgate.verify.resume import follow_up as resume_after_crash
 from opgate.verify.spec import Operator, load_spec_file
 
@@ -61,7 +61,7 @@ class VerifyRequest:
     # adds 5-11 s per implementation and they run side by side (docs/benchmarks.md).
     sanitizer_tools: Sequence[str] = ("memcheck", "racecheck", "initcheck", "synccheck")
     # Seconds one call of the implementation on one case may run before it counts as a hang (a `crash` of that
-    # case; the other cases still run). None: resume.CASE_TIMEOUT_S; never more than timeout_s.
+    # case; the other cases still run). None: resume.CASE_TIMEOUT_S; at most 90% of timeout_s.
     case_timeout_s: float | None = None
 
 
@@ -272,7 +272,7 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
                     "op": op.name, "impl": choice.name, "extras": request.extras or bool(token),
                     "plan_path": str(plans[dtype]), "artefact_dir": str(artefact_dir.resolve()),
                     "workdir": str(workdir / f"work-{len(tasks)}"), "shrink": request.shrink,
-                    "case_timeout_s": min(timeout, request.case_timeout_s or CASE_TIMEOUT_S),
+                    "case_timeout_s": min(timeout * CASE_TIMEOUT_SHARE, request.case_timeout_s or CASE_TIMEOUT_S),
                 }
                 tasks.append(CheckTask(check_id, title, CHECK_TARGET, timeout,
                                        CheckContext(verb="verify", level=budget_name, options=options),

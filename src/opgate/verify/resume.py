@@ -43,7 +43,9 @@ CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
 # Crashed children restarted per implementation x dtype before the remaining cases are given up as not run.
 MAX_CRASHES = 3
 # Longest one implementation call may take before it counts as a hang (the task's --timeout caps it).
-CASE_TIMEOUT_S = 300.0
+CASE_TIMEOUT_S = 120.0
+# ... and at most this share of the task's --timeout, so a hung call is found before the whole task runs out.
+CASE_TIMEOUT_SHARE = 0.9
 # Exit status of a child that found the CUDA context unusable after the implementation raised (sticky error).
 EXIT_CONTEXT_LOST = 75
 STDERR_LINES_SHOWN = 12
@@ -294,7 +296,15 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     status = death_status(result, marker)
     data = _read_json(folder / "crashes.json")
     crashes = list(data.get("crashes", []))
-    if phase in ("setup", "between", "finished") or (phase == "after" and timed_out) or "case" not in marker:
+    if timed_out and "case" in marker:
+        # The task's whole --timeout ran out (a hung call is stopped at its own, shorter limit first): the
+        # implementation was slow over many cases, which is no crash of the one it happened to be running.
+        return dataclasses.replace(
+            result, reason=f"{result.reason} while the implementation ran {marker.get('label', '?')}: its cases "
+                           "together took longer than --timeout (no single call passed --case-timeout)",
+            remediation="Raise --timeout (or use a smaller --budget); a call that never returns is reported as a "
+                        "crash of its case once it passes --case-timeout.")
+    if phase in ("setup", "between", "finished") or timed_out or "case" not in marker:
         what = PHASE_WORDS.get(phase, phase)
         return dataclasses.replace(
             result, reason=f"{result.reason} while {what}: opgate's own code, not a verdict on the implementation",
