@@ -164,7 +164,7 @@ def verify(
                                             "may run before it is killed (default: 300/600/1800 by budget)."),
     case_timeout: Optional[float] = typer.Option(None, "--case-timeout", min=1.0, help="Seconds one call of an "
                                                  "implementation on one case may run before it counts as a hang "
-                                                 "(a crash of that case; the other cases still run). Default: 120, "
+                                                 "(a crash of that case; the other cases still run). Default: 300, "
                                                  "at most 90% of --timeout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated: numerics "

@@ -43,7 +43,7 @@ CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
 # Crashed children restarted per implementation x dtype before the remaining cases are given up as not run.
 MAX_CRASHES = 3
 # Longest one implementation call may take before it counts as a hang (the task's --timeout caps it).
-CASE_TIMEOUT_S = 120.0
+CASE_TIMEOUT_S = 300.0
 # ... and at most this share of the task's --timeout, so a hung call is found before the whole task runs out.
 CASE_TIMEOUT_SHARE = 0.9
 # Exit status of a child that found the CUDA context unusable after the implementation raised (sticky error).
