@@ -85,3 +85,17 @@ class PoisonsCudaContextCheck(Check):
         ''', "write_null")
         kernel((1,), (32,), (cupy.uint64(0),))
         return self.passed("pretends all is well")
+
+
+class DiesOnceCheck(Check):
+    """Kills its process the first time (leaving a marker file), passes when run again: a follow-up's target."""
+
+    check_id = "planted.dies_once"
+    title = "dies once"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        marker = ctx.options["marker"]
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(5)
+        return self.passed("ran again after dying once")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -55,3 +56,24 @@ def test_check_that_poisons_the_cuda_context_becomes_error_and_next_check_runs()
     assert results[0].outcome is Outcome.ERROR, results[0].reason
     assert "CUDA context unusable" in results[0].reason
     assert results[1].outcome is Outcome.PASSED
+
+
+def test_a_follow_up_hook_can_run_a_task_again_in_a_fresh_process_or_rewrite_its_result(tmp_path) -> None:
+    again = CheckTask("planted.dies_once", "dies once", "planted_checks:DiesOnceCheck", 30.0,
+                      CheckContext(verb="doctor", options={"marker": str(tmp_path / "died")}),
+                      env={"PYTHONPATH": child_pythonpath()})
+    seen: list[tuple[str, str]] = []
+
+    def follow_up(task, result):
+        seen.append((task.check_id, result.outcome.value))
+        if task.check_id == "planted.dies_once" and result.outcome is Outcome.ERROR:
+            return task  # the same task, in a new child
+        if task.check_id == "planted.exit":
+            return dataclasses.replace(result, reason="rewritten: " + result.reason)
+        return result
+
+    results = run_checks([again, task("exit", "ExitCheck")], jobs=2, follow_up=follow_up)
+    assert results[0].outcome is Outcome.PASSED and results[0].reason == "ran again after dying once"
+    assert results[1].reason.startswith("rewritten: ") and "exited with code 7" in results[1].reason
+    assert sorted(seen) == [("planted.dies_once", "error"), ("planted.dies_once", "passed"),
+                            ("planted.exit", "error")]

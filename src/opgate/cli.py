@@ -225,6 +225,10 @@ def verify(
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1.0, help="Seconds one implementation x dtype "
                                             "may run before it is killed (default: 300/600/1800 by budget); "
                                             "also bounds the spec's import (default 120 s)."),
+    case_timeout: Optional[float] = typer.Option(None, "--case-timeout", min=1.0, help="Seconds one call of an "
+                                                 "implementation on one case may run before it counts as a hang "
+                                                 "(a crash of that case; the other cases still run). Default: 300, "
+                                                 "at most 90% of --timeout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated: numerics "
                                "(always runs), runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer "
@@ -252,7 +256,7 @@ def verify(
     request = VerifyRequest(
         spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
-        timeout_s=timeout, stages=chosen_stages, sanitizer_tools=tools,
+        timeout_s=timeout, stages=chosen_stages, sanitizer_tools=tools, case_timeout_s=case_timeout,
     )
     report = run_verify(request, console)
     if fail_on_skip or require_gpu:

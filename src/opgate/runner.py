@@ -103,6 +103,9 @@ def kill_all_children() -> None:
 
 ProgressHook = Callable[[CheckTask], None]
 DoneHook = Callable[[CheckTask, CheckResult], None]
+# Called with every child's result before it is final: returns the result to keep (possibly rewritten), or a
+# task to run in its place (verify resumes an implementation after the case that crashed it, verify/resume.py).
+FollowUpHook = Callable[[CheckTask, CheckResult], "CheckTask | CheckResult"]
 
 
 def _package_root() -> str:
@@ -224,6 +227,7 @@ def run_checks(
     jobs: int = 1,
     on_start: ProgressHook | None = None,
     on_done: DoneHook | None = None,
+    follow_up: FollowUpHook | None = None,
 ) -> list[CheckResult]:
     """Run every task in its own child process, at most `jobs` at once; results keep task order.
 
@@ -266,6 +270,12 @@ def run_checks(
                     unregister_child(slot.proc)
                     result = slot.collect()
                 running.remove(slot)
+                if follow_up is not None:
+                    after = follow_up(slot.task, result)
+                    if isinstance(after, CheckTask):
+                        pending.insert(0, (slot.index, after))
+                        continue
+                    result = after
                 results[slot.index] = result
                 if on_done:
                     on_done(slot.task, result)

@@ -16,7 +16,7 @@ from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
 from opgate.results import CheckResult, Outcome, RunReport
-from opgate.runner import CheckTask, RunInterrupted, run_checks
+from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, run_checks
 
 
 class SessionInterrupted(KeyboardInterrupt):
@@ -80,6 +80,7 @@ def run_session(
     strict: bool = False,
     preset: Sequence[CheckResult] = (),
     extra: Mapping[str, object] | None = None,
+    follow_up: FollowUpHook | None = None,
 ) -> RunReport:
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -100,7 +101,7 @@ def run_session(
                               highlight=False)
 
         try:
-            results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done)
+            results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done, follow_up=follow_up)
         except RunInterrupted as stop:
             raise SessionInterrupted(RunReport(
                 verb=verb, results=tuple(preset) + tuple(stop.results), started_at=started_at,

@@ -68,6 +68,9 @@ class SanitizerFinding:
     cuda_error: int | None = None  # api_error: the CUDA error code
     api_call: str | None = None
     details: tuple[str, ...] = ()
+    # Python frames of the host backtrace ("fn in file.py:line", innermost first), when the sanitizer saved
+    # one: the line of the user's code that launched the kernel.
+    python_frames: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {key: (list(value) if isinstance(value, tuple) else value)
@@ -83,9 +86,12 @@ class _Draft:
     fields: dict[str, Any] = field(default_factory=dict)
     details: list[str] = field(default_factory=list)
 
+    python_frames: list[str] = field(default_factory=list)
+
     def freeze(self) -> SanitizerFinding:
         return SanitizerFinding(tool=self.tool, kind=self.kind, severity=self.severity, message=self.message,
-                                details=tuple(self.details), **self.fields)
+                                details=tuple(self.details), python_frames=tuple(self.python_frames),
+                                **self.fields)
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ _THREAD_AT = re.compile(r"^(?P<access>Read|Write) Thread \((?P<t>[\d, ]+)\) at (
 _AT = re.compile(r"^at (?P<loc>.+)$")
 _ADDRESS = re.compile(r"^(?:Address|Access at|Access to|Access) (?P<addr>0x[0-9a-fA-F]+)\s*(?P<note>.*)$")
 _AND_ACCESS = re.compile(r"^and (?P<a2>\w+) access at (?P<loc2>.+?)(?:\s+\[(?P<hazards>[\d,]+) hazards?\])?\s*$")
+_PYTHON_FRAME = re.compile(r"^Host Frame: (?P<fn>[\w.<>]+) in (?P<file>\S+\.py):(?P<line>\d+)\s*$")
 _STREAM_ORDERED = re.compile(r"use[- ]after[- ]free|use[- ]before[- ]alloc|stream[- ]ordered", re.IGNORECASE)
 _NOISE = ("COMPUTE-SANITIZER", "Saved host backtrace", "Host Frame", "Device Frame", "LEAK SUMMARY",
           "Target application returned an error", "Tool (")
@@ -290,7 +297,9 @@ def parse_sanitizer_output(text: str, tool: str = "memcheck") -> SanitizerReport
             continue
         indented = body.startswith("    ") or body.startswith("\t")
         if indented and current is not None:
-            if not text_line.startswith(("Host Frame", "Device Frame", "Saved host backtrace")):
+            if m := _PYTHON_FRAME.match(text_line):
+                current.python_frames.append(f"{m.group('fn')} in {m.group('file')}:{m.group('line')}")
+            elif not text_line.startswith(("Host Frame", "Device Frame", "Saved host backtrace")):
                 _add_detail(current, text_line)
             continue
         if text_line.startswith(_NOISE):

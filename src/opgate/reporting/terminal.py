@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opgate.reporting.crash_details import render_crash_details
 from opgate.results import CheckResult, Outcome, RunReport
 
 OUTCOME_STYLE = {
@@ -93,6 +94,7 @@ def render_terminal(report: RunReport, console: Console, verbose: bool = False) 
         )
     if shown:
         console.print(table)
+    render_crash_details(report, console)
     if not verbose:
         for reason, ids in skip_groups(list(report.results)):
             label = f"SKIP x{len(ids)}" if len(ids) > 1 else "SKIP"

@@ -31,6 +31,7 @@ from opgate.verify.deviations import (
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
+from opgate.verify.resume import CaseJournal
 from opgate.verify.shrink import shrink_case
 from opgate.verify.spec import Operator, load_spec_file
 
@@ -96,24 +97,46 @@ class VerifyImplementationCheck(Check):
         options = ctx.options
         self.check_id = options["check_id"]
         self.title = options.get("title", self.check_id)
+        self.journal = CaseJournal.open(options)  # a crash on a case becomes that case's verdict (resume.py)
         plan = PlanFile.load(Path(options["plan_path"]))
         op = _find_op(load_spec_file(options["spec_file"]), options["op"])
         choice = find_choice(op, options["impl"], bool(options.get("extras", True)))
         prepared = prepare(choice, op, plan.dtype, Path(options["workdir"]))
-        records = [CaseRecord(case, self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes,
-                                                   masks))
-                   for case, truth, budgets, masks in zip(plan.cases, plan.truths, plan.budgets, plan.masks)]
+        records = self._run_plan(op, prepared, plan)
         if prepared.finish is not None:
             prepared.finish()
         artefacts = self._artefacts(prepared, Path(options["artefact_dir"]))
         failing = [r for r in records if not r.verdict.passed]
-        failing, deviations, range_note = self._explain_deviations(op, prepared, plan, failing)
+        kept, rerunnable = self.journal.split_failing(failing)  # a crashed case is never run again in-process
+        remaining, deviations, range_note = self._explain_deviations(op, prepared, plan, rerunnable)
+        failing = kept + remaining
         shrunk = None
-        if failing and options.get("shrink", True):
-            shrunk = self._shrink(op, prepared, plan, failing)
-        failure_class = classify_failure([(r.case, r.verdict.reasons) for r in failing], op.dims) if failing else ""
-        return self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
-                            deviations, failure_class, range_note)
+        if remaining and options.get("shrink", True):
+            shrunk = self._shrink(op, prepared, plan, remaining)
+        failure_class = classify_failure([(r.case, r.verdict.reasons) for r in self.journal.not_crashed(failing)],
+                                         op.dims) if failing else ""
+        result = self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
+                              deviations, failure_class, range_note)
+        return self.journal.annotate(
+            result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
+            lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
+            Path(options["spec_file"]).name)
+
+    def _run_plan(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile) -> list[CaseRecord]:
+        """Every case of the plan; cases an earlier (crashed) child finished or crashed on come from the journal."""
+        records: list[CaseRecord] = []
+        for index, (case, truth, budgets, masks) in enumerate(zip(plan.cases, plan.truths, plan.budgets,
+                                                                  plan.masks)):
+            state, earlier = self.journal.state_of(index)
+            if state == "done":
+                records.append(earlier)
+            elif state == "crashed":
+                records.append(CaseRecord(case, CaseVerdict(False, (earlier,), (), tuple(budgets))))
+            elif state == "run":
+                records.append(CaseRecord(case, self._run_case(op, prepared, plan.dtype, case, truth, budgets,
+                                                               plan.out_dtypes, masks, index=index)))
+                self.journal.save(index, records[-1])
+        return records
 
     # -- deviations -----------------------------------------------------------------------------------
     def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
@@ -206,11 +229,12 @@ class VerifyImplementationCheck(Check):
     # -- running ------------------------------------------------------------------------------------
     def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,
                   truth: Sequence[Any], budgets: Sequence[OutputBudget], out_dtypes: Sequence[str],
-                  masks: Sequence[Any], extra_atol: float = 0.0) -> CaseVerdict:
+                  masks: Sequence[Any], extra_atol: float = 0.0, index: int | None = None) -> CaseVerdict:
         generated = make_inputs(op, case, dtype)
         out_specs = [(tuple(t.shape), out_dtype) for t, out_dtype in zip(truth, out_dtypes)]
         try:
-            output = prepared.run(generated.values, generated.layout_applied, out_specs)
+            with self.journal.implementation_call(case, index):
+                output = prepared.run(generated.values, generated.layout_applied, out_specs)
         except Exception as exc:
             lines = traceback.format_exception_only(type(exc), exc)
             message = " ".join(lines[-1].split())[:300]

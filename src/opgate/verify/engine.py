@@ -30,6 +30,8 @@ from opgate.verify.calibrate import (
 from opgate.verify.inputs import Case, budget_plan, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
+from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
+from opgate.verify.resume import follow_up as resume_after_crash
 from opgate.verify.spec import Operator
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
@@ -58,6 +60,9 @@ class VerifyRequest:
     # the others in `.racecheck` / `.initcheck` / `.synccheck`). All four by default: on the H200 each
     # adds 5-11 s per implementation and they run side by side (docs/benchmarks.md).
     sanitizer_tools: Sequence[str] = ("memcheck", "racecheck", "initcheck", "synccheck")
+    # Seconds one call of the implementation on one case may run before it counts as a hang (a `crash` of that
+    # case; the other cases still run). None: resume.CASE_TIMEOUT_S; at most 90% of timeout_s.
+    case_timeout_s: float | None = None
 
 
 VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "recovery", "portability", "occupancy", "roofline")
@@ -272,6 +277,7 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
                     "op": op.name, "impl": choice.name, "extras": request.extras or bool(token),
                     "plan_path": str(plans[dtype]), "artefact_dir": str(artefact_dir.resolve()),
                     "workdir": str(workdir / f"work-{len(tasks)}"), "shrink": request.shrink,
+                    "case_timeout_s": min(timeout * CASE_TIMEOUT_SHARE, request.case_timeout_s or CASE_TIMEOUT_S),
                 }
                 tasks.append(CheckTask(check_id, title, CHECK_TARGET, timeout,
                                        CheckContext(verb="verify", level=budget_name, options=options),
@@ -336,7 +342,8 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
                 tasks, preset, info = prepare_tasks(request, workdir, status=lambda text: spinner.update(text))
         else:
             tasks, preset, info = prepare_tasks(request, workdir)
-        report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info)
+        report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info,
+                             follow_up=resume_after_crash)
     analyze_stages = [s for s in request.stages if s in ("portability", "occupancy", "roofline")]
     if analyze_stages and not request.replay:
         report = _with_analyze(report, request, analyze_stages, console)

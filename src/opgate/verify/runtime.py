@@ -15,7 +15,9 @@ All need a CUDA device and skip with the reason elsewhere; all are children of t
 from __future__ import annotations
 
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from opgate.checks.base import Check, CheckContext
@@ -118,11 +120,12 @@ class GpuStageCheck(Check):
         return options, _require_cuda()
 
 
-def run_once_command(options: dict[str, Any], profiled: bool = False) -> list[str]:
+def run_once_command(options: dict[str, Any], profiled: bool = False, sanitized: bool = False) -> list[str]:
     """The child process the sanitizer and Nsight Compute watch: one call of the implementation (run_once).
-    `profiled`: a warm-up call first, then the measured call alone inside cudaProfilerStart/Stop."""
+    `profiled`: a warm-up call first, then the measured call alone inside cudaProfilerStart/Stop.
+    `sanitized`: allocator caches off, one call at the first declared sizes, then one at a tail size."""
     return [sys.executable, "-m", "opgate.verify.runtime", options["spec_file"], options["op"], options["impl"],
-            options["dtype"], *(["--profiled"] if profiled else [])]
+            options["dtype"], *(["--profiled"] if profiled else []), *(["--sanitized"] if sanitized else [])]
 
 
 class VerifyRuntimeCheck(GpuStageCheck):
@@ -197,7 +200,15 @@ class VerifyRuntimeCheck(GpuStageCheck):
 
 # Extra compute-sanitizer options per tool (passed when the installed sanitizer knows them): racecheck's
 # analysis report names the hazard instead of printing every racing access pair.
-SANITIZER_TOOL_OPTIONS = {"racecheck": (("--racecheck-report", "analysis"),)}
+SANITIZER_TOOL_OPTIONS = {"racecheck": (("--racecheck-report", "analysis"),),
+                          # a buffer freed with cudaFreeAsync on one stream while another stream still reads it
+                          # is only reported with stream-ordered race tracking (Compute Sanitizer user guide,
+                          # "Stream-ordered race detection"); off by default
+                          "memcheck": (("--track-stream-ordered-races", "all"),)}
+# In the sanitized child every allocation must be its own: an access one element past a tensor that sits inside
+# a block PyTorch's caching allocator (or CuPy's pool) owns is inside that block, and memcheck cannot see it.
+# PyTorch reads this when its CUDA allocator starts (PyTorch's CUDA semantics notes, "Memory management").
+SANITIZER_CHILD_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 SANITIZER_REMEDIES = {
     "memcheck": "Fix the out-of-bounds or invalid access (a missing tail mask, a wrong stride or size).",
     "racecheck": "Add the missing barrier between the shared-memory writes and reads (__syncthreads, "
@@ -221,36 +232,49 @@ class VerifySanitizerCheck(GpuStageCheck):
 
         options, _ = self.begin(ctx)
         tool = options.get("tool", "memcheck")
+        op, _ = load_implementation(options)
+        sizes = sanitized_sizes(op)
         try:
             path = find_compute_sanitizer()
-            tool_options, _ = supported_tool_options(path, SANITIZER_TOOL_OPTIONS.get(tool, ()))
-            run = run_under_sanitizer(run_once_command(options), tool=tool, tool_options=tool_options,
-                                      timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path)
+            tool_options, dropped = supported_tool_options(path, SANITIZER_TOOL_OPTIONS.get(tool, ()))
+            run = run_under_sanitizer(run_once_command(options, sanitized=True), tool=tool,
+                                      tool_options=tool_options, timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path,
+                                      env={**os.environ, **SANITIZER_CHILD_ENV})
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None
         findings = run.report.findings
-        extra = {"sanitizer": run.to_dict()}
+        reached = sanitized_steps_reached(run.stdout_tail)
+        sizes_text = " and the ".join(f"{label} size {_dims_label(dims)}" for label, dims in sizes)
+        extra = {"sanitizer": run.to_dict(), "sizes": [{"step": label, "dims": dims} for label, dims in sizes],
+                 "steps_reached": reached, "tool_options": tool_options, "options_unsupported": dropped,
+                 "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
         figures = [Figure("tool", tool), Figure("findings", len(findings), "", Threshold(0, "==", "compute-sanitizer")),
+                   Figure("sizes run", sizes_text),
+                   Figure("allocator caches", "off: every allocation is its own, so an access past a tensor "
+                                              "is outside an allocation"),
                    Figure("run time under the sanitizer", round(run.duration_s, 1), "s")]
+        if tool_options:
+            figures.append(Figure("sanitizer options", " ".join(tool_options)))
+        if dropped:
+            figures.append(Figure("options this compute-sanitizer lacks", ", ".join(dropped)))
         if run.timed_out:
             return self.result(Outcome.ERROR, f"{tool} run timed out after {SANITIZER_TIMEOUT_S:g} s",
                                figures=figures, extra=extra)
         if findings or run.sanitizer_flagged:
-            first = findings[0] if findings else None
-            where = ""
-            if first is not None:
-                where = f": {first.kind} in {first.kernel or '?'}"
-                if first.thread is not None:
-                    where += f" thread {tuple(first.thread)} block {tuple(first.block or ())}"
-            return self.failed(f"{tool} reports {len(findings) or run.report.reported_error_count} error(s){where}",
-                               figures=figures, remediation=SANITIZER_REMEDIES.get(tool, "") + " The log path "
-                               "is in the JSON report.", extra=extra)
+            where = describe_findings(findings) if findings else "the log has errors opgate's parser did not read"
+            at = where_in_steps(findings, sizes, reached, run.stdout_tail)
+            extra["finding_steps"] = sorted({step for f in findings for step in finding_steps(f)})
+            return self.failed(f"{tool} reports {len(findings) or run.report.reported_error_count} error(s){at}: "
+                               f"{where}", figures=figures,
+                               remediation=SANITIZER_REMEDIES.get(tool, "") + " The log path is in the JSON report.",
+                               extra={**extra, "failure_class": "memory"})
         if run.returncode not in (0, None):
             return self.result(Outcome.ERROR, f"the implementation exited with {run.returncode} under {tool}: "
                                f"{run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ''}",
                                figures=figures, extra=extra)
-        return self.passed(f"{tool}: no errors in one call at the first declared sizes ({run.duration_s:.0f} s "
-                           "under the sanitizer)", figures=figures, extra=extra)
+        each = " each" if len(sizes) > 1 else ""
+        return self.passed(f"{tool}: no errors in one call{each} at the {sizes_text} ({run.duration_s:.0f} s under "
+                           "the sanitizer, allocator caches off)", figures=figures, extra=extra)
 
 
 class VerifyNcuCheck(GpuStageCheck):
@@ -336,8 +360,184 @@ def _l2_bytes() -> int:
         return 0
 
 
+def _dims_label(dims: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in dims.items()) or "scalar"
+
+
+def tail_dims(op: Any) -> dict[str, int] | None:
+    """The sanitizer's second size: the first declared sizes with the innermost fuzzed dim set one past a power
+    of two (2^k + 1 for the power at or above its first non-zero declared size): a block-sized kernel then has a
+    last block with one live element, where a missing tail mask reads or writes past the end. None when no dim
+    may change (every dim in exact_dims) or the tail equals the declared size."""
+    fuzzed = [d for d in op.dims if d not in op.exact_dims]
+    if not fuzzed:
+        return None
+    last = fuzzed[-1]
+    base = next((size for size in op.dims[last] if size > 0), 0)
+    if base <= 0:
+        return None
+    power = 1 << (base - 1).bit_length()
+    dims = _first_nonempty_dims(op)
+    dims[last] = power + 1
+    full = op.with_derived(dims)
+    return None if full == op.with_derived(_first_nonempty_dims(op)) else full
+
+
+def _first_nonempty_dims(op: Any) -> dict[str, int]:
+    """The first declared size of each dim, skipping 0 (an empty tensor launches nothing to check)."""
+    return {dim: next((size for size in sizes if size > 0), sizes[0]) for dim, sizes in op.dims.items()}
+
+
+def sanitized_sizes(op: Any) -> list[tuple[str, dict[str, int]]]:
+    """(step, dims) the sanitized child runs, in order: the first declared sizes, then the tail size."""
+    sizes = [("first declared", op.with_derived(_first_nonempty_dims(op)))]
+    tail = tail_dims(op)
+    if tail is not None:
+        sizes.append(("tail", tail))
+    return sizes
+
+
+STEP_MARKER = "OPGATE_SANITIZED_STEP "
+
+
+def sanitized_steps_reached(stdout: str) -> list[tuple[str, dict[str, int]]]:
+    """The steps the sanitized child started, from its stdout markers (the last one is where it was)."""
+    import json
+
+    steps = []
+    for line in stdout.splitlines():
+        if line.startswith(STEP_MARKER):
+            try:
+                data = json.loads(line[len(STEP_MARKER):])
+            except ValueError:
+                continue
+            if data.get("event") == "start":
+                steps.append((str(data["step"]), dict(data["dims"])))
+    return steps
+
+
+def _step_finished(stdout: str, step: str) -> bool:
+    return any(line.startswith(STEP_MARKER) and '"event": "done"' in line and f'"step": "{step}"' in line
+               for line in stdout.splitlines())
+
+
+# The sanitized child calls the implementation through one function per step, so a finding's saved host
+# backtrace (its Python frames) says at which size the kernel was launched.
+_STEP_FUNCTIONS = {"sanitized_call_at_first_declared_size": "first declared", "sanitized_call_at_tail_size": "tail"}
+_OWN_FRAMES = (*_STEP_FUNCTIONS, "run_sanitized", "<module>", "_run_module_as_main", "_run_code", "call")
+
+
+def finding_steps(finding: Any) -> list[str]:
+    return [step for frame in getattr(finding, "python_frames", ()) for name, step in _STEP_FUNCTIONS.items()
+            if frame.startswith(name + " ")]
+
+
+def where_in_steps(findings: Any, sizes: list[tuple[str, dict[str, int]]],
+                   reached: list[tuple[str, dict[str, int]]], stdout: str) -> str:
+    """ " at the tail size M=4,N=257" and the like: from the findings' Python frames when the sanitizer saved a
+    host backtrace, else from the step the child had reached when the errors stopped it."""
+    dims = dict(sizes)
+    steps = [step for step, _ in sizes if any(step in finding_steps(f) for f in findings)]
+    if steps:
+        text = " and the ".join(f"{step} size {_dims_label(dims[step])}" for step in steps)
+        clean = [step for step, _ in sizes if step not in steps and _step_finished(stdout, step)]
+        return f" at the {text}" + (f" (the {clean[0]} size ran clean)" if clean else "")
+    if reached and not _step_finished(stdout, reached[-1][0]):
+        return f" at the {reached[-1][0]} size {_dims_label(reached[-1][1])} (the run stopped there)"
+    return " in the calls at the " + " and the ".join(f"{step} size {_dims_label(d)}" for step, d in sizes)
+
+
+def launch_site(finding: Any) -> str:
+    """The innermost Python frame of the launch that is not opgate's own: the user's line."""
+    for frame in getattr(finding, "python_frames", ()):
+        if not frame.startswith(tuple(name + " " for name in _OWN_FRAMES)):
+            return frame
+    return ""
+
+
+def describe_findings(findings: Any, limit: int = 3) -> str:
+    """Each distinct finding (kind x kernel x access) once, with the kernel, address, thread and block of its
+    first report and how many reports are like it: what a person needs to find the line."""
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for finding in findings:
+        groups.setdefault((finding.kind, finding.kernel, finding.access, finding.size_bytes), []).append(finding)
+    parts = []
+    for (kind, kernel, access, size), same in list(groups.items())[:limit]:
+        first = same[0]
+        what = kind.replace("_", " ")
+        if access:
+            what += f" ({access}" + (f" of {size} bytes" if size else "") + ")"
+        text = f"{what} in {kernel or '?'}"
+        if first.file and first.line:
+            text += f" ({Path(first.file).name}:{first.line})"
+        if first.address:
+            text += f" at {first.address}"
+            if first.address_note:
+                text += f" ({first.address_note})"
+        elif first.address_note:
+            text += f" ({first.address_note})"
+        if first.thread is not None:
+            text += f", thread {_triple(first.thread)}"
+        if first.block is not None:
+            text += f" block {_triple(first.block)}"
+        site = launch_site(first)
+        if site:
+            text += f", launched from {site}"
+        if len(same) > 1:
+            text += f" [{len(same)} reports like it]"
+        parts.append(text)
+    if len(groups) > limit:
+        parts.append(f"{len(groups) - limit} more kind(s) in the JSON report")
+    return "; ".join(parts)
+
+
+def _triple(value: Any) -> str:
+    return "(" + ",".join(str(v) for v in value) + ")"
+
+
+def disable_allocator_caches() -> None:
+    """In the sanitized child, before the implementation runs: PyTorch's caching allocator (also off through
+    the environment the parent gives) and CuPy's device and pinned memory pools."""
+    import importlib.util
+
+    os.environ.update(SANITIZER_CHILD_ENV)
+    if importlib.util.find_spec("cupy") is not None:
+        try:
+            import cupy
+        except Exception:  # a broken CuPy is the implementation's problem, met when it imports it
+            return
+        cupy.cuda.set_allocator(None)
+        cupy.cuda.set_pinned_memory_allocator(None)
+
+
+def run_sanitized(spec_file: str, op_name: str, impl_name: str, dtype: str) -> None:
+    """What the sanitizer watches: allocator caches off, then one call at the first declared sizes and one at
+    the tail size, each followed by a device sync; stdout markers say which step the child reached."""
+    import json
+
+    disable_allocator_caches()
+    import torch
+
+    op, implementation = load_implementation({"spec_file": spec_file, "op": op_name, "impl": impl_name})
+    for step, dims in sanitized_sizes(op):
+        print(STEP_MARKER + json.dumps({"event": "start", "step": step, "dims": dims}), flush=True)
+        args = cuda_inputs(op, dims, dtype, seed=0)
+        call = sanitized_call_at_tail_size if step == "tail" else sanitized_call_at_first_declared_size
+        call(implementation.fn, args)
+        torch.cuda.synchronize()
+        print(STEP_MARKER + json.dumps({"event": "done", "step": step, "dims": dims}), flush=True)
+
+
+def sanitized_call_at_first_declared_size(fn: Any, args: list[Any]) -> None:
+    fn(*args)
+
+
+def sanitized_call_at_tail_size(fn: Any, args: list[Any]) -> None:
+    fn(*args)
+
+
 def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str, profiled: bool = False) -> None:
-    """What the sanitizer watches: one call at the first declared sizes, then a device sync.
+    """What Nsight Compute watches: one call at the first declared sizes, then a device sync.
 
     With `profiled` (Nsight Compute), the call runs at the operator's timing size, and a first call compiles (and autotunes) the kernels, and only the second runs between
     cudaProfilerStart and cudaProfilerStop: Nsight Compute, started with --profile-from-start off, then sees
@@ -357,4 +557,7 @@ def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str, profiled:
 
 
 if __name__ == "__main__":
-    run_once(*sys.argv[1:5], profiled="--profiled" in sys.argv[5:])
+    if "--sanitized" in sys.argv[5:]:
+        run_sanitized(*sys.argv[1:5])
+    else:
+        run_once(*sys.argv[1:5], profiled="--profiled" in sys.argv[5:])

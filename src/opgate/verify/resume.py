@@ -1,0 +1,354 @@
+"""A crash of the implementation is a verdict: which case killed the child, and the rest still run.
+
+Each implementation x dtype runs in its own child (opgate.verify.check). The child keeps a small journal in
+its task's workdir:
+
+- `running.json`, rewritten atomically around every call of the implementation: which case it is about to
+  run (plan index, dims, seed, regime, layout) and in which phase the child is (`setup`: loading the plan,
+  the spec and the backend; `case` / `shrink`: inside the implementation call, on a plan case or on one opgate
+  tries beyond the plan; `after`: the call returned, opgate judges its output; `between`: the case is saved;
+  `finished`: the result is built).
+- `done/NNNNN.pkl`: the judged record of every finished case.
+- `crashes.json`, written by the parent: the cases that killed a child, with the signal or exit status and
+  the tail of that child's stderr.
+
+When a child dies (a signal, os._exit, sys.exit, a CUDA context left unusable, or a hang past its limit)
+while the implementation runs a case, the parent (`follow_up`, called by opgate.runner) records the crash
+and starts the same task again: the fresh child takes the finished cases from the journal, marks the crashed
+ones failed (failure class `crash`), runs the rest, and returns one merged result. After `MAX_CRASHES`
+crashes it stops restarting and the remaining cases are counted as not run. A child that dies outside the
+implementation call (opgate's own code: plan loading, judging) stays an `error` (exit 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import faulthandler
+import json
+import os
+import pickle
+import re
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from opgate.results import CheckResult, Figure, Outcome, Threshold
+
+CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
+# Crashed children restarted per implementation x dtype before the remaining cases are given up as not run.
+MAX_CRASHES = 3
+# Longest one implementation call may take before it counts as a hang (the task's --timeout caps it).
+CASE_TIMEOUT_S = 300.0
+# ... and at most this share of the task's --timeout, so a hung call is found before the whole task runs out.
+CASE_TIMEOUT_SHARE = 0.9
+# Exit status of a child that found the CUDA context unusable after the implementation raised (sticky error).
+EXIT_CONTEXT_LOST = 75
+STDERR_LINES_SHOWN = 12
+_FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!")
+
+PHASE_WORDS = {
+    "setup": "setting up (loading the plan and the spec, preparing the backend) before any case ran",
+    "after": "judging the output after the implementation returned",
+    "between": "between two cases (generating inputs, saving a result, building the report)",
+    "finished": "exiting after it had built its result (a library's destructor at interpreter exit?)",
+}
+
+
+def _write_atomically(path: Path, text: str | bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    if isinstance(text, bytes):
+        tmp.write_bytes(text)
+    else:
+        tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def journal_dir(options: Mapping[str, Any]) -> Path:
+    return Path(options["workdir"]) / "journal"
+
+
+@dataclass(frozen=True)
+class CrashEntry:
+    """One case on which the implementation killed its process (or hung), as the parent saw it."""
+
+    index: int | None  # plan index; None for a case opgate tried beyond the plan (shrinking, deviation probes)
+    phase: str  # case | shrink (beyond the plan) | after
+    case: dict[str, Any]
+    label: str
+    status: str  # "killed by SIGSEGV", "exited with code 7 ...", "timed out after 300 s", ...
+    stderr_tail: str
+
+    @property
+    def reason(self) -> str:
+        where = " (after the call returned: memory it corrupted was found at a later free)" \
+            if self.phase == "after" else ""
+        return f"crashed: the implementation {self.status}{where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CrashEntry":
+        return cls(data.get("index"), str(data["phase"]), dict(data["case"]), str(data["label"]),
+                   str(data["status"]), str(data.get("stderr_tail", "")))
+
+
+# -- the child's side ---------------------------------------------------------------------------------
+
+class CaseJournal:
+    """The child's record of its progress through the plan (see the module docstring)."""
+
+    def __init__(self, folder: Path, case_timeout_s: float) -> None:
+        self.folder = folder
+        self.case_timeout_s = case_timeout_s
+        (folder / "done").mkdir(parents=True, exist_ok=True)
+        self.crashes = read_crashes(folder)
+        self.stopped = bool(_read_json(folder / "crashes.json").get("stop"))
+        self.crashed_labels = {c.label for c in self.crashes}
+        self._mark({"phase": "setup"})
+        faulthandler.enable()  # a fatal signal prints the Python stack (the user's line) into the stderr tail
+
+    @classmethod
+    def open(cls, options: Mapping[str, Any]) -> "CaseJournal":
+        return cls(journal_dir(options), float(options.get("case_timeout_s", CASE_TIMEOUT_S)))
+
+    def _mark(self, state: dict[str, Any]) -> None:
+        _write_atomically(self.folder / "running.json", json.dumps({**state, "time": time.time()}))
+
+    # The plan, case by case.
+    def state_of(self, index: int) -> tuple[str, Any]:
+        """("done", record) | ("crashed", reason) | ("not_run", None) | ("run", None) for plan case `index`."""
+        for crash in self.crashes:
+            if crash.index == index and crash.phase != "shrink":
+                return "crashed", crash.reason
+        saved = self.folder / "done" / f"{index:05d}.pkl"
+        if saved.is_file():
+            return "done", pickle.loads(saved.read_bytes())
+        if self.stopped:
+            return "not_run", None
+        return "run", None
+
+    def save(self, index: int, record: Any) -> None:
+        _write_atomically(self.folder / "done" / f"{index:05d}.pkl", pickle.dumps(record))
+        self._mark({"phase": "between"})  # a death from here on is opgate's until the next call begins
+
+    @contextlib.contextmanager
+    def implementation_call(self, case: Any, index: int | None) -> Iterator[None]:
+        """Around one call of the implementation: say which case runs, and die on a hang past the limit."""
+        phase = "case" if index is not None else "shrink"
+        marker = {"phase": phase, "index": index, "case": case.to_dict(), "label": case.label(),
+                  "limit_s": self.case_timeout_s}
+        self._mark(marker)
+        faulthandler.dump_traceback_later(self.case_timeout_s, exit=True)
+        try:
+            yield
+        except Exception:
+            faulthandler.cancel_dump_traceback_later()
+            fault = _cuda_context_fault()
+            if fault:  # a sticky CUDA error: this process cannot judge anything more; a fresh one resumes
+                self._mark({**marker, "cuda_fault": fault})
+                traceback.print_exc()
+                print(f"opgate: the CUDA context is unusable after this case ({fault}); a fresh process resumes",
+                      file=sys.stderr, flush=True)
+                os._exit(EXIT_CONTEXT_LOST)
+            raise
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        self._mark({**marker, "phase": "after"})
+
+    def not_crashed(self, records: Sequence[Any]) -> list[Any]:
+        return [r for r in records if r.case.label() not in self.crashed_labels]
+
+    def split_failing(self, failing: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """(records kept as they are, records opgate may run again to shrink them or probe a deviation): a crashed
+        case is never run again in this process, and after a crash on such an extra run none is."""
+        crashed = [r for r in failing if r.case.label() in self.crashed_labels]
+        others = [r for r in failing if r.case.label() not in self.crashed_labels]
+        if self.stopped or any(c.phase == "shrink" for c in self.crashes):
+            return crashed + others, []
+        return crashed, others
+
+    def finished(self) -> None:
+        self._mark({"phase": "finished"})
+
+    # The merged result.
+    def annotate(self, result: CheckResult, planned: int, judged: int, token_for: Callable[[Any], str],
+                 spec_name: str) -> CheckResult:
+        """Add the crashes to the result the child built from every case it has (crashed ones failed)."""
+        self.finished()
+        if not self.crashes:
+            return result
+        from opgate.verify.inputs import Case
+
+        entries = []
+        for crash in self.crashes:
+            entry = crash.to_dict()
+            entry["replay"] = token_for(Case.from_dict(crash.case))
+            entry["stderr_excerpt"] = stderr_excerpt(crash.stderr_tail)
+            entries.append(entry)
+        in_plan = [c for c in self.crashes if c.phase != "shrink"]
+        not_run = planned - judged - len(in_plan)
+        first = entries[0]
+        crash_text = (f"the implementation {first['status']} on {first['label']}"
+                      + (" (a case opgate tried while narrowing down a failure)" if first["phase"] == "shrink" else ""))
+        if len(entries) > 1:
+            crash_text += f" ({len(entries)} crashes in all)"
+        crash_text += f"; replay: opgate verify {spec_name} --replay {first['replay']}"
+        others = [r for r in result.extra.get("cases", []) if not r.get("passed")
+                  and not any(str(reason).startswith("crashed: ") for reason in r.get("reasons", []))]
+        if others:
+            rest = f"other failures: {result.reason}"
+        elif judged:
+            rest = f"the other {judged} case(s) ran in fresh processes and are within budget"
+        else:
+            rest = "no other case was judged"
+        if not_run > 0:
+            rest += (f"; {not_run} case(s) not run: opgate stops restarting an implementation after "
+                     f"{MAX_CRASHES} crashes")
+        extra = dict(result.extra)
+        previous_class = extra.get("failure_class")
+        extra.update(failure_class="crash", crashes=entries, cases_planned=planned, cases_judged=judged,
+                     cases_crashed=len(in_plan), cases_not_run=max(0, not_run))
+        if others and previous_class and previous_class != "crash":
+            extra["other_failure_class"] = previous_class
+        if "replay" not in extra or not others:
+            extra["replay"] = first["replay"]
+        figures = (Figure("crashed cases", len(in_plan), "",
+                          Threshold(0, "==", "the implementation must not kill its process")),
+                   Figure("cases judged (the crashed ones apart)", judged),
+                   *result.figures)
+        if not_run > 0:
+            figures += (Figure("cases not run", not_run, "", Threshold(0, "==", f"{MAX_CRASHES} crashes at most")),)
+        remediation = ("The implementation killed its process (or hung): run the replay command alone, under "
+                       "gdb or compute-sanitizer, and look at the stack in the stderr lines below the table; "
+                       "an out-of-bounds write on a strided or tail case is the usual cause")
+        if others and result.remediation:
+            remediation += "; " + result.remediation
+        # opgate's own extras (the reference through torch.compile, ...) only warn on the calibration
+        warning_only = bool(extra.get("calibration_warning"))
+        outcome = result.outcome if warning_only else Outcome.FAILED
+        reason = ("calibration warning: " if warning_only else "") + f"[crash] {crash_text}; {rest}"
+        return dataclasses.replace(result, outcome=outcome, reason=reason,
+                                   figures=figures, remediation=remediation, extra=extra)
+
+
+def _cuda_context_fault() -> str:
+    from opgate.checks.worker import cuda_context_fault
+
+    return cuda_context_fault()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_crashes(folder: Path) -> list[CrashEntry]:
+    return [CrashEntry.from_dict(c) for c in _read_json(folder / "crashes.json").get("crashes", [])]
+
+
+# -- the parent's side --------------------------------------------------------------------------------
+
+def death_status(result: CheckResult, marker: Mapping[str, Any]) -> str:
+    """How the child ended, in words, from the runner's error result and the journal's marker."""
+    extra = result.extra
+    if "timeout_s" in extra:
+        return f"timed out after {float(extra['timeout_s']):g} s (killed by opgate)"
+    code = extra.get("returncode")
+    if code == EXIT_CONTEXT_LOST and marker.get("cuda_fault"):
+        return f"left the CUDA context unusable ({marker['cuda_fault']})"
+    if isinstance(code, int) and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed its process with {name}"
+    tail = str(extra.get("stderr_tail", ""))
+    for line in tail.splitlines():
+        match = _FAULTHANDLER_TIMEOUT.match(line.strip())
+        if match and code == 1:
+            hours, minutes, seconds = (int(g) for g in match.groups())
+            return f"timed out after {hours * 3600 + minutes * 60 + seconds:g} s (a hang: no return from the call)"
+    return f"exited with code {code} without reporting (os._exit, sys.exit or exit() inside the implementation)"
+
+
+def follow_up(task: Any, result: CheckResult) -> Any:
+    """The runner's hook for a finished verify child: the same task again (resume after a crash) or the result.
+
+    Only a child that died while the implementation ran a case is resumed; any other death of a verify child
+    stays an `error` with advice that fits verify."""
+    if task.target != CHECK_TARGET or result.outcome is not Outcome.ERROR:
+        return result
+    if "returncode" not in result.extra and "timeout_s" not in result.extra:
+        return result  # the check reported an error itself (an exception in opgate): not a death
+    folder = journal_dir(task.context.options)
+    marker = _read_json(folder / "running.json")
+    phase = str(marker.get("phase", "setup"))
+    timed_out = "timeout_s" in result.extra
+    status = death_status(result, marker)
+    data = _read_json(folder / "crashes.json")
+    crashes = list(data.get("crashes", []))
+    if timed_out and "case" in marker:
+        # The task's whole --timeout ran out (a hung call is stopped at its own, shorter limit first): the
+        # implementation was slow over many cases, which is no crash of the one it happened to be running.
+        return dataclasses.replace(
+            result, reason=f"{result.reason} while the implementation ran {marker.get('label', '?')}: its cases "
+                           "together took longer than --timeout (no single call passed --case-timeout)",
+            remediation="Raise --timeout (or use a smaller --budget); a call that never returns is reported as a "
+                        "crash of its case once it passes --case-timeout.")
+    if phase in ("setup", "between", "finished") or timed_out or "case" not in marker:
+        what = PHASE_WORDS.get(phase, phase)
+        return dataclasses.replace(
+            result, reason=f"{result.reason} while {what}: opgate's own code, not a verdict on the implementation",
+            remediation="A bug in opgate or its environment, not in your implementation: report it with the "
+                        "stderr lines shown below the table (the JSON report has the full tail).")
+    if len(crashes) > MAX_CRASHES:  # the bound holds even if a child keeps dying where no case is left to run
+        return dataclasses.replace(
+            result, outcome=Outcome.FAILED,
+            reason=f"the implementation kept killing its process ({len(crashes) + 1} crashes, the last: {status} on "
+                   f"{marker.get('label', '?')}); opgate stopped restarting it",
+            remediation="Run the replay command of the first crash alone, under gdb or compute-sanitizer.",
+            extra={**result.extra, "failure_class": "crash", "crashes": crashes})
+    index = marker.get("index")
+    crashes.append(CrashEntry(index, phase if index is not None else "shrink", dict(marker["case"]),
+                              str(marker.get("label", "")), status,
+                              str(result.extra.get("stderr_tail", ""))).to_dict())
+    data["crashes"] = crashes
+    if len(crashes) >= MAX_CRASHES:
+        data["stop"] = True
+    _write_atomically(folder / "crashes.json", json.dumps(data))
+    with contextlib.suppress(OSError):
+        (folder / "running.json").unlink()
+    return task
+
+
+# -- showing it -----------------------------------------------------------------------------------------
+
+def stderr_excerpt(text: str, max_lines: int = STDERR_LINES_SHOWN) -> list[str]:
+    """The last lines of a dead child's stderr worth reading: the error lines and the innermost frames of a
+    Python stack dump (faulthandler prints the most recent call first), not the interpreter's outer frames."""
+    kept: list[str] = []
+    frames_left: int | None = None  # inside a stack dump: how many more frames to keep
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not stripped or stripped.startswith(("Extension modules:", "Total: ")):
+            continue
+        if stripped.startswith(("Current thread", "Thread 0x", "Stack (most recent call first)")):
+            frames_left = 4
+        elif stripped.startswith('File "') and frames_left is not None:
+            if frames_left > 0:
+                kept.append("  " + stripped[:200])
+                frames_left -= 1
+            continue
+        else:
+            frames_left = None
+        kept.append(stripped[:200])
+    return kept[-max_lines:]

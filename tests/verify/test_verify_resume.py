@@ -1,0 +1,204 @@
+"""A crash of the implementation on one case is a FAIL of that implementation (failure class `crash`) naming
+the case, its replay token, how the process ended and its last stderr lines; the other cases still run in a
+fresh process. Real child processes: tests/data/verify/crash_on_one_case.py segfaults (ctypes), aborts
+(os.abort), calls os._exit and hangs on the one case of its quick plan that has a size of 63, and aborts on
+every case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests_verify_support import DATA, ROOT, SRC
+
+from opgate.results import CheckResult, Outcome
+from opgate.verify.replay import ReplayToken
+from opgate.verify.resume import CHECK_TARGET, MAX_CRASHES, death_status, stderr_excerpt
+
+SPEC = DATA / "crash_on_one_case.py"
+CASE_TIMEOUT = 4
+STATUS = {"segfaults": "killed its process with SIGSEGV", "aborts": "killed its process with SIGABRT",
+          "exits": "exited with code 7", "hangs": f"timed out after {CASE_TIMEOUT} s"}
+STDERR_SHOWN = {"segfaults": "Fatal Python error: Segmentation fault", "aborts": "Fatal Python error: Aborted",
+                "hangs": f"Timeout (0:00:0{CASE_TIMEOUT})!"}
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "opgate", "verify", *args, "--stages", "numerics", "--no-extras",
+                           "--budget", "quick"], cwd=ROOT, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def crash_cases() -> list[str]:
+    """Labels of the quick plan's cases the crashing implementations die on (computed, not assumed)."""
+    from opgate.verify.inputs import plan_cases
+    from opgate.verify.spec import load_spec_file
+
+    op = load_spec_file(SPEC)[0]
+    return [c.label() for c in plan_cases(op, "quick", 0) if 63 in c.dims_dict.values()]
+
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("crash-run")
+    proc = run_cli(str(SPEC), "--case-timeout", str(CASE_TIMEOUT), "--jobs", "2", "--json", str(out / "r.json"))
+    report = json.loads((out / "r.json").read_text())
+    return proc, {r["check_id"]: r for r in report["results"]}
+
+
+@pytest.mark.slow
+def test_each_crash_is_a_failure_naming_its_case_and_the_rest_is_judged(crash_run):
+    proc, results = crash_run
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert results["verify.double.torch.float32"]["outcome"] == "passed"
+    expected = crash_cases()
+    assert 1 <= len(expected) < MAX_CRASHES
+    for impl, status in STATUS.items():
+        result = results[f"verify.double.{impl}.float32"]
+        extra = result["extra"]
+        assert result["outcome"] == "failed", (impl, result["reason"])
+        assert extra["failure_class"] == "crash"
+        assert [c["label"] for c in extra["crashes"]] == expected, impl
+        crash = extra["crashes"][0]
+        assert status in crash["status"] and status in result["reason"], (impl, result["reason"])
+        assert expected[0] in result["reason"] and "--replay ogv1." in result["reason"]
+        token = ReplayToken.decode(crash["replay"])
+        assert (token.impl, token.case.label()) == (impl, expected[0])
+        judged = [c for c in extra["cases"] if c["passed"]]
+        assert len(extra["cases"]) == extra["cases_planned"] == len(judged) + len(expected)
+        assert extra["cases_judged"] == len(judged) and extra["cases_not_run"] == 0
+        if impl in STDERR_SHOWN:
+            assert STDERR_SHOWN[impl] in crash["stderr_tail"]
+
+
+@pytest.mark.slow
+def test_the_terminal_shows_the_case_the_replay_command_and_the_stderr_tail(crash_run):
+    proc, results = crash_run
+    for impl in STATUS:
+        crash = results[f"verify.double.{impl}.float32"]["extra"]["crashes"][0]
+        assert f"verify.double.{impl}.float32: the implementation {crash['status']}" in proc.stdout
+        assert f"--replay {crash['replay']}" in proc.stdout  # whole, on its own line
+    for impl, line in STDERR_SHOWN.items():
+        assert f"| {line}" in proc.stdout, impl
+    assert "in double_segfaults" in proc.stdout and "in double_hangs" in proc.stdout  # the user's frame
+    assert "re-run with --check" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_replaying_the_crashed_case_crashes_again_as_a_verdict(crash_run, tmp_path):
+    _, results = crash_run
+    token = results["verify.double.segfaults.float32"]["extra"]["crashes"][0]["replay"]
+    proc = run_cli(str(SPEC), "--replay", token, "--json", str(tmp_path / "r.json"))
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    result = {r["check_id"]: r for r in report["results"]}["verify.double.segfaults.float32"]
+    assert result["outcome"] == "failed" and result["extra"]["failure_class"] == "crash"
+    assert result["extra"]["cases_planned"] == 1 and "SIGSEGV" in result["reason"]
+
+
+@pytest.mark.slow
+def test_a_crash_on_every_case_stops_after_the_bound_and_counts_the_rest(crash_run):
+    _, results = crash_run
+    crashed = results["verify.double.aborts_always.float32"]
+    extra = crashed["extra"]
+    assert crashed["outcome"] == "failed" and extra["failure_class"] == "crash"
+    assert len(extra["crashes"]) == MAX_CRASHES and all("SIGABRT" in c["status"] for c in extra["crashes"])
+    assert extra["cases_not_run"] == extra["cases_planned"] - MAX_CRASHES > 0
+    assert f"{extra['cases_not_run']} case(s) not run" in crashed["reason"]
+
+
+def test_a_death_in_opgates_own_set_up_stays_an_internal_error(tmp_path):
+    proc = run_cli(str(SPEC), "--impl", "torch", "--json", str(tmp_path / "r.json"),
+                   env={"OPGATE_TEST_DIE_IN_SETUP": "1"})
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = {r["check_id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    result = results["verify.double.torch.float32"]
+    assert result["outcome"] == "error"
+    assert "exited with code 9" in result["reason"] and "while setting up" in result["reason"]
+    assert "opgate's own code" in result["reason"] and "--check" not in result["remediation"]
+
+
+# -- the pieces, on recorded text -----------------------------------------------------------------------
+
+def _died(**extra) -> CheckResult:
+    return CheckResult("verify.x.y.float32", "x", Outcome.ERROR, "check process died", extra=extra)
+
+
+def test_death_status_words():
+    assert death_status(_died(returncode=-11), {}) == "killed its process with SIGSEGV"
+    assert death_status(_died(returncode=-6), {}) == "killed its process with SIGABRT"
+    assert death_status(_died(timeout_s=20.0), {}) == "timed out after 20 s (killed by opgate)"
+    assert death_status(_died(returncode=1, stderr_tail="x\nTimeout (0:05:00)!\nThread 0x1"), {}).startswith(
+        "timed out after 300 s")
+    assert death_status(_died(returncode=75), {"cuda_fault": "torch: CUDA error: an illegal memory access"}) \
+        == "left the CUDA context unusable (torch: CUDA error: an illegal memory access)"
+    assert death_status(_died(returncode=7), {}).startswith("exited with code 7 without reporting")
+
+
+def test_stderr_excerpt_keeps_the_error_and_the_innermost_frames():
+    tail = "\n".join([
+        "some warning from import",
+        "double free or corruption (out)",
+        "Fatal Python error: Aborted",
+        "",
+        "Current thread 0x00007f (most recent call first):",
+        *[f'  File "/p/f{i}.py", line {i} in f{i}' for i in range(10)],
+        "",
+        "Extension modules: numpy.core._multiarray_umath, torch._C (total: 20)",
+    ])
+    lines = stderr_excerpt(tail)
+    assert lines[:3] == ["some warning from import", "double free or corruption (out)", "Fatal Python error: Aborted"]
+    assert lines[4:] == [f'  File "/p/f{i}.py", line {i} in f{i}' for i in range(4)]
+    assert not any("Extension modules" in line for line in lines)
+
+
+def test_the_resume_hook_targets_the_verify_check():
+    from opgate.verify.engine import CHECK_TARGET as ENGINE_TARGET
+
+    assert CHECK_TARGET == ENGINE_TARGET
+
+
+@pytest.mark.slow
+def test_a_crash_while_shrinking_ends_shrinking_and_is_reported_with_the_other_failures(crash_run):
+    from opgate.verify.inputs import plan_cases
+    from opgate.verify.spec import load_spec_file
+
+    _, results = crash_run
+    result = results["verify.double.crashes_while_shrinking.float32"]
+    extra = result["extra"]
+    assert result["outcome"] == "failed" and extra["failure_class"] == "crash"
+    crash = extra["crashes"][0]
+    assert crash["label"].startswith("M=5,") and "SIGABRT" in crash["status"]
+    if not any(c.dims_dict["M"] == 5 for c in plan_cases(load_spec_file(SPEC)[0], "quick", 0)):
+        assert crash["phase"] == "shrink" and "while narrowing down a failure" in result["reason"]
+    assert "other failures: " in result["reason"]  # the M=8 cases are wrong, and say so
+    wrong = [c for c in extra["cases"] if not c["passed"]]
+    assert wrong and all(c["case"].startswith("M=8,") for c in wrong)
+
+
+def test_the_parent_resumes_after_a_death_in_a_call_but_not_after_the_whole_timeout(tmp_path):
+    from opgate.checks.base import CheckContext
+    from opgate.runner import CheckTask
+    from opgate.verify.inputs import Case
+    from opgate.verify.resume import CaseJournal, follow_up, read_crashes
+
+    options = {"workdir": str(tmp_path / "work")}
+    task = CheckTask("verify.x.y.float32", "x", CHECK_TARGET, 20.0, CheckContext(verb="verify", options=options))
+    journal = CaseJournal.open(options)
+    case = Case.make({"N": 63}, 7)
+    with pytest.raises(RuntimeError):
+        with journal.implementation_call(case, 3):  # the child is inside the call when it dies
+            raise RuntimeError("the marker stays on the case")
+    slow = follow_up(task, _died(timeout_s=20.0, stderr_tail=""))
+    assert isinstance(slow, CheckResult) and slow.outcome is Outcome.ERROR
+    assert "N=63 seed=7" in slow.reason and "took longer than --timeout" in slow.reason
+    assert follow_up(task, _died(returncode=-11, stderr_tail="Fatal Python error")) is task
+    (crash,) = read_crashes(tmp_path / "work" / "journal")
+    assert (crash.index, crash.phase, crash.label, crash.status) == (
+        3, "case", case.label(), "killed its process with SIGSEGV")
