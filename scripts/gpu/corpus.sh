@@ -38,11 +38,11 @@ for src in corpus_f32 corpus_f16; do
 done
 
 step "truth corpus, device gpu, budget quick"
-timeout 112 env PYTHONPATH=src "$PY" scripts/truth_corpus.py --device gpu --budget quick --parallel 6 --jobs 3 \
-  --timeout 95 --json-dir "$WORK/json" --summary "$WORK/summary.json" > "$WORK/table.txt" 2>&1
+timeout "${CORPUS_GUARD_S:-112}" env PYTHONPATH=src "$PY" scripts/truth_corpus.py --device gpu --budget quick \
+  --parallel "${CORPUS_PARALLEL:-6}" --jobs "${CORPUS_JOBS:-3}" --timeout "${CORPUS_FILE_TIMEOUT_S:-95}" --json-dir "$WORK/json" --summary "$WORK/summary.json" > "$WORK/table.txt" 2>&1
 rc=$?
 cat "$WORK/table.txt" >> "$LOG"
-[ "$rc" -ne 0 ] && echo "runner exit code $rc (124: killed by the 112 s guard)" | tee -a "$LOG"
+[ "$rc" -ne 0 ] && echo "runner exit code $rc (124: killed by the guard)" | tee -a "$LOG"
 step "summary JSON"
 cat "$WORK/summary.json" >> "$LOG" 2>/dev/null || echo "(no summary JSON)" >> "$LOG"
 rm -rf "$WORK"
