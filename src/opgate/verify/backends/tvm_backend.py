@@ -1,9 +1,10 @@
 """`tvm`: the reference (or a user torch function) imported through TVM's Relax frontend from a
 torch.export program, built for LLVM (CPU; the apache-tvm wheel is CPU-only) and run on its VM.
 
-Without apache-tvm installed the result is `skipped` with that reason; opgate does not install it.
-NOTE: this path is written against TVM's Relax API (`from_exported_program`, `tvm.compile` or
-`relax.build`, `relax.VirtualMachine`) and has not been run in opgate's CI, which has no TVM.
+Without apache-tvm installed the result is `skipped` with that reason (the `tvm` extra installs it).
+Tensors cross between torch and TVM through DLPack in both directions, so every dtype both sides know
+(bfloat16 included, which NumPy cannot hold) passes bit for bit; outputs are copied out of the VM's
+buffers before the next call. Run against apache-tvm 0.27 (`tvm.compile`, `relax.VirtualMachine`).
 """
 
 from __future__ import annotations
@@ -65,21 +66,34 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
         raise
     device = tvm.cpu()
     vm = relax.VirtualMachine(executable, device)
-    make_array = getattr(tvm, "nd", None)
-
-    def to_tvm(tensor: Any) -> Any:
-        array = tensor.detach().cpu().contiguous().numpy()
-        return make_array.array(array, device) if make_array is not None else tvm.runtime.tensor(array, device)
 
     def run(values: Sequence[Any], layouts: Sequence[str], out_specs: OutSpecs) -> RunOutput:
-        args = [to_tvm(v) for v, spec in zip(values, op.inputs) if not isinstance(spec, Scalar)]
-        result = vm["main"](*args)
-        items = list(result) if isinstance(result, (list, tuple)) or hasattr(result, "__len__") else [result]
-        outputs = [torch.from_numpy(item.numpy().copy()) for item in items]
+        args = [to_tvm(tvm, v) for v, spec in zip(values, op.inputs) if not isinstance(spec, Scalar)]
+        outputs = [from_tvm(item) for item in tvm_outputs(tvm, vm["main"](*args))]
         return RunOutput(outputs, [0] * len(outputs))
 
     return PreparedImplementation(
         choice=choice, device="llvm (cpu)", run=run,
-        facts={"tvm": getattr(tvm, "__version__", "unknown"), "target": "llvm"},
+        facts={"tvm": getattr(tvm, "__version__", "unknown"), "target": "llvm", "tensor_exchange": "DLPack"},
         figures=[Figure("TVM target", "llvm")],
     )
+
+
+def to_tvm(tvm: Any, tensor: Any) -> Any:
+    """A torch tensor as a TVM tensor on the CPU, through DLPack (dense: TVM's VM takes compact tensors)."""
+    return tvm.runtime.from_dlpack(tensor.detach().cpu().contiguous())
+
+
+def from_tvm(array: Any) -> Any:
+    """A TVM output as a torch tensor that owns its memory (the VM may reuse its buffers)."""
+    import torch
+
+    return torch.from_dlpack(array).clone()
+
+
+def tvm_outputs(tvm: Any, result: Any) -> list[Any]:
+    """The VM's result as a list of tensors: one tensor, or a tuple/Array of them (the Relax frontend
+    returns a tuple even for a single output)."""
+    if isinstance(result, tvm.runtime.Tensor):
+        return [result]
+    return list(result)
