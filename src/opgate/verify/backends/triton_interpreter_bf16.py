@@ -27,8 +27,9 @@ from typing import Any, Callable
 
 # How reductions and scans differ from a GPU after the fix (they are not wrong, only more accurate).
 REDUCTION_NOTE = ("bfloat16 tl.sum/tl.cumsum/tl.cumprod run in float32 over the whole block and round once; "
-                  "compiled Triton combines in bfloat16 (each tree step rounded), so the interpreter is at most "
-                  "as inexact as the GPU: the GPU run judges a bfloat16 accumulator")
+                  "compiled Triton combines in bfloat16 (each tree step rounded; it upcasts only for "
+                  "tl.sum(x, dtype=tl.float32), triton-lang/triton PRs 5763, 6974), so the interpreter is at least "
+                  "as accurate as the GPU here: the GPU run judges a bfloat16 accumulator")
 
 _BINARY_OPS = ("create_fadd", "create_fsub", "create_fmul", "create_fdiv", "create_frem", "create_precise_divf",
                "create_approx_divf", "create_minimumf", "create_minnumf", "create_maximumf", "create_maxnumf",
