@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None,
 
 SOFTMAX = ROOT / "examples" / "ops" / "softmax.py"
 LAYERNORM = ROOT / "examples" / "ops" / "layernorm.py"
+SCALED = ROOT / "tests" / "data" / "verify" / "tvm_symbolic_spec.py"
 
 DIRECT_SCRIPT = r"""
 import json, sys
@@ -53,19 +54,33 @@ try:
     out["layernorm_bfloat16"] = "built"
 except SkipCheck as exc:
     out["layernorm_bfloat16"] = "skipped: " + str(exc)
+# a reference using a dim's size in its arithmetic: the frontend rejects it dynamic, opgate fixes that dim
+scaled = load_spec_file(Path(sys.argv[3]))[0]
+prepared = prepare(choice, scaled, "bfloat16", Path("."))
+errors = []
+for shape in ((3, 8), (1, 8), (5, 16), (1, 1)):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    y = prepared.run([x], ["contiguous"], [(shape, "bfloat16")]).outputs[0]
+    errors.append(float((y.double() - torch.softmax(x.double() / shape[1] ** 0.5, dim=-1)).abs().max()))
+prepared.finish()
+out["scaled_rows"] = {"shapes": prepared.facts["shapes"], "builds": prepared.facts["builds"], "errors": errors}
 print(json.dumps(out))
 """
 
 
-def test_tvm_backend_converts_every_dtype_through_dlpack_and_skips_what_tvm_cannot_build():
+def test_tvm_backend_converts_every_dtype_through_dlpack_fixes_dims_tvm_cannot_keep_dynamic_and_skips_the_rest():
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    proc = subprocess.run([sys.executable, "-c", DIRECT_SCRIPT, str(SOFTMAX), str(LAYERNORM)], env=env, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", DIRECT_SCRIPT, str(SOFTMAX), str(LAYERNORM), str(SCALED)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     # TVM's layer_norm has no bfloat16 kernel: the reference extra is skipped with TVM's own message
     layernorm = report.pop("layernorm_bfloat16")
     assert layernorm.startswith("skipped: TVM could not import/build") and "bfloat16" in layernorm, layernorm
+    # 1/sqrt(N) of a dynamic N does not import: N is fixed, one build per size of N (8, 16, 1), M stays dynamic
+    scaled = report.pop("scaled_rows")
+    assert scaled["shapes"].startswith("dims N fixed") and scaled["builds"] == 3, scaled
+    assert max(scaled["errors"]) < 5e-3, scaled
     # loose enough for TVM's own numerics (its Relax softmax accumulates float16 in float16: errors ~1e-2),
     # tight enough to catch a conversion that misreads bits (errors ~1, NaN, or a wrong dtype)
     allowed = {"float32": 1e-6, "float16": 5e-2, "bfloat16": 5e-2}
