@@ -21,17 +21,26 @@ from opgate.verify.backends.base import (
     ImplementationChoice, PreparedImplementation, accepts_out, enable_empty_poisoning, function_runner,
     implementation_function,
 )
+from opgate.verify.backends.triton_interpreter_bf16 import (
+    REDUCTION_NOTE, interpreter_bf16_limitations, make_interpreter_bf16_arithmetic_exact,
+    make_interpreter_bf16_casts_exact,
+)
 
 # IR stages kept from a compiled kernel's asm dict, text first; binaries are written as bytes.
 IR_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn", "cubin", "hsaco")
 INTERPRETER_NOTE = ("no IR artefacts: TRITON_INTERPRET=1 (no GPU here) runs the kernel body in Python with "
                     "NumPy, nothing is compiled; run on a GPU to keep TTIR/TTGIR/LLIR/PTX")
-BF16_CAST_NOTE = ("Triton's interpreter converts float32<->bfloat16 bit by bit in runtime/interpreter.py "
-                  "(_convert_float): float32->bfloat16 truncates (cast_impl passes no rounding mode) where compiled "
-                  "Triton rounds to nearest even (language/semantic.py: 'for fp downcasting default rounding mode "
-                  "should be RTNE'), and bfloat16 subnormals come out wrong when widened to float32 (hardware widens "
-                  "exactly: the bits shift by 16); opgate made those two casts exact in this process so correct "
-                  "kernels are not charged for the interpreter's errors")
+BF16_CAST_NOTE = ("Triton's interpreter converts to and from bfloat16 bit by bit in runtime/interpreter.py "
+                  "(_convert_float, astype): float32->bfloat16 truncates (cast_impl passes no rounding mode) where "
+                  "compiled Triton rounds to nearest even (language/semantic.py: 'for fp downcasting default rounding "
+                  "mode should be RTNE'), bfloat16 subnormals come out wrong when widened to float32 (hardware widens "
+                  "exactly: the bits shift by 16), and float64 or integers become bfloat16 as integer bit patterns; "
+                  "opgate made the casts listed in interpreter_bf16_casts_fixed exact in this process")
+BF16_ARITHMETIC_NOTE = ("Triton's interpreter stores bfloat16 as uint16 and computes +, *, min/max, comparisons, "
+                        "tl.sum/tl.max/tl.cumsum, tl.dot, tl.fma, math functions and atomic_add on the raw bit "
+                        "patterns; opgate made the ops listed in interpreter_bf16_arithmetic_fixed widen to float32 "
+                        "exactly, compute, and round a bfloat16 result to nearest even, as compiled Triton does; "
+                        + REDUCTION_NOTE)
 
 
 def interpreter_active() -> bool:
@@ -64,82 +73,29 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
     if interpret:
         prepared.notes.append(INTERPRETER_NOTE)
         prepared.facts["ir_artefacts"] = INTERPRETER_NOTE
-        fixed = make_interpreter_bf16_casts_exact()
-        if fixed:
-            prepared.facts["interpreter_bf16_casts_fixed"] = fixed
-            prepared.facts["interpreter_bf16_note"] = BF16_CAST_NOTE
+        prepared.facts.update(mend_interpreter_bf16())
     else:
         prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
     return prepared
 
 
-def _rtne_float32_to_bfloat16_bits(data: Any) -> Any:
-    """Round float32 values to bfloat16 bit patterns, to nearest even, NaN kept quiet (as hardware does)."""
-    import numpy as np
-
-    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
-    quiet = ((bits >> 16) | 0x0040).astype(np.uint16)
-    return np.where(is_nan, quiet, rounded).reshape(np.shape(data))
-
-
-def _bfloat16_bits_to_float32(data: Any) -> Any:
-    """Widen bfloat16 bit patterns to float32 exactly (subnormals included): shift the bits by 16."""
-    import numpy as np
-
-    bits = np.ascontiguousarray(data).view(np.uint16).astype(np.uint32) << 16
-    return bits.view(np.float32).reshape(np.shape(data))
-
-
-def make_interpreter_bf16_casts_exact() -> list[str]:
-    """Make the interpreter's float32<->bfloat16 casts match compiled Triton, only where they differ.
-
-    Each direction is probed first (a value just above a bfloat16 rounding midpoint must round up; a
-    bfloat16 subnormal must widen to the same float32), so a later Triton that converts correctly is left
-    alone. Returns the directions patched, e.g. ["float32->bfloat16", "bfloat16->float32"].
-    """
-    import numpy as np
-
-    try:
-        import triton.language as tl
-        from triton.runtime import interpreter
-    except ImportError:
-        return []
-    builder_cls = getattr(interpreter, "InterpreterBuilder", None)
-    handle_cls = getattr(interpreter, "TensorHandle", None)
-    original = getattr(builder_cls, "cast_impl", None)
-    if builder_cls is None or handle_cls is None or original is None:
-        return []
-    if getattr(original, "_opgate_exact_bf16", None) is not None:
-        return list(original._opgate_exact_bf16)
-    builder = builder_cls.__new__(builder_cls)
-    fixed: list[str] = []
-    try:
-        narrow_in = np.array([1.0 + 2.0**-8 + 2.0**-12], dtype=np.float32)  # nearest bfloat16: 1 + 2^-7
-        narrowed = original(builder, handle_cls(narrow_in, tl.float32), tl.bfloat16)
-        if int(np.asarray(narrowed.data).view(np.uint16)[0]) != int(_rtne_float32_to_bfloat16_bits(narrow_in)[0]):
-            fixed.append("float32->bfloat16")
-        subnormal = np.array([0x0050], dtype=np.uint16)  # a bfloat16 subnormal (~7.3e-39)
-        widened = original(builder, handle_cls(subnormal, tl.bfloat16), tl.float32)
-        if np.asarray(widened.data).view(np.uint32)[0] != _bfloat16_bits_to_float32(subnormal).view(np.uint32)[0]:
-            fixed.append("bfloat16->float32")
-    except Exception:
-        return []
-    if not fixed:
-        return []
-
-    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
-        source, target = src.dtype.scalar, dst_type.scalar
-        if "float32->bfloat16" in fixed and source == tl.float32 and target == tl.bfloat16:
-            return handle_cls(_rtne_float32_to_bfloat16_bits(src.data), target)
-        if "bfloat16->float32" in fixed and source == tl.bfloat16 and target == tl.float32:
-            return handle_cls(_bfloat16_bits_to_float32(src.data), target)
-        return original(self, src, dst_type)
-
-    cast_impl._opgate_exact_bf16 = tuple(fixed)  # type: ignore[attr-defined]
-    builder_cls.cast_impl = cast_impl
-    return fixed
+def mend_interpreter_bf16() -> dict[str, Any]:
+    """Make this process's Triton interpreter compute bfloat16 as compiled Triton does; the facts say what
+    was patched and what is left (interpreter_bf16_limitations: a bfloat16 failure there is the
+    interpreter's, the GPU run decides)."""
+    facts: dict[str, Any] = {}
+    casts = make_interpreter_bf16_casts_exact()  # first: constants reach bfloat16 through a cast
+    if casts:
+        facts["interpreter_bf16_casts_fixed"] = casts
+        facts["interpreter_bf16_note"] = BF16_CAST_NOTE
+    arithmetic = make_interpreter_bf16_arithmetic_exact()
+    if arithmetic:
+        facts["interpreter_bf16_arithmetic_fixed"] = arithmetic
+        facts["interpreter_bf16_arithmetic_note"] = BF16_ARITHMETIC_NOTE
+    limitations = interpreter_bf16_limitations()
+    if limitations:
+        facts["interpreter_bf16_limitations"] = limitations
+    return facts
 
 
 def _unwrap(obj: Any) -> Any:
