@@ -28,6 +28,7 @@ from opgate.verify.deviations import (
     FLUSH_THRESHOLD, Deviation, bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
+from opgate.verify.gaming import apply_probe, probe_implementation
 from opgate.verify.gradients import gradient_failure_class, gradient_remediation, with_gradient_operators
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.planfile import PlanFile
@@ -104,6 +105,7 @@ class VerifyImplementationCheck(Check):
         choice = find_choice(op, options["impl"], bool(options.get("extras", True)))
         prepared = prepare(choice, op, plan.dtype, Path(options["workdir"]))
         records = self._run_plan(op, prepared, plan)
+        gaming = probe_implementation(op, choice, prepared, plan)  # verify/gaming.py: cache, alias, mutation, stream
         if prepared.finish is not None:
             prepared.finish()
         artefacts = self._artefacts(prepared, Path(options["artefact_dir"]))
@@ -118,8 +120,8 @@ class VerifyImplementationCheck(Check):
                                          op.dims) if failing else ""
         if failing and gradient_failure_class(op):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
-        result = self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
-                              deviations, failure_class, range_note)
+        result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
+                                          deviations, failure_class, range_note), gaming)
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
