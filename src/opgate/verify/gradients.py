@@ -37,6 +37,8 @@ GRAD_SUFFIX = ".grad"
 # grid (bfloat16) is not exact there.
 GRADIENT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 FAILURE_CLASS = "gradient"
+# Backends whose implementations are Python functions autograd can run through.
+AUTOGRAD_BACKENDS = ("torch", "torch.compile", "triton")
 NO_BACKWARD = "output has no grad_fn: the implementation has no backward"
 # Upstream values below this magnitude are flushed to 0: float16's smallest normal, so a bfloat16 value is
 # never a float16 subnormal.
@@ -110,6 +112,8 @@ def gradient_operator(op: Operator) -> GradientOperator | None:
         forward=op,
     )
     for impl in op.implementations.values():
+        if impl.backend not in AUTOGRAD_BACKENDS:
+            continue  # an exported user function (ONNX Runtime, TVM) has no autograd to run through
         twin.implementations[impl.name] = Implementation(
             impl.name, impl.backend, gradient_function(impl.fn, op, positions, strict=True))
     return twin
