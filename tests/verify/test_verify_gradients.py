@@ -46,6 +46,17 @@ def test_an_operator_with_requires_grad_inputs_gets_a_grad_twin_with_every_imple
     assert [o.name for o in with_gradient_operators(ops)] == [o.name for o in ops]  # idempotent
 
 
+def test_the_twin_keeps_torch_compile_of_the_reference_and_drops_exports_without_autograd():
+    from opgate.verify.backends.base import implementation_choices
+
+    op = softmax_op()
+    op.implementation("exported", backend="onnxruntime")(lambda x: torch.softmax(x, dim=-1))
+    twin = gradient_operator(op)
+    assert [(c.name, c.origin) for c in implementation_choices(twin)] == [("torch", "user"),
+                                                                         ("torch.compile", "reference")]
+    assert "onnxruntime" in [c.backend for c in implementation_choices(op)]
+
+
 def test_requires_grad_on_an_integer_input_is_a_spec_error():
     op = Operator("gather", reference=lambda x, i: x.gather(-1, i),
                   inputs=[TensorSpec("x", ("M", "N")), TensorSpec("i", ("M", "N"), dtype="int64", kind="index",
