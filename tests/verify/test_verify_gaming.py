@@ -132,7 +132,7 @@ def test_verify_fails_each_gaming_implementation_for_its_trick_and_passes_the_ho
         assert result["outcome"] == "failed", (check, result["reason"])
         assert result["extra"]["failure_class"] == "gaming"
         assert {f["trick"] for f in result["extra"]["gaming"]["findings"]} == tricks, check
-        assert result["reason"].startswith("gaming: ")
+        assert result["reason"].startswith("[gaming] ")
     assert "cached/stale result" in results["verify.relu.relu_cached.float32"]["reason"]
     assert "mutates its input x" in results["verify.relu.relu_mutating.float32"]["reason"]
     assert "alias of its input x" in results["verify.copy.copy_view.float32"]["reason"]
