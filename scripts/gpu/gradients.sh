@@ -25,10 +25,10 @@ step() {  # step NAME SECONDS CMD...
 }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } >> "$LOG" 2>&1
 
-step gaming 45 python3 -m opgate verify tests/data/verify/gaming_spec.py --budget quick --no-extras \
+step gaming 35 python3 -m opgate verify tests/data/verify/gaming_spec.py --budget quick --no-extras \
   --stages numerics --jobs 4 --json "$WORK/gaming.json" --out "$WORK/gaming-art"
 
-step side_stream_probe 20 python3 - <<'PY'
+step side_stream_probe 15 python3 - <<'PY'
 import torch
 from opgate.verify.backends.base import enable_empty_poisoning
 from opgate.verify.gaming import probe_side_stream
