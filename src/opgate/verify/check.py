@@ -28,6 +28,8 @@ from opgate.verify.deviations import (
     FLUSH_THRESHOLD, Deviation, bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
+from opgate.verify.gaming import apply_probe, probe_implementation
+from opgate.verify.gradients import gradient_failure_class, gradient_remediation, with_gradient_operators
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
@@ -99,10 +101,11 @@ class VerifyImplementationCheck(Check):
         self.title = options.get("title", self.check_id)
         self.journal = CaseJournal.open(options)  # a crash on a case becomes that case's verdict (resume.py)
         plan = PlanFile.load(Path(options["plan_path"]))
-        op = _find_op(load_spec_file(options["spec_file"]), options["op"])
+        op = _find_op(with_gradient_operators(load_spec_file(options["spec_file"])), options["op"])
         choice = find_choice(op, options["impl"], bool(options.get("extras", True)))
         prepared = prepare(choice, op, plan.dtype, Path(options["workdir"]))
         records = self._run_plan(op, prepared, plan)
+        gaming = probe_implementation(op, choice, prepared, plan)  # verify/gaming.py: cache, alias, mutation, stream
         if prepared.finish is not None:
             prepared.finish()
         artefacts = self._artefacts(prepared, Path(options["artefact_dir"]))
@@ -115,8 +118,10 @@ class VerifyImplementationCheck(Check):
             shrunk = self._shrink(op, prepared, plan, remaining)
         failure_class = classify_failure([(r.case, r.verdict.reasons) for r in self.journal.not_crashed(failing)],
                                          op.dims) if failing else ""
-        result = self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
-                              deviations, failure_class, range_note)
+        if failing and gradient_failure_class(op):
+            failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
+        result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
+                                          deviations, failure_class, range_note), gaming)
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
@@ -359,7 +364,10 @@ class VerifyImplementationCheck(Check):
                 remediation="not a failure of your implementations: the budget may be too tight for this backend, "
                             "or the backend deviates (e.g. computes in the low precision); the case is named so "
                             "it can be replayed")
-        return self.failed(reason, figures=figures, remediation=remediation_for(failing), extra=extra)
+        remediation = remediation_for(failing)
+        if gradient_failure_class(op):  # a derived <op>.grad (verify/gradients.py): say what to fix in the backward
+            remediation = f"{gradient_remediation(' '.join(' '.join(r.verdict.reasons) for r in failing))}; {remediation}"
+        return self.failed(reason, figures=figures, remediation=remediation, extra=extra)
 
 
 def _side_by_side(worst: CaseRecord, plan: PlanFile, n: int) -> list[Figure]:

@@ -27,6 +27,7 @@ from opgate.verify.backends.base import ImplementationChoice, implementation_cho
 from opgate.verify.calibrate import (
     FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
 )
+from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
@@ -208,7 +209,8 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
     from opgate.specload import load_spec_isolated
     from opgate.verify.memory_guard import refuse_oversized_cases
 
-    ops = load_spec_isolated(request.spec_file, request.timeout_s)
+    # <op>.grad twins of operators with requires_grad inputs (verify/gradients.py)
+    ops = with_gradient_operators(load_spec_isolated(request.spec_file, request.timeout_s))
     selections = select(ops, request, token)
     gpu = _gpu_present()
     tasks: list[CheckTask] = []

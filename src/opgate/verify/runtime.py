@@ -37,9 +37,10 @@ def cuda_inputs(op: Any, dims: dict[str, int], dtype: str, seed: int) -> list[An
 
 def load_implementation(options: dict[str, Any]) -> tuple[Any, Any]:
     """(operator, implementation) named by a GPU-stage task's options (spec_file, op, impl)."""
+    from opgate.verify.gradients import with_gradient_operators
     from opgate.verify.spec import load_spec_file
 
-    ops = {op.name: op for op in load_spec_file(options["spec_file"])}
+    ops = {op.name: op for op in with_gradient_operators(load_spec_file(options["spec_file"]))}
     op = ops[options["op"]]
     return op, op.implementations[options["impl"]]
 

@@ -62,7 +62,8 @@ def implementation_choices(op: Operator, extras: bool = True) -> list[Implementa
         names.add(name)
     if extras:
         has_backend = {c.backend for c in choices}
-        for backend in ("torch.compile", "onnxruntime", "tvm"):
+        # a derived gradient operator (verify/gradients.py) narrows this: ONNX/TVM export no autograd
+        for backend in getattr(op, "extra_backends", ("torch.compile", "onnxruntime", "tvm")):
             if backend == "onnxruntime" and "onnxruntime" in has_backend:
                 continue
             name = free(backend)

@@ -1,0 +1,300 @@
+"""Gaming: results that look right in a benchmark loop and are not what the caller asked for.
+
+What KernelBench learned: an implementation can return a cached result for a repeated input, return an
+alias of its input, mutate its inputs, or do its work on a side stream the caller's stream never waits for
+(timings look fast and results arrive late). The verify child runs these probes after the case loop, on one
+declared case (typical values, contiguous), with the implementation's own function on its own device:
+
+  cached      call twice with the same input buffers, the second time holding a second case's values
+              (copied in place): the second result must match the second truth. It is a stale result when it
+              fails there and equals the first result, or matches the first truth, or a call with fresh
+              buffers holding the same values passes (a numerically weak kernel is not called a cheat).
+  alias       an output sharing storage with an input, when the reference's outputs do not.
+  mutation    every input compared bit for bit before and after the call.
+  side stream on a GPU: the call runs with a non-default current stream; its result is read by a copy on that
+              stream only (no device-wide sync) and compared with the result after a full synchronize.
+
+Only the user's own Python implementations (torch, triton) are probed: opgate's extras are the reference.
+Every finding fails the implementation with failure class `gaming` and names the trick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from opgate.results import CheckResult, Figure, Outcome, Threshold
+
+FAILURE_CLASS = "gaming"
+PROBED_BACKENDS = ("torch", "triton")
+SIDE_STREAM_TRIALS = 3
+TRICKS = ("cached", "alias", "mutation", "side_stream")
+REMEDIES = {
+    "cached": "compute every call from the inputs it is given: no result cache keyed by shape, pointer or id",
+    "alias": "return a new tensor (or write into out=): an output that shares an input's storage changes when "
+             "the caller reuses that input",
+    "mutation": "do not write into the inputs; work on a copy (or declare the input as mutated once the spec "
+                "supports it)",
+    "side_stream": "launch on torch.cuda.current_stream(), or make it wait on your stream "
+                   "(torch.cuda.current_stream().wait_stream(side)) before returning",
+}
+
+
+@dataclass(frozen=True)
+class GamingFinding:
+    trick: str  # one of TRICKS
+    reason: str
+
+
+@dataclass
+class GamingProbe:
+    """What the probes found on one implementation (findings), what they ran and what they skipped."""
+
+    findings: list[GamingFinding] = field(default_factory=list)
+    probed: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    case: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case": self.case, "probed": self.probed, "skipped": self.skipped,
+                "findings": [dataclasses.asdict(f) for f in self.findings]}
+
+
+# -- tensors ----------------------------------------------------------------------------------------------------
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def storage_span(tensor: Any) -> tuple[int, int]:
+    """[start, end) of the bytes of the tensor's storage."""
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def shares_storage(a: Any, b: Any) -> bool:
+    if a.device != b.device:
+        return False
+    (s1, e1), (s2, e2) = storage_span(a), storage_span(b)
+    return s1 < e2 and s2 < e1 and e1 > s1 and e2 > s2
+
+
+def bits_of(tensor: Any) -> Any:
+    """The tensor's bytes (NaN payloads and -0.0 included): what "unchanged" means."""
+    import torch
+
+    flat = tensor.detach().contiguous().reshape(-1)
+    return flat.view(torch.uint8) if flat.element_size() > 0 and flat.numel() else flat
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    import torch
+
+    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(bits_of(a).cpu(), bits_of(b).cpu()))
+
+
+def _outputs(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+def _snapshot(outputs: Sequence[Any]) -> list[Any]:
+    return [o.detach().clone() if _is_tensor(o) else o for o in outputs]
+
+
+def _to_cpu(outputs: Sequence[Any]) -> list[Any]:
+    return [o.detach().cpu() if _is_tensor(o) else o for o in outputs]
+
+
+# -- the probes -------------------------------------------------------------------------------------------------
+
+# judge(outputs on CPU, case index 0|1) -> passed?
+Judge = Callable[[Sequence[Any], int], bool]
+
+
+def probe_mutation(names: Sequence[str], before: Sequence[Any], after: Sequence[Any]) -> list[GamingFinding]:
+    findings = []
+    for name, old, new in zip(names, before, after):
+        if not _is_tensor(old) or same_bits(old, new):
+            continue
+        changed = int((bits_of(old).cpu().reshape(old.numel(), -1) != bits_of(new).cpu().reshape(old.numel(), -1))
+                      .any(dim=1).sum()) if old.numel() else 0
+        findings.append(GamingFinding("mutation", f"mutates its input {name} ({changed} of {old.numel()} elements "
+                                                  "changed by the call)"))
+    return findings
+
+
+def probe_alias(names: Sequence[str], inputs: Sequence[Any], outputs: Sequence[Any],
+                reference_aliases: set[tuple[int, int]]) -> list[GamingFinding]:
+    """Outputs sharing storage with an input, except pairs (output, input) where the reference aliases too."""
+    findings = []
+    for o, out in enumerate(outputs):
+        if not _is_tensor(out):
+            continue
+        for i, (name, inp) in enumerate(zip(names, inputs)):
+            if _is_tensor(inp) and (o, i) not in reference_aliases and shares_storage(out, inp):
+                label = "its output" if len(outputs) == 1 else f"output {o}"
+                findings.append(GamingFinding("alias", f"returns an alias of its input {name}: {label} shares "
+                                                       f"{name}'s storage (the reference returns a new tensor)"))
+    return findings
+
+
+def aliasing_pairs(inputs: Sequence[Any], outputs: Sequence[Any]) -> set[tuple[int, int]]:
+    return {(o, i) for o, out in enumerate(outputs) if _is_tensor(out)
+            for i, inp in enumerate(inputs) if _is_tensor(inp) and shares_storage(out, inp)}
+
+
+def probe_cached(call: Callable[[Sequence[Any]], list[Any]], buffers: Sequence[Any], first: Sequence[Any],
+                 second_values: Sequence[Any], device: str, judge: Judge) -> list[GamingFinding]:
+    """Call again on `buffers` (the first call's inputs) refilled in place with `second_values`."""
+    for buffer, value in zip(buffers, second_values):
+        if _is_tensor(buffer):
+            buffer.copy_(value)
+    reused = _to_cpu(call(buffers))
+    if judge(reused, 1):
+        return []
+    first_cpu = _to_cpu(first)
+    equal_first = all(_is_tensor(a) and _is_tensor(b) and same_bits(a, b) for a, b in zip(reused, first_cpu))
+    matches_first = judge(reused, 0)
+    fresh = [v.to(device) if _is_tensor(v) else v for v in second_values]
+    fresh_passes = judge(_to_cpu(call(fresh)), 1)
+    if not (equal_first or matches_first or fresh_passes):
+        return []  # wrong on the second values whatever the buffers: a numerics failure, not a cache
+    how = ("it is bit for bit the first call's result" if equal_first else
+           "it matches the first call's truth" if matches_first else
+           "a call with fresh buffers holding the same values is right")
+    return [GamingFinding("cached", "returns a cached/stale result: called again on the same input buffers "
+                                    f"holding new values, its result is wrong for them ({how})")]
+
+
+def probe_side_stream(call: Callable[[Sequence[Any]], list[Any]], inputs: Sequence[Any]) -> list[GamingFinding]:
+    """Run the call with a non-default current stream and read the result on that stream only."""
+    import torch
+
+    for _ in range(SIDE_STREAM_TRIALS):
+        stream = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            outputs = call(inputs)
+            early = [o.clone() if _is_tensor(o) else o for o in outputs]  # ordered after `stream`'s work only
+        torch.cuda.synchronize()
+        late = [o for o in outputs]
+        for o, (a, b) in enumerate(zip(early, late)):
+            if _is_tensor(a) and not same_bits(a, b):
+                label = "its result" if len(outputs) == 1 else f"output {o}"
+                return [GamingFinding("side_stream", f"does its work on a stream the caller's stream never waits "
+                                                     f"for: {label} read on the caller's stream differs from the "
+                                                     "result after a device-wide synchronize")]
+    return []
+
+
+# -- the probe of one implementation ----------------------------------------------------------------------------
+
+def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any) -> GamingProbe | None:
+    """All probes on one implementation (None when it is not probed: opgate's extras, ONNX, replays)."""
+    import torch
+
+    from opgate.verify.backends.base import accepts_out, implementation_function
+    from opgate.verify.calibrate import CalibrationError, budgets_for_case, judge_case, truth_and_baseline
+    from opgate.verify.inputs import make_inputs
+
+    if choice.origin != "user" or choice.backend not in PROBED_BACKENDS:
+        return None
+    declared = [c for c in plan.cases if c.origin == "declared" and c.regime == "typical"
+                and c.layout == "contiguous" and all(v > 0 for _, v in c.dims)]
+    if not declared:
+        return None
+    case = declared[0]
+    second_case = dataclasses.replace(case, seed=case.seed + 7_777)
+    probe = GamingProbe(case=case.label())
+    try:
+        second_truth, second_baseline = truth_and_baseline(op, second_case, plan.dtype)
+    except CalibrationError as exc:
+        probe.skipped["all"] = f"the reference fails on the second case: {exc}"
+        return probe
+    index = plan.cases.index(case)
+    truths = [plan.truths[index], second_truth]
+    second_budgets, second_masks, _ = budgets_for_case(op, plan.dtype, second_case, second_truth, second_baseline,
+                                                       plan.pooled_rmse, plan.pooled_quantile,
+                                                       plan.n_calibration_cases)
+    budgets = [plan.budgets[index], second_budgets]
+    masks = [plan.masks[index], second_masks]
+
+    def judge(outputs: Sequence[Any], which: int) -> bool:
+        return judge_case(outputs, truths[which], budgets[which], plan.out_dtypes, masks[which],
+                          op.quantized).passed
+
+    fn = implementation_function(op, choice)
+    device = str(prepared.facts.get("device", "cpu"))
+    out_specs = [(tuple(t.shape), d) for t, d in zip(truths[0], plan.out_dtypes)]
+    use_out = accepts_out(fn)
+
+    def call_unsynchronised(args: Sequence[Any]) -> list[Any]:
+        with torch.no_grad():
+            if not use_out:
+                return _outputs(fn(*args))
+            buffers = [torch.empty(shape, dtype=getattr(torch, dtype), device=device) for shape, dtype in out_specs]
+            fn(*args, out=buffers[0] if len(buffers) == 1 else tuple(buffers))
+            return buffers
+
+    def call(args: Sequence[Any]) -> list[Any]:  # the other probes judge their trick, not a stream race
+        outputs = call_unsynchronised(args)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        return outputs
+
+    names = [spec.name for spec in op.inputs]
+    values = make_inputs(op, case, plan.dtype).values
+    second_values = make_inputs(op, second_case, plan.dtype).values
+    inputs = [v.to(device) if _is_tensor(v) else v for v in values]
+    try:
+        before = _snapshot(inputs)
+        first = call(inputs)
+        probe.probed.append("mutation")
+        probe.findings += probe_mutation(names, before, inputs)
+        if not use_out:
+            probe.probed.append("alias")
+            ref_inputs = [v.clone() if _is_tensor(v) else v for v in values]
+            with torch.no_grad():
+                ref_outputs = _outputs(op.reference(*ref_inputs))
+            probe.findings += probe_alias(names, inputs, first, aliasing_pairs(ref_inputs, ref_outputs))
+        first = _snapshot(first)
+        probe.probed.append("cached")
+        probe.findings += probe_cached(call, inputs, first, second_values, device, judge)
+        if device.startswith("cuda"):
+            probe.probed.append("side_stream")
+            fresh = [v.to(device) if _is_tensor(v) else v for v in values]
+            probe.findings += probe_side_stream(call_unsynchronised, fresh)
+        else:
+            probe.skipped["side_stream"] = "needs a CUDA device: the stream probe runs on a GPU host"
+    except Exception as exc:  # the case loop reports the implementation's own errors; say what stopped here
+        probe.skipped["rest"] = f"the implementation raised during the probes: {type(exc).__name__}: {exc}"[:300]
+    return probe
+
+
+def apply_probe(result: CheckResult, probe: GamingProbe | None) -> CheckResult:
+    """The check's result with the probes' figures, failed with failure class `gaming` on any finding."""
+    if probe is None:
+        return result
+    figures = tuple(result.figures) + (
+        Figure("gaming probes with a finding", len(probe.findings), "",
+               Threshold(0, "==", f"{', '.join(probe.probed) or 'none'} probed on {probe.case}")),
+    )
+    extra = {**dict(result.extra), "gaming": probe.to_dict()}
+    if not probe.findings:
+        return dataclasses.replace(result, figures=figures, extra=extra)
+    tricks = "; ".join(f.reason for f in probe.findings)
+    extra["failure_class"] = FAILURE_CLASS
+    remedies = "; ".join(dict.fromkeys(REMEDIES[f.trick] for f in probe.findings))
+    if result.outcome == Outcome.FAILED:
+        reason = f"[{FAILURE_CLASS}] {tricks} (on {probe.case}); the case plan fails too: {result.reason}"
+        remediation = f"{remedies}; {result.remediation}" if result.remediation else remedies
+    else:
+        reason = f"[{FAILURE_CLASS}] {tricks} (on {probe.case}); the case plan alone: {result.reason}"
+        remediation = remedies
+    return dataclasses.replace(result, outcome=Outcome.FAILED, reason=reason, figures=figures,
+                               remediation=remediation, extra=extra)

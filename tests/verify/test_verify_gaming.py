@@ -1,0 +1,138 @@
+"""Gaming probes: cached results, aliased outputs, mutated inputs, work on an unsynchronised side stream.
+
+The probes run on real implementations (tests/data/verify/gaming_spec.py end to end; small torch functions
+in process); the side-stream probe needs a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from opgate.verify.gaming import (
+    aliasing_pairs, probe_alias, probe_cached, probe_mutation, probe_side_stream, same_bits,
+)
+from tests_verify_support import DATA, ROOT, SRC
+
+SPEC = DATA / "gaming_spec.py"
+
+
+def values(seed: int, n: int = 32) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+
+def judge_against(truths):
+    def judge(outputs, which):
+        return torch.allclose(outputs[0], truths[which], rtol=1e-6, atol=1e-6)
+    return judge
+
+
+def run_probe_cached(fn):
+    first_values, second_values = values(0), values(1)
+    truths = [torch.relu(first_values), torch.relu(second_values)]
+    buffers = [first_values.clone()]
+
+    def call(args):
+        return [fn(*args)]
+
+    first = [t.clone() for t in call(buffers)]
+    return probe_cached(call, buffers, first, [second_values], "cpu", judge_against(truths))
+
+
+def test_a_result_cached_by_shape_is_stale_and_an_honest_or_imprecise_one_is_not():
+    cache = {}
+
+    def cached(x):
+        return cache.setdefault(tuple(x.shape), torch.relu(x))
+
+    findings = run_probe_cached(cached)
+    assert [f.trick for f in findings] == ["cached"] and "bit for bit the first call's result" in findings[0].reason
+    assert run_probe_cached(torch.relu) == []
+    assert run_probe_cached(lambda x: torch.relu(x) * 1.01) == []  # wrong, but not a cache: the case plan says so
+
+
+def test_a_stale_intermediate_cached_by_pointer_is_caught_by_the_fresh_buffer_call():
+    cache = {}
+
+    def stale_scale(x):  # caches the first max it saw for this buffer: right on fresh buffers only
+        first_max = cache.setdefault(x.data_ptr(), x.abs().max())
+        return torch.relu(x) * (x.abs().max() / first_max)
+
+    findings = run_probe_cached(stale_scale)
+    assert [f.trick for f in findings] == ["cached"]
+    assert "a call with fresh buffers holding the same values is right" in findings[0].reason
+
+
+def test_mutated_inputs_are_named_with_the_count_of_changed_elements():
+    x, w = values(2), values(3)
+    before = [x.clone(), w.clone(), 0.5]
+    x.mul_(2)
+    findings = probe_mutation(["x", "w", "eps"], before, [x, w, 0.5])
+    assert [f.reason for f in findings] == ["mutates its input x (32 of 32 elements changed by the call)"]
+    nan = torch.tensor([float("nan"), -0.0])
+    assert same_bits(nan, nan.clone()) and not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+
+
+def test_an_output_aliasing_an_input_is_flagged_unless_the_reference_aliases_it_too():
+    x = values(4)
+    view = x.view_as(x)
+    assert [f.trick for f in probe_alias(["x"], [x], [view], set())] == ["alias"]
+    assert probe_alias(["x"], [x], [x.clone()], set()) == []
+    assert probe_alias(["x"], [x], [view], aliasing_pairs([x], [x.view(-1)])) == []
+    assert probe_alias(["x"], [x], [x[1:].view(-1)], set())  # a slice shares the storage too
+
+
+@pytest.mark.gpu
+def test_work_on_a_side_stream_nobody_waits_for_is_caught_and_the_current_stream_is_not():
+    from opgate.verify.backends.base import enable_empty_poisoning
+
+    enable_empty_poisoning()
+    x = torch.randn(1 << 20, device="cuda")
+
+    def side_stream(args):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)
+            return [args[0] * 2]
+
+    findings = probe_side_stream(side_stream, [x])
+    assert [f.trick for f in findings] == ["side_stream"]
+    assert probe_side_stream(lambda args: [args[0] * 2], [x]) == []
+
+
+# -- end to end ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_verify_fails_each_gaming_implementation_for_its_trick_and_passes_the_honest_ones(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop("TRITON_INTERPRET", None)
+    args = [str(SPEC), "--budget", "quick", "--no-extras", "--stages", "numerics", "--op", "relu", "--op", "copy",
+            "--json", str(tmp_path / "report.json"), "--out", str(tmp_path / "art")]
+    for impl in ("torch", "relu_cached", "relu_inplace", "relu_mutating", "copy_view"):
+        args += ["--impl", impl]
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    results = {r["check_id"]: r for r in json.loads((tmp_path / "report.json").read_text())["results"]}
+    for honest in ("relu.torch", "copy.torch"):
+        result = results[f"verify.{honest}.float32"]
+        assert result["outcome"] == "passed", result["reason"]
+        assert result["extra"]["gaming"]["findings"] == []
+        assert {"cached", "alias", "mutation"} <= set(result["extra"]["gaming"]["probed"])
+    expected = {"relu.relu_cached": {"cached"}, "relu.relu_inplace": {"mutation", "alias"},
+                "relu.relu_mutating": {"mutation"}, "copy.copy_view": {"alias"}}
+    for check, tricks in expected.items():
+        result = results[f"verify.{check}.float32"]
+        assert result["outcome"] == "failed", (check, result["reason"])
+        assert result["extra"]["failure_class"] == "gaming"
+        assert {f["trick"] for f in result["extra"]["gaming"]["findings"]} == tricks, check
+        assert result["reason"].startswith("[gaming] ")
+    assert "cached/stale result" in results["verify.relu.relu_cached.float32"]["reason"]
+    assert "mutates its input x" in results["verify.relu.relu_mutating.float32"]["reason"]
+    assert "alias of its input x" in results["verify.copy.copy_view.float32"]["reason"]
