@@ -88,7 +88,7 @@ def slug(text: str) -> str:
 def numeric_value(value: Any) -> tuple[float | int | None, str | None, str]:
     """(number or None, text or None, kind) for a schema-1 figure value; numeric strings become numbers."""
     if value is None:
-        return None, None, "none"
+        return None, "(no value)", "none"
     if isinstance(value, bool):
         return (1.0 if value else 0.0), ("true" if value else "false"), "bool"
     if isinstance(value, int):
@@ -155,6 +155,34 @@ def _check_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
     return ".".join(parts[:2]) if len(parts) > 1 else verb, labels
 
 
+_GENERIC_NAMES = {"name", "memory", "compute capability", "buffer", "working set"}
+
+
+def _device_labels(result: CheckResult, gpu: str | None) -> dict[str, str]:
+    """gpu / uuid / pci_bus_id of the device a figure is about, from the check's evidence: a single-GPU probe
+    names no GPU in its figures, but its `extra["gpus"]` says which device it measured."""
+    extra = result.extra if isinstance(result.extra, Mapping) else {}
+    entries = extra.get("gpus")
+    if not isinstance(entries, list) or not entries:
+        return {}
+    chosen = None
+    for entry in entries:
+        device = entry.get("device", entry) if isinstance(entry, Mapping) else {}
+        index = device.get("index") if isinstance(device, Mapping) else None
+        if gpu is None and len(entries) == 1 or (gpu is not None and str(index) == gpu):
+            chosen = device
+            break
+    if not isinstance(chosen, Mapping):
+        return {}
+    labels = {}
+    if chosen.get("index") is not None:
+        labels["gpu"] = str(chosen["index"])
+    for name in ("uuid", "pci_bus_id"):
+        if chosen.get(name):
+            labels[name] = str(chosen[name])
+    return labels
+
+
 def metric_for(result: CheckResult, figure: Figure) -> Metric:
     """Schema-2 key, labels and numeric value of one figure of one check."""
     stem, labels = _check_labels(result)
@@ -167,9 +195,7 @@ def metric_for(result: CheckResult, figure: Figure) -> Metric:
         if match.group("peer"):
             labels["peer"] = match.group("peer")
         rest = rest[match.end():]
-    uuid = result.extra.get("uuids", {}) if isinstance(result.extra, Mapping) else {}
-    if "gpu" in labels and isinstance(uuid, Mapping) and labels["gpu"] in uuid:
-        labels["uuid"] = str(uuid[labels["gpu"]])
+    labels.update(_device_labels(result, labels.get("gpu")))
     match = _KERNEL_PREFIX.match(rest)
     if match:
         labels["kernel"] = match.group("kernel")
@@ -187,7 +213,8 @@ def metric_for(result: CheckResult, figure: Figure) -> Metric:
         if match.group("payload"):
             labels["payload_bytes"] = match.group("payload")
             rest = "packet ceiling"
-    if "gpu" in labels and rest in DOCTOR_FIGURE_KEYS:
+    if rest in DOCTOR_FIGURE_KEYS and result.check_id.startswith("doctor.") and (
+            "gpu" in labels or rest not in _GENERIC_NAMES):
         key = DOCTOR_FIGURE_KEYS[rest]
     else:
         key = f"{stem}.{slug(rest)}"
