@@ -48,7 +48,7 @@ def verify_error_charts(report: RunReport) -> list[Chart]:
         dtype = str(result.extra.get("dtype") or labels.get("dtype") or "?")
         impl = str(result.extra.get("implementation") or labels.get("impl") or result.check_id)
         series = by_dtype.setdefault(dtype, {}).setdefault(impl, Series(impl))
-        budget = budgets.setdefault(dtype, {}).setdefault(impl, Series(f"{impl} budget", line=True))
+        budget = budgets.setdefault(dtype, {}).setdefault(impl, Series(f"{impl} budget", tick=True))
         for row in cases:
             size = _size_of(str(row.get("case", "")))
             outputs = row.get("outputs") or []
@@ -65,11 +65,11 @@ def verify_error_charts(report: RunReport) -> list[Chart]:
     charts = []
     for dtype, per_impl in sorted(by_dtype.items()):
         drawn = [s for s in per_impl.values() if s.points]
-        lines = [b for b in budgets.get(dtype, {}).values() if len(b.points) > 1]
+        lines = [b for b in budgets.get(dtype, {}).values() if b.points]
         if not drawn:
             continue
-        charts.append((f"chart-error-{dtype}", f"Error vs size, {dtype}: each dot one case, dashed the case's "
-                       "RMSE budget, red crosses failed",
+        charts.append((f"chart-error-{dtype}", f"Error vs size, {dtype}: each dot one case, a dash the case's "
+                       "RMSE budget, red crosses failed cases",
                        scatter_chart(f"RMSE vs elements ({dtype})", [*drawn, *lines], "elements (product of dims)",
                                      "RMSE", log_x=True, log_y=True, chart_id=f"svg-error-{dtype}")))
     return charts

@@ -26,6 +26,7 @@ h1{font-size:20px;margin:6px 0} h2{font-size:17px;margin:18px 0 6px} h3{font-siz
 .problem.warned{border-color:#f9a825}.problem.error{border-color:#6a1b9a}
 code,pre{font:12px/1.35 ui-monospace,Menlo,Consolas,monospace;background:#f0f0f0;padding:1px 4px;border-radius:3px}
 pre{padding:6px;overflow-x:auto;white-space:pre-wrap}
+.problem,.problem code,details.check summary,td{overflow-wrap:anywhere;word-break:break-word}
 .outcome{font-weight:600;text-transform:uppercase;font-size:12px}
 .o-passed{color:#2e7d32}.o-failed{color:#c62828}.o-warned{color:#b07d00}.o-skipped{color:#777}.o-error{color:#6a1b9a}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:12px;margin:4px 0 10px}
@@ -56,7 +57,7 @@ def replay_command(report: RunReport, result: CheckResult) -> str:
     """The command that re-runs just this check (the CLI's replay token where verify has one)."""
     extra = result.extra if isinstance(result.extra, Mapping) else {}
     if report.verb == "verify":
-        spec = str(extra.get("spec_file") or report.extra.get("spec_file") or "SPEC.py")
+        spec = str(extra.get("spec_file") or report.extra.get("spec") or report.extra.get("spec_file") or "SPEC.py")
         token = extra.get("replay")
         if isinstance(token, str) and token:
             return f"opgate verify {shlex.quote(spec)} --replay {token}"
@@ -99,7 +100,8 @@ def _summary(report: RunReport) -> str:
     problems = [r for r in report.results if r.outcome in (Outcome.FAILED, Outcome.ERROR, Outcome.WARNED)]
     problems.sort(key=lambda r: {Outcome.FAILED: 0, Outcome.ERROR: 1, Outcome.WARNED: 2}[r.outcome])
     if problems:
-        out.append("<h2>What failed and why</h2>")
+        out.append("<h2>What failed and why</h2>" if any(r.outcome is not Outcome.WARNED for r in problems)
+                   else "<h2>What warned and why</h2>")
     else:
         out.append('<p id="no-problems">Every check passed or was skipped with its reason.</p>')
     for index, result in enumerate(problems):

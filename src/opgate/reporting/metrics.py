@@ -53,7 +53,7 @@ _GPU_PREFIX = re.compile(r"^GPU(?P<gpu>\d+)(?:\s*(?:->|→|-)\s*GPU(?P<peer>\d+)
 _KERNEL_PREFIX = re.compile(r"^(?P<kernel>[A-Za-z_][\w.]*\[[^\]]*\])\s+(?P<rest>.+)$")
 _DTYPE_DIMS_PREFIX = re.compile(
     r"^(?P<dtype>float64|float32|float16|bfloat16|float8\w*|int8|int16|int32|int64|uint8|bool)"
-    r"(?:\s+(?P<dims>[A-Za-z_]\w*=\d+(?:,[A-Za-z_]\w*=\d+)*))?\s+(?P<rest>.+)$")
+    r":?(?:\s+(?P<dims>[A-Za-z_]\w*=\d+(?:,[A-Za-z_]\w*=\d+)*))?:?\s+(?P<rest>.+)$")
 _DIRECTION = re.compile(r"^(?P<dir>H2D|D2H) (?P<rest>(?:pinned / that ceiling|ceiling at (?P<payload>\d+)-byte).*)$")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 

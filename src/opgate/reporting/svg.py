@@ -28,7 +28,8 @@ class Point:
 class Series:
     name: str
     points: list[Point] = field(default_factory=list)
-    line: bool = False  # join the points (a budget curve) instead of dots
+    line: bool = False  # join the points (a calculator curve) instead of dots
+    tick: bool = False  # a short horizontal dash per point (a per-case budget)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def scatter_chart(title: str, series: Sequence[Series], x_label: str, y_label: s
                    f'{escape(ref.label)}</text>')
     for index, one in enumerate(series):
         colour = PALETTE[index % len(PALETTE)]
-        points = sorted(one.points, key=lambda p: p.x) if one.line else one.points
+        points = sorted(one.points, key=lambda p: (p.x, p.y)) if one.line else one.points
         if one.line and len(points) > 1:
             path = " ".join(f"{x_axis.px(p.x):.1f},{y_axis.px(p.y):.1f}" for p in points)
             out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5" '
@@ -114,7 +115,10 @@ def scatter_chart(title: str, series: Sequence[Series], x_label: str, y_label: s
             for p in points:
                 x, y = x_axis.px(p.x), y_axis.px(p.y)
                 tip = f"<title>{escape(p.tip)}</title>" if p.tip else ""
-                if p.failed:
+                if one.tick:
+                    out.append(f'<line x1="{x - 6:.1f}" y1="{y:.1f}" x2="{x + 6:.1f}" y2="{y:.1f}" stroke="{colour}" '
+                               f'stroke-width="2">{tip}</line>')
+                elif p.failed:
                     out.append(f'<g class="fail-mark"><path d="M{x - 5:.1f},{y - 5:.1f} L{x + 5:.1f},{y + 5:.1f} '
                                f'M{x - 5:.1f},{y + 5:.1f} L{x + 5:.1f},{y - 5:.1f}" stroke="#c62828" '
                                f'stroke-width="2.5"/>{tip}</g>')
