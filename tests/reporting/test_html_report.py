@@ -58,3 +58,32 @@ def test_reports_render_in_headless_chromium(tmp_path: Path) -> None:
             if any(r.outcome.value in ("failed", "error", "warned") for r in report.results):
                 assert facts.first_problem_top is not None, name
                 assert facts.first_problem_top < facts.viewport_height, (name, facts.first_problem_top)
+
+
+def test_verify_runtime_and_doctor_band_charts_draw_from_the_judging_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: the runtime stage's figure layout (opgate.verify.runtime) with chosen INPUT values, and the
+    doctor's GPU probes run through their judging layer with tests/doctor's chosen inputs, must chart."""
+    import sys
+
+    from opgate.results import CheckResult, Figure, Outcome, RunReport
+
+    runtime = [CheckResult(f"verify.softmax.{impl}.runtime", "t", Outcome.PASSED, "r", (
+        Figure("median time", median, "us"), Figure("p95 time", median * 1.1, "us"),  # INPUT values
+        Figure("achieved fraction of the roofline floor", fraction), Figure("arithmetic intensity", 0.6, "FLOP/byte")),
+        extra={"implementation": impl, "dtype": "float16"}) for impl, median, fraction in
+        (("triton", 80.0, 0.85), ("torch", 120.0, 0.57))]
+    page = render_html(RunReport("verify", tuple(runtime), "2026-01-01T00:00:00+00:00", 1.0))
+    assert 'id="svg-runtime"' in page and 'id="svg-roofline"' in page
+
+    sys.path.insert(0, str(ROOT / "tests" / "doctor"))
+    import test_gpu_probe_verdicts as probes  # noqa: E402
+
+    from opgate.doctor import gpu_probes
+    from opgate.gpu import bandwidth, device
+
+    monkeypatch.setattr(device, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setattr(device, "device_count", lambda: 1)
+    monkeypatch.setattr(bandwidth, "measure_hbm", lambda dev, **kw: probes.hbm(3.00, 4.31, 4.30))  # INPUT: slow
+    result = probes.run(gpu_probes.HbmBandwidthCheck)
+    page = render_html(RunReport("doctor", (result,), "2026-01-01T00:00:00+00:00", 1.0))
+    assert 'id="svg-bands"' in page and "HBM read (opgate kernel)" in page and 'id="problem-0"' in page
