@@ -9,6 +9,7 @@ OUT="${OUT:-/tmp/opgate-out}"
 WORK="$(mktemp -d)"
 LOG="$WORK/reports.log"
 export PYTHONPATH=src
+PY="${PYTHON:-python3}"
 declare -A RC
 step() {  # step NAME TIMEOUT_S COMMAND...
   local name="$1" limit="$2"; shift 2
@@ -20,14 +21,14 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   echo "=== $name exit ${RC[$name]}" >>"$LOG"
 }
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv >>"$LOG" 2>&1
-step doctor_a 42 python3 -m opgate doctor --level standard --json "$WORK/doctor_a.json" --html "$WORK/doctor_a.html" \
+step doctor_a 42 "$PY" -m opgate doctor --level standard --json "$WORK/doctor_a.json" --html "$WORK/doctor_a.html" \
   --junit "$WORK/doctor_a.xml"
-step doctor_b 28 python3 -m opgate doctor --level standard --check hbm_bandwidth --check host_links \
+step doctor_b 28 "$PY" -m opgate doctor --level standard --check hbm_bandwidth --check host_links \
   --json "$WORK/doctor_b.json" --html "$WORK/doctor_b.html"
-step verify 40 python3 -m opgate verify examples/ops/softmax.py --budget quick --no-extras --impl triton \
+step verify 40 "$PY" -m opgate verify examples/ops/softmax.py --budget quick --no-extras --impl triton \
   --impl torch --dtype float16,float32 --stages numerics,runtime --json "$WORK/verify.json" --html "$WORK/verify.html"
-step diff 10 python3 -m opgate diff "$WORK/doctor_a.json" "$WORK/doctor_b.json" --threshold 5%
-step host_links 5 python3 - "$WORK/doctor_a.json" <<'PY'
+step diff 10 "$PY" -m opgate diff "$WORK/doctor_a.json" "$WORK/doctor_b.json" --threshold 5%
+step host_links 5 "$PY" - "$WORK/doctor_a.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d["results"]:
@@ -38,7 +39,7 @@ for r in d["results"]:
                 print(" ", f["key"], f["labels"], f["value"] if f["value"] is not None else f["text"], f["unit"],
                       (f["threshold"] or {}).get("value", ""))
 PY
-step charts 5 python3 - "$WORK" <<'PY'
+step charts 5 "$PY" - "$WORK" <<'PY'
 import pathlib, re, sys
 for page in sorted(pathlib.Path(sys.argv[1]).glob("*.html")):
     text = page.read_text()
