@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 from opgate.errors import InputError
 from opgate.reporting.atomic import write_atomically
-from opgate.reporting.metrics import figure_to_v2, figure_v2_to_v1
+from opgate.reporting.metrics import figure_to_v2
 from opgate.results import SCHEMA_VERSION as SCHEMA_V1
-from opgate.results import CheckResult, RunReport
+from opgate.results import RunReport
 
 REPORT_SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (SCHEMA_V1, REPORT_SCHEMA_VERSION)
@@ -34,14 +34,7 @@ def report_to_dict(report: RunReport) -> dict[str, Any]:
 
 
 def report_from_dict(data: Mapping[str, Any]) -> RunReport:
-    """A RunReport from a schema-1 or schema-2 document."""
-    version = data.get("schema_version")
-    if version == REPORT_SCHEMA_VERSION:
-        legacy = dict(data)
-        legacy["schema_version"] = SCHEMA_V1
-        legacy["results"] = [{**r, "figures": [figure_v2_to_v1(f) for f in r.get("figures", ())]}
-                             for r in data["results"]]
-        return RunReport.from_dict(legacy)
+    """A RunReport from a schema-1 or schema-2 document (`RunReport.from_dict` decodes both)."""
     return RunReport.from_dict(data)
 
 

@@ -232,21 +232,6 @@ def figure_to_v2(result: CheckResult, figure: Figure) -> dict[str, Any]:
     return data
 
 
-def figure_v2_to_v1(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Back to the schema-1 figure (the in-memory `Figure`): the original value, string or number."""
-    kind = data.get("kind", "number")
-    value: Any = data.get("value")
-    if kind == "bool":
-        value = data.get("text") == "true"
-    elif kind in ("text", "numstr"):
-        value = data.get("text")
-    elif kind == "nonfinite":
-        value = float(data.get("text") or "nan")
-    elif kind == "none":
-        value = None
-    return {"name": data["name"], "value": value, "unit": data.get("unit", ""), "threshold": data.get("threshold")}
-
-
 def report_metrics(results: Any) -> list[tuple[CheckResult, Metric]]:
     """Every figure of every result as a Metric, in report order."""
     return [(result, metric_for(result, figure)) for result in results for figure in result.figures]
