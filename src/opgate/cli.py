@@ -76,6 +76,13 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
         console.print(f"JUnit report: {junit_path}")
 
 
+def _check_more(html_path: Optional[Path], history_db: Optional[str]) -> None:
+    """--html and --history are checked before any work, like --json and --junit."""
+    from opgate.reporting.emit import ReportOutputs, check_outputs
+
+    check_outputs(ReportOutputs(html=html_path, history=history_db))
+
+
 def _emit_more(report, html_path: Optional[Path], history_db: Optional[str], console: Console) -> None:
     """--html and --history through the one output layer (opgate.reporting.emit)."""
     from opgate.reporting.emit import ReportOutputs, emit
@@ -120,6 +127,7 @@ def doctor(
         _list_checks(specs, console)
         raise typer.Exit(0)
     _check_outputs(json_path, junit_path)
+    _check_more(html_path, history_db)
     _check_frameworks(framework or [])
     ctx = CheckContext(verb="doctor", level=level.value, options={"frameworks": list(framework or [])})
     tasks, broken = tasks_for(specs, ctx)
@@ -195,6 +203,7 @@ def inspect(
     from opgate.inspect.command import run_inspect
 
     _check_outputs(json_path, junit_path)
+    _check_more(html_path, history_db)
     console = make_console()
     if compare:
         from opgate.inspect.command import resolve_targets
@@ -268,6 +277,7 @@ def verify(
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
     tools = parse_sanitizer_tools(sanitizer_tools)
     _check_outputs(json_path, junit_path, out)
+    _check_more(html_path, history_db)
     request = VerifyRequest(
         spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
@@ -318,7 +328,8 @@ def analyze(
     from opgate.specload import check_spec_path
 
     check_spec_path(spec_file)
-    _check_outputs(json_path, None, out_dir)
+    _check_outputs(json_path, junit_path, out_dir)
+    _check_more(html_path, history_db)
     console = make_console()
     required = parse_targets(targets, allow_unknown=allow_unknown_arch)
     optional = [t for t in parse_targets(optional_targets, allow_unknown=allow_unknown_arch)

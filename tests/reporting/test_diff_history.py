@@ -108,6 +108,8 @@ def test_history_option_appends_a_real_run(tmp_path: Path) -> None:
     assert (tmp_path / "i.html").read_text().startswith("<!DOCTYPE html>")
     bad = opgate("inspect", str(data / "compress_size.o"), "--history", str(tmp_path / "no" / "such" / "h.db"))
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+    bad_html = opgate("inspect", str(data / "compress_size.o"), "--html", str(tmp_path / "no" / "i.html"))
+    assert bad_html.returncode == 2 and "--html" in bad_html.stderr and "Traceback" not in bad_html.stderr
 
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")

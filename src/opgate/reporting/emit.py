@@ -29,6 +29,17 @@ class ReportOutputs:
         return any(x is not None for x in (self.json, self.junit, self.html, self.history))
 
 
+def check_outputs(outputs: ReportOutputs) -> None:
+    """Before any work: --html must be writable and a --history SQLite path's folder must exist (InputError)."""
+    from opgate.outputs import check_report_path
+
+    check_report_path(outputs.html, "--html")
+    if outputs.history:
+        from opgate.reporting.history import database_url
+
+        database_url(outputs.history)
+
+
 def emit(report: RunReport, outputs: ReportOutputs, say: Printer | None = None) -> None:
     """Write every requested output of `report`; `say` gets one line per file written."""
     tell = say or (lambda line: None)
