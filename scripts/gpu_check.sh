@@ -124,7 +124,7 @@ def load(name):
 def fig(result, limit=3):
     parts = []
     for f in result.get("figures", [])[:limit]:
-        value = f["value"]
+        value = f["value"] if f.get("value") is not None else f.get("text", f["value"])  # schema 2: text figures
         value = f"{value:.4g}" if isinstance(value, float) else str(value)
         threshold = f.get("threshold")
         goal = f" (goal {threshold['comparison']} {threshold['value']})" if threshold else ""

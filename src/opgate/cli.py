@@ -76,6 +76,20 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
         console.print(f"JUnit report: {junit_path}")
 
 
+def _check_more(html_path: Optional[Path], history_db: Optional[str]) -> None:
+    """--html and --history are checked before any work, like --json and --junit."""
+    from opgate.reporting.emit import ReportOutputs, check_outputs
+
+    check_outputs(ReportOutputs(html=html_path, history=history_db))
+
+
+def _emit_more(report, html_path: Optional[Path], history_db: Optional[str], console: Console) -> None:
+    """--html and --history through the one output layer (opgate.reporting.emit)."""
+    from opgate.reporting.emit import ReportOutputs, emit
+
+    emit(report, ReportOutputs(html=html_path, history=history_db), console.print)
+
+
 @app.command()
 @interruptible
 def doctor(
@@ -89,6 +103,9 @@ def doctor(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
                                               "per check."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
+    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
+                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as failures (exit 1)."),
     fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
     require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
@@ -110,6 +127,7 @@ def doctor(
         _list_checks(specs, console)
         raise typer.Exit(0)
     _check_outputs(json_path, junit_path)
+    _check_more(html_path, history_db)
     _check_frameworks(framework or [])
     ctx = CheckContext(verb="doctor", level=level.value, options={"frameworks": list(framework or [])})
     tasks, broken = tasks_for(specs, ctx)
@@ -118,6 +136,7 @@ def doctor(
     if fail_on_skip or require_gpu:
         report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
+    _emit_more(report, html_path, history_db, console)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -165,6 +184,9 @@ def inspect(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
                                               "per binary x target."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
+    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
+                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
     deep: bool = typer.Option(False, "--deep", help="Also search data sections for fatbins a library embeds "
                               "and loads itself (cuFFT 12 does; cuobjdump does not list them)."),
     compare: bool = typer.Option(False, "--compare", help="Compare exactly two builds (e.g. nvcc and clang) kernel "
@@ -181,14 +203,17 @@ def inspect(
     from opgate.inspect.command import run_inspect
 
     _check_outputs(json_path, junit_path)
+    _check_more(html_path, history_db)
     console = make_console()
     if compare:
         from opgate.inspect.command import resolve_targets
         from opgate.inspect.compare import run_compare
 
         raise typer.Exit(run_compare(paths, resolve_targets(targets, fleet), json_path, console, junit_path))
+    from opgate.reporting.emit import ReportOutputs
+
     raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep,
-                                 verbose=verbose))
+                                 verbose=verbose, outputs=ReportOutputs(html=html_path, history=history_db)))
 
 
 class Budget(str, Enum):
@@ -212,6 +237,9 @@ def verify(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
                                               "per implementation x dtype."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
+    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
+                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
     replay: Optional[str] = typer.Option(None, "--replay", help="Re-run exactly one failing case from its "
                                          "replay token (ogv1....), against the same calibrated budget."),
     out: Path = typer.Option(Path("opgate-report"), "--out", help="Folder for artefacts: Triton IR per target, "
@@ -253,6 +281,7 @@ def verify(
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
     tools = parse_sanitizer_tools(sanitizer_tools)
     _check_outputs(json_path, junit_path, out)
+    _check_more(html_path, history_db)
     request = VerifyRequest(
         spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
@@ -264,6 +293,7 @@ def verify(
 
         report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
+    _emit_more(report, html_path, history_db, console)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -279,6 +309,11 @@ def analyze(
                              help="Catalogue GPUs for the roofline (one per default target by default)."),
     stages: str = typer.Option("portability,occupancy,roofline", "--stages", help="Stages to run."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
+    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
+                                              "per check."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
+    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
+                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
     out_dir: Path = typer.Option(Path("opgate-report"), "--out", help="Report folder for the roofline charts."),
     jobs: int = typer.Option(max(1, min(4, os.cpu_count() or 1)), "--jobs", min=1, max=64,
                              help="Compiles run at once, each in its own process (default: CPUs, at most 4)."),
@@ -292,13 +327,13 @@ def analyze(
     from opgate.analyze.portability import parse_targets
     from opgate.analyze.render import render_matrix
     from opgate.analyze.run import AnalyzeOptions, parse_gpus, parse_stages, render_roofline, run_analyze
-    from opgate.reporting.json_report import write_json
     from opgate.reporting.terminal import render_terminal
 
     from opgate.specload import check_spec_path
 
     check_spec_path(spec_file)
-    _check_outputs(json_path, None, out_dir)
+    _check_outputs(json_path, junit_path, out_dir)
+    _check_more(html_path, history_db)
     console = make_console()
     required = parse_targets(targets, allow_unknown=allow_unknown_arch)
     optional = [t for t in parse_targets(optional_targets, allow_unknown=allow_unknown_arch)
@@ -321,9 +356,9 @@ def analyze(
         render_terminal(report, console, verbose=True)
     counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
     console.print(f"{counts} in {report.duration_s:.1f}s — exit code {int(report.exit_code)}")
-    if json_path:
-        write_json(report, json_path)
-        console.print(f"JSON report: {json_path}")
+    from opgate.reporting.emit import ReportOutputs, emit
+
+    emit(report, ReportOutputs(json_path, junit_path, html_path, history_db), console.print)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -400,6 +435,45 @@ def explain(
     from opgate.gpu.explain import run_explain
 
     raise typer.Exit(run_explain(reports, gpu, kernel, json_path, verbose, make_console(), chart))
+
+
+@app.command()
+def diff(
+    reports: List[Path] = typer.Argument(..., metavar="BASE.json NEW.json", help="Two reports of the same verb "
+                                         "(opgate ... --json), or one NEW.json with --against-last."),
+    threshold: str = typer.Option("5%", "--threshold", help="Report figures whose value moved by more than this "
+                                  "relative change (5% or 0.05)."),
+    against_last: Optional[str] = typer.Option(None, "--against-last", metavar="DB", help="Compare NEW.json "
+                                               "with the previous run of the same verb and subject in this "
+                                               "history database."),
+    as_json: bool = typer.Option(False, "--json", help="Print the differences as JSON."),
+) -> None:
+    """New failures, fixed checks and moved figures between two runs. Exit 1 on a regression (a new failure)."""
+    from opgate.reporting.diff_command import run_diff
+
+    raise typer.Exit(run_diff(reports, threshold, against_last, as_json))
+
+
+@app.command()
+def history(
+    db: str = typer.Argument(..., metavar="DB", help="History database: a SQLite path or a SQLAlchemy URL."),
+    verb: Optional[str] = typer.Option(None, "--verb", help="Only runs of this verb."),
+    subject: Optional[str] = typer.Option(None, "--subject", help="Only runs whose subject (spec file, "
+                                          "binaries or host) contains this text."),
+    figure: Optional[str] = typer.Option(None, "--figure", help="Print this figure key's trend, e.g. "
+                                         "hbm.read_bandwidth or verify.runtime.median_time."),
+    labels: Optional[str] = typer.Option(None, "--labels", help="With --figure: only labels containing this, "
+                                         "e.g. gpu=0 or impl=triton."),
+    limit: int = typer.Option(50, "--limit", min=1, help="Most recent runs listed."),
+) -> None:
+    """Runs stored with --history, per host, GPU and subject; with --figure, that figure's trend."""
+    from opgate.reporting.history import figure_trend, list_runs, render_runs, render_trend
+
+    for line in render_runs(list_runs(db, verb, subject, limit)):
+        print(line)
+    if figure:
+        for line in render_trend(figure, figure_trend(db, figure, labels, verb, subject)):
+            print(line)
 
 
 @app.command()

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the in-memory dict layout; `--json` files are schema 2 (opgate.reporting.json_report)
+READABLE_SCHEMA_VERSIONS = (1, 2)  # schema 2 adds key/labels/text/kind to each figure; both decode here
 
 
 
@@ -66,7 +67,16 @@ class Figure:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Figure":
         value = data["value"]
-        if value in ("nan", "inf", "-inf"):
+        kind = data.get("kind")  # schema 2 (opgate.reporting.metrics): the value as written, back from value/text
+        if kind == "bool":
+            value = data.get("text") == "true"
+        elif kind in ("text", "numstr"):
+            value = data.get("text")
+        elif kind == "nonfinite":
+            value = float(data.get("text") or "nan")
+        elif kind == "none":
+            value = None
+        elif value in ("nan", "inf", "-inf"):
             value = float(value)
         threshold = data.get("threshold")
         return cls(
@@ -192,9 +202,9 @@ class RunReport:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunReport":
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(
-                f"report schema version {version!r} is not {SCHEMA_VERSION}; "
+                f"report schema version {version!r} is not one of {READABLE_SCHEMA_VERSIONS}; "
                 "read it with the opgate release that wrote it"
             )
         return cls(

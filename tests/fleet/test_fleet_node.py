@@ -25,7 +25,7 @@ def test_the_node_task_runs_the_single_host_verb_and_returns_its_report(fleet_en
     assert outcome.error == "" and outcome.exit_code == 0
     [result] = outcome.report["results"]  # type: ignore[index]
     assert result["check_id"] == "planted.bandwidth" and result["figures"][0]["value"] == 4.25
-    assert outcome.report["schema_version"] == 1  # type: ignore[index]
+    assert outcome.report["schema_version"] == 2  # type: ignore[index]
 
 
 def test_the_node_task_runs_inspect_as_well(fleet_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,7 +76,7 @@ def test_json_and_junit_reports(capsys, tmp_path):
                          "--kernels", "--json", str(json_path), "--junit", str(junit_path))
     assert code == 1  # ptx_only.o's ISA 9.0 PTX cannot JIT on the 535 driver
     doc = json.loads(json_path.read_text())
-    assert doc["schema_version"] == 1 and doc["verb"] == "inspect" and doc["exit_code"] == 1
+    assert doc["schema_version"] == 2 and doc["verb"] == "inspect" and doc["exit_code"] == 1
     binaries = {Path(b["path"]).name: b for b in doc["extra"]["binaries"]}
     assert [e["arch"] for e in binaries["multi.o"]["entries"]] == ["sm_75", "sm_80", "sm_90", "sm_90"]
     assert len(binaries["multi.o"]["kernels"]) == 12

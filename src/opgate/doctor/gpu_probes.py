@@ -273,8 +273,8 @@ class L2BandwidthCheck(GpuProbeCheck):
 
 
 def _payload_ceiling(link: PcieLink, h2d_gbs: float, d2h_gbs: float, tag: str, figures: list[Figure]) -> str:
-    """Figures for the ceiling the link's max payload size puts on a copy (shown, not judged: the band stays
-    issue 6's share of generation x width) and a clause for the reason; or why the payload is unknown."""
+    """Figures for the ceiling the link's max payload size puts on a copy (the verdict's reference when known,
+    opgate.gpu.host_link_judge) and a clause for the reason; or why the payload is unknown."""
     if link.express is None:
         figures.append(Figure(f"{tag}PCIe max payload", f"unknown: {link.express_error}"))
         return ""
@@ -296,11 +296,12 @@ def _payload_ceiling(link: PcieLink, h2d_gbs: float, d2h_gbs: float, tag: str, f
 # -------------------------------------------------------------------------------------------------
 class HostLinksCheck(GpuProbeCheck):
     check_id = "doctor.host_links"
-    title = "Host links: H2D/D2H, pinned and pageable, vs PCIe generation x width"
+    title = "Host links: H2D/D2H, pinned and pageable, vs the link's packet-size ceiling and PCIe generation x width"
     timeout_s = 120.0
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.host_links import measure_all_to_host, measure_host_links
+        from opgate.gpu.host_link_judge import BASIS_PAYLOAD, judge_host_link
         from opgate.gpu.judge import combine, judge, relative_spread
         from opgate.gpu.references import gpu_key_for, policy_band
 
@@ -323,13 +324,32 @@ class HostLinksCheck(GpuProbeCheck):
                 assert link is not None
                 gen = link.under_load_generation or link.idle_generation
                 width = link.under_load_width or link.idle_width
-                what = (f"{band.pass_at:.0%} of PCIe Gen{gen} x{width} = {theoretical:.2f} GB/s per direction "
-                        "(data/pcie_link_rates.toml, PCI-SIG)")
-                worst = min(m.h2d_pinned.gbs, m.d2h_pinned.gbs) / theoretical
-                outcomes.append(judge(worst, band))
+                verdict = judge_host_link(m.h2d_pinned.gbs, m.d2h_pinned.gbs, theoretical,
+                                          link.payload_ceiling_gbs("H2D") if link.express else None,
+                                          link.payload_ceiling_gbs("D2H") if link.express else None,
+                                          policy_band("pinned_vs_payload_ceiling", gpu_key_for(m.device.name)),
+                                          band)
+                outcomes.append(verdict.outcome)
+                if verdict.basis == BASIS_PAYLOAD:
+                    payload = link.express.max_payload_bytes if link.express else 0
+                    whats = [f"{verdict.band.pass_at:.0%} of the {direction} ceiling {ref:.2f} GB/s that "
+                             f"{payload}-byte packets leave on PCIe Gen{gen} x{width} (data/pcie_packet_overhead.toml, "
+                             "data/pcie_link_rates.toml, PCI-SIG)"
+                             for direction, ref in (("H2D", verdict.reference_h2d_gbs),
+                                                    ("D2H", verdict.reference_d2h_gbs))]
+                else:
+                    whats = [f"{band.pass_at:.0%} of PCIe Gen{gen} x{width} = {theoretical:.2f} GB/s per direction "
+                             "(data/pcie_link_rates.toml, PCI-SIG; the link's max payload is unknown)"] * 2
+                extra["gpus"][-1]["verdict_basis"] = verdict.basis
+                extra["gpus"][-1]["verdict_band"] = dataclasses.asdict(verdict.band)
                 figures += [
-                    _band_figure(f"{tag}H2D pinned", _gbs(m.h2d_pinned.gbs), "GB/s", band, theoretical, what),
-                    _band_figure(f"{tag}D2H pinned", _gbs(m.d2h_pinned.gbs), "GB/s", band, theoretical, what),
+                    _band_figure(f"{tag}H2D pinned", _gbs(m.h2d_pinned.gbs), "GB/s", verdict.band,
+                                 verdict.reference_h2d_gbs, whats[0]),
+                    _band_figure(f"{tag}D2H pinned", _gbs(m.d2h_pinned.gbs), "GB/s", verdict.band,
+                                 verdict.reference_d2h_gbs, whats[1]),
+                    Figure(f"{tag}H2D pinned / PCIe generation x width", _pct(m.h2d_pinned.gbs / theoretical), "%"),
+                    Figure(f"{tag}D2H pinned / PCIe generation x width", _pct(m.d2h_pinned.gbs / theoretical), "%"),
+                    Figure(f"{tag}verdict basis", verdict.basis),
                     Figure(f"{tag}PCIe link under load", f"Gen{gen} x{width}"),
                     Figure(f"{tag}PCIe link max", f"Gen{link.max_generation} x{link.max_width}"),
                     Figure(f"{tag}PCIe theoretical per direction", round(theoretical, 2), "GB/s"),
@@ -341,7 +361,8 @@ class HostLinksCheck(GpuProbeCheck):
                 reasons.append(f"{tag}pinned H2D {m.h2d_pinned.gbs:.1f} / D2H {m.d2h_pinned.gbs:.1f} GB/s = "
                                f"{m.h2d_pinned.gbs / theoretical:.0%} / {m.d2h_pinned.gbs / theoretical:.0%} of "
                                f"PCIe Gen{gen} x{width} ({theoretical:.1f} GB/s){degraded}"
-                               + _payload_ceiling(link, m.h2d_pinned.gbs, m.d2h_pinned.gbs, tag, figures))
+                               + _payload_ceiling(link, m.h2d_pinned.gbs, m.d2h_pinned.gbs, tag, figures)
+                               + f"; judged against the {verdict.basis} (goal >= {verdict.band.pass_at:.0%})")
             else:
                 outcomes.append(Outcome.WARNED)
                 why = m.link_error or (m.link.note if m.link else "") or "NVML reported no PCIe generation/width"

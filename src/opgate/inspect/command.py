@@ -10,7 +10,7 @@ import dataclasses
 import datetime as _dt
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -32,6 +32,9 @@ from opgate.inspect.compat import (
 from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport
 from opgate.inspect.sources import inspect_paths
 from opgate.results import CheckResult, ExitCode, Figure, Outcome, RunReport
+
+if TYPE_CHECKING:
+    from opgate.reporting.emit import ReportOutputs
 
 STATUS_STYLE = {
     NATIVE: ("native", "green", Outcome.PASSED),
@@ -66,6 +69,7 @@ def run_inspect(
     junit_path: Path | None = None,
     deep: bool = False,
     verbose: bool = False,
+    outputs: ReportOutputs | None = None,
 ) -> int:
     """Inspect `paths`, print tables, write reports; return the exit code (0, 1 unsupported, 2 bad input)."""
     if not paths:
@@ -84,18 +88,12 @@ def run_inspect(
         render_verdicts(reports, fleet_targets, verdicts, console, verbose=verbose)
 
     code = exit_code(reports, verdicts)
-    if json_path or junit_path:
-        run_report = to_run_report(reports, fleet_targets, verdicts, started_at, duration, code)
-        if json_path:
-            from opgate.reporting.json_report import write_json
+    from opgate.reporting.emit import ReportOutputs, emit
 
-            write_json(run_report, json_path)
-            console.print(f"JSON report: {json_path}")
-        if junit_path:
-            from opgate.reporting.junit import write_junit
-
-            write_junit(run_report, junit_path)
-            console.print(f"JUnit report: {junit_path}")
+    wanted = ReportOutputs(json_path, junit_path, outputs.html if outputs else None,
+                           outputs.history if outputs else None)
+    if wanted.wanted:
+        emit(to_run_report(reports, fleet_targets, verdicts, started_at, duration, code), wanted, console.print)
     console.print(summary_line(reports, verdicts, duration, code))
     report_unreadable(reports)
     return code

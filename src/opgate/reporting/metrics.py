@@ -1,0 +1,237 @@
+"""Report schema 2: a stable key, labels, a numeric value and a unit for every figure.
+
+Checks name their figures in prose for people ("GPU0 HBM read (opgate kernel)"); machines that track a figure
+across runs need a key that does not move ("hbm.read_bandwidth") and the variable parts as labels
+({"gpu": "0"}). Both are derived here, in one place, from the check id and the figure name, so no check has to
+change: a small table for the doctor's figures whose names embed the GPU, and general rules for the rest
+(GPU prefixes, kernel names, "dtype dims" prefixes, the verify and analyze check-id layout).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from opgate.results import CheckResult, Figure
+
+# Doctor figures whose prose names embed the GPU: name (after the "GPUn " prefix) -> stable key.
+DOCTOR_FIGURE_KEYS: dict[str, str] = {
+    "HBM read (opgate kernel)": "hbm.read_bandwidth",
+    "datasheet memory bandwidth": "hbm.datasheet_bandwidth",
+    "cudaMemcpy D2D (read+write)": "hbm.memcpy_d2d_bandwidth",
+    "PyTorch dst.copy_(src) (read+write)": "hbm.torch_copy_bandwidth",
+    "read run-to-run spread (p90-p10)/median": "hbm.read_spread",
+    "buffer": "hbm.buffer_size",
+    "L2 read (opgate kernel)": "l2.read_bandwidth",
+    "HBM read (same kernel family, this run)": "l2.hbm_read_bandwidth",
+    "HBM / L2 bandwidth ratio": "l2.hbm_over_l2",
+    "L2 size (device attribute)": "l2.size",
+    "working set": "l2.working_set",
+    "H2D pinned": "host_links.h2d_pinned",
+    "D2H pinned": "host_links.d2h_pinned",
+    "H2D pageable": "host_links.h2d_pageable",
+    "D2H pageable": "host_links.d2h_pageable",
+    "both directions at once (pinned, aggregate)": "host_links.bidirectional_aggregate",
+    "both at once: H2D share": "host_links.bidirectional_h2d",
+    "both at once: D2H share": "host_links.bidirectional_d2h",
+    "PCIe theoretical per direction": "host_links.pcie_raw_rate",
+    "PCIe link under load": "host_links.pcie_link_under_load",
+    "PCIe link max": "host_links.pcie_link_max",
+    "PCIe max payload (device control)": "host_links.max_payload",
+    "peer copy": "p2p.bandwidth",
+    "4-byte copy latency": "p2p.latency",
+    "peer access": "p2p.peer_access",
+    "name": "gpu.name",
+    "compute capability": "gpu.compute_capability",
+    "memory": "gpu.memory",
+    "GPU temperature (highest)": "clocks.temperature_max",
+}
+
+_GPU_PREFIX = re.compile(r"^GPU(?P<gpu>\d+)(?:\s*(?:->|→|-)\s*GPU(?P<peer>\d+))?:?\s+")
+_KERNEL_PREFIX = re.compile(r"^(?P<kernel>[A-Za-z_][\w.]*\[[^\]]*\])\s+(?P<rest>.+)$")
+_DTYPE_DIMS_PREFIX = re.compile(
+    r"^(?P<dtype>float64|float32|float16|bfloat16|float8\w*|int8|int16|int32|int64|uint8|bool)"
+    r":?(?:\s+(?P<dims>[A-Za-z_]\w*=\d+(?:,[A-Za-z_]\w*=\d+)*))?:?\s+(?P<rest>.+)$")
+_DIRECTION = re.compile(r"^(?P<dir>H2D|D2H) (?P<rest>(?:pinned / that ceiling|ceiling at (?P<payload>\d+)-byte).*)$")
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure in schema 2: what a machine compares across runs."""
+
+    key: str
+    labels: Mapping[str, str]
+    value: float | int | None
+    unit: str
+    text: str | None  # the figure's own words when it is not a number (or a yes/no)
+    kind: str  # "number", "bool", "text" or "none": how the schema-1 value round-trips
+    name: str = ""
+    threshold: Mapping[str, Any] | None = field(default=None)
+
+    @property
+    def identity(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return self.key, tuple(sorted(self.labels.items()))
+
+    def label_text(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+
+
+def slug(text: str) -> str:
+    """Lower-case words joined by underscores: 'PCIe width (current/max)' -> 'pcie_width_current_max'."""
+    words = re.findall(r"[A-Za-z0-9]+", text.replace("%", " pct "))
+    return "_".join(w.lower() for w in words) or "value"
+
+
+def numeric_value(value: Any) -> tuple[float | int | None, str | None, str]:
+    """(number or None, text or None, kind) for a schema-1 figure value; numeric strings become numbers."""
+    if value is None:
+        return None, "(no value)", "none"
+    if isinstance(value, bool):
+        return (1.0 if value else 0.0), ("true" if value else "false"), "bool"
+    if isinstance(value, int):
+        return value, None, "number"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None, repr(value), "nonfinite"  # JSON has no NaN/Inf: explicit text
+        return value, None, "number"
+    text = str(value)
+    stripped = text.strip()
+    if stripped in ("nan", "inf", "-inf"):
+        return None, stripped, "text"  # not-a-number stays explicit text: JSON has no NaN
+    if _NUMBER.match(stripped):
+        number = float(stripped)
+        if math.isfinite(number):
+            return number, text, "numstr"
+    return None, text, "text"
+
+
+def _check_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
+    """The key stem and labels a check id carries: verify.OP.IMPL.DTYPE, analyze.STAGE.OP.IMPL.TARGET, ..."""
+    parts = result.check_id.split(".")
+    verb = parts[0]
+    extra = result.extra if isinstance(result.extra, Mapping) else {}
+    labels: dict[str, str] = {}
+    if verb == "inspect":
+        binary, _, target = result.check_id[len("inspect."):].rpartition("@")
+        labels = {"binary": str(extra.get("binary", binary)), "target": target}
+        return "inspect", labels
+    if verb == "verify" and len(parts) >= 3:
+        op = str(extra.get("op", parts[1]))
+        labels["op"] = op
+        if parts[-1] == "calibration":
+            return "verify.calibration", labels
+        impl = extra.get("implementation") or extra.get("impl")
+        tail = parts[2:]
+        if not impl:
+            impl = ".".join(tail[:-1]) if len(tail) > 1 else tail[0]
+        labels["impl"] = str(impl)
+        last = tail[-1]
+        stage = "numerics"
+        if last in ("runtime", "sanitizer", "recovery", "ncu", "portability", "occupancy", "roofline"):
+            stage = last
+        elif len(tail) == 1:
+            stage = last
+        dtype = extra.get("dtype") or (last if stage == "numerics" else None)
+        if dtype:
+            labels["dtype"] = str(dtype)
+        dims = extra.get("dims")
+        if isinstance(dims, Mapping) and dims:
+            labels["dims"] = ",".join(f"{k}={v}" for k, v in dims.items())
+        return f"verify.{stage}", labels
+    if verb == "analyze" and len(parts) >= 3:
+        stage = parts[1]
+        labels["op"] = parts[2]
+        if stage in ("portability", "occupancy") and len(parts) >= 5:
+            labels["impl"] = ".".join(parts[3:-1])
+            labels["target"] = parts[-1]
+        elif len(parts) >= 4:
+            labels["gpu_model"] = ".".join(parts[3:])
+        return f"analyze.{stage}", labels
+    if verb == "doctor" and len(parts) >= 2:
+        return parts[1], labels
+    return ".".join(parts[:2]) if len(parts) > 1 else verb, labels
+
+
+_GENERIC_NAMES = {"name", "memory", "compute capability", "buffer", "working set"}
+
+
+def _device_labels(result: CheckResult, gpu: str | None) -> dict[str, str]:
+    """gpu / uuid / pci_bus_id of the device a figure is about, from the check's evidence: a single-GPU probe
+    names no GPU in its figures, but its `extra["gpus"]` says which device it measured."""
+    extra = result.extra if isinstance(result.extra, Mapping) else {}
+    entries = extra.get("gpus")
+    if not isinstance(entries, list) or not entries:
+        return {}
+    chosen = None
+    for entry in entries:
+        device = entry.get("device", entry) if isinstance(entry, Mapping) else {}
+        index = device.get("index") if isinstance(device, Mapping) else None
+        if gpu is None and len(entries) == 1 or (gpu is not None and str(index) == gpu):
+            chosen = device
+            break
+    if not isinstance(chosen, Mapping):
+        return {}
+    labels = {}
+    if chosen.get("index") is not None:
+        labels["gpu"] = str(chosen["index"])
+    for name in ("uuid", "pci_bus_id"):
+        if chosen.get(name):
+            labels[name] = str(chosen[name])
+    return labels
+
+
+def metric_for(result: CheckResult, figure: Figure) -> Metric:
+    """Schema-2 key, labels and numeric value of one figure of one check."""
+    stem, labels = _check_labels(result)
+    labels = dict(labels)
+    name = figure.name.strip()
+    rest = name
+    match = _GPU_PREFIX.match(rest)
+    if match:
+        labels["gpu"] = match.group("gpu")
+        if match.group("peer"):
+            labels["peer"] = match.group("peer")
+        rest = rest[match.end():]
+    labels.update(_device_labels(result, labels.get("gpu")))
+    match = _KERNEL_PREFIX.match(rest)
+    if match:
+        labels["kernel"] = match.group("kernel")
+        rest = match.group("rest")
+    match = _DTYPE_DIMS_PREFIX.match(rest)
+    if match and stem.startswith(("analyze", "verify")):
+        labels["dtype"] = match.group("dtype")
+        if match.group("dims"):
+            labels["dims"] = match.group("dims")
+        rest = match.group("rest")
+    match = _DIRECTION.match(rest)
+    if match and stem == "host_links":
+        labels["direction"] = match.group("dir")
+        rest = match.group("rest")
+        if match.group("payload"):
+            labels["payload_bytes"] = match.group("payload")
+            rest = "packet ceiling"
+    if rest in DOCTOR_FIGURE_KEYS and result.check_id.startswith("doctor.") and (
+            "gpu" in labels or rest not in _GENERIC_NAMES):
+        key = DOCTOR_FIGURE_KEYS[rest]
+    else:
+        key = f"{stem}.{slug(rest)}"
+    value, text, kind = numeric_value(figure.value)
+    return Metric(key=key, labels=labels, value=value, unit=figure.unit, text=text, kind=kind, name=figure.name,
+                  threshold=figure.threshold.to_dict() if figure.threshold else None)
+
+
+def figure_to_v2(result: CheckResult, figure: Figure) -> dict[str, Any]:
+    """A figure as schema 2 writes it: the prose name stays beside key, labels, value, unit and text."""
+    metric = metric_for(result, figure)
+    data: dict[str, Any] = {"name": figure.name, "key": metric.key, "labels": dict(metric.labels),
+                            "value": metric.value, "unit": figure.unit, "text": metric.text, "kind": metric.kind,
+                            "threshold": figure.threshold.to_dict() if figure.threshold else None}
+    return data
+
+
+def report_metrics(results: Any) -> list[tuple[CheckResult, Metric]]:
+    """Every figure of every result as a Metric, in report order."""
+    return [(result, metric_for(result, figure)) for result in results for figure in result.figures]
