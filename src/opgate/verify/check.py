@@ -69,6 +69,10 @@ def _num(value: float) -> Any:
     return value
 
 
+# Regimes whose failures a range bisection can explain (an injected Inf/NaN often fails beside them).
+RANGE_REGIMES = ("large", "huge", "mixed", "tiny", "nonfinite")
+
+
 def _interpreter_bf16_limitations() -> list[str]:
     """bfloat16 operations Triton's interpreter still computes wrongly after opgate's fixes (the backend says)."""
     from opgate.verify.backends import triton_backend
@@ -118,6 +122,9 @@ class VerifyImplementationCheck(Check):
             shrunk = self._shrink(op, prepared, plan, remaining)
         failure_class = classify_failure([(r.case, r.verdict.reasons) for r in self.journal.not_crashed(failing)],
                                          op.dims) if failing else ""
+        if range_note and failure_class in ("nonfinite", "typical") and all(
+                r.case.regime in RANGE_REGIMES for r in failing):
+            failure_class = "range"  # the bisection placed the break inside the promised range
         if failing and gradient_failure_class(op):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
         result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,

@@ -171,6 +171,21 @@ def _replay_plan(op: Operator, dtype: str, request: VerifyRequest, cal: Calibrat
                     cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
 
 
+def _without_fatal_empty_cases(spec_file: Path, op: Operator, cases: list[Case], dtype: str,
+                               info: dict[str, Any]) -> list[Case]:
+    """Drop opgate-added empty cases whose reference kills a process (tried in a child: empty_probe.py)."""
+    from opgate.verify.empty_probe import surviving_cases
+
+    empty = [c for c in cases if _is_added_empty_case(c)]
+    if not empty:
+        return cases
+    survived = surviving_cases(spec_file.resolve(), op.name, dtype, empty)
+    fatal = [c for i, c in enumerate(empty) if i not in survived]
+    if fatal:
+        info.setdefault("fatal_empty_cases", {})[op.name] = [c.label() for c in fatal]
+    return [c for c in cases if c not in fatal]
+
+
 def _is_added_empty_case(case: Case) -> bool:
     """A size-0 case opgate added (not one the spec declared)."""
     return case.origin != "declared" and any(size == 0 for _, size in case.dims)
@@ -226,7 +241,8 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
         calibrations: dict[str, Calibration] = {}
         errors: dict[str, str] = {}
         plans: dict[str, Path] = {}
-        cases = plan_cases(op, budget_name, request.seed)
+        cases = _without_fatal_empty_cases(request.spec_file, op, plan_cases(op, budget_name, request.seed),
+                                           sel.dtypes[0], info)
         info["case_counts"][op.name] = len(cases)
         for dtype in sel.dtypes:
             if status is not None:

@@ -146,11 +146,14 @@ def gradient_function(fn: Callable[..., Any], op: Operator, positions: Sequence[
 
         from opgate.verify.calibrate import as_outputs
 
+        # The reference called on inputs that already require grad (error_bounds differentiates the truth to
+        # bound its accumulation error): keep the graph, so the gradients are differentiable in turn.
+        outer = not strict and any(isinstance(args[p], torch.Tensor) and args[p].requires_grad for p in positions)
         with torch.enable_grad():
             call_args = list(args)
             leaves = []
             for p in positions:
-                leaf = args[p].detach().requires_grad_(True)  # detach keeps the strides of a layout case
+                leaf = args[p] if outer else args[p].detach().requires_grad_(True)  # detach keeps a layout's strides
                 call_args[p] = leaf
                 leaves.append(leaf)
             outputs = as_outputs(fn(*call_args))
@@ -164,7 +167,7 @@ def gradient_function(fn: Callable[..., Any], op: Operator, positions: Sequence[
                 return tuple(torch.zeros_like(leaf) for leaf in leaves)
             upstream = [upstream_gradient(op.name, shapes, k, o) for k, o in differentiable]
             found = torch.autograd.grad([o for _, o in differentiable], leaves, grad_outputs=upstream,
-                                        allow_unused=True)
+                                        allow_unused=True, create_graph=outer)
         result = []
         for name, leaf, grad in zip(names, leaves, found):
             if grad is None:
@@ -172,7 +175,7 @@ def gradient_function(fn: Callable[..., Any], op: Operator, positions: Sequence[
                     raise GradientError(f"the gradient w.r.t. input {name!r} is None: its backward returns no "
                                         "gradient for an input that requires grad")
                 grad = torch.zeros_like(leaf)
-            result.append(grad.detach())
+            result.append(grad if outer else grad.detach())
         return tuple(result)
 
     grads.__name__ = f"{getattr(fn, '__name__', 'fn')}_grad"

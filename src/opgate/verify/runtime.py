@@ -246,7 +246,8 @@ class VerifySanitizerCheck(GpuStageCheck):
         findings = run.report.findings
         reached = sanitized_steps_reached(run.stdout_tail)
         sizes_text = " and the ".join(f"{label} size {_dims_label(dims)}" for label, dims in sizes)
-        extra = {"sanitizer": run.to_dict(), "sizes": [{"step": label, "dims": dims} for label, dims in sizes],
+        extra = {"op": op.name, "implementation": options.get("impl"), "dtype": options.get("dtype"), "tool": tool,
+                 "sanitizer": run.to_dict(), "sizes": [{"step": label, "dims": dims} for label, dims in sizes],
                  "steps_reached": reached, "tool_options": tool_options, "options_unsupported": dropped,
                  "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
         figures = [Figure("tool", tool), Figure("findings", len(findings), "", Threshold(0, "==", "compute-sanitizer")),

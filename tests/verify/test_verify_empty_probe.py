@@ -1,0 +1,30 @@
+"""Empty-tensor cases whose reference kills a process are dropped before calibration, in a child."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from opgate.verify.empty_probe import surviving_cases
+from opgate.verify.inputs import Case
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "verify"
+
+
+def test_a_case_that_kills_the_reference_is_dropped_and_the_rest_survive(opgate_env, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", opgate_env["PYTHONPATH"])
+    cases = [Case.make({"M": 0, "N": 8}, 1, origin="edge"), Case.make({"M": 4, "N": 0}, 2, origin="edge"),
+             Case.make({"M": 0, "N": 3}, 3, origin="edge")]
+    assert surviving_cases(DATA / "fatal_empty_spec.py", "double", "float32", cases) == {1}
+
+
+def test_verify_runs_past_a_reference_that_dies_on_an_empty_batch(tmp_path, opgate_env):
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(DATA / "fatal_empty_spec.py"), "--budget",
+                           "quick", "--no-extras", "--stages", "numerics", "--out", str(tmp_path / "o"), "--json",
+                           str(report)], capture_output=True, text=True, timeout=600, env=opgate_env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(report.read_text())
+    assert data["extra"]["fatal_empty_cases"]["double"]
