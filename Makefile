@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:
 #   make demo   - creates .venv-demo, installs opgate, and runs it for real on this machine (CPU-only works)
-#   make test   - creates .venv-test, installs opgate with its test extras, and runs the test suite
+#   make test   - creates .venv-test, installs opgate with its test extras (and the Debian packages the browser
+#                 and PostgreSQL tests use, when missing), and runs the test suite
 # TORCH_SPEC pins the torch build pip takes; on CPU-only CI machines a local CPU wheel satisfies torch==2.13.0.
 
 PYTHON ?= python3
@@ -31,6 +32,7 @@ demo: $(DEMO_VENV)/.installed
 	bash scripts/demo.sh $(DEMO_VENV) $(REPORT_DIR)
 
 test: $(TEST_VENV)/.installed
+	bash scripts/install_test_system_packages.sh
 	$(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:
