@@ -109,7 +109,10 @@ class VerifyImplementationCheck(Check):
         choice = find_choice(op, options["impl"], bool(options.get("extras", True)))
         prepared = prepare(choice, op, plan.dtype, Path(options["workdir"]))
         records = self._run_plan(op, prepared, plan)
-        gaming = probe_implementation(op, choice, prepared, plan)  # verify/gaming.py: cache, alias, mutation, stream
+        # verify/gaming.py: cache, alias, mutation, stream. Not after a crash: the probe calls the implementation
+        # outside any case, and a second death there would read as opgate's own.
+        gaming = (probe_implementation(op, choice, prepared, plan) if not self.journal.crashed_labels
+                  and not getattr(self.journal, "not_run", None) else None)
         if prepared.finish is not None:
             prepared.finish()
         artefacts = self._artefacts(prepared, Path(options["artefact_dir"]))
