@@ -227,7 +227,7 @@ def _capture_arguments(op: Any, dims: Mapping[str, int], dtype: str) -> list[Any
             arguments.append(inp.value)
             continue
         torch_dtype = getattr(torch, inp.dtype or dtype)
-        arguments.append(torch.zeros(inp.concrete_shape(dims), dtype=torch_dtype))
+        arguments.append(torch.zeros(inp.concrete_shape(_full_dims(op, dims)), dtype=torch_dtype))
     return arguments
 
 
@@ -477,3 +477,10 @@ def _outcome_from_result(request: MatrixRequest, result: CheckResult, timeout_s:
                           target=request.target.label, arch=request.target.arch, status=status, message=message,
                           duration_s=result.duration_s,
                           details=str(result.extra.get("stderr_tail") or result.extra.get("traceback") or ""))
+
+
+def _full_dims(op: Any, dims: Mapping[str, int]) -> dict[str, int]:
+    """`dims` with the spec's derived dims (Operator.derived_dims) filled in."""
+    with_derived = getattr(op, "with_derived", None)
+    return with_derived({k: v for k, v in dims.items() if k not in getattr(op, "derived_dims", {})}) \
+        if with_derived else dict(dims)

@@ -152,7 +152,7 @@ def _reference_arguments(op: Any, dims: Mapping[str, int], dtype: str, device: s
         if isinstance(inp, Scalar):
             arguments.append(inp.value)
         else:
-            arguments.append(torch.zeros(inp.concrete_shape(dims), dtype=getattr(torch, inp.dtype or dtype),
+            arguments.append(torch.zeros(inp.concrete_shape(_full_dims(op, dims)), dtype=getattr(torch, inp.dtype or dtype),
                                          device=device))
     return arguments
 
@@ -206,7 +206,7 @@ def operator_work(op: Any, dtype: str, dims: Mapping[str, int]) -> OperatorWork:
     else:
         if outputs is None:
             _, outputs, _ = _run_reference(op, dims, dtype)
-        read = sum(ITEMSIZE[inp.dtype or dtype] * _numel(inp.concrete_shape(dims)) for inp in op.tensor_inputs)
+        read = sum(ITEMSIZE[inp.dtype or dtype] * _numel(inp.concrete_shape(_full_dims(op, dims))) for inp in op.tensor_inputs)
         written = sum(t.numel() * t.element_size() for t in outputs)
         nbytes = float(read + written)
         bytes_source = "inputs read once + outputs written once"
@@ -337,3 +337,10 @@ def write_chart(analysis: RooflineAnalysis, out_dir: Path) -> tuple[Path, Path]:
     figure.savefig(svg, metadata={"Date": None})
     plt.close(figure)
     return png, svg
+
+
+def _full_dims(op: Any, dims: Mapping[str, int]) -> dict[str, int]:
+    """`dims` with the spec's derived dims (Operator.derived_dims) filled in."""
+    with_derived = getattr(op, "with_derived", None)
+    return with_derived({k: v for k, v in dims.items() if k not in getattr(op, "derived_dims", {})}) \
+        if with_derived else dict(dims)

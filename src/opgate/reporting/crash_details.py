@@ -20,10 +20,11 @@ def render_crash_details(report: RunReport, console: Console) -> None:
             for crash in crashes:
                 shrinking = " (a case opgate tried while narrowing down a failure)" if crash.get("phase") == "shrink" else ""
                 console.print(Text(f"{result.check_id}: the implementation {crash.get('status', 'crashed')} on "
-                                   f"{crash.get('label', '?')}{shrinking}", style="bold red"))
+                                   f"{crash.get('label', '?')}{shrinking}", style="bold red"), soft_wrap=True, crop=False,
+                              overflow="ignore")  # one line, whole: people grep and copy it
                 if crash.get("replay"):
                     console.print(Text(f"  replay: opgate {report.verb} {_spec_name(report)} --replay "
-                                       f"{crash['replay']}"), soft_wrap=True)
+                                       f"{crash['replay']}"), soft_wrap=True, crop=False, overflow="ignore")
                 _print_tail(console, crash.get("stderr_excerpt") or [])
         elif result.outcome is Outcome.ERROR and result.extra.get("stderr_tail"):
             from opgate.verify.resume import stderr_excerpt
@@ -41,4 +42,4 @@ def _print_tail(console: Console, lines: list[str]) -> None:
     if not lines:
         console.print(Text("  (its stderr was empty)", style="dim"))
     for line in lines:
-        console.print(Text(f"  | {line}", style="dim"), soft_wrap=True)
+        console.print(Text(f"  | {line}", style="dim"), soft_wrap=True, crop=False, overflow="ignore")

@@ -38,7 +38,7 @@ def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 
 def case_input_bytes(op: Operator, case: Case, dtype: str) -> int:
     """Lower bound of what one case allocates here: each input as float64 truth plus its working dtype."""
-    dims = case.dims_dict
+    dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
     total = 0
     for spec in op.tensor_inputs:
         numel = math.prod(spec.concrete_shape(dims))
