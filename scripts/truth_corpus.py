@@ -186,7 +186,8 @@ def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Pat
 
 def observe(run: FileRun, row: Row) -> Observed:
     mine = [r for r in run.results
-            if (r.get("extra") or {}).get("implementation") == row.impl and (r.get("extra") or {}).get("op") == row.op]
+            if (r.get("extra") or {}).get("implementation") == row.impl
+            and (r.get("extra") or {}).get("op") in (row.op, f"{row.op}.grad")]  # the derived gradient operator too
     if not mine:
         return Observed("missing", reason=run.problem or "no result for this implementation in the report")
     worst = max(mine, key=lambda r: OUTCOME_RANK.get(r["outcome"], 0))

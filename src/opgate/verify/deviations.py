@@ -179,6 +179,11 @@ def classify_failure(failing: Sequence[tuple[Case, Sequence[str]]], declared: Ma
             return "range"
     elif all(_beyond_declared(c, declared) for c in plain):
         return "tail"
+    else:  # typical inputs at declared sizes fail: judge by what those cases say
+        plain_failing = [(c, rs) for c, rs in failing if c in plain]
+        if any("NaN/Inf" in r for _, rs in plain_failing for r in rs):
+            return "nonfinite"
+        return "precision" if _small_errors(plain_failing) else "typical"
     if any("NaN/Inf" in r or "truth is NaN" in r for r in reasons):
         return "nonfinite"
     return "precision" if _small_errors(failing) else "typical"
