@@ -36,12 +36,12 @@ def run_worker(mode: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def worker() -> Callable[[str], list[dict[str, Any]]]:
+def worker() -> Callable[..., list[dict[str, Any]]]:
     """run(mode) -> records, each mode run at most once per session."""
     cache: dict[str, list[dict[str, Any]]] = {}
 
-    def run(mode: str) -> list[dict[str, Any]]:
-        if mode not in cache:
+    def run(mode: str, fresh: bool = False) -> list[dict[str, Any]]:
+        if fresh or mode not in cache:
             cache[mode] = run_worker(mode)
         return cache[mode]
 
