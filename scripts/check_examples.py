@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     sys.path.insert(0, str(ROOT / "tests" / "examples"))
     import harness
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     device = "cuda" if _has_cuda() else "cpu"
     if "--rne-bf16" in argv:

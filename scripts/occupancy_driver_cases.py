@@ -276,7 +276,7 @@ def device_limits(table_limits: Any, attributes: dict[str, int]) -> Any:
 
 
 def opgate_blocks(kernel: dict[str, Any], case: dict[str, Any], limits: Any) -> int:
-    from opgate.analyze.occupancy import KernelLaunch, calculate
+    from opgate.core.occupancy import KernelLaunch, calculate
 
     launch = KernelLaunch(
         threads_per_block=case["threads_per_block"],
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        from opgate.analyze.limits import sm_limits
+        from opgate.core.limits import sm_limits
         from opgate.analyze.portability import occupancy_static_shared
         from opgate.errors import InputError
     except ImportError as exc:

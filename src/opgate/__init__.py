@@ -15,7 +15,7 @@ _SPEC_API = {"Operator", "TensorSpec", "Scalar"}
 
 def __getattr__(name: str) -> Any:
     if name in _SPEC_API:
-        from opgate.verify import spec
+        from opgate.core import spec
 
         return getattr(spec, name)
     raise AttributeError(f"module 'opgate' has no attribute {name!r}")

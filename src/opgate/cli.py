@@ -382,9 +382,9 @@ def occupancy(
     Exit 0 when the block can be resident, 1 when it cannot (0 blocks per SM)."""
     import json
 
-    from opgate.analyze.limits import sm_limits
-    from opgate.analyze.occupancy import KernelLaunch
-    from opgate.analyze.occupancy import occupancy as compute_occupancy
+    from opgate.core.limits import sm_limits
+    from opgate.core.occupancy import KernelLaunch
+    from opgate.core.occupancy import occupancy as compute_occupancy
     from opgate.analyze.render import render_occupancy
     from opgate.gpus import lookup_gpu
 

@@ -5,6 +5,12 @@ no CUDA context, lock or thread state leaks in from the parent. A check that seg
 calls os._exit, raises, or poisons its CUDA context becomes an `error` result naming the signal,
 timeout or exception; the next check starts in a clean process.
 
+Tasks that share a `worker` key run in warm workers instead: one child serves many of them in turn, so the
+imports (torch, Triton, CuPy), the CUDA context, the loaded spec and the compiled kernels are paid once. The
+isolation stays: a worker that dies or hangs fails only the check it was running (its stderr since that check
+started is the evidence); it is discarded and the next check of its key starts a fresh one. A worker whose
+check left the CUDA context unusable exits by itself (checks/worker.py).
+
 Children never outlive opgate: each is its own process group, killed as a group when the run is
 interrupted (Ctrl-C, SIGTERM: `RunInterrupted` carries the results so far), and on Linux each asks the
 kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), so a SIGKILL of opgate kills them too.
@@ -43,6 +49,11 @@ class CheckTask:
     context: CheckContext = field(default_factory=CheckContext)
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for this child only
     exclusive: bool = False  # measuring checks run alone, with no sibling competing for the GPU
+    # Warm workers: tasks with the same non-empty `worker` key run one after another in a long-lived child
+    # (`opgate.checks.worker --serve`) that keeps its imports, CUDA context and compiled kernels; "" is a fresh
+    # process per task. `retire`: that worker exits after this task (e.g. after filling the GPU's memory).
+    worker: str = ""
+    retire: bool = False
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -173,6 +184,9 @@ class _Running:
     def kill(self) -> None:
         kill_process_group(self.proc)
 
+    def finished(self) -> bool:
+        return self.proc.poll() is not None
+
     def error(self, reason: str, **extra: Any) -> CheckResult:
         return CheckResult(
             check_id=self.task.check_id,
@@ -202,11 +216,151 @@ class _Running:
         return self.error(f"check process exited with code {code} before reporting a result", returncode=code)
 
 
+class _WarmWorker:
+    """One long-lived child serving the tasks of one `worker` key, one at a time."""
+
+    def __init__(self, task: CheckTask, workdir: Path, serial: int) -> None:
+        self.key = task.worker
+        self.stderr_path = workdir / f"worker-{serial}.stderr"
+        self.stdout_path = workdir / f"worker-{serial}.stdout"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "opgate.checks.worker", "--serve"],
+                stdin=subprocess.PIPE, stdout=out, stderr=err, env=_child_env(task),
+                start_new_session=True, preexec_fn=die_with_parent,
+            )
+        register_child(self.proc)
+        self.last_used = time.perf_counter()
+        self.tasks_run = 0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, request: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        self.tasks_run += 1
+
+    def stderr_size(self) -> int:
+        try:
+            return self.stderr_path.stat().st_size
+        except OSError:
+            return 0
+
+    def close(self) -> None:
+        """End of the run: close its input so it exits; kill it if it does not."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        kill_process_group(self.proc)
+
+
+class _WarmRunning:
+    """A task running in a warm worker: the same interface as _Running."""
+
+    def __init__(self, task: CheckTask, workdir: Path, index: int, worker: _WarmWorker) -> None:
+        self.task, self.index, self.worker = task, index, worker
+        self.result_path = workdir / f"{index}.{worker.tasks_run}.{id(worker)}.result.json"
+        self.stderr_from = worker.stderr_size()
+        self.started = time.perf_counter()
+        self.proc = worker.proc
+        worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
+                     "context": asdict(task.context), "result_path": str(self.result_path),
+                     "retire": task.retire})
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def finished(self) -> bool:
+        return self.result_path.is_file() or not self.worker.alive()
+
+    def kill(self) -> None:
+        kill_process_group(self.worker.proc)
+
+    def _stderr_tail(self) -> str:
+        try:
+            with open(self.worker.stderr_path, "rb") as handle:
+                handle.seek(self.stderr_from)
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return text[-STDERR_TAIL_CHARS:]
+
+    def error(self, reason: str, **extra: Any) -> CheckResult:
+        return CheckResult(
+            check_id=self.task.check_id, title=self.task.title, outcome=Outcome.ERROR, reason=reason,
+            duration_s=self.elapsed(),
+            remediation="This is a crash or hang inside the check, not a verdict on your stack; "
+            "re-run with --check to isolate it and report it with the stderr tail in the JSON report.",
+            extra={"stderr_tail": self._stderr_tail(), "warm_worker": True, **extra},
+        )
+
+    def collect(self) -> CheckResult:
+        if self.result_path.is_file():
+            try:
+                result = CheckResult.from_dict(json.loads(self.result_path.read_text()))
+            except (ValueError, KeyError) as exc:
+                return self.error(f"check wrote an unreadable result ({exc})")
+            return dataclasses.replace(result, check_id=self.task.check_id, title=self.task.title,
+                                       duration_s=result.duration_s or self.elapsed())
+        code = self.worker.proc.returncode
+        if code is not None and code < 0:
+            return self.error(f"check process died from {_signal_name(code)}", returncode=code)
+        return self.error(f"check process exited with code {code} before reporting a result", returncode=code)
+
+
+class _WarmPool:
+    """Idle warm workers by key; at most `limit` alive at once (the least recently used idle one goes)."""
+
+    def __init__(self, workdir: Path, limit: int) -> None:
+        self.workdir, self.limit = workdir, max(1, limit)
+        self.idle: list[_WarmWorker] = []
+        self.busy: set[_WarmWorker] = set()
+        self.started = 0
+
+    def take(self, task: CheckTask) -> _WarmWorker:
+        for worker in list(self.idle):
+            if not worker.alive():  # exited after a retiring task or a poisoned context
+                self.idle.remove(worker)
+                kill_process_group(worker.proc)
+        for worker in self.idle:
+            if worker.key == task.worker:
+                self.idle.remove(worker)
+                self.busy.add(worker)
+                return worker
+        while self.idle and len(self.idle) + len(self.busy) >= self.limit:
+            oldest = min(self.idle, key=lambda w: w.last_used)
+            self.idle.remove(oldest)
+            oldest.close()
+        self.started += 1
+        worker = _WarmWorker(task, self.workdir, self.started)
+        self.busy.add(worker)
+        return worker
+
+    def give_back(self, worker: _WarmWorker, healthy: bool) -> None:
+        self.busy.discard(worker)
+        worker.last_used = time.perf_counter()
+        if healthy and worker.alive():
+            self.idle.append(worker)
+        else:
+            kill_process_group(worker.proc)
+
+    def close(self) -> None:
+        for worker in self.idle + list(self.busy):
+            worker.close()
+        self.idle.clear()
+        self.busy.clear()
+
+
 class _stop_on_interrupt:
     """Ctrl-C/SIGTERM inside run_checks: kill every running child's group, raise RunInterrupted with the
     results that had finished and the ids of the tasks that had not."""
 
-    def __init__(self, running: list[_Running], results: list[CheckResult | None],
+    def __init__(self, running: list[Any], results: list[CheckResult | None],
                  pending: list[tuple[int, CheckTask]]) -> None:
         self.running, self.results, self.pending = running, results, pending
 
@@ -229,54 +383,85 @@ def run_checks(
     on_done: DoneHook | None = None,
     follow_up: FollowUpHook | None = None,
 ) -> list[CheckResult]:
-    """Run every task in its own child process, at most `jobs` at once; results keep task order.
+    """Run every task in a child process, at most `jobs` at once; results keep task order.
 
-    Exclusive tasks wait for an empty slot table and run alone.
+    Exclusive tasks wait for an empty slot table and run alone. Tasks with a `worker` key share warm workers
+    (at most 2 x jobs of them alive at once).
     """
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = list(enumerate(tasks))
-    running: list[_Running] = []
+    running: list[Any] = []  # _Running | _WarmRunning
     with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
         workdir = Path(tmp)
-        while pending or running:
-            while pending and len(running) < max(1, jobs):
-                index, task = pending[0]
-                if task.exclusive and running:
-                    break
-                if running and running[0].task.exclusive:
-                    break
-                pending.pop(0)
-                if on_start:
-                    on_start(task)
-                try:
-                    running.append(_Running(task, workdir, index))
-                except OSError as exc:
-                    result = CheckResult(task.check_id, task.title, Outcome.ERROR,
-                                         f"could not start the check process: {exc}")
-                    results[index] = result
-                    if on_done:
-                        on_done(task, result)
-            time.sleep(POLL_INTERVAL_S)
-            for slot in list(running):
-                if slot.proc.poll() is None:
-                    if slot.elapsed() <= slot.task.timeout_s:
-                        continue
-                    slot.kill()
-                    result = slot.error(
-                        f"check timed out after {slot.task.timeout_s:g} s and was killed",
-                        timeout_s=slot.task.timeout_s,
-                    )
-                else:
-                    unregister_child(slot.proc)
-                    result = slot.collect()
-                running.remove(slot)
-                if follow_up is not None:
-                    after = follow_up(slot.task, result)
-                    if isinstance(after, CheckTask):
-                        pending.insert(0, (slot.index, after))
-                        continue
-                    result = after
-                results[slot.index] = result
-                if on_done:
-                    on_done(slot.task, result)
+        pool = _WarmPool(workdir, 2 * max(1, jobs))
+        try:
+            _schedule(pending, running, results, workdir, pool, jobs, on_start, on_done, follow_up)
+        finally:
+            pool.close()
     return [r for r in results if r is not None]
+
+
+def _start(task: CheckTask, index: int, workdir: Path, pool: _WarmPool) -> Any:
+    if not task.worker:
+        return _Running(task, workdir, index)
+    worker = pool.take(task)
+    try:
+        return _WarmRunning(task, workdir, index, worker)
+    except OSError:  # the worker died between tasks (its pipe is closed): one fresh try
+        pool.give_back(worker, healthy=False)
+        return _WarmRunning(task, workdir, index, pool.take(task))
+
+
+def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
+              workdir: Path, pool: _WarmPool, jobs: int, on_start: ProgressHook | None,
+              on_done: DoneHook | None, follow_up: FollowUpHook | None) -> None:
+    while pending or running:
+        while pending and len(running) < max(1, jobs):
+            index, task = pending[0]
+            if task.exclusive and running:
+                break
+            if running and running[0].task.exclusive:
+                break
+            pending.pop(0)
+            if on_start:
+                on_start(task)
+            try:
+                running.append(_start(task, index, workdir, pool))
+            except OSError as exc:
+                result = CheckResult(task.check_id, task.title, Outcome.ERROR,
+                                     f"could not start the check process: {exc}")
+                results[index] = result
+                if on_done:
+                    on_done(task, result)
+        time.sleep(POLL_INTERVAL_S)
+        for slot in list(running):
+            if not slot.finished():
+                if slot.elapsed() <= slot.task.timeout_s:
+                    continue
+                slot.kill()
+                result = slot.error(
+                    f"check timed out after {slot.task.timeout_s:g} s and was killed",
+                    timeout_s=slot.task.timeout_s,
+                )
+                healthy = False
+            elif isinstance(slot, _WarmRunning):
+                result = slot.collect()
+                # a retiring task's worker exits by itself; one that poisoned its CUDA context has exited too
+                healthy = (slot.result_path.is_file() and not slot.task.retire
+                           and "cuda_fault" not in result.extra)
+            else:
+                unregister_child(slot.proc)
+                result = slot.collect()
+                healthy = True
+            if isinstance(slot, _WarmRunning):
+                pool.give_back(slot.worker, healthy)
+            running.remove(slot)
+            if follow_up is not None:
+                after = follow_up(slot.task, result)
+                if isinstance(after, CheckTask):
+                    pending.insert(0, (slot.index, after))
+                    continue
+                result = after
+            results[slot.index] = result
+            if on_done:
+                on_done(slot.task, result)

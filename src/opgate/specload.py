@@ -120,12 +120,12 @@ def _read_result(path: Path) -> dict[str, Any] | None:
 
 def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
     """Import the spec in this process; SystemExit or any other BaseException at import is an InputError."""
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     try:
         if mode == "analyze":
             from opgate.analyze.capture import compile_only
-            from opgate.analyze.limits import sm_limits
+            from opgate.core.limits import sm_limits
 
             with compile_only(90, sm_limits("9.0"), 132):
                 return load_spec_file(path)

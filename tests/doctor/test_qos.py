@@ -8,7 +8,8 @@ import random
 import pytest
 
 from opgate.checks.base import CheckContext
-from opgate.checks.registry import _source_tree_entry_points
+from opgate.checks.registry import CheckSpec
+from opgate.plugins import CHECKS_GROUP, _source_tree_groups
 from opgate.doctor.qos import QosCheck, judge_qos
 from opgate.gpu.qos import ModeResult, QosMeasurement
 from opgate.results import Outcome
@@ -56,7 +57,7 @@ def test_round_trip() -> None:
 
 def test_registered_standard_only_and_skips_without_gpu() -> None:
     # the tree's pyproject (an installed opgate may predate these checks)
-    specs = {s.name: s for s in _source_tree_entry_points()}
+    specs = {n: CheckSpec(n, t) for n, t in _source_tree_groups()[CHECKS_GROUP].items()}
     assert specs["doctor.topology"].load().levels == ("basic", "standard")
     spec = specs["doctor.qos"]
     assert spec.load().levels == ("standard",) and spec.load().exclusive

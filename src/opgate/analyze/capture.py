@@ -25,7 +25,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from opgate.analyze.limits import SmLimits
+from opgate.core.limits import SmLimits
 
 # The autotune config a launch is compiled under, for labels ("" outside an autotuner).
 _current_config: contextvars.ContextVar[str] = contextvars.ContextVar("opgate_autotune_config", default="")

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from opgate.analyze.limits import SmLimits, known_ccs, sm_limits
-from opgate.analyze.occupancy import KernelLaunch, OccupancyResult, occupancy
+from opgate.core.limits import SmLimits, known_ccs, sm_limits
+from opgate.core.occupancy import KernelLaunch, OccupancyResult, occupancy
 from opgate.analyze.roofline import dims_cases
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import InputError
@@ -59,7 +59,7 @@ def parse_targets(text: str | Sequence[str], allow_unknown: bool = False) -> lis
 
     An architecture opgate has no SM limits for (sm_999) is refused unless `allow_unknown`
     (`--allow-unknown-arch`): its compile would fail in the compiler, not in the user's kernel."""
-    from opgate.analyze.limits import parse_cc
+    from opgate.core.limits import parse_cc
     from opgate.gpus import lookup_gpu
 
     items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
@@ -219,7 +219,7 @@ def _capture_arguments(op: Any, dims: Mapping[str, int], dtype: str) -> list[Any
     """CPU tensors of the right shape and dtype (zeros: nothing is computed) and the scalars, in order."""
     import torch
 
-    from opgate.verify.spec import Scalar
+    from opgate.core.spec import Scalar
 
     arguments: list[Any] = []
     for inp in op.inputs:
@@ -329,7 +329,7 @@ def compile_implementation(spec_file: str | Path, operator: str, implementation:
                            dtypes: Sequence[str] | None = None) -> CompileOutcome:
     """Capture and compile every kernel of one implementation for one target (run this in a child process)."""
     from opgate.analyze.capture import GpuNeededError, compile_only
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     started = time.perf_counter()
     target = f"sm_{arch}"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from opgate.analyze.occupancy import FACTOR_LABELS, UNLIMITED, OccupancyResult
+from opgate.core.occupancy import FACTOR_LABELS, UNLIMITED, OccupancyResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from opgate.analyze.portability import CompileOutcome

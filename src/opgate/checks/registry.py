@@ -1,20 +1,16 @@
 """Find checks through the `opgate.checks` entry-point group.
 
-Shipped checks are plugins like any other: they are declared in pyproject.toml. When opgate runs
-from a source tree that is not installed (`PYTHONPATH=src python -m opgate`), there is no
-distribution metadata, so the same declarations are read from the tree's pyproject.toml.
+Shipped checks are plugins like any other: they are declared in pyproject.toml (opgate/plugins.py
+finds them, installed or from a source tree).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from importlib import metadata
-from pathlib import Path
 
 from opgate.errors import InputError
-
-ENTRY_POINT_GROUP = "opgate.checks"
+from opgate.plugins import CHECKS_GROUP as ENTRY_POINT_GROUP
+from opgate.plugins import entry_points, load
 
 
 @dataclass(frozen=True)
@@ -25,33 +21,12 @@ class CheckSpec:
     target: str
 
     def load(self) -> type:
-        module_name, _, attr = self.target.partition(":")
-        module = importlib.import_module(module_name)
-        return getattr(module, attr)
-
-
-def _source_tree_entry_points() -> list[CheckSpec]:
-    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
-    if not pyproject.is_file():
-        return []
-    try:
-        import tomllib  # type: ignore[import-not-found]
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    data = tomllib.loads(pyproject.read_text())
-    group = data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
-    return [CheckSpec(name, target) for name, target in group.items()]
+        return load(self.target)  # type: ignore[no-any-return]
 
 
 def discover_checks() -> list[CheckSpec]:
     """All registered checks, installed plugins included, sorted by name for a stable order."""
-    found = {ep.name: CheckSpec(ep.name, ep.value) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    try:
-        metadata.distribution("opgate")
-    except metadata.PackageNotFoundError:
-        for spec in _source_tree_entry_points():
-            found.setdefault(spec.name, spec)
-    return sorted(found.values(), key=lambda s: s.name)
+    return [CheckSpec(name, target) for name, target in entry_points(ENTRY_POINT_GROUP).items()]
 
 
 def select_checks(prefix: str, only: list[str] | None = None) -> list[CheckSpec]:

@@ -1,6 +1,7 @@
-"""Child-process entry point: `python -m opgate.checks.worker REQUEST.json`.
+"""Child-process entry point: `python -m opgate.checks.worker REQUEST.json`, or `--serve` (a warm worker).
 
-Loads one check class, runs it, writes its result as JSON. Anything that escapes (a crash, a
+Loads one check class, runs it, writes its result as JSON; a warm worker does that for each request line it
+reads on stdin. Anything that escapes (a crash, a
 hang, os._exit) is seen by the parent as a missing result or a dead process.
 """
 
@@ -11,6 +12,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
@@ -53,8 +55,9 @@ def cuda_context_fault() -> str:
     return "; ".join(faults)
 
 
-def main(argv: list[str]) -> int:
-    request = json.loads(Path(argv[1]).read_text())
+def run_request(request: dict[str, Any]) -> bool:
+    """Run one check request and write its result atomically. False when the CUDA context was left unusable
+    (a warm worker must then exit: the next check needs a fresh process)."""
     result_path = Path(request["result_path"])
     ctx_data = request.get("context", {})
     ctx = CheckContext(
@@ -85,6 +88,74 @@ def main(argv: list[str]) -> int:
             extra={**result.extra, "cuda_fault": fault},
         )
     _write_atomically(result_path, json.dumps(result.to_dict()))
+    return not fault
+
+
+class _ProcessState:
+    """What one check may change in its process and the next check of a warm worker must not inherit:
+    environment variables, the working directory, torch's deterministic mode (the numerics check turns it on so
+    torch.empty is NaN-poisoned; a runtime check after it would time poisoned allocations)."""
+
+    def __init__(self) -> None:
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.torch_state = self._torch_state()
+
+    @staticmethod
+    def _torch_state() -> tuple[bool, bool, bool] | None:
+        torch = sys.modules.get("torch")
+        if torch is None or not hasattr(torch, "are_deterministic_algorithms_enabled"):
+            return None
+        deterministic = getattr(torch.utils, "deterministic", None)
+        return (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+                bool(getattr(deterministic, "fill_uninitialized_memory", True)))
+
+    def restore(self) -> None:
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        if os.getcwd() != self.cwd:
+            os.chdir(self.cwd)
+        torch = sys.modules.get("torch")
+        if torch is None or not hasattr(torch, "use_deterministic_algorithms"):
+            return
+        enabled, warn_only, fill = self.torch_state or (False, False, True)
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        deterministic = getattr(torch.utils, "deterministic", None)
+        if deterministic is not None:
+            deterministic.fill_uninitialized_memory = fill
+
+
+def serve(stdin: Any | None = None) -> int:
+    """A warm worker: one JSON request per line on stdin, run in turn in this one process (imports, CUDA
+    context, compiled kernels and loaded specs stay warm). Exits at end of input, after a request marked
+    `retire`, or when a check left the CUDA context unusable; the parent starts a fresh worker for the next."""
+    if stdin is None:
+        # Requests arrive on a private copy of fd 0; the checks (and the user's code they run) get /dev/null.
+        stdin = os.fdopen(os.dup(0), "r")
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+    for line in stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        state = _ProcessState()
+        healthy = run_request(request)
+        state.restore()
+        sys.stdout.flush()
+        sys.stderr.write(f"\n[opgate worker] finished {request['check_id']}\n")
+        sys.stderr.flush()
+        if not healthy or request.get("retire"):
+            return 0
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1 and argv[1] == "--serve":
+        return serve()
+    run_request(json.loads(Path(argv[1]).read_text()))
     return 0
 
 

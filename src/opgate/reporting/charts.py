@@ -139,8 +139,8 @@ def inspect_matrix_chart(report: RunReport) -> list[Chart]:
 
 
 def _occupancy_curve(launch: Mapping[str, Any], cc: str, vary: str, values: Iterable[int]) -> list[Point]:
-    from opgate.analyze.limits import sm_limits
-    from opgate.analyze.occupancy import KernelLaunch, occupancy
+    from opgate.core.limits import sm_limits
+    from opgate.core.occupancy import KernelLaunch, occupancy
 
     limits = sm_limits(cc)
     points = []

@@ -39,7 +39,7 @@ def cases_for_spec(spec_file: str | Path, impls: Sequence[str] = (), dtypes: Seq
                    ops: Sequence[str] = (), budget: str = "quick", seed: int = 0,
                    stages: Sequence[str] = ("numerics",)) -> list[OpgateCase]:
     """Every operator x implementation x dtype the spec declares (optionally only some)."""
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     path = Path(spec_file).resolve()
     cases = []

@@ -26,11 +26,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from opgate.verify import dtypes as dt
+from opgate.core import dtypes as dt
 from opgate.verify.compare import OutputStats, compare_output, count_exceeding
 from opgate.verify.error_bounds import AccumulationBound, accumulation_bounds
 from opgate.verify.inputs import Case, make_inputs
-from opgate.verify.spec import Operator, SpecError
+from opgate.core.spec import Operator, SpecError
 
 # dynamo's `same()` uses multiplier 2.0 on the fp64 RMSE; the quantile gets the same multiple.
 K_RMSE = 2.0

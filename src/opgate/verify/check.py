@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from opgate.checks.base import Check, CheckContext
 from opgate.results import CheckResult, Figure, Threshold
-from opgate.verify import dtypes as dt
+from opgate.core import dtypes as dt
 from opgate.verify.backends import PreparedImplementation, prepare
 from opgate.verify.backends.base import ImplementationChoice, find_choice
 from opgate.verify.calibrate import (
@@ -35,7 +35,7 @@ from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CaseJournal
 from opgate.verify.shrink import shrink_case
-from opgate.verify.spec import Operator, load_spec_file
+from opgate.core.spec import Operator, load_spec_file
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
 

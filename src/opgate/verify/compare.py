@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from opgate.verify import dtypes as dt
+from opgate.core import dtypes as dt
 
 QUANTILE = 0.999  # the "high quantile" of the elementwise error that is judged (p99.9)
 

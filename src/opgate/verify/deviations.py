@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from opgate.verify import dtypes as dt
+from opgate.core import dtypes as dt
 from opgate.verify.inputs import Case, make_inputs
-from opgate.verify.spec import Operator
+from opgate.core.spec import Operator
 
 FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
                    "gradient", "memory")

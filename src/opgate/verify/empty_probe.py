@@ -53,7 +53,7 @@ def _main(argv: list[str]) -> int:
 
     from opgate.verify.gradients import with_gradient_operators
     from opgate.verify.inputs import make_inputs
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     spec, op_name, dtype, payload = argv
     op = next(o for o in with_gradient_operators(load_spec_file(spec)) if o.name == op_name)

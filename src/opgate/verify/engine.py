@@ -33,7 +33,7 @@ from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 from opgate.verify.resume import follow_up as resume_after_crash
-from opgate.verify.spec import Operator
+from opgate.core.spec import Operator
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
 # Seconds one implementation x dtype may take (all its cases, shrinking included) before it is killed.

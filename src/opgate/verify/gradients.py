@@ -30,7 +30,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from opgate.verify.spec import FLOAT_DTYPES, Implementation, Operator, SpecError, TensorSpec
+from opgate.core.spec import FLOAT_DTYPES, Implementation, Operator, SpecError, TensorSpec
 
 GRAD_SUFFIX = ".grad"
 # float8 dtypes are left out: PyTorch has no autograd for most ops in them, and the upstream values'

@@ -21,8 +21,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from opgate.verify import dtypes as dt
-from opgate.verify.spec import Operator, Scalar, SpecError, TensorSpec
+from opgate.core import dtypes as dt
+from opgate.core.spec import Operator, Scalar, SpecError, TensorSpec
 
 LARGE_CAP = 4096.0  # magnitude of the `large` regime in float32/bfloat16 (see _draw_float)
 REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "peaked", "mixed", "magnitude")

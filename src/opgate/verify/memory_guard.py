@@ -16,10 +16,9 @@ from typing import Sequence
 
 from opgate.errors import InputError
 from opgate.verify.inputs import Case
-from opgate.verify.spec import FLOAT_DTYPES, Operator
+from opgate.core.dtypes import ITEMSIZE
+from opgate.core.spec import FLOAT_DTYPES, Operator
 
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-            "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1}
 
 
 def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:

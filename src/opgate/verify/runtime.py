@@ -38,7 +38,7 @@ def cuda_inputs(op: Any, dims: dict[str, int], dtype: str, seed: int) -> list[An
 def load_implementation(options: dict[str, Any]) -> tuple[Any, Any]:
     """(operator, implementation) named by a GPU-stage task's options (spec_file, op, impl)."""
     from opgate.verify.gradients import with_gradient_operators
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     ops = {op.name: op for op in with_gradient_operators(load_spec_file(options["spec_file"]))}
     op = ops[options["op"]]
@@ -58,7 +58,7 @@ def _require_cuda() -> Any:
 def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float,
                       gpu_name: str) -> tuple[list[Figure], str]:
     """Floor time for this case on this GPU and the achieved fraction; figures and a short text."""
-    from opgate.analyze.roofline import operator_work, roofline_point
+    from opgate.core.work import operator_work, roofline_point
     from opgate.errors import InputError
     from opgate.gpu.ceilings import load_ceilings
     from opgate.gpus import lookup_gpu
@@ -287,7 +287,7 @@ class VerifyNcuCheck(GpuStageCheck):
     timeout_s = 360.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.analyze.roofline import operator_work
+        from opgate.core.work import operator_work
         from opgate.gpu.ncu import NcuNotFound, run_ncu
 
         options, _ = self.begin(ctx)
@@ -336,8 +336,8 @@ class VerifyNcuCheck(GpuStageCheck):
 def model_occupancy_pct(kernel: Any) -> float | None:
     """opgate's occupancy model (analyze.occupancy, checked against the driver) for one profiled launch, from
     the block size, registers and shared memory ncu reported; None when ncu did not report them."""
-    from opgate.analyze.limits import sm_limits
-    from opgate.analyze.occupancy import KernelLaunch, calculate
+    from opgate.core.limits import sm_limits
+    from opgate.core.occupancy import KernelLaunch, calculate
     from opgate.errors import InputError
 
     v = kernel.values

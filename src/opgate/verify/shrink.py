@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from opgate.verify.inputs import Case
-from opgate.verify.spec import Operator
+from opgate.core.spec import Operator
 
 # Sizes tried for a dim, smallest first; sizes at or above the failing size are never tried.
 _SMALL_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,

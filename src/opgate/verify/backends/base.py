@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from opgate.errors import InputError
 from opgate.results import Figure
 from opgate.verify.inputs import apply_layout
-from opgate.verify.spec import Operator
+from opgate.core.spec import Operator
 
 # (shape, dtype name) of every output the reference returns: what an out= buffer must look like.
 OutSpecs = Sequence[tuple[tuple[int, ...], str]]

@@ -15,7 +15,7 @@ from opgate.errors import SkipCheck
 from opgate.results import Figure
 from opgate.verify.backends.base import ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput
 from opgate.verify.inputs import Case, make_inputs, resolve_dtype
-from opgate.verify.spec import Operator, Scalar
+from opgate.core.spec import Operator, Scalar
 
 PREFERRED_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
 # ONNX Runtime's names for tensor element types, as the spec names dtypes.

@@ -20,7 +20,7 @@ from opgate.results import Figure
 from opgate.verify.backends.base import (
     ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput, implementation_function,
 )
-from opgate.verify.spec import Operator, Scalar
+from opgate.core.spec import Operator, Scalar
 
 NOT_INSTALLED = ("apache-tvm is not installed: the TVM implementation (the reference through the Relax "
                  "frontend) needs `pip install apache-tvm`")

@@ -28,9 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 from opgate.errors import InputError
 
 KNOWN_BACKENDS = ("torch", "torch.compile", "triton", "onnxruntime", "tvm")
-FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
-INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "bool")
-KNOWN_DTYPES = FLOAT_DTYPES + INT_DTYPES
+from opgate.core.dtypes import FLOAT_DTYPES, INT_DTYPES, KNOWN_DTYPES  # noqa: F401  (one dtype table)
 VALUE_KINDS = ("normal", "uniform", "positive", "logits", "probability", "index", "integer", "constant")
 NAN_POLICIES = ("propagate", "ignore")
 SUBNORMAL_POLICIES = ("any", "exact")

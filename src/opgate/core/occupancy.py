@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from opgate.analyze.limits import SmLimits
+from opgate.core.limits import SmLimits
 from opgate.errors import InputError
 
 # cuda_occupancy.h uses INT_MAX for "this resource does not limit"

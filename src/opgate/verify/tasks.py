@@ -1,0 +1,91 @@
+"""What crosses the process boundary between `opgate verify`'s engine and its checks: typed, versioned payloads.
+
+The engine builds one payload per task and puts `payload.to_dict()` into the task's CheckContext.options; the
+check reads it back with `Payload.from_dict(ctx.options)`, which refuses a payload of another schema or kind or
+with a missing field (a stale plugin or a mixed install), instead of falling back to defaults. Every default
+lives here, once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, TypeVar
+
+SCHEMA = 1
+P = TypeVar("P", bound="Payload")
+
+
+class PayloadError(ValueError):
+    """A task payload that does not match what the check expects (schema, kind, fields)."""
+
+
+@dataclass(frozen=True)
+class Payload:
+    kind: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "kind": self.kind, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls: type[P], data: Mapping[str, Any]) -> P:
+        if data.get("schema") != SCHEMA:
+            raise PayloadError(f"{cls.__name__}: task payload schema {data.get('schema')!r}, expected {SCHEMA} "
+                               "(opgate and a stage plugin from different versions?)")
+        if data.get("kind") != cls.kind:
+            raise PayloadError(f"{cls.__name__}: task payload of kind {data.get('kind')!r}, expected {cls.kind!r}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        missing = [name for name, f in fields.items() if name not in data
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise PayloadError(f"{cls.__name__}: task payload lacks {', '.join(missing)}")
+        return cls(**{name: data[name] for name in fields if name in data})
+
+
+@dataclass(frozen=True)
+class ImplementationRef:
+    """Which implementation of which operator of which spec file."""
+
+    spec_file: str  # absolute
+    op: str
+    impl: str
+
+
+@dataclass(frozen=True)
+class NumericsPayload(Payload):
+    """One implementation x one dtype over the whole case plan (verify/check.py)."""
+
+    kind: ClassVar[str] = "numerics"
+    spec_file: str
+    op: str
+    impl: str
+    plan_path: str  # the plan file: cases, float64 truth, calibrated budgets (verify/planfile.py)
+    artefact_dir: str  # IR per target, checked ONNX models
+    workdir: str  # this task's scratch folder (the case journal of resume.py lives here)
+    extras: bool = True  # opgate's extras (the reference through torch.compile / ONNX Runtime / TVM) exist
+    shrink: bool = True
+    case_timeout_s: float = 300.0
+
+    @property
+    def ref(self) -> ImplementationRef:
+        return ImplementationRef(self.spec_file, self.op, self.impl)
+
+
+@dataclass(frozen=True)
+class GpuStagePayload(Payload):
+    """One GPU stage check of one implementation: runtime, sanitizer, recovery, ncu, qos."""
+
+    kind: ClassVar[str] = "gpu_stage"
+    spec_file: str
+    op: str
+    impl: str
+    dtype: str
+    seed: int = 0
+    tool: str = "memcheck"  # the sanitizer stage's compute-sanitizer tool
+    repeats: int = 50  # timed calls of the runtime stage
+    trials: int = 3  # out-of-memory trials of the recovery stage
+    slo_p95_us: float | None = None  # the qos stage's SLO (else the spec's)
+
+    @property
+    def ref(self) -> ImplementationRef:
+        return ImplementationRef(self.spec_file, self.op, self.impl)
