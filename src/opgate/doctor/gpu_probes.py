@@ -411,30 +411,28 @@ class P2PCheck(GpuProbeCheck):
     title = "Peer-to-peer bandwidth and latency between every GPU pair"
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.p2p import measure_p2p
+        # The link matrix (issue 20): copy, SM read/write and latency per ordered pair beside NVML's topology,
+        # judged in opgate.doctor.link_matrix.
+        from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
+        from opgate.gpu.link_matrix import measure_link_matrix
+        from opgate.gpu.references import policy_band
+        from opgate.probes.nvml import NvmlUnavailable
+        from opgate.probes.topology import collect_topology
 
         devices = self.devices()
         if len(devices) < 2:
             raise SkipCheck(f"{len(devices)} GPU visible: peer-to-peer needs two or more")
-        m = measure_p2p(devices)
-        figures: list[Figure] = []
-        missing = [p for p in m.pairs if not p.can_access_peer]
-        for pair in m.pairs:
-            tag = f"GPU{pair.src}->GPU{pair.dst}"
-            figures += [Figure(f"{tag} peer copy", _gbs(pair.bandwidth_gbs), "GB/s"),
-                        Figure(f"{tag} 4-byte copy latency", _us(pair.latency_us), "us"),
-                        Figure(f"{tag} peer access", pair.can_access_peer)]
-        bandwidths = [p.bandwidth_gbs for p in m.pairs]
-        summary = (f"{len(m.pairs)} ordered pairs: peer copy {min(bandwidths):.1f}..{max(bandwidths):.1f} GB/s, "
-                   f"latency {min(p.latency_us for p in m.pairs):.2f}..{max(p.latency_us for p in m.pairs):.2f} us")
-        extra = m.to_dict()
-        if missing:
-            names = ", ".join(f"GPU{p.src}->GPU{p.dst}" for p in missing)
-            return self.warned(f"{summary}; no peer access for {names} (copies staged through the host)",
-                               figures=figures, extra=extra,
-                               remediation="Check the topology (nvidia-smi topo -m), ACS/IOMMU settings and "
-                                           "that the GPUs share an NVLink or PCIe switch.")
-        return self.passed(f"{summary}; peer access on every pair", figures=figures, extra=extra)
+        m = measure_link_matrix(devices)
+        try:
+            topology = collect_topology()
+            links, numa = [list(row) for row in topology.links], [g.numa_node for g in topology.gpus]
+        except NvmlUnavailable as exc:
+            links, numa = unknown_links(len(devices), str(exc)), []
+        verdict = link_matrix_verdict(m.pairs, links, numa, policy_band("p2p_pair_vs_siblings", None))
+        extra = {**m.p2p.to_dict(), "link_matrix": m.to_dict(), "links": links, "numa": numa,
+                 "matrix_text": verdict.matrix_text}
+        return self.result(verdict.outcome, verdict.reason, verdict.figures, remediation=verdict.remediation,
+                           extra=extra)
 
 
 # -------------------------------------------------------------------------------------------------
