@@ -52,6 +52,8 @@ class GpuProbeCheck(Check):
     levels: ClassVar[tuple[str, ...]] = ("standard",)
     exclusive: ClassVar[bool] = True
     timeout_s: ClassVar[float] = 90.0
+    # Device-local probes run once per GPU, side by side, in children that each see one GPU (doctor/fanout.py).
+    device_local: ClassVar[bool] = False
 
     def probe(self, ctx: CheckContext) -> CheckResult:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -62,6 +64,13 @@ class GpuProbeCheck(Check):
         reason = gpu_unavailable_reason()
         if reason:
             raise SkipCheck(reason)
+        if self.device_local:
+            from opgate.doctor.fanout import in_fanout_child, run_per_gpu
+
+            devices = [] if in_fanout_child() else self.devices()
+            if len(devices) > 1:
+                return run_per_gpu(self.check_id, self.title, f"{type(self).__module__}:{type(self).__name__}",
+                                   max(10.0, self.timeout_s - 10.0), ctx, devices)
         try:
             return self.probe(ctx)
         except GpuUnavailable as exc:
@@ -439,6 +448,7 @@ class P2PCheck(GpuProbeCheck):
 class LaunchLatencyCheck(GpuProbeCheck):
     check_id = "doctor.launch_latency"
     title = "Kernel launch latency: eager vs CUDA graph replay"
+    device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.judge import combine, judge
@@ -481,6 +491,7 @@ class LaunchLatencyCheck(GpuProbeCheck):
 class StreamPriorityCheck(GpuProbeCheck):
     check_id = "doctor.stream_priority"
     title = "Stream priority under a saturated GPU"
+    device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.judge import judge
@@ -517,6 +528,7 @@ class StreamPriorityCheck(GpuProbeCheck):
 class EventTimingCheck(GpuProbeCheck):
     check_id = "doctor.event_timing"
     title = "Event timing resolution, launch round trip and launch queue health"
+    device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.events import measure_event_timing

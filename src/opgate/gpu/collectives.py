@@ -372,14 +372,17 @@ def run_collectives(config: CollectiveConfig, env: Mapping[str, str] | None = No
             if not path.exists():
                 raise CollectiveRunError(f"rank {rank} exited 0 but wrote no result")
             reports.append(RankReport.from_dict(json.loads(path.read_text())))
-        meta = json.loads((folder / "rank0.json").read_text())
+        metas = [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(config.ranks)]
+    meta = metas[0]
+    # what every child really had (read inside each rank), not what the parent meant to give it
+    seen_env = {k: ",".join(sorted({str(m.get("env", {}).get(k, "")) for m in metas})) for k in MULTICAST_OFF_ENV}
     results, straggler = combine_rank_reports(reports)
     return CollectiveRun(
         backend=config.backend, ranks=config.ranks, devices=tuple(r.device for r in reports), results=tuple(results),
         straggler=straggler, size_cap_bytes=meta.get("size_cap_bytes"),
         largest_requested_bytes=max(config.sizes), duration_s=time.perf_counter() - started,
         backend_version=reports[0].backend_version,
-        env={k: children_env[k] for k in MULTICAST_OFF_ENV})
+        env=seen_env)
 
 
 def _wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float) -> tuple[int, str] | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from opgate.gpu.collectives import (
-    ITEMSIZE, OPS, cap_sizes, effective_size, elements_per_rank, iterations_for)
+    ITEMSIZE, MULTICAST_OFF_ENV, OPS, cap_sizes, effective_size, elements_per_rank, iterations_for)
 
 
 def _monotonic_ns() -> int:
@@ -181,7 +181,8 @@ def main(argv: list[str]) -> int:
     dist.barrier()
     dist.destroy_process_group()
     report = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "device": _device_label(torch, device),
-              "timings": timings, "arrivals": arrivals, "size_cap_bytes": cap, "backend_version": version}
+              "timings": timings, "arrivals": arrivals, "size_cap_bytes": cap, "backend_version": version,
+              "env": {k: os.environ.get(k, "") for k in MULTICAST_OFF_ENV}}
     out = Path(config["result_dir"]) / f"rank{rank}.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(report))
