@@ -56,13 +56,13 @@ class _Rank:
                 buf.zero_()
         elif op == "all_gather":
             src, out = full(count, r + 1), torch.empty(count * n, dtype=torch.float32, device=self.device)
-            want = torch.arange(1, n + 1, dtype=torch.float32, device=self.device).repeat_interleave(count)
 
             def call() -> None:
                 self._gather(out, src)
 
-            def check() -> bool:
-                return bool((out == want).all().item())
+            def check() -> bool:  # row k of the gathered output came from rank k, which sent k + 1
+                want = torch.arange(1, n + 1, dtype=torch.float32, device=self.device).unsqueeze(1)
+                return bool((out.view(n, count) == want).all().item())
 
             def zero() -> None:
                 src.zero_()
@@ -173,7 +173,8 @@ def main(argv: list[str]) -> int:
     version = ""
     if backend == "nccl":
         try:
-            version = ".".join(str(v) for v in torch.cuda.nccl.version())
+            raw = torch.cuda.nccl.version()  # a tuple in recent PyTorch, an int (2.18.3 -> 21803) in older
+            version = ".".join(str(v) for v in raw) if isinstance(raw, tuple) else str(raw)
         except Exception as exc:  # version unknown is not a failure of the measurement
             version = f"unknown ({type(exc).__name__})"
     else:

@@ -98,9 +98,10 @@ def _kernel_copy_gbs(cupy: Any, np: Any, runtime: Any, on_device: int, src: Any,
                      reps: int) -> float:
     """GB/s of opgate's copy kernel launched on `on_device`, copying `src` to `dst` (either may be a peer's)."""
     from opgate.gpu import kernels
+    from opgate.gpu.device import device_info
 
     with cupy.cuda.Device(on_device):
-        sm_count = int(runtime.getDeviceProperties(on_device)["multiProcessorCount"])
+        sm_count = device_info(on_device).sm_count
         fn = kernels.kernel(PEER_KERNEL)
         stream = cupy.cuda.Stream(non_blocking=True)
         grid = (sm_count * 2,)
