@@ -111,9 +111,9 @@ class DeviceEnvCheck(Check):
         from opgate.results import Figure
 
         start = time.clock_gettime(time.CLOCK_MONOTONIC)
-        time.sleep(1.0)
+        time.sleep(2.0)  # long enough that children started together overlap even on a loaded 2-core runner
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         return self.passed(f"saw CUDA_VISIBLE_DEVICES={visible}",
-                           figures=[Figure("CUDA_VISIBLE_DEVICES", visible), Figure("sleep", 1.0, "s")],
+                           figures=[Figure("CUDA_VISIBLE_DEVICES", visible), Figure("sleep", 2.0, "s")],
                            extra={"start": start, "end": time.clock_gettime(time.CLOCK_MONOTONIC),
                                   "fanout_gpu": os.environ.get("OPGATE_FANOUT_GPU", "")})

@@ -42,3 +42,12 @@ def test_cli_runs_it_by_name_and_exits_0() -> None:
     proc = run_opgate(["doctor", "--level", "standard", "--check", "collectives", "--check", "contention"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "doctor.collectives" in proc.stdout and "skipped" in proc.stdout.lower()
+
+
+@no_gpu
+def test_link_snapshot_needs_a_driver() -> None:
+    from opgate.probes.nvlink import collect_links
+    from opgate.probes.nvml import NvmlUnavailable
+
+    with pytest.raises(NvmlUnavailable, match="driver"):
+        collect_links()
