@@ -2,7 +2,8 @@
 # GPU evidence for issue 20 (multi-GPU hosts): NCCL collectives, the link matrix, contention, and a plain
 # torch.distributed all-reduce for contrast.
 # Run from the repo root on a GPU host:  bash scripts/gpu/multigpu.sh
-# Writes everything into ONE file, $OUT/multigpu.log (OUT defaults to ./opgate-report), within 120 s, and prints a
+# Writes everything into ONE file, $OUT/multigpu.log (OUT defaults to ./opgate-report), within 120 s (the step
+# limits add up to 120: host 10, collectives 45, links 8, P2P + contention 35, plain all-reduce 22), and prints a
 # short result table last. On one GPU it shows doctor.collectives `skipped` (exit 0) and stops there.
 # Each step's failure is printed and does not stop the others. NVLink multicast stays off in every process.
 set -u
@@ -32,7 +33,7 @@ GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 echo "GPUS=$GPUS" >> "$LOG"
 
 # the check as a user runs it; on one GPU: skipped, "collectives need 2 or more GPUs; this host has 1", exit 0
-step doctor_collectives 55 "$PY" -m opgate doctor --level standard --check collectives \
+step doctor_collectives 45 "$PY" -m opgate doctor --level standard --check collectives \
   --json "$OUT/multigpu-collectives.json" -v
 
 # an installed opgate older than these checks hides them from the CLI (its entry points win): run the classes
@@ -53,11 +54,11 @@ with open(out, "w") as fh:
     json.dump({"results": [r.to_dict() for r in results]}, fh)
 PYEOF
 if [[ "${STATUS[doctor_collectives]}" == rc=2* ]]; then
-  step collectives_direct 55 "$PY" "$DIRECT" "$OUT/multigpu-collectives.json" opgate.doctor.collectives:CollectivesCheck
+  step collectives_direct 43 "$PY" "$DIRECT" "$OUT/multigpu-collectives.json" opgate.doctor.collectives:CollectivesCheck
 fi
 
 if [ "${GPUS:-0}" -ge 2 ]; then
-  step links 10 "$PY" - <<'PYEOF'
+  step links 8 "$PY" - <<'PYEOF'
 import json
 from opgate.probes.nvlink import collect_links
 from opgate.gpu.collective_judge import link_reference
@@ -66,13 +67,13 @@ print(json.dumps(snap.to_dict()))
 ref = link_reference(snap)
 print("LINKREF", ref.topology, ref.per_direction_gbs, ref.basis, "|", "; ".join(ref.findings) or "no findings")
 PYEOF
-  step doctor_p2p_contention 40 "$PY" -m opgate doctor --level standard --check p2p --check contention \
+  step doctor_p2p_contention 35 "$PY" -m opgate doctor --level standard --check p2p --check contention \
     --json "$OUT/multigpu-links.json" -v
   if [[ "${STATUS[doctor_p2p_contention]}" == rc=2* ]]; then
-    step p2p_contention_direct 40 "$PY" "$DIRECT" "$OUT/multigpu-links.json" opgate.doctor.gpu_probes:P2PCheck \
+    step p2p_contention_direct 33 "$PY" "$DIRECT" "$OUT/multigpu-links.json" opgate.doctor.gpu_probes:P2PCheck \
       opgate.doctor.contention:ContentionCheck
   fi
-  step plain_allreduce 25 "$PY" benchmarks/collectives.py --plain-only --max-bytes 1073741824
+  step plain_allreduce 22 "$PY" benchmarks/collectives.py --plain-only --max-bytes 1073741824
 fi
 
 "$PY" - "$OUT" >> "$LOG" 2>&1 <<'PYEOF' || echo "summary: could not read the JSON reports" >> "$LOG"

@@ -166,7 +166,12 @@ def main(argv: list[str]) -> int:
     free_t = torch.tensor([float(free)], device=device)
     dist.all_reduce(free_t, op=dist.ReduceOp.MIN)
     sizes, cap = cap_sizes(config["sizes"], int(free_t.item()), ranks, float(config["cap_fraction"]))
-    timings = [worker.time_one(op, size) for op in config["ops"] for size in sizes]
+    timings = []
+    for op in config["ops"]:
+        for size in sizes:
+            timings.append(worker.time_one(op, size))
+            if worker.cuda and size >= (64 << 20):
+                torch.cuda.empty_cache()  # the growing sweep would otherwise keep every size's blocks cached
     probe_bytes = min(int(config["probe_bytes"]), max(sizes) if sizes else ITEMSIZE)
     delay = float(config["planted_delay_s"]) if rank == int(config["planted_delay_rank"]) else 0.0
     arrivals = worker.arrivals(probe_bytes, int(config["probe_iterations"]), delay)
