@@ -47,7 +47,7 @@ def test_matrix_shows_topology_numa_and_every_metric_with_the_outlier_marked() -
 def test_verdict_names_the_pair_and_warns_without_peer_access() -> None:
     pairs, links, numa = fixture()
     verdict = link_matrix_verdict(pairs, links, numa, BAND)
-    assert verdict.outcome == Outcome.FAILED and "GPU1->GPU0 (PIX) copy gbs 9.00 GB/s" in verdict.reason
+    assert verdict.outcome == Outcome.FAILED and "GPU1->GPU0 (PIX) peer copy 9.00 GB/s is 36% of its siblings' median 25.00" in verdict.reason
     healthy = [p for p in pairs if (p.src, p.dst) != (1, 0)]
     assert link_matrix_verdict(healthy, links, numa, BAND).outcome == Outcome.PASSED
     two = [PairFigures(0, 1, True, 380.0, 2.0, 350.0, 360.0), PairFigures(1, 0, False, 20.0, 9.0, None, None)]

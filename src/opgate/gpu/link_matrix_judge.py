@@ -36,7 +36,9 @@ class PairOutlier:
 
     def describe(self) -> str:
         unit = "us" if self.metric == "latency_us" else "GB/s"
-        return (f"GPU{self.src}->GPU{self.dst} ({self.link}) {self.metric.replace('_', ' ')} {self.value:.2f} {unit}"
+        what = {"copy_gbs": "peer copy", "read_gbs": "peer read", "write_gbs": "peer write",
+                "latency_us": "latency"}.get(self.metric, self.metric)
+        return (f"GPU{self.src}->GPU{self.dst} ({self.link}) {what} {self.value:.2f} {unit}"
                 f" is {self.fraction:.0%} of its siblings' median {self.sibling_median:.2f}")
 
 
