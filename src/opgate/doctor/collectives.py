@@ -7,6 +7,7 @@ GPUs, without NCCL in PyTorch, or without a driver. Runs alone (`exclusive`): it
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, ClassVar
 
@@ -42,11 +43,12 @@ class CollectivesCheck(Check):
         count = len(snapshot.gpus)
         if count < 2:
             raise SkipCheck(one_gpu_reason(count))
-        reason = _torch_nccl_missing()
+        reason, visible = _torch_nccl_missing()
         if reason:
             raise SkipCheck(reason)
         max_bytes = int(os.environ.get(MAX_BYTES_ENV, str(4 << 30)))
-        config = CollectiveConfig("nccl", count, sizes=tuple(message_sizes(8, max_bytes)),
+        # one rank per GPU this process may use (CUDA_VISIBLE_DEVICES may hide some of the host's)
+        config = CollectiveConfig("nccl", visible, sizes=tuple(message_sizes(8, max_bytes)),
                                   timeout_s=self.timeout_s - 20.0)
         try:
             run = run_collectives(config)
@@ -57,6 +59,9 @@ class CollectivesCheck(Check):
                                extra={"links": snapshot.to_dict()})
         ref = link_reference(snapshot)
         verdict = judge_collectives(run, ref)
+        if visible != count:
+            verdict = dataclasses.replace(verdict, reason=verdict.reason + f"; {visible} of the host's {count} GPUs "
+                                          "visible to PyTorch took part (CUDA_VISIBLE_DEVICES)")
         extra: dict[str, Any] = {"run": run.to_dict(), "links": snapshot.to_dict(),
                                  "reference": {"topology": ref.topology, "per_direction_gbs": ref.per_direction_gbs,
                                                "basis": ref.basis, "source": ref.source},
@@ -68,14 +73,17 @@ class CollectivesCheck(Check):
                            extra=extra)
 
 
-def _torch_nccl_missing() -> str:
+def _torch_nccl_missing() -> tuple[str, int]:
+    """(why the collectives cannot run, or ""; the GPUs PyTorch sees)."""
     try:
         import torch
         import torch.distributed as dist
     except ImportError as exc:
-        return f"PyTorch is not installed ({exc}); the collectives run through torch.distributed: pip install torch"
+        return (f"PyTorch is not installed ({exc}); the collectives run through torch.distributed: pip install "
+                "torch"), 0
     if not dist.is_available() or not dist.is_nccl_available():
-        return f"this PyTorch ({torch.__version__}) has no NCCL backend"
-    if torch.cuda.device_count() < 2:
-        return one_gpu_reason(torch.cuda.device_count()) + " visible to PyTorch (check CUDA_VISIBLE_DEVICES)"
-    return ""
+        return f"this PyTorch ({torch.__version__}) has no NCCL backend", 0
+    visible = torch.cuda.device_count()
+    if visible < 2:
+        return one_gpu_reason(visible) + " visible to PyTorch (check CUDA_VISIBLE_DEVICES)", visible
+    return "", visible
