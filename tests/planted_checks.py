@@ -99,3 +99,21 @@ class DiesOnceCheck(Check):
             open(marker, "w").close()
             os._exit(5)
         return self.passed("ran again after dying once")
+
+
+class DeviceEnvCheck(Check):
+    """Reports the GPU its process was given (per-GPU fan-out, opgate.doctor.fanout) and when it ran."""
+
+    check_id = "planted.device_env"
+    title = "reports CUDA_VISIBLE_DEVICES"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.results import Figure
+
+        start = time.clock_gettime(time.CLOCK_MONOTONIC)
+        time.sleep(2.0)  # long enough that children started together overlap even on a loaded 2-core runner
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return self.passed(f"saw CUDA_VISIBLE_DEVICES={visible}",
+                           figures=[Figure("CUDA_VISIBLE_DEVICES", visible), Figure("sleep", 2.0, "s")],
+                           extra={"start": start, "end": time.clock_gettime(time.CLOCK_MONOTONIC),
+                                  "fanout_gpu": os.environ.get("OPGATE_FANOUT_GPU", "")})

@@ -25,6 +25,8 @@ from opgate.gpu.events import EventTiming
 from opgate.gpu.host_links import BidirectionalFigure, ContentionMeasurement, HostLinkMeasurement, PcieLink
 from opgate.gpu.pcie_config import ExpressFacts
 from opgate.gpu.launch import LaunchLatency
+from opgate.gpu import link_matrix
+from opgate.gpu.link_matrix import LinkMatrixMeasurement, PairFigures
 from opgate.gpu.p2p import P2PMeasurement, PeerPair
 from opgate.gpu.priority import StreamPriorityMeasurement
 from opgate.gpu.stats import Samples
@@ -233,9 +235,13 @@ def test_p2p_skips_on_one_gpu_and_judges_pairs_on_two(gpu_here: pytest.MonkeyPat
     gpu_here.setattr(device, "device_count", lambda: 2)
     pairs = (PeerPair(0, 1, True, 370.0, Samples.of([0.3]), 2.1),
              PeerPair(1, 0, False, 20.0, Samples.of([5.0]), 9.0, "staged"))  # INPUT
-    gpu_here.setattr(p2p, "measure_p2p", lambda devs: P2PMeasurement((0, 1), 1 << 27, pairs, 1.0))
+    matrix = LinkMatrixMeasurement((0, 1), 1 << 27, tuple(
+        PairFigures(p.src, p.dst, p.can_access_peer, p.bandwidth_gbs, p.latency_us, 300.0 if p.can_access_peer else None,
+                    310.0 if p.can_access_peer else None) for p in pairs), P2PMeasurement((0, 1), 1 << 27, pairs, 1.0), 1.0)
+    gpu_here.setattr(link_matrix, "measure_link_matrix", lambda devs: matrix)
     result = run(gpu_probes.P2PCheck)
     assert result.outcome == Outcome.WARNED and "GPU1->GPU0" in result.reason
+    assert "peer read" in result.extra["matrix_text"]
 
 
 def test_launch_latency_verdicts(gpu_here: pytest.MonkeyPatch) -> None:

@@ -52,6 +52,8 @@ class GpuProbeCheck(Check):
     levels: ClassVar[tuple[str, ...]] = ("standard",)
     exclusive: ClassVar[bool] = True
     timeout_s: ClassVar[float] = 90.0
+    # Device-local probes run once per GPU, side by side, in children that each see one GPU (doctor/fanout.py).
+    device_local: ClassVar[bool] = False
 
     def probe(self, ctx: CheckContext) -> CheckResult:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -62,6 +64,13 @@ class GpuProbeCheck(Check):
         reason = gpu_unavailable_reason()
         if reason:
             raise SkipCheck(reason)
+        if self.device_local:
+            from opgate.doctor.fanout import in_fanout_child, run_per_gpu
+
+            devices = [] if in_fanout_child() else self.devices()
+            if len(devices) > 1:
+                return run_per_gpu(self.check_id, self.title, f"{type(self).__module__}:{type(self).__name__}",
+                                   max(10.0, self.timeout_s - 10.0), ctx, devices)
         try:
             return self.probe(ctx)
         except GpuUnavailable as exc:
@@ -411,36 +420,35 @@ class P2PCheck(GpuProbeCheck):
     title = "Peer-to-peer bandwidth and latency between every GPU pair"
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.p2p import measure_p2p
+        # The link matrix (issue 20): copy, SM read/write and latency per ordered pair beside NVML's topology,
+        # judged in opgate.doctor.link_matrix.
+        from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
+        from opgate.gpu.link_matrix import measure_link_matrix
+        from opgate.gpu.references import policy_band
+        from opgate.probes.nvml import NvmlUnavailable
+        from opgate.probes.topology import collect_topology
 
         devices = self.devices()
         if len(devices) < 2:
             raise SkipCheck(f"{len(devices)} GPU visible: peer-to-peer needs two or more")
-        m = measure_p2p(devices)
-        figures: list[Figure] = []
-        missing = [p for p in m.pairs if not p.can_access_peer]
-        for pair in m.pairs:
-            tag = f"GPU{pair.src}->GPU{pair.dst}"
-            figures += [Figure(f"{tag} peer copy", _gbs(pair.bandwidth_gbs), "GB/s"),
-                        Figure(f"{tag} 4-byte copy latency", _us(pair.latency_us), "us"),
-                        Figure(f"{tag} peer access", pair.can_access_peer)]
-        bandwidths = [p.bandwidth_gbs for p in m.pairs]
-        summary = (f"{len(m.pairs)} ordered pairs: peer copy {min(bandwidths):.1f}..{max(bandwidths):.1f} GB/s, "
-                   f"latency {min(p.latency_us for p in m.pairs):.2f}..{max(p.latency_us for p in m.pairs):.2f} us")
-        extra = m.to_dict()
-        if missing:
-            names = ", ".join(f"GPU{p.src}->GPU{p.dst}" for p in missing)
-            return self.warned(f"{summary}; no peer access for {names} (copies staged through the host)",
-                               figures=figures, extra=extra,
-                               remediation="Check the topology (nvidia-smi topo -m), ACS/IOMMU settings and "
-                                           "that the GPUs share an NVLink or PCIe switch.")
-        return self.passed(f"{summary}; peer access on every pair", figures=figures, extra=extra)
+        m = measure_link_matrix(devices)
+        try:
+            topology = collect_topology()
+            links, numa = [list(row) for row in topology.links], [g.numa_node for g in topology.gpus]
+        except NvmlUnavailable as exc:
+            links, numa = unknown_links(len(devices), str(exc)), []
+        verdict = link_matrix_verdict(m.pairs, links, numa, policy_band("p2p_pair_vs_siblings", None))
+        extra = {**m.p2p.to_dict(), "link_matrix": m.to_dict(), "links": links, "numa": numa,
+                 "matrix_text": verdict.matrix_text}
+        return self.result(verdict.outcome, verdict.reason, verdict.figures, remediation=verdict.remediation,
+                           extra=extra)
 
 
 # -------------------------------------------------------------------------------------------------
 class LaunchLatencyCheck(GpuProbeCheck):
     check_id = "doctor.launch_latency"
     title = "Kernel launch latency: eager vs CUDA graph replay"
+    device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.judge import combine, judge
@@ -483,6 +491,7 @@ class LaunchLatencyCheck(GpuProbeCheck):
 class StreamPriorityCheck(GpuProbeCheck):
     check_id = "doctor.stream_priority"
     title = "Stream priority under a saturated GPU"
+    device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.judge import judge
@@ -519,6 +528,7 @@ class StreamPriorityCheck(GpuProbeCheck):
 class EventTimingCheck(GpuProbeCheck):
     check_id = "doctor.event_timing"
     title = "Event timing resolution, launch round trip and launch queue health"
+    device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.events import measure_event_timing

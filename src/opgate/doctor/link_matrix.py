@@ -1,0 +1,75 @@
+"""doctor.p2p's judgement: the measured link matrix (opgate.gpu.link_matrix) beside NVML's topology, rendered as
+matrices, with the pairs far below their same-class siblings as findings. `link_matrix_verdict` is pure (recorded
+matrices test it); `P2PCheck` in opgate.doctor.gpu_probes measures and calls it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from opgate.gpu.judge import band_threshold, combine
+from opgate.gpu.link_matrix import PairFigures
+from opgate.gpu.link_matrix_judge import PairOutlier, find_outliers, render_link_matrix
+from opgate.gpu.references import Band
+from opgate.results import Figure, Outcome
+
+
+@dataclass(frozen=True)
+class LinkMatrixVerdict:
+    outcome: Outcome
+    reason: str
+    figures: tuple[Figure, ...]
+    remediation: str
+    matrix_text: str
+    outliers: tuple[PairOutlier, ...]
+
+
+def link_matrix_verdict(pairs: Sequence[PairFigures], links: Sequence[Sequence[str]], numa: Sequence[int],
+                        band: Band) -> LinkMatrixVerdict:
+    outliers = find_outliers(pairs, links, band)
+    figures: list[Figure] = []
+    for p in pairs:
+        tag = f"GPU{p.src}->GPU{p.dst}"
+        figures += [Figure(f"{tag} link (NVML)", links[p.src][p.dst]),
+                    Figure(f"{tag} peer copy", round(p.copy_gbs, 1), "GB/s"),
+                    Figure(f"{tag} peer read (kernel on GPU{p.dst})",
+                           None if p.read_gbs is None else round(p.read_gbs, 1), "GB/s"),
+                    Figure(f"{tag} peer write (kernel on GPU{p.src})",
+                           None if p.write_gbs is None else round(p.write_gbs, 1), "GB/s"),
+                    Figure(f"{tag} 4-byte copy latency", round(p.latency_us, 3), "us"),
+                    Figure(f"{tag} peer access", p.peer_access)]
+    figures.append(Figure("pair vs same-link siblings (worst)",
+                          round(100 * min((o.fraction for o in outliers), default=1.0), 1), "%",
+                          band_threshold(band, scale=100.0)))
+    outcomes = [o.outcome for o in outliers] or [Outcome.PASSED]
+    missing = [p for p in pairs if not p.peer_access]
+    copies = [p.copy_gbs for p in pairs]
+    latencies = [p.latency_us for p in pairs]
+    summary = (f"{len(pairs)} ordered pairs: peer copy {min(copies):.1f}..{max(copies):.1f} GB/s, latency "
+               f"{min(latencies):.2f}..{max(latencies):.2f} us")
+    reads = [p.read_gbs for p in pairs if p.read_gbs is not None]
+    writes = [p.write_gbs for p in pairs if p.write_gbs is not None]
+    if reads and writes:
+        summary += f", read {min(reads):.1f}..{max(reads):.1f}, write {min(writes):.1f}..{max(writes):.1f} GB/s"
+    problems: list[str] = []
+    if missing:
+        outcomes.append(Outcome.WARNED)
+        problems.append("no peer access for " + ", ".join(f"GPU{p.src}->GPU{p.dst}" for p in missing)
+                        + " (copies staged through the host)")
+    if outliers:
+        problems.append("; ".join(o.describe() for o in outliers[:4])
+                        + (f" (+{len(outliers) - 4} more)" if len(outliers) > 4 else ""))
+    outcome = combine(outcomes)
+    reason = summary + ("; " + "; ".join(problems) if problems else "; peer access on every pair, no pair below "
+                        "its siblings")
+    remediation = "" if outcome == Outcome.PASSED else (
+        "Check the topology (nvidia-smi topo -m), NVLink state (nvidia-smi nvlink --status: a link down or "
+        "trained to fewer lanes), ACS/IOMMU settings and that the GPUs share an NVLink or PCIe switch.")
+    return LinkMatrixVerdict(outcome, reason, tuple(figures), remediation,
+                             render_link_matrix(links, pairs, numa, outliers), tuple(outliers))
+
+
+def unknown_links(count: int, why: str) -> list[list[str]]:
+    """A link matrix with every class unknown ("?"), when NVML cannot say: pairs are then all one class."""
+    del why
+    return [["X" if i == j else "?" for j in range(count)] for i in range(count)]
