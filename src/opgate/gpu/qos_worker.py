@@ -202,7 +202,7 @@ def run_alloc(args: argparse.Namespace) -> dict[str, Any]:
     return {"allocated_mb": allocated, "error": error}
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opgate.gpu.qos_worker")
     parser.add_argument("mode", choices=["probe", "hog", "priority", "alloc"])
     parser.add_argument("--device", type=int, default=0)
@@ -221,7 +221,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chunk-mb", type=int, default=256)
     parser.add_argument("--target-mb", type=int, default=4096)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     try:
         result = {"probe": run_probe, "hog": run_hog, "priority": run_priority, "alloc": run_alloc}[args.mode](args)
     except Exception as exc:
