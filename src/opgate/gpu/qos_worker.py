@@ -37,6 +37,7 @@ class LatencyRequest:
     submit: Callable[[], None]
     wait: Callable[[], None]
     facts: dict[str, Any] = field(default_factory=dict)
+    keep_alive: tuple[Any, ...] = ()  # what the stream depends on (a wrapped CuPy stream), held as long as this
 
     def time_once_us(self) -> float:
         start = time.perf_counter()
@@ -70,7 +71,8 @@ def kernel_request(args: argparse.Namespace, priority: int | None) -> LatencyReq
             spin((args.probe_blocks,), (128,), (ns, done))
 
     return LatencyRequest(submit, stream.synchronize,
-                          {"subject": "kernel", "probe_us": args.probe_us, "probe_blocks": args.probe_blocks})
+                          {"subject": "kernel", "probe_us": args.probe_us, "probe_blocks": args.probe_blocks,
+                           "stream_priority": priority})  # None: the default priority
 
 
 def operator_request(args: argparse.Namespace, priority: int | None) -> LatencyRequest:
@@ -84,7 +86,15 @@ def operator_request(args: argparse.Namespace, priority: int | None) -> LatencyR
     dims = op.timing_dims()
     inputs = cuda_inputs(op, dims, args.dtype, args.seed)
     torch.cuda.synchronize()  # the inputs were made on the default stream; the calls run on another
-    stream = torch.cuda.Stream() if priority is None else torch.cuda.Stream(priority=priority)
+    owner = None
+    if priority is None:
+        stream = torch.cuda.Stream()
+    else:
+        # torch's stream pool has a fixed few priority levels, possibly fewer than the device's range: a CuPy
+        # stream of exactly `priority`, wrapped, is the stream the probe kernel gets in this mode.
+        cupy, _ = _setup(args.device)
+        owner = cupy.cuda.Stream(non_blocking=True, priority=priority)
+        stream = torch.cuda.ExternalStream(owner.ptr)
     fn = implementation.fn
 
     def submit() -> None:
@@ -93,7 +103,7 @@ def operator_request(args: argparse.Namespace, priority: int | None) -> LatencyR
 
     return LatencyRequest(submit, stream.synchronize,
                           {"subject": "operator", "op": op.name, "impl": implementation.name, "dtype": args.dtype,
-                           "dims": dims, "stream_priority": int(stream.priority)})
+                           "dims": dims, "stream_priority": int(stream.priority)}, keep_alive=(owner,))
 
 
 def make_request(args: argparse.Namespace, priority: int | None = None) -> LatencyRequest:
