@@ -13,6 +13,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from opgate.cli_options import (history_option, html_option, json_report_option, junit_option, strict_option,
+                                verbose_option)
 from opgate.errors import InputError
 from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.results import ExitCode, Outcome
@@ -100,18 +102,16 @@ def doctor(
     framework: Optional[List[str]] = typer.Option(None, "--framework", help="Python modules to import before "
                                                    "reading loaded libraries (repeatable; default: torch when "
                                                    "installed)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
-    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
-                                              "per check."),
-    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
-    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
-                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
-    strict: bool = typer.Option(False, "--strict", help="Treat warnings as failures (exit 1)."),
+    json_path: Optional[Path] = json_report_option(),
+    junit_path: Optional[Path] = junit_option("check"),
+    html_path: Optional[Path] = html_option(),
+    history_db: Optional[str] = history_option(),
+    strict: bool = strict_option(),
     fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
     require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
                                      "and fail every check skipped for want of one: for GPU hosts' CI."),
     jobs: int = typer.Option(4, "--jobs", min=1, max=64, help="Checks run at once, each in its own process."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
+    verbose: bool = verbose_option("Show every figure in the terminal table."),
     list_checks: bool = typer.Option(False, "--list", help="List the registered checks, the levels each runs "
                                      "at, and exit."),
 ) -> None:
@@ -181,19 +181,17 @@ def inspect(
                                          "(name or sm_XY), driver, optional name and count."),
     kernels: bool = typer.Option(False, "--kernels", help="Also list every kernel with registers, shared "
                                  "memory, stack, max threads and parameter size (decompresses the cubins)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
-    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
-                                              "per binary x target."),
-    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
-    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
-                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
+    json_path: Optional[Path] = json_report_option(),
+    junit_path: Optional[Path] = junit_option("binary x target"),
+    html_path: Optional[Path] = html_option(),
+    history_db: Optional[str] = history_option(),
     deep: bool = typer.Option(False, "--deep", help="Also search data sections for fatbins a library embeds "
                               "and loads itself (cuFFT 12 does; cuobjdump does not list them)."),
     compare: bool = typer.Option(False, "--compare", help="Compare exactly two builds (e.g. nvcc and clang) kernel "
                                  "by kernel: SASS, PTX, resources, verdicts; exit 1 when a difference breaks a "
                                  "fleet target."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="One row per file and every verdict line "
-                                 "(default: files with identical rows share one)."),
+    verbose: bool = verbose_option("One row per file and every verdict line (default: files with identical rows "
+                                   "share one)."),
 ) -> None:
     """What machine code and PTX do these binaries carry, and will they run on the fleet?
 
@@ -234,12 +232,10 @@ def verify(
     seed: int = typer.Option(0, "--seed", min=0, help="Base seed of the case plan."),
     budget: Budget = typer.Option(Budget.standard, "--budget", help="How many cases: quick (~18 for a 2-dim op), "
                                   "standard (~44), thorough (~100); see docs/verify-method.md."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
-    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
-                                              "per implementation x dtype."),
-    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
-    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
-                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
+    json_path: Optional[Path] = json_report_option(),
+    junit_path: Optional[Path] = junit_option("implementation x dtype"),
+    html_path: Optional[Path] = html_option(),
+    history_db: Optional[str] = history_option(),
     replay: Optional[str] = typer.Option(None, "--replay", help="Re-run exactly one failing case from its "
                                          "replay token (ogv1....), against the same calibrated budget."),
     out: Path = typer.Option(Path("opgate-report"), "--out", help="Folder for artefacts: Triton IR per target, "
@@ -257,7 +253,7 @@ def verify(
                                                  "implementation on one case may run before it counts as a hang "
                                                  "(a crash of that case; the other cases still run). Default: 300, "
                                                  "at most 90% of --timeout."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every figure in the terminal table."),
+    verbose: bool = verbose_option("Show every figure in the terminal table."),
     stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated: numerics "
                                "(always runs), runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer "
                                "(compute-sanitizer, tools from --sanitizer-tools), recovery (out-of-memory, then the "
@@ -308,18 +304,16 @@ def analyze(
     gpus: str = typer.Option("t4,a100,a10,l40s,h100,b200,rtx5090", "--gpus",
                              help="Catalogue GPUs for the roofline (one per default target by default)."),
     stages: str = typer.Option("portability,occupancy,roofline", "--stages", help="Stages to run."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON (atomically)."),
-    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
-                                              "per check."),
-    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report."),
-    history_db: Optional[str] = typer.Option(None, "--history", help="Append this run to a history database: "
-                                             "a SQLite path or a SQLAlchemy URL (postgresql://...)."),
+    json_path: Optional[Path] = json_report_option(),
+    junit_path: Optional[Path] = junit_option("check"),
+    html_path: Optional[Path] = html_option(),
+    history_db: Optional[str] = history_option(),
     out_dir: Path = typer.Option(Path("opgate-report"), "--out", help="Report folder for the roofline charts."),
     jobs: int = typer.Option(max(1, min(4, os.cpu_count() or 1)), "--jobs", min=1, max=64,
                              help="Compiles run at once, each in its own process (default: CPUs, at most 4)."),
     compile_timeout: float = typer.Option(300.0, "--compile-timeout", min=1.0,
                                           help="Seconds one implementation may take to compile for one target."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every check with its figures."),
+    verbose: bool = verbose_option("Also print every check with its figures."),
     allow_unknown_arch: bool = typer.Option(False, "--allow-unknown-arch", help="Accept a well-formed sm_XY "
                                             "that opgate's catalogue does not list (default: refused, exit 2)."),
 ) -> None:
@@ -374,8 +368,8 @@ def occupancy(
     carveout: Optional[int] = typer.Option(None, "--carveout", help="Preferred shared-memory carve-out, percent "
                                            "(default: no preference, the driver's default)."),
     barriers: int = typer.Option(1, "--barriers", help="Named barriers per block (CC >= 9 budgets them)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON to this file "
-                                             "(atomically), or to standard output with --json -."),
+    json_path: Optional[Path] = json_report_option("Write the result as JSON to this file (atomically), or to "
+                                                   "standard output with --json -."),
 ) -> None:
     """Active blocks and warps per SM, occupancy and what limits it (NVIDIA's occupancy calculator).
 
@@ -426,8 +420,8 @@ def explain(
                                       "(default: the device name in the report)."),
     kernel: Optional[str] = typer.Option(None, "--kernel", help="Only launches whose kernel name matches this "
                                          "regular expression."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the diagnoses as JSON (atomically)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every figure of each diagnosis."),
+    json_path: Optional[Path] = json_report_option("Write the diagnoses as JSON (atomically)."),
+    verbose: bool = verbose_option("Also print every figure of each diagnosis."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Draw the launches' roofline points against the "
                                          "HBM and L2 ceilings into this PNG (needs matplotlib)."),
 ) -> None:

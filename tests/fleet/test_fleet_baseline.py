@@ -13,15 +13,27 @@ from opgate.results import CheckResult, Figure, Outcome
 H200 = "NVIDIA H200"
 
 
-def test_figure_key_is_check_plus_slug_with_the_gpu_as_a_label() -> None:
-    assert figure_key("doctor.hbm_bandwidth", "GPU3 HBM read (opgate kernel)") == \
-        figure_key("doctor.hbm_bandwidth", "GPU3 HBM read (opgate kernel)")
-    key = figure_key("doctor.hbm_bandwidth", "GPU3 HBM read (opgate kernel)")
-    assert (key.key, key.gpu) == ("doctor.hbm_bandwidth.hbm_read_opgate_kernel", "3")
+def _key(check_id: str, name: str, **extra):
+    figure = Figure(name, 4.5, "TB/s")
+    return figure_key(CheckResult(check_id, check_id, Outcome.PASSED, "", (figure,), extra=extra), figure)
+
+
+def test_figure_key_is_the_schema_2_key_with_the_gpu_as_a_label() -> None:
+    key = _key("doctor.hbm_bandwidth", "GPU3 HBM read (opgate kernel)")
+    assert (key.key, key.gpu, key.name) == ("hbm.read_bandwidth", "3", "HBM read (opgate kernel)")
+    # the same key as report schema 2 writes for that figure
+    from opgate.reporting.metrics import metric_for
+
+    figure = Figure("GPU3 HBM read (opgate kernel)", 4.5, "TB/s")
+    assert key.key == metric_for(CheckResult("doctor.hbm_bandwidth", "", Outcome.PASSED, "", (figure,)), figure).key
     # one GPU: the probes write no prefix; same key, host-level label
-    assert figure_key("doctor.hbm_bandwidth", "HBM read (opgate kernel)").key == key.key
-    pair = figure_key("doctor.p2p", "GPU0->GPU1 copy bandwidth")
-    assert (pair.key, pair.gpu) == ("doctor.p2p.copy_bandwidth", "0-1")
+    assert _key("doctor.hbm_bandwidth", "HBM read (opgate kernel)").key == key.key
+    pair = _key("doctor.p2p", "GPU0->GPU1 copy bandwidth")
+    assert (pair.key, pair.gpu) == ("p2p.copy_bandwidth", "0-1")
+    # a label that is not a device stays part of the identity: H2D and D2H ceilings are two figures
+    h2d = _key("doctor.host_links", "GPU0 H2D ceiling at 256-byte packets")
+    d2h = _key("doctor.host_links", "GPU0 D2H ceiling at 256-byte packets")
+    assert h2d.key != d2h.key and h2d.key.startswith("host_links.packet_ceiling{") and h2d.gpu == "0"
 
 
 def node(name: str, tbs: float, model: str = H200, driver: str = "580.159.04", gpus: int = 1) -> NodeFigures:

@@ -150,6 +150,9 @@ class Operator:
     # "any": flushing subnormal inputs/outputs to zero (-ftz=true, --use_fast_math) is a documented deviation
     # (warned); "exact": it is a failure.
     subnormals: str = "any"
+    # The latency SLO of one call at `perf_dims`, P95 in microseconds: the verify stage `qos` judges it alone,
+    # beside a saturating neighbour, with stream priority and under MPS. None: percentiles only, no verdict.
+    slo_p95_us: float | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.reference):
@@ -166,6 +169,10 @@ class Operator:
         if self.subnormals not in SUBNORMAL_POLICIES:
             raise SpecError(f"operator {self.name!r}: subnormals {self.subnormals!r} is not one of "
                             f"{', '.join(SUBNORMAL_POLICIES)}")
+        if self.slo_p95_us is not None and (isinstance(self.slo_p95_us, bool) or
+                                            not isinstance(self.slo_p95_us, (int, float)) or self.slo_p95_us <= 0):
+            raise SpecError(f"operator {self.name!r}: slo_p95_us must be a positive number of microseconds, "
+                            f"not {self.slo_p95_us!r}")
         self.derived_dims = dict(self.derived_dims or {})
         for dim, rule in self.derived_dims.items():
             if dim in self.dims:

@@ -13,20 +13,15 @@ from typing import Any, ClassVar, Mapping
 from opgate.checks.base import Check, CheckContext
 from opgate.data import load_table
 from opgate.errors import SkipCheck
-from opgate.gpu.qos import QosMeasurement
-from opgate.gpu.stats import percentile
+from opgate.gpu.qos import (PROTECTING_MODES, SHARING_MODES, QosMeasurement, judge_modes, latency_summary,
+                            sharing_summary)
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
-SHARING_MODES = ("time_sliced", "priority", "mps")
-PROTECTING_MODES = ("priority", "mps")
+__all__ = ["PROTECTING_MODES", "SHARING_MODES", "QosCheck", "judge_qos", "latency_summary", "qos_policy", "slo_for"]
 
 
 def qos_policy() -> dict[str, tuple[float, str]]:
     return {row["metric"]: (float(row["value"]), row["source"]) for row in load_table("qos_policy")}
-
-
-def latency_summary(values) -> dict[str, float]:
-    return {q: percentile(list(values), p) for q, p in (("p50", 50.0), ("p95", 95.0), ("p99", 99.0))}
 
 
 def slo_for(alone_p95_us: float, declared_us: float | None, policy: Mapping[str, tuple[float, str]]
@@ -48,18 +43,7 @@ def judge_qos(measurement: QosMeasurement, declared_slo_us: float | None = None
         return Outcome.ERROR, f"probe alone could not be measured: {reason}", [], ""
     alone_stats = latency_summary(alone.latencies_us)
     slo, slo_source = slo_for(alone_stats["p95"], declared_slo_us, policy)
-    figures = []
-    verdicts: dict[str, bool] = {}
-    for mode in measurement.modes:
-        if not mode.latencies_us:
-            figures.append(Figure(f"{mode.mode}", f"not measured: {mode.unavailable}"))
-            continue
-        stats = latency_summary(mode.latencies_us)
-        for q in ("p50", "p99"):
-            figures.append(Figure(f"{mode.mode} probe {q}", round(stats[q], 1), "us"))
-        figures.append(Figure(f"{mode.mode} probe p95", round(stats["p95"], 1), "us",
-                              Threshold(round(slo, 1), "<=", slo_source)))
-        verdicts[mode.mode] = stats["p95"] <= slo
+    verdicts, figures = judge_modes(measurement, slo, slo_source, word="probe")
     if measurement.pinned_allocated_mb is not None:
         slack, slack_source = policy["pinned_limit_slack_mb"]
         figures.append(Figure("MPS client memory under the pinned limit", measurement.pinned_allocated_mb, "MB",
@@ -67,19 +51,17 @@ def judge_qos(measurement: QosMeasurement, declared_slo_us: float | None = None
     enforced = (None if measurement.pinned_allocated_mb is None else
                 measurement.pinned_allocated_mb <= measurement.pinned_limit_mb + policy["pinned_limit_slack_mb"][0])
     figures.append(Figure("MPS pinned-memory limit", measurement.pinned_note))
-    holds = [m for m in SHARING_MODES if verdicts.get(m)]
-    breaks = [m for m in SHARING_MODES if m in verdicts and not verdicts[m]]
+    holds, breaks, protected = sharing_summary(verdicts)
     text = (f"SLO p95 <= {slo:.0f} us (alone {alone_stats['p95']:.0f} us); holds under: {', '.join(holds) or 'none'}"
             f"; broken under: {', '.join(breaks) or 'none'}")
     if enforced is False:
         text += f"; MPS pinned-memory limit NOT enforced ({measurement.pinned_note})"
     elif enforced:
         text += "; MPS pinned-memory limit enforced"
-    if not verdicts.get("alone", True):
+    if next(v for v in verdicts if v.mode == "alone").holds_slo is False:
         return (Outcome.FAILED, "the probe misses its SLO even alone: " + text, figures,
                 "The declared SLO is below what this GPU delivers to one small kernel; relax it or measure again "
                 "on an idle GPU.")
-    protected = [m for m in PROTECTING_MODES if verdicts.get(m)]
     if not protected or enforced is False:
         return (Outcome.WARNED, text, figures,
                 "A saturating neighbour breaks the SLO under every sharing mode measured here: give the "

@@ -106,9 +106,8 @@ def collect_samples(nodes: Sequence[NodeFigures]) -> dict[tuple[str, tuple[str, 
                 value = _numeric(figure.value)
                 if value is None:
                     continue
-                fkey = figure_key(result.check_id, figure.name)
-                sample = Sample(node.node, fkey.gpu, figure.name.split(" ", 1)[-1] if fkey.gpu else figure.name,
-                                value, figure.unit)
+                fkey = figure_key(result, figure)
+                sample = Sample(node.node, fkey.gpu, fkey.name, value, figure.unit)
                 groups.setdefault((fkey.key, _group_of(node, fkey.gpu)), []).append(sample)
     return groups
 

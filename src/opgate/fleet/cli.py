@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 
+from opgate.cli_options import json_report_option, junit_option, strict_option, verbose_option
 from opgate.errors import InputError
 
 fleet_app = typer.Typer(
@@ -88,11 +89,10 @@ def _fleet_command(verb: str, summary: str):  # type: ignore[no-untyped-def]
                                            "before it is reported as an error row."),
         node: Optional[List[str]] = typer.Option(None, "--node", help="Only this node (repeatable; names as in "
                                                  "the report)."),
-        json_path: Optional[Path] = typer.Option(None, "--json", help="Write the merged fleet report as JSON."),
-        junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report, one testcase "
-                                                  "per node x check."),
-        strict: bool = typer.Option(False, "--strict", help="Treat warnings (baseline outliers too) as failures."),
-        verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every node's every check."),
+        json_path: Optional[Path] = json_report_option("Write the merged fleet report as JSON (atomically)."),
+        junit_path: Optional[Path] = junit_option("node x check"),
+        strict: bool = strict_option("Treat warnings (baseline outliers too) as failures (exit 1)."),
+        verbose: bool = verbose_option("Show every node's every check."),
     ) -> None:
         raise typer.Exit(run_fleet(verb, list(ctx.args), address, max_nodes_at_once, node_timeout, list(node or []),
                                    json_path, junit_path, strict, verbose))

@@ -1,38 +1,40 @@
-"""Stable figure keys: one function turns (check id, figure name) into a key plus a GPU label.
+"""Stable figure keys for the fleet: one function turns (check result, figure) into a key plus a GPU label.
 
-The reports issue (#16) will add schema-2 keys; until then every fleet consumer (baseline, exporter)
-calls `figure_key` only, so swapping the scheme is a one-function change.
+The key is report schema 2's (`opgate.reporting.metrics.metric_for`: "hbm.read_bandwidth" for the doctor's
+"GPU3 HBM read (opgate kernel)"), so the baseline, the exporter and `--json` reports name a figure alike. Labels
+that say *which device* (gpu, peer, uuid, pci_bus_id) become `gpu`; any other label (a copy's direction, a
+kernel, a dtype) stays part of the identity, written after the key as `{name=value,...}`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-# Figure names carry the GPU as a prefix: "GPU3 HBM read (opgate kernel)" (probes, multi-GPU hosts),
-# "GPU0 compute capability" (inventory). A pair "GPU0->GPU1 ..." (peer-to-peer) keeps the pair as label.
-_GPU_PREFIX = re.compile(r"^GPU(?P<gpu>\d+(?:->GPU\d+)?)\s+")
-_NON_WORD = re.compile(r"[^a-z0-9]+")
+from opgate.reporting.metrics import metric_for
+from opgate.results import CheckResult, Figure
+
+DEVICE_LABELS = ("gpu", "peer", "uuid", "pci_bus_id")
 
 
 @dataclass(frozen=True)
 class FigureKey:
-    """`key` is the metric identity across hosts; `gpu` the index ("" = the host as a whole)."""
+    """`key` is the metric identity across hosts; `gpu` the index ("" = the host as a whole, "0-1" a GPU pair);
+    `name` the figure's prose name without its "GPUn " prefix."""
 
     key: str
     gpu: str
+    name: str
 
 
-def slug(text: str) -> str:
-    return _NON_WORD.sub("_", text.lower()).strip("_")
-
-
-def figure_key(check_id: str, figure_name: str) -> FigureKey:
-    """("doctor.hbm_bandwidth", "GPU3 HBM read (opgate kernel)") -> key
-    "doctor.hbm_bandwidth.hbm_read_opgate_kernel", gpu "3"."""
-    match = _GPU_PREFIX.match(figure_name)
-    gpu = ""
-    if match:
-        gpu = match.group("gpu").replace("->GPU", "-")
-        figure_name = figure_name[match.end():]
-    return FigureKey(key=f"{check_id}.{slug(figure_name)}", gpu=gpu)
+def figure_key(result: CheckResult, figure: Figure) -> FigureKey:
+    """(doctor.hbm_bandwidth, "GPU3 HBM read (opgate kernel)") -> key "hbm.read_bandwidth", gpu "3"."""
+    metric = metric_for(result, figure)
+    identity = {k: v for k, v in sorted(metric.labels.items()) if k not in DEVICE_LABELS}
+    key = metric.key + ("{" + ",".join(f"{k}={v}" for k, v in identity.items()) + "}" if identity else "")
+    gpu = metric.labels.get("gpu", "")
+    if gpu and metric.labels.get("peer"):
+        gpu = f"{gpu}-{metric.labels['peer']}"
+    name = figure.name
+    if metric.labels.get("gpu") and name.startswith(f"GPU{metric.labels['gpu']}") and " " in name:
+        name = name.split(" ", 1)[1]
+    return FigureKey(key=key, gpu=gpu, name=name)

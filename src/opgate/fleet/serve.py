@@ -148,7 +148,7 @@ class OpgateCollector:
                 for fig in result.figures:
                     if isinstance(fig.value, bool) or not isinstance(fig.value, (int, float)):
                         continue
-                    fkey = figure_key(check_id, fig.name)
+                    fkey = figure_key(result, fig)
                     labels = (fkey.key, fkey.gpu, fig.unit)
                     if labels not in seen:
                         seen.add(labels)

@@ -1,6 +1,10 @@
-"""Measured isolation / QoS: a latency-sensitive probe kernel's latency alone, beside a saturating neighbour
+"""Measured isolation / QoS: a latency-sensitive request's latency alone, beside a saturating neighbour
 process (time-slicing), with stream priorities, and under MPS with the neighbour capped by
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; and whether CUDA_MPS_PINNED_DEVICE_MEM_LIMIT stops a client taking more memory.
+
+The request (`QosSubject`) is opgate's probe kernel (`doctor.qos`) or one call of a user's implementation at its
+perf_dims (the verify stage `opgate.verify.qos_stage`); both go through the same worker modes and the same
+judging (`judge_modes`).
 
 MPS runs only through a private control daemon started here (own CUDA_MPS_PIPE_DIRECTORY and
 CUDA_MPS_LOG_DIRECTORY under a temp dir) and stopped with `quit` afterwards; no compute mode or other card setting
@@ -19,11 +23,39 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+from opgate.gpu.stats import percentile
+from opgate.results import Figure, Threshold
 
 MODES = ("alone", "time_sliced", "priority", "mps")
 MODE_MIN_S = 15.0
 MPS_CONTROL = "nvidia-cuda-mps-control"
+SHARING_MODES = ("time_sliced", "priority", "mps")
+PROTECTING_MODES = ("priority", "mps")  # the modes meant to keep a latency-sensitive request's time
+LATENCY_QUANTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0))
+
+
+@dataclass(frozen=True)
+class QosSubject:
+    """What the latency-sensitive side runs: `worker_args` select it in opgate.gpu.qos_worker; `word` names it in
+    figures ("alone probe p95", "mps operator p95")."""
+
+    label: str
+    word: str
+    worker_args: tuple[str, ...]
+
+
+def probe_kernel_subject(probe_us: float = 50.0) -> QosSubject:
+    return QosSubject(f"probe kernel ({probe_us:g} us on 8 blocks)", "probe",
+                      ("--subject", "kernel", "--probe-us", str(probe_us)))
+
+
+def operator_subject(spec_file: str, op: str, impl: str, dtype: str, seed: int = 0) -> QosSubject:
+    """One call of implementation `impl` of operator `op` (spec file `spec_file`) in `dtype` at its perf_dims."""
+    return QosSubject(f"{op} {impl} {dtype} at its perf_dims", "operator",
+                      ("--subject", "operator", "--spec-file", str(spec_file), "--op", op, "--impl", impl,
+                       "--dtype", dtype, "--seed", str(seed)))
 
 
 @dataclass(frozen=True)
@@ -53,6 +85,7 @@ class QosMeasurement:
     pinned_allocated_mb: int | None  # what a client under the limit could allocate (None: not measured)
     pinned_note: str
     duration_s: float
+    subject: str = "probe kernel"
 
     def mode(self, name: str) -> ModeResult | None:
         return next((m for m in self.modes if m.mode == name), None)
@@ -62,13 +95,14 @@ class QosMeasurement:
                 "neighbour_thread_percent": self.neighbour_thread_percent,
                 "modes": [m.to_dict() for m in self.modes], "pinned_limit_mb": self.pinned_limit_mb,
                 "pinned_allocated_mb": self.pinned_allocated_mb, "pinned_note": self.pinned_note,
-                "duration_s": round(self.duration_s, 2)}
+                "duration_s": round(self.duration_s, 2), "subject": self.subject}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "QosMeasurement":
         return cls(data["device"], float(data["probe_us"]), int(data["neighbour_thread_percent"]),
                    tuple(ModeResult.from_dict(m) for m in data["modes"]), int(data["pinned_limit_mb"]),
-                   data.get("pinned_allocated_mb"), data.get("pinned_note", ""), float(data.get("duration_s", 0)))
+                   data.get("pinned_allocated_mb"), data.get("pinned_note", ""), float(data.get("duration_s", 0)),
+                   data.get("subject", "probe kernel"))
 
 
 def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -138,7 +172,8 @@ def _probe_mode(name: str, probe_args: list[str], env: dict[str, str], neighbour
     hog = neighbour.stop() if neighbour is not None else {}
     if "error" in result:
         return ModeResult(name, unavailable=result["error"], details={"neighbour": hog})
-    return ModeResult(name, tuple(result["latencies_us"]), details={"neighbour": hog})
+    details = {"neighbour": hog, **({"request": result["request"]} if "request" in result else {})}
+    return ModeResult(name, tuple(result["latencies_us"]), details=details)
 
 
 def mps_control(env: dict[str, str], command: str, timeout_s: float = 15.0) -> str:
@@ -149,6 +184,8 @@ def mps_control(env: dict[str, str], command: str, timeout_s: float = 15.0) -> s
 
 def _mps_modes(common: list[str], hog_args: list[str], neighbour_percent: int, pinned_limit_mb: int,
                timeout_s: float) -> tuple[ModeResult, int | None, str]:
+    """The MPS mode under a private daemon; then, when `pinned_limit_mb` > 0, how much a client under
+    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT can allocate."""
     from opgate.doctor.mig_mps import MPS_PROCESS_NAMES, find_processes
 
     if shutil.which(MPS_CONTROL) is None:
@@ -174,6 +211,8 @@ def _mps_modes(common: list[str], hog_args: list[str], neighbour_percent: int, p
         details = dict(result.details)
         details["mps_servers"] = servers
         details["neighbour_thread_percent"] = neighbour_percent
+        if pinned_limit_mb <= 0:
+            return ModeResult("mps", result.latencies_us, result.unavailable, details), None, "not measured here"
         alloc = _run("alloc", ["--chunk-mb", "256", "--target-mb", str(pinned_limit_mb * 3)],
                      {**env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={pinned_limit_mb}M"}, timeout_s)
         if "error" in alloc and "allocated_mb" not in alloc:
@@ -195,15 +234,17 @@ def _mps_modes(common: list[str], hog_args: list[str], neighbour_percent: int, p
 
 def measure_qos(device: int = 0, samples: int = 300, probe_us: float = 50.0, neighbour_percent: int = 50,
                 pinned_limit_mb: int = 1024, with_mps: bool = True, timeout_s: float = 40.0,
-                budget_s: float = 150.0) -> QosMeasurement:
-    """Every mode in turn; a mode that would start with less than MODE_MIN_S of `budget_s` left is reported as not
-    measured, so the whole probe (and the MPS daemon's stop) stays inside the caller's time limit."""
+                budget_s: float = 150.0, subject: QosSubject | None = None) -> QosMeasurement:
+    """Every mode in turn for `subject` (default: the probe kernel of `probe_us`); a mode that would start with
+    less than MODE_MIN_S of `budget_s` left is reported as not measured, so the whole probe (and the MPS daemon's
+    stop) stays inside the caller's time limit. `pinned_limit_mb` 0: no pinned-memory allocation test."""
     from opgate.gpu.device import device_info, require_gpu
 
     started = time.perf_counter()
     require_gpu()
     info = device_info(device)
-    common = ["--device", str(device), "--samples", str(samples), "--probe-us", str(probe_us)]
+    subject = subject or probe_kernel_subject(probe_us)
+    common = ["--device", str(device), "--samples", str(samples), *subject.worker_args]
     hog_args = ["--device", str(device), "--duration-s", "60"]
     env = _child_env()
 
@@ -235,4 +276,62 @@ def measure_qos(device: int = 0, samples: int = 300, probe_us: float = 50.0, nei
     else:
         modes.append(out_of_time("mps"))
     return QosMeasurement(info.name, probe_us, neighbour_percent, tuple(modes), pinned_limit_mb, allocated, note,
-                          time.perf_counter() - started)
+                          time.perf_counter() - started, subject.label)
+
+
+# -- judging: pure, so recorded measurements test it on a CPU ----------------------------------------------------
+def latency_summary(values: Sequence[float]) -> dict[str, float]:
+    return {name: percentile(list(values), q) for name, q in LATENCY_QUANTILES}
+
+
+@dataclass(frozen=True)
+class ModeVerdict:
+    """One sharing mode's percentiles and whether the SLO holds (None: not measured, or no SLO to judge)."""
+
+    mode: str
+    samples: int
+    percentiles_us: dict[str, float] = field(default_factory=dict)
+    holds_slo: bool | None = None
+    unavailable: str = ""
+
+
+def judge_modes(measurement: QosMeasurement, slo_us: float | None, slo_source: str, word: str = "probe"
+                ) -> tuple[list[ModeVerdict], list[Figure]]:
+    """Per mode: p50/p95/p99 figures (p95 against the SLO when there is one) and the verdict."""
+    verdicts: list[ModeVerdict] = []
+    figures: list[Figure] = []
+    for mode in measurement.modes:
+        if not mode.latencies_us:
+            verdicts.append(ModeVerdict(mode.mode, 0, unavailable=mode.unavailable))
+            figures.append(Figure(f"{mode.mode}", f"not measured: {mode.unavailable}"))
+            continue
+        stats = latency_summary(mode.latencies_us)
+        for q in ("p50", "p99"):
+            figures.append(Figure(f"{mode.mode} {word} {q}", round(stats[q], 1), "us"))
+        threshold = Threshold(round(slo_us, 1), "<=", slo_source) if slo_us is not None else None
+        figures.append(Figure(f"{mode.mode} {word} p95", round(stats["p95"], 1), "us", threshold))
+        verdicts.append(ModeVerdict(mode.mode, len(mode.latencies_us), stats,
+                                    None if slo_us is None else stats["p95"] <= slo_us))
+    return verdicts, figures
+
+
+def sharing_summary(verdicts: Sequence[ModeVerdict]) -> tuple[list[str], list[str], list[str]]:
+    """(sharing modes the SLO holds under, those it breaks under, protecting modes that keep it)."""
+    by_mode = {v.mode: v.holds_slo for v in verdicts if v.holds_slo is not None}
+    holds = [m for m in SHARING_MODES if by_mode.get(m)]
+    breaks = [m for m in SHARING_MODES if m in by_mode and not by_mode[m]]
+    return holds, breaks, [m for m in PROTECTING_MODES if by_mode.get(m)]
+
+
+def format_mode_table(verdicts: Sequence[ModeVerdict], slo_us: float | None = None) -> str:
+    """The percentiles per mode as a plain-text table (scripts and logs)."""
+    lines = [f"{'mode':12s} {'p50 us':>10s} {'p95 us':>10s} {'p99 us':>10s} {'n':>5s}  SLO"
+             + (f" p95 <= {slo_us:.0f} us" if slo_us is not None else " (none declared)")]
+    for v in verdicts:
+        if not v.samples:
+            lines.append(f"{v.mode:12s} not measured: {v.unavailable}")
+            continue
+        p = v.percentiles_us
+        verdict = "-" if v.holds_slo is None else ("holds" if v.holds_slo else "BROKEN")
+        lines.append(f"{v.mode:12s} {p['p50']:10.1f} {p['p95']:10.1f} {p['p99']:10.1f} {v.samples:5d}  {verdict}")
+    return "\n".join(lines)

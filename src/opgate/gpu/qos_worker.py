@@ -1,13 +1,16 @@
 """Child process of the QoS probe: `python -m opgate.gpu.qos_worker MODE [options]`, one JSON line on stdout.
 
 Modes:
-  probe     time `samples` launches of the probe kernel (submit to completion, seen from the host), alone on
+  probe     time `samples` latency-sensitive requests (submit to completion, seen from the host), alone on
             this process's context (what a latency-sensitive request sees).
   hog       a saturating neighbour: back-to-back kernels that fill every SM, until `duration_s` ends or stdin
             closes; prints {"ready": true} once it runs.
-  priority  both in one process: hogs on the lowest-priority stream, probes on the highest.
+  priority  both in one process: hogs on the lowest-priority stream, requests on the highest.
   alloc     allocate `chunk_mb` chunks up to `target_mb` (how much memory this client can take, e.g. under an
             MPS pinned-memory limit).
+The request (`--subject`): `kernel`, opgate's spin kernel of `probe_us` on `probe_blocks` blocks; or `operator`,
+one call of a user's implementation from an `opgate verify` spec file at its perf_dims (`--spec-file --op --impl
+--dtype --seed`). Both go through one timing path (`LatencyRequest`, `time_requests`).
 Separate processes are separate CUDA contexts: the GPU time-slices between them, unless an MPS server runs them
 as one.
 """
@@ -19,9 +22,28 @@ import json
 import sys
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 HOG_THREADS = 512
+WARMUP_REQUESTS = 10
+
+
+@dataclass
+class LatencyRequest:
+    """One latency-sensitive request: `submit` enqueues it on its own stream, `wait` blocks until that stream is
+    done. `facts` describe it (sizes, the stream's real priority) for the result."""
+
+    submit: Callable[[], None]
+    wait: Callable[[], None]
+    facts: dict[str, Any] = field(default_factory=dict)
+    keep_alive: tuple[Any, ...] = ()  # what the stream depends on (a wrapped CuPy stream), held as long as this
+
+    def time_once_us(self) -> float:
+        start = time.perf_counter()
+        self.submit()
+        self.wait()
+        return (time.perf_counter() - start) * 1e6
 
 
 def _setup(device: int) -> tuple[Any, Any]:
@@ -33,12 +55,76 @@ def _setup(device: int) -> tuple[Any, Any]:
     return cupy, kernels
 
 
-def _probe_once(cupy: Any, spin: Any, stream: Any, blocks: int, ns: Any, done: Any) -> float:
-    start = time.perf_counter()
-    with stream:
-        spin((blocks,), (128,), (ns, done))
-    stream.synchronize()
-    return (time.perf_counter() - start) * 1e6
+def kernel_request(args: argparse.Namespace, priority: int | None) -> LatencyRequest:
+    """opgate's spin kernel: `probe_us` of busy time on `probe_blocks` blocks, on a CuPy stream."""
+    import numpy as np
+
+    cupy, kernels = _setup(args.device)
+    spin = kernels.kernel("opgate_spin")
+    done = cupy.zeros(1, dtype=cupy.uint32)
+    stream = (cupy.cuda.Stream(non_blocking=True) if priority is None
+              else cupy.cuda.Stream(non_blocking=True, priority=priority))
+    ns = np.uint64(int(args.probe_us * 1e3))
+
+    def submit() -> None:
+        with stream:
+            spin((args.probe_blocks,), (128,), (ns, done))
+
+    return LatencyRequest(submit, stream.synchronize,
+                          {"subject": "kernel", "probe_us": args.probe_us, "probe_blocks": args.probe_blocks,
+                           "stream_priority": priority})  # None: the default priority
+
+
+def operator_request(args: argparse.Namespace, priority: int | None) -> LatencyRequest:
+    """One call of the user's implementation at the operator's perf_dims, on a torch stream (of `priority`)."""
+    import torch
+
+    from opgate.verify.runtime import cuda_inputs, load_implementation
+
+    torch.cuda.set_device(args.device)
+    op, implementation = load_implementation({"spec_file": args.spec_file, "op": args.op, "impl": args.impl})
+    dims = op.timing_dims()
+    inputs = cuda_inputs(op, dims, args.dtype, args.seed)
+    torch.cuda.synchronize()  # the inputs were made on the default stream; the calls run on another
+    owner = None
+    if priority is None:
+        stream = torch.cuda.Stream()
+    else:
+        # torch's stream pool has a fixed few priority levels, possibly fewer than the device's range: a CuPy
+        # stream of exactly `priority`, wrapped, is the stream the probe kernel gets in this mode.
+        cupy, _ = _setup(args.device)
+        owner = cupy.cuda.Stream(non_blocking=True, priority=priority)
+        stream = torch.cuda.ExternalStream(owner.ptr)
+    fn = implementation.fn
+
+    def submit() -> None:
+        with torch.cuda.stream(stream):
+            fn(*inputs)
+
+    return LatencyRequest(submit, stream.synchronize,
+                          {"subject": "operator", "op": op.name, "impl": implementation.name, "dtype": args.dtype,
+                           "dims": dims, "stream_priority": int(stream.priority)}, keep_alive=(owner,))
+
+
+def make_request(args: argparse.Namespace, priority: int | None = None) -> LatencyRequest:
+    return (operator_request if args.subject == "operator" else kernel_request)(args, priority)
+
+
+def time_requests(request: LatencyRequest, samples: int, gap_ms: float,
+                  under_load: Callable[[], bool] = lambda: True) -> list[float]:
+    """Up to `samples` latencies of `request`, a gap between them, while `under_load()` holds (the caller refills
+    its load and calls again for the rest)."""
+    values: list[float] = []
+    while len(values) < samples and under_load():
+        values.append(request.time_once_us())
+        time.sleep(gap_ms / 1e3)
+    return values
+
+
+def warm_up(request: LatencyRequest) -> None:
+    """First calls compile (Triton) and fill the allocator's caches; they are not samples."""
+    for _ in range(WARMUP_REQUESTS):
+        request.time_once_us()
 
 
 def _hog_grid(cupy: Any, device: int, waves: int) -> tuple[int]:
@@ -48,20 +134,9 @@ def _hog_grid(cupy: Any, device: int, waves: int) -> tuple[int]:
 
 
 def run_probe(args: argparse.Namespace) -> dict[str, Any]:
-    import numpy as np
-
-    cupy, kernels = _setup(args.device)
-    spin = kernels.kernel("opgate_spin")
-    done = cupy.zeros(1, dtype=cupy.uint32)
-    stream = cupy.cuda.Stream(non_blocking=True)
-    ns = np.uint64(int(args.probe_us * 1e3))
-    for _ in range(10):
-        _probe_once(cupy, spin, stream, args.probe_blocks, ns, done)
-    values = []
-    for _ in range(args.samples):
-        values.append(_probe_once(cupy, spin, stream, args.probe_blocks, ns, done))
-        time.sleep(args.gap_ms / 1e3)
-    return {"latencies_us": values}
+    request = make_request(args)
+    warm_up(request)
+    return {"latencies_us": time_requests(request, args.samples, args.gap_ms), "request": request.facts}
 
 
 def run_hog(args: argparse.Namespace) -> dict[str, Any]:
@@ -97,15 +172,13 @@ def run_priority(args: argparse.Namespace) -> dict[str, Any]:
 
     cupy, kernels = _setup(args.device)
     least, greatest, _ = stream_priority_range(cupy)
+    request = make_request(args, priority=greatest)
     spin = kernels.kernel("opgate_spin")
     done = cupy.zeros(1, dtype=cupy.uint32)
     low = cupy.cuda.Stream(non_blocking=True, priority=least)
-    high = cupy.cuda.Stream(non_blocking=True, priority=greatest)
     grid = _hog_grid(cupy, args.device, args.waves)
     hog_ns = np.uint64(int(args.hog_block_us * 1e3))
-    probe_ns = np.uint64(int(args.probe_us * 1e3))
-    for _ in range(10):
-        _probe_once(cupy, spin, high, args.probe_blocks, probe_ns, done)
+    warm_up(request)
     values: list[float] = []
     refills = 0
     while len(values) < args.samples:
@@ -116,11 +189,10 @@ def run_priority(args: argparse.Namespace) -> dict[str, Any]:
         hog_done.record(low)
         refills += 1
         time.sleep(0.002)  # let the hogs take every SM
-        while not hog_done.done and len(values) < args.samples:
-            values.append(_probe_once(cupy, spin, high, args.probe_blocks, probe_ns, done))
-            time.sleep(args.gap_ms / 1e3)
+        values += time_requests(request, args.samples - len(values), args.gap_ms, lambda: not hog_done.done)
         low.synchronize()
-    return {"latencies_us": values, "priority_range": [int(least), int(greatest)], "refills": refills}
+    return {"latencies_us": values, "priority_range": [int(least), int(greatest)], "refills": refills,
+            "request": request.facts}
 
 
 def run_alloc(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,7 +212,7 @@ def run_alloc(args: argparse.Namespace) -> dict[str, Any]:
     return {"allocated_mb": allocated, "error": error}
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opgate.gpu.qos_worker")
     parser.add_argument("mode", choices=["probe", "hog", "priority", "alloc"])
     parser.add_argument("--device", type=int, default=0)
@@ -151,9 +223,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hog-block-us", type=float, default=200.0)
     parser.add_argument("--waves", type=int, default=10)
     parser.add_argument("--duration-s", type=float, default=20.0)
+    parser.add_argument("--subject", choices=["kernel", "operator"], default="kernel")
+    parser.add_argument("--spec-file", default="")
+    parser.add_argument("--op", default="")
+    parser.add_argument("--impl", default="")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chunk-mb", type=int, default=256)
     parser.add_argument("--target-mb", type=int, default=4096)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     try:
         result = {"probe": run_probe, "hog": run_hog, "priority": run_priority, "alloc": run_alloc}[args.mode](args)
     except Exception as exc:

@@ -139,6 +139,23 @@ def status_name(cp_model, status: int) -> str:
             cp_model.MODEL_INVALID: "MODEL_INVALID"}.get(status, "UNKNOWN")
 
 
+def _solve(m: object, model_name: str, time_limit_s: float, workers: int, gap_limit: float, started: float,
+           variables: int) -> tuple[object, SolveStats]:
+    """Run CP-SAT on model `m` (either model's settings: time limit, workers, relative gap); the solver (to read
+    values from) and the stats, or RuntimeError when it found no solution in time."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = workers
+    solver.parameters.relative_gap_limit = gap_limit
+    status_text = status_name(cp_model, solver.Solve(m))
+    if status_text not in ("OPTIMAL", "FEASIBLE"):
+        raise RuntimeError(f"CP-SAT found no solution ({status_text}) within {time_limit_s} s")
+    return solver, SolveStats(solver_name(), model_name, status_text, solver.ObjectiveValue(),
+                              solver.BestObjectiveBound(), time.perf_counter() - started, variables)
+
+
 def _why_unplaced(workload: Workload, slicings: Sequence[GpuSlicing]) -> str:
     choices = choices_for(workload, slicings)
     if not choices:
@@ -232,18 +249,7 @@ def _solve_pattern(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: fl
     for key, users in uses.items():
         m.Add(sum(users) <= sum(var * times for var, times in capacity[key]))
     m.Maximize(sum(objective))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = workers
-    solver.parameters.relative_gap_limit = gap_limit
-    status = solver.Solve(m)
-    status_text = status_name(cp_model, status)
-    stats = SolveStats(solver_name(), "pattern", status_text,
-                       solver.ObjectiveValue() if status_text in ("OPTIMAL", "FEASIBLE") else 0.0,
-                       solver.BestObjectiveBound() if status_text in ("OPTIMAL", "FEASIBLE") else 0.0,
-                       time.perf_counter() - started, len(layout_vars) + len(serve))
-    if status_text not in ("OPTIMAL", "FEASIBLE"):
-        raise RuntimeError(f"CP-SAT found no solution ({status_text}) within {time_limit_s} s")
+    solver, stats = _solve(m, "pattern", time_limit_s, workers, gap_limit, started, len(layout_vars) + len(serve))
     # decode: give each GPU of a model a chosen layout, then hand instances to replicas class by class
     layouts_by_gpu: dict[str, list[Placement]] = {}
     free: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)  # (model, profile) -> [(gpu_id, start)]
@@ -385,16 +391,8 @@ def _solve_exact(fleet: Fleet, workloads: Sequence[Workload], time_limit_s: floa
                 if a.node == b.node and link_is_poor(topology, a.node, a.index, b.index):
                     m.Add(group_uses[(group, a.gpu_id)] + group_uses[(group, b.gpu_id)] <= 1)
     m.Maximize(sum(objective))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = workers
-    solver.parameters.relative_gap_limit = gap_limit
-    status = solver.Solve(m)
-    status_text = status_name(cp_model, status)
-    if status_text not in ("OPTIMAL", "FEASIBLE"):
-        raise RuntimeError(f"CP-SAT found no solution ({status_text}) within {time_limit_s} s")
-    stats = SolveStats(solver_name(), "exact", status_text, solver.ObjectiveValue(), solver.BestObjectiveBound(),
-                       time.perf_counter() - started, len(place) + len(serve) + len(group_uses))
+    solver, stats = _solve(m, "exact", time_limit_s, workers, gap_limit, started,
+                           len(place) + len(serve) + len(group_uses))
     layouts = []
     next_replica: dict[str, int] = defaultdict(int)
     for gpu in fleet.gpus:
