@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opgate.analyze.limits import known_ccs, sm_limits
+from opgate.core.limits import known_ccs, sm_limits
 from opgate.data import load_table
 from opgate.gpus import PRECISIONS, all_gpus, lookup_gpu
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from opgate.analyze.limits import known_ccs, parse_cc, sm_limits
-from opgate.analyze.occupancy import UNLIMITED, KernelLaunch, calculate, occupancy
+from opgate.core.limits import known_ccs, parse_cc, sm_limits
+from opgate.core.occupancy import UNLIMITED, KernelLaunch, calculate, occupancy
 from opgate.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "analyze"

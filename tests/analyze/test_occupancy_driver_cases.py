@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from opgate.analyze.limits import sm_limits
-from opgate.analyze.occupancy import KernelLaunch, calculate
+from opgate.core.limits import sm_limits
+from opgate.core.occupancy import KernelLaunch, calculate
 from opgate.analyze.portability import occupancy_static_shared
 
 ROOT = Path(__file__).resolve().parents[2]

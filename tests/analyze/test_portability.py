@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.analyze.limits import sm_limits
+from opgate.core.limits import sm_limits
 from opgate.analyze.portability import (
     CompileOutcome,
     KernelReport,

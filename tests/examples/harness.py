@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from opgate.verify.spec import Operator, Scalar, TensorSpec
+from opgate.core.spec import Operator, Scalar, TensorSpec
 
 TORCH_DTYPES = {
     "float64": torch.float64,

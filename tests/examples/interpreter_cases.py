@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "src"))
 import torch  # noqa: E402
 
 import harness  # noqa: E402
-from opgate.verify.spec import Operator, load_spec_file  # noqa: E402
+from opgate.core.spec import Operator, load_spec_file  # noqa: E402
 
 # Small shapes that still cross block boundaries and leave tails; softmax N=4099 takes its multi-block path.
 SMALL_DIMS: dict[str, list[dict[str, int]]] = {

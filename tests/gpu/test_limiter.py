@@ -277,8 +277,8 @@ def planted_object(tmp_path_factory) -> Path:
 def test_planted_kernels_carry_their_static_limiters(planted_object):
     """What can be checked without a GPU: the register-bound kernel really leaves one block per SM on an H200,
     and the others do not (opgate inspect reads the registers, opgate's occupancy model does the rest)."""
-    from opgate.analyze.limits import sm_limits
-    from opgate.analyze.occupancy import KernelLaunch, calculate
+    from opgate.core.limits import sm_limits
+    from opgate.core.occupancy import KernelLaunch, calculate
     from opgate.inspect.sources import inspect_paths
 
     (report,) = inspect_paths([planted_object], kernels=True)

@@ -183,7 +183,7 @@ def test_launched_fatbin_is_the_inspected_objects_section(build):
 
 
 def test_two_builds_spec_declares_one_implementation_per_build():
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     ops = {op.name: op for op in load_spec_file(TOOLCHAIN / "two_builds_spec.py")}
     assert set(ops) == {"row_sum", "transpose"}

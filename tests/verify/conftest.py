@@ -9,7 +9,7 @@ from tests_verify_support import DATA
 
 @pytest.fixture(scope="session")
 def softmax_op():
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     return load_spec_file(DATA / "softmax_spec.py")[0]
 

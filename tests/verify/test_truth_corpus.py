@@ -33,7 +33,7 @@ def _runner():
 
 
 def test_manifest_rows_match_the_spec_files() -> None:
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     rows = _runner().load_manifest()
     registered: set[tuple[str, str, str]] = set()

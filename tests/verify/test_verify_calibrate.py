@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import opgate
-from opgate.verify import dtypes as dt
+from opgate.core import dtypes as dt
 from opgate.verify.calibrate import (
     FLOOR_EPS, K_QUANTILE, K_RMSE, CalibrationError, calibrate, judge_case, truth_and_baseline,
 )
 from opgate.verify.inputs import plan_cases
-from opgate.verify.spec import SpecError
+from opgate.core.spec import SpecError
 
 
 def _calibrated(op, dtype, budget="quick"):

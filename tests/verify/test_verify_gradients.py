@@ -20,7 +20,7 @@ from opgate.verify.gradients import (
     with_gradient_operators,
 )
 from opgate.verify.inputs import Case, make_inputs
-from opgate.verify.spec import Operator, Scalar, SpecError, TensorSpec
+from opgate.core.spec import Operator, Scalar, SpecError, TensorSpec
 from tests_verify_support import DATA, ROOT, SRC
 
 SPEC = DATA / "gradients_spec.py"

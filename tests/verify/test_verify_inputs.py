@@ -11,7 +11,7 @@ import opgate
 from opgate.verify.inputs import (
     BUDGETS, Case, applicable_layouts, applicable_regimes, case_counts, edge_sizes, make_inputs, plan_cases,
 )
-from opgate.verify.spec import SpecError
+from opgate.core.spec import SpecError
 
 
 def test_case_counts_per_budget_grow_and_match_the_documented_numbers(softmax_op):

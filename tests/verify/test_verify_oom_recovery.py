@@ -62,7 +62,7 @@ def test_same_answer_compares_values_nan_and_structure() -> None:
 
 def test_recovery_stage_plans_one_exclusive_check_per_implementation() -> None:
     from opgate.verify.engine import VerifyRequest, _runtime_tasks, select
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     request = VerifyRequest(spec_file=GELU, stages=["numerics", "recovery"])
     [op] = load_spec_file(GELU)

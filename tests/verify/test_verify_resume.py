@@ -38,7 +38,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
 def crash_cases() -> list[str]:
     """Labels of the quick plan's cases the crashing implementations die on (computed, not assumed)."""
     from opgate.verify.inputs import plan_cases
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     op = load_spec_file(SPEC)[0]
     return [c.label() for c in plan_cases(op, "quick", 0) if 63 in c.dims_dict.values()]
@@ -167,7 +167,7 @@ def test_the_resume_hook_targets_the_verify_check():
 @pytest.mark.slow
 def test_a_crash_while_shrinking_ends_shrinking_and_is_reported_with_the_other_failures(crash_run):
     from opgate.verify.inputs import plan_cases
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     _, results = crash_run
     result = results["verify.double.crashes_while_shrinking.float32"]

@@ -11,7 +11,7 @@ import pytest
 from opgate_testing import REPO, run_opgate
 
 import opgate
-from opgate.verify.spec import SpecError
+from opgate.core.spec import SpecError
 
 GELU = REPO / "examples" / "ops" / "gelu.py"
 
@@ -37,7 +37,7 @@ def test_sanitizer_tools_parse() -> None:
 
 def test_every_requested_sanitizer_tool_is_one_check_per_implementation() -> None:
     from opgate.verify.engine import VerifyRequest, _runtime_tasks, select
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     request = VerifyRequest(spec_file=GELU, impls=["triton"], sanitizer_tools=["memcheck", "racecheck",
                                                                                 "initcheck", "synccheck"])
@@ -75,7 +75,7 @@ def test_bad_perf_dims_are_named(perf_dims: dict, complaint: str) -> None:
 
 
 def test_shipped_examples_time_at_production_sizes() -> None:
-    from opgate.verify.spec import load_spec_file
+    from opgate.core.spec import load_spec_file
 
     for spec in sorted((REPO / "examples" / "ops").glob("*.py")):
         if spec.stem == "make_onnx_models":

@@ -17,7 +17,7 @@ from tests_verify_support import DATA, ROOT, SRC
 
 from opgate.gpu.sanitizer import parse_sanitizer_output
 from opgate.verify import runtime
-from opgate.verify.spec import load_spec_file
+from opgate.core.spec import load_spec_file
 
 SAMPLES = ROOT / "tests" / "data" / "sanitizer"
 PLANTED = DATA / "planted_memory.py"

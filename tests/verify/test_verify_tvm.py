@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from opgate.verify.backends import prepare
 from opgate.verify.backends.base import ImplementationChoice
-from opgate.verify.spec import load_spec_file
+from opgate.core.spec import load_spec_file
 
 op = load_spec_file(Path(sys.argv[1]))[0]
 choice = ImplementationChoice("tvm", "tvm", "reference")
