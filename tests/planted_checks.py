@@ -117,3 +117,22 @@ class DeviceEnvCheck(Check):
                            figures=[Figure("CUDA_VISIBLE_DEVICES", visible), Figure("sleep", 2.0, "s")],
                            extra={"start": start, "end": time.clock_gettime(time.CLOCK_MONOTONIC),
                                   "fanout_gpu": os.environ.get("OPGATE_FANOUT_GPU", "")})
+
+
+class PidCheck(Check):
+    """Passes and says which process ran it (warm-worker tests); `options["mark"]` sets a module global that a
+    later check in the same process can read back."""
+
+    check_id = "doctor.planted_pid"
+    title = "reports its pid"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        global _MARK
+        seen = _MARK
+        _MARK = ctx.options.get("mark", _MARK)
+        leak_before = os.environ.get("PLANTED_LEAK", "")
+        os.environ["PLANTED_LEAK"] = "set by a check"  # the worker must not hand this to the next check
+        return self.passed("ran", extra={"pid": os.getpid(), "seen_mark": seen, "leak_before": leak_before})
+
+
+_MARK = ""

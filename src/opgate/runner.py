@@ -254,6 +254,15 @@ class _WarmWorker:
         except OSError:
             return 0
 
+    def discard(self) -> None:
+        """Dead, poisoned or timed out: kill it (and its group) and release its pipe."""
+        kill_process_group(self.proc)
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:  # a broken pipe to a dead worker
+            pass
+
     def close(self) -> None:
         """End of the run: close its input so it exits; kill it if it does not."""
         try:
@@ -262,7 +271,7 @@ class _WarmWorker:
             self.proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             pass
-        kill_process_group(self.proc)
+        self.discard()
 
 
 class _WarmRunning:
@@ -332,7 +341,7 @@ class _WarmPool:
         for worker in list(self.idle):
             if not worker.alive():  # exited after a retiring task or a poisoned context
                 self.idle.remove(worker)
-                kill_process_group(worker.proc)
+                worker.discard()
         for worker in self.idle:
             if worker.key == task.worker:
                 self.idle.remove(worker)
@@ -353,7 +362,7 @@ class _WarmPool:
         if healthy and worker.alive():
             self.idle.append(worker)
         else:
-            kill_process_group(worker.proc)
+            worker.discard()
 
     def close(self) -> None:
         for worker in self.idle + list(self.busy):

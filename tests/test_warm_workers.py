@@ -1,0 +1,55 @@
+"""Warm workers (opgate.runner): tasks of one worker key share a process; a crash or hang mid-sequence is an
+`error` of that check only, and the next check of the key runs in a fresh worker."""
+
+from __future__ import annotations
+
+import pytest
+from opgate_testing import child_pythonpath
+
+from opgate.checks.base import CheckContext
+from opgate.results import Outcome
+from opgate.runner import CheckTask, run_checks
+
+
+@pytest.fixture(autouse=True)
+def planted_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", child_pythonpath())
+
+
+def task(name: str, target: str, key: str = "k", timeout_s: float = 60.0, **options: object) -> CheckTask:
+    return CheckTask(name, name, f"planted_checks:{target}", timeout_s, CheckContext(options=options), worker=key)
+
+
+def test_one_key_shares_one_process_and_state_stays_but_env_is_reset() -> None:
+    results = run_checks([task("a", "PidCheck", mark="first"), task("b", "PidCheck")], jobs=1)
+    a, b = results
+    assert a.outcome is b.outcome is Outcome.PASSED
+    assert a.extra["pid"] == b.extra["pid"]  # warm: the same interpreter
+    assert b.extra["seen_mark"] == "first"  # what it loaded stays loaded
+    assert b.extra["leak_before"] == ""  # an environment variable a check set is gone for the next
+
+
+def test_a_crash_mid_sequence_is_an_error_of_that_check_only_and_the_next_runs_in_a_fresh_worker() -> None:
+    results = run_checks([task("before", "PidCheck", mark="warm"), task("crash", "SegfaultCheck"),
+                          task("after", "PidCheck")], jobs=1)
+    before, crash, after = results
+    assert before.outcome is Outcome.PASSED and after.outcome is Outcome.PASSED
+    assert crash.outcome is Outcome.ERROR and "SIGSEGV" in crash.reason
+    assert after.extra["pid"] != before.extra["pid"]  # a fresh worker ...
+    assert after.extra["seen_mark"] == ""  # ... with nothing of the dead one's state
+
+
+def test_a_hang_is_killed_at_its_own_timeout_and_the_key_goes_on() -> None:
+    results = run_checks([task("hang", "HangCheck", timeout_s=3.0), task("after", "PidCheck")], jobs=1)
+    assert results[0].outcome is Outcome.ERROR and "timed out after 3 s" in results[0].reason
+    assert results[1].outcome is Outcome.PASSED
+
+
+def test_a_retiring_task_ends_its_worker_and_keys_do_not_mix() -> None:
+    results = run_checks([
+        CheckTask("r", "r", "planted_checks:PidCheck", 60.0, CheckContext(options={"mark": "x"}), worker="k",
+                  retire=True),
+        task("next", "PidCheck"), task("other", "PidCheck", key="other")], jobs=1)
+    first, after, other = results
+    assert len({first.extra["pid"], after.extra["pid"], other.extra["pid"]}) == 3
+    assert all(r.outcome is Outcome.PASSED for r in results)
