@@ -30,7 +30,7 @@ from opgate.verify.calibrate import (
     FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
 )
 from opgate.verify.gradients import with_gradient_operators
-from opgate.verify.inputs import Case, budget_plan, plan_cases
+from opgate.verify.inputs import Case, budget_plan, inputs_generated_once, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import follow_up as resume_after_crash
@@ -244,25 +244,27 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
                 status(f"calibrating {op.name} in {dtype} ({len(cases)} cases)")
             refuse_oversized_cases(op, [token.case] if token else cases, dtype)
             try:
-                truths, baselines, kept = [], [], []
-                for case in cases:
-                    try:
-                        t, b = truth_and_baseline(op, case, dtype)
-                    except CalibrationError:
-                        if _is_added_empty_case(case):
-                            continue  # the reference refuses empty tensors: so may the implementations
-                        raise
-                    truths.append(t)
-                    baselines.append(b)
-                    kept.append(case)
-                if len(kept) < len(cases):
-                    info.setdefault("dropped_empty_cases", {})[f"{op.name}.{dtype}"] = len(cases) - len(kept)
-                cal = calibrate(op, dtype, kept, truths, baselines)
-                if token:
-                    plan = _replay_plan(op, dtype, request, cal, token.case, budget_name)
-                else:
-                    plan = PlanFile(op.name, dtype, budget_name, request.seed, kept, truths, cal.budgets, cal.masks,
-                                    cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
+                with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
+                    truths, baselines, kept = [], [], []
+                    for case in cases:
+                        try:
+                            t, b = truth_and_baseline(op, case, dtype)
+                        except CalibrationError:
+                            if _is_added_empty_case(case):
+                                continue  # the reference refuses empty tensors: so may the implementations
+                            raise
+                        truths.append(t)
+                        baselines.append(b)
+                        kept.append(case)
+                    if len(kept) < len(cases):
+                        info.setdefault("dropped_empty_cases", {})[f"{op.name}.{dtype}"] = len(cases) - len(kept)
+                    cal = calibrate(op, dtype, kept, truths, baselines)
+                    if token:
+                        plan = _replay_plan(op, dtype, request, cal, token.case, budget_name)
+                    else:
+                        plan = PlanFile(op.name, dtype, budget_name, request.seed, kept, truths, cal.budgets,
+                                        cal.masks, cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases,
+                                        cal.summary())
             except CalibrationError as exc:
                 # The reference is the user's input: one line, exit 2 (never "a bug in opgate").
                 raise InputError(f"spec file {request.spec_file}: {exc}; fix the reference (it defines the "
@@ -273,8 +275,8 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
             calibrations[dtype] = cal
         preset.append(_calibration_result(op, calibrations, errors, budget_name, request.seed,
                                           time.perf_counter() - t0))
-        plan = _operator_plan(sel, request, budget_name, gpu, workdir, timeout, plans, token is not None)
-        stage_items, stage_preset = stage_tasks(plan, stages, unmet)
+        op_plan = _operator_plan(sel, request, budget_name, gpu, workdir, timeout, plans, token is not None)
+        stage_items, stage_preset = stage_tasks(op_plan, stages, unmet)
         ordered += [(order, len(ordered) + k, task) for k, (order, task) in enumerate(stage_items)]
         preset += stage_preset
     tasks = [task for _, _, task in sorted(ordered, key=lambda entry: entry[:2])]

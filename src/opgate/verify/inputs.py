@@ -15,11 +15,12 @@ For a two-dim op (softmax: M, N) that is 18 cases (quick), 44 (standard), about 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from opgate.core import dtypes as dt
 from opgate.core.spec import Operator, Scalar, SpecError, TensorSpec
@@ -496,8 +497,34 @@ def apply_layout(tensor: Any, layout: str) -> Any:
     return tensor
 
 
+_SHARED: dict[tuple[str, str, str], GeneratedInputs] | None = None
+
+
+@contextlib.contextmanager
+def inputs_generated_once() -> Iterator[None]:
+    """Inside: make_inputs returns the same GeneratedInputs for the same (op, case, dtype) instead of drawing
+    them again. For the parent's calibration, where the truth, the eager baseline, the perturbation and the
+    accumulation bound all read one case's inputs and none writes to them (the implementations, which may,
+    run in their own processes)."""
+    global _SHARED
+    previous, _SHARED = _SHARED, {}
+    try:
+        yield
+    finally:
+        _SHARED = previous
+
+
 def make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
     """The arguments of `case` for the dtype under test; identical in every process for the same case."""
+    if _SHARED is None:
+        return _make_inputs(op, case, dtype)
+    key = (op.name, case.label() + repr(sorted(case.to_dict().items())), dtype)
+    if key not in _SHARED:
+        _SHARED[key] = _make_inputs(op, case, dtype)
+    return _SHARED[key]
+
+
+def _make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
     import torch
 
     dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
