@@ -128,7 +128,7 @@ class RecoveryStage(_GpuStage):
     name = "recovery"
     summary = "out-of-memory, then the same process must compute the same answer (GPU)"
     default = True
-    order = 20
+    order = 95  # last: it fills the GPU and retires its worker, so nothing after it loses a warm worker
     target = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
     retire = True  # it fills the GPU's memory: its worker is not reused
     title_text = "recovers from out-of-memory"
