@@ -39,7 +39,7 @@ step doctor_topology 30 "$PY" -m opgate doctor --check topology --json "$OUT/gov
 step qos 100 "$PY" - <<'PYEOF'
 import json, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still runs the MPS daemon's stop (finally)
-from opgate.gpu.qos import measure_qos
+from opgate.gpu.probes.qos import measure_qos
 from opgate.doctor.qos import judge_qos, latency_summary
 started = time.time()
 m = measure_qos(samples=300, probe_us=50.0, neighbour_percent=50, pinned_limit_mb=1024, timeout_s=30, budget_s=80)

@@ -10,7 +10,7 @@ import pytest
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import _source_tree_entry_points
 from opgate.doctor.qos import QosCheck, judge_qos
-from opgate.gpu.qos import ModeResult, QosMeasurement
+from opgate.gpu.probes.qos import ModeResult, QosMeasurement
 from opgate.results import Outcome
 from opgate_testing import gpu_available
 
@@ -95,7 +95,7 @@ def test_process_plumbing_with_a_stand_in_worker(tmp_path, monkeypatch) -> None:
     driven through a stand-in worker script; the real worker needs a GPU."""
     import sys
 
-    from opgate.gpu import qos
+    from opgate.gpu.probes import qos
 
     script = tmp_path / "worker.py"
     script.write_text(FAKE_WORKER)
@@ -112,7 +112,7 @@ def test_process_plumbing_with_a_stand_in_worker(tmp_path, monkeypatch) -> None:
 
 
 def test_mps_mode_without_the_control_binary(monkeypatch) -> None:
-    from opgate.gpu import qos
+    from opgate.gpu.probes import qos
 
     monkeypatch.setattr(qos, "MPS_CONTROL", "nvidia-cuda-mps-control-not-installed")
     mode, allocated, note = qos._mps_modes([], [], 50, 1024, 10)

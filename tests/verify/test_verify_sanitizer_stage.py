@@ -15,7 +15,7 @@ import pytest
 from conftest import gpu_reason
 from tests_verify_support import DATA, ROOT, SRC
 
-from opgate.gpu.sanitizer import parse_sanitizer_output
+from opgate.gpu.probes.sanitizer import parse_sanitizer_output
 from opgate.verify import runtime
 from opgate.verify.spec import load_spec_file
 

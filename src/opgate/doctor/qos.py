@@ -13,8 +13,8 @@ from typing import Any, ClassVar, Mapping
 from opgate.checks.base import Check, CheckContext
 from opgate.data import load_table
 from opgate.errors import SkipCheck
-from opgate.gpu.qos import QosMeasurement
-from opgate.gpu.stats import percentile
+from opgate.gpu.probes.qos import QosMeasurement
+from opgate.gpu.probes.timing import percentile
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
 SHARING_MODES = ("time_sliced", "priority", "mps")
@@ -110,8 +110,8 @@ class QosCheck(Check):
     timeout_s = 240.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.device import gpu_unavailable_reason
-        from opgate.gpu.qos import measure_qos
+        from opgate.gpu.probes.device import gpu_unavailable_reason
+        from opgate.gpu.probes.qos import measure_qos
 
         reason = gpu_unavailable_reason()
         if reason:

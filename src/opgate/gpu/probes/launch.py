@@ -10,9 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from opgate.gpu import kernels
-from opgate.gpu.device import DeviceInfo, ProbeError, device_info, require_gpu
-from opgate.gpu.stats import Samples
+from opgate.gpu.probes import kernels
+from opgate.gpu.probes.device import DeviceInfo, ProbeError, device_info, require_gpu
+from opgate.gpu.probes.graphs import capture_and_replay
+from opgate.gpu.probes.timing import Samples
 
 
 @dataclass(frozen=True)
@@ -68,30 +69,43 @@ def measure_launch_latency(device: int = 0, kernels_per_run: int = 1000, runs: i
             eager.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / n)
             host.append((t1 - t0) * 1e6 / n)
 
-        t0 = time.perf_counter()
-        with stream:
-            stream.begin_capture()
-            try:
-                for _ in range(n):
-                    tiny((1,), (32,), (counter,))
-            finally:
-                graph = stream.end_capture()
-        capture_ms = (time.perf_counter() - t0) * 1e3
-        graph.upload(stream)
-        graphed = []
-        for run in range(runs + 1):
+        def capture() -> Any:
+            with stream:
+                stream.begin_capture()
+                try:
+                    for _ in range(n):
+                        tiny((1,), (32,), (counter,))
+                finally:
+                    graph = stream.end_capture()
+            return graph
+
+        graphed: list[float] = []
+        uploaded: list[Any] = []
+
+        def timed_replay(graph: Any) -> None:
+            nonlocal launched
+            if not uploaded:  # once, before the warm-up replay, outside the capture time
+                graph.upload(stream)
+                uploaded.append(graph)
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             start.record(stream)
             graph.launch(stream)
             end.record(stream)
             stream.synchronize()
             launched += n
-            if run == 0:
-                continue
             graphed.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / n)
-        count = int(cupy.asnumpy(counter)[0])
-        if count != launched:
-            raise ProbeError(f"the tiny kernel ran {count} times, not the {launched} launched: launches or "
-                             "graph replays were lost")
+
+        def counter_check() -> str:
+            count = int(cupy.asnumpy(counter)[0])
+            return "" if count == launched else (f"the tiny kernel ran {count} times, not the {launched} launched: "
+                                                 "launches or graph replays were lost")
+
+        replayed = capture_and_replay(capture, timed_replay, counter_check, replays=runs + 1)
+        if not replayed.captured:
+            raise ProbeError(f"CUDA graph capture of {n} launches failed: {replayed.error}")
+        if replayed.problem:
+            raise ProbeError(replayed.problem)
+        graphed = graphed[1:]  # the first replay is the warm-up
+        capture_ms = replayed.capture_ms
     return LaunchLatency(info, n, Samples.of(eager), Samples.of(graphed), Samples.of(host), capture_ms,
                          time.perf_counter() - started)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from opgate.measure.graph_capture import classify_capture_error
-from opgate.measure.timing import percentile
+from opgate.gpu.probes.graphs import classify_capture_error
+from opgate.gpu.probes.timing import percentile
 
 
 def test_percentile() -> None:

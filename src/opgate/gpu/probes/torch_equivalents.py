@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from opgate.gpu.device import GpuUnavailable, ProbeError
-from opgate.gpu.stats import Samples
-from opgate.gpu.timing import time_torch_events
+from opgate.gpu.probes.device import GpuUnavailable, ProbeError
+from opgate.gpu.probes.timing import Samples
+from opgate.gpu.probes.timing import time_torch_events
 
 MiB = 1 << 20
 
@@ -140,8 +140,8 @@ def event_timer_step(device: int, fine_readings: int = 200) -> TorchFigure:
     """`torch.cuda.Event(enable_timing=True)` around `torch.cuda._sleep(cycles)`, 0..8000 cycles in 41-cycle steps
     and 0..46000 in 1999-cycle steps (about 0-4 us finely and 0-23 us coarsely on a ~2 GHz GPU, as the opgate
     probe's waits): the smallest gap between distinct timed durations is the step PyTorch's event timing moves in,
-    found as opgate's event probe finds its own (`opgate.gpu.events.timer_step_ns`)."""
-    from opgate.gpu.events import timer_step_ns
+    found as opgate's event probe finds its own (`opgate.gpu.probes.events.timer_step_ns`)."""
+    from opgate.gpu.probes.events import timer_step_ns
 
     torch = _torch_cuda(device)
     stream = torch.cuda.current_stream()

@@ -33,7 +33,7 @@ LAUNCH_METRICS = {
     "static_shared_bytes": "launch__shared_mem_per_block_static",
     "dynamic_shared_bytes": "launch__shared_mem_per_block_dynamic",
 }
-# What `opgate explain`'s diagnosis reads (opgate.gpu.limiter), under ncu's own names; asked for first, dropped
+# What `opgate explain`'s diagnosis reads (opgate.gpu.judge.limiter), under ncu's own names; asked for first, dropped
 # when this ncu rejects one of them.
 LIMITER_STALLS = ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "lg_throttle",
                   "math_pipe_throttle", "tex_throttle", "wait", "not_selected", "selected", "membar",
@@ -118,15 +118,6 @@ DEFAULT_ATTEMPTS: MetricAttempts = (({**METRICS, **LAUNCH_METRICS, **LIMITER_MET
                                     ({**METRICS, **LAUNCH_METRICS}, ["--print-units", "base"]), (METRICS, []))
 
 
-def limiter_profile(kernel: KernelCounters):
-    """The launch as opgate.gpu.limiter reads it (ncu's metric names), for `diagnose`."""
-    from opgate.gpu.limiter import KernelProfile
-
-    names = {**METRICS, **LAUNCH_METRICS, **LIMITER_METRICS}
-    return KernelProfile(kernel.launch_id, kernel.kernel, kernel.block, kernel.grid, kernel.cc,
-                         metrics={names[k]: v for k, v in kernel.values.items() if k in names})
-
-
 def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int = 20,
             attempts: MetricAttempts = DEFAULT_ATTEMPTS) -> tuple[list[KernelCounters], str]:
     """Profile `command`'s launches between cudaProfilerStart and cudaProfilerStop (at most `launch_count`);
@@ -134,7 +125,7 @@ def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int 
     and ncu's stderr tail (stdout too when no counters were read: it holds ncu's errors)."""
     ncu = find_ncu()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(opgate.__file__).resolve().parents[1]), env.get("PYTHONPATH", ""))
                                         if p)
     started = time.monotonic()
     tail = ""

@@ -1,8 +1,8 @@
 """Planted bugs for compute-sanitizer, each with a clean twin; CUDA C compiled with NVRTC through CuPy.
 
-    python -m opgate.gpu.planted CASE bug|clean
+    python3 scripts/gpu/gpu_planted.py CASE bug|clean
 
-runs one program (opgate.gpu.sanitizer runs it under the matching tool). Each bug must be reported by
+runs one program (scripts/gpu/gpu_sanitizer_tool.py runs it under the matching tool). Each bug must be reported by
 its tool and each clean twin must pass the same tool with no error and a verified result:
 
 * oob_write (memcheck): a kernel with no bounds check writes past the end of a cudaMalloc buffer.
@@ -109,7 +109,7 @@ class PlantedCase:
     what: str
     bug_kernel: str
     clean_kernel: str
-    expected_kinds: tuple[str, ...]  # finding kinds (opgate.gpu.sanitizer) that count as catching the bug
+    expected_kinds: tuple[str, ...]  # finding kinds (opgate.gpu.probes.sanitizer) that count as catching the bug
     tool_options: tuple[tuple[str, str], ...] = ()  # (option, value), passed when the sanitizer knows them
 
 
@@ -274,14 +274,14 @@ RUNNERS: dict[str, Callable[[Any, Any, Any, bool], str]] = {
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[1] not in RUNNERS or argv[2] not in ("bug", "clean"):
-        print(f"usage: python -m opgate.gpu.planted {{{','.join(RUNNERS)}}} bug|clean", file=sys.stderr)
+        print(f"usage: gpu_planted.py {{{','.join(RUNNERS)}}} bug|clean", file=sys.stderr)
         return 2
     case, variant = argv[1], argv[2]
     record: dict[str, Any] = {"case": case, "variant": variant}
     try:
         import numpy as np
 
-        from opgate.gpu.device import require_gpu
+        from opgate.gpu.probes.device import require_gpu
 
         cupy = require_gpu()
         record["detail"] = RUNNERS[case](cupy, np, _module(cupy), variant == "bug")

@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from opgate.gpu import kernels
-from opgate.gpu.device import DeviceInfo, ProbeError, device_info, require_gpu
-from opgate.gpu.stats import Samples
+from opgate.gpu.probes import kernels
+from opgate.gpu.probes.device import DeviceInfo, ProbeError, device_info, require_gpu
+from opgate.gpu.probes.timing import Samples
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
-"""Fault recovery trials: out-of-memory (recoverable in-process) and a sticky CUDA error (the process
-must be replaced), driven by a supervisor over worker processes (opgate.gpu.recovery_worker).
+"""Sticky-error recovery trials for GPU sessions (scripts/gpu_check.sh), driven by a supervisor over worker
+processes (scripts/gpu/gpu_recovery_worker.py). Not part of the `opgate` CLI: out-of-memory recovery is
+`opgate verify --stages recovery` (opgate.gpu.probes.oom), and `opgate verify` replaces a worker after a
+sticky error itself (opgate.checks.worker); these trials measure how long that replacement takes.
 
-* OOM: one worker fills the GPU until cudaMalloc fails, tries the computation while full, frees, retries;
-  the same process (same pid) must compute the right answer again, trial after trial.
 * Sticky error: a planted kernel stores to an unmapped address (error 700). The supervisor detects it
   (the worker reports the sticky error and exits, or dies, or stops answering), starts a new worker and
   goes on; the new worker must compute the right answer. Time to recover = from detection to that answer.
 
-    python -m opgate.gpu.recovery [--trials 5] [--oom-trials 3] [--json PATH]
+    PYTHONPATH=src python3 scripts/gpu/gpu_recovery.py [--trials 5] [--json PATH]
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-WORKER_MODULE = "opgate.gpu.recovery_worker"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import opgate  # noqa: E402
+from opgate.reporting.atomic import write_atomically  # noqa: E402
+
+WORKER_SCRIPT = str(Path(__file__).resolve().with_name("gpu_recovery_worker.py"))
 
 
 class WorkerGone(Exception):
@@ -39,9 +44,9 @@ class WorkerProcess:
 
     def __init__(self, command: Sequence[str] | None = None, start_timeout_s: float = 120.0,
                  env: dict[str, str] | None = None) -> None:
-        self.command = list(command or [sys.executable, "-m", WORKER_MODULE])
+        self.command = list(command or [sys.executable, WORKER_SCRIPT])
         child_env = dict(os.environ if env is None else env)
-        package_root = str(Path(__file__).resolve().parents[2])
+        package_root = str(Path(opgate.__file__).resolve().parents[1])
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, child_env.get("PYTHONPATH", "")) if p)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         self._stderr = tempfile.TemporaryFile()
@@ -167,24 +172,10 @@ class StickyTrial:
 
 
 @dataclass(frozen=True)
-class OomTrial:
-    index: int
-    oom_hit: bool
-    allocated_gib: float
-    compute_while_full_failed: bool
-    recovered: bool  # the same process computed the right answer after freeing
-    recover_s: float
-    same_process: bool
-    rel_error_after: float | None
-    note: str = ""
-
-
-@dataclass(frozen=True)
 class RecoveryReport:
     status: str  # passed / failed / skipped
     reason: str
     sticky: tuple[StickyTrial, ...] = ()
-    oom: tuple[OomTrial, ...] = ()
     explanation: str = ""
     duration_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -203,14 +194,11 @@ class RecoveryReport:
             "sticky_success_rate": self._rate(self.sticky),
             "sticky_mean_recover_s": self._mean([t.recover_s for t in self.sticky if t.recovered]),
             "sticky_max_recover_s": max((t.recover_s for t in self.sticky if t.recovered), default=None),
-            "oom_trials": len(self.oom),
-            "oom_success_rate": self._rate(self.oom),
-            "oom_mean_recover_s": self._mean([t.recover_s for t in self.oom if t.recovered]),
         }
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason, "summary": self.summary(),
-                "sticky": [t.__dict__ for t in self.sticky], "oom": [t.__dict__ for t in self.oom],
+                "sticky": [t.__dict__ for t in self.sticky],
                 "explanation": self.explanation, "duration_s": round(self.duration_s, 2), **self.extra}
 
 
@@ -268,82 +256,47 @@ def run_sticky_trials(trials: int, worker_command: Sequence[str] | None = None,
     return results
 
 
-def run_oom_trials(trials: int, worker_command: Sequence[str] | None = None,
-                   timeout_s: float = 240.0) -> list[OomTrial]:
-    """Drive one worker into out-of-memory `trials` times; it must recover in-process every time."""
-    worker = WorkerProcess(worker_command)
-    results: list[OomTrial] = []
-    try:
-        for index in range(trials):
-            response = worker.request({"op": "oom", "seed": index + 10}, timeout_s=timeout_s)
-            retry = response.get("retry") or {}
-            while_full = response.get("compute_while_full") or {}
-            note = ""
-            if not response.get("oom_hit"):
-                note = "cudaMalloc never failed: the GPU could not be filled"
-            elif not while_full.get("oom"):
-                note = "the computation did not fail while the GPU was full"
-            results.append(OomTrial(
-                index, bool(response.get("oom_hit")), float(response.get("allocated_gib") or 0.0),
-                bool(while_full.get("oom")), bool(response.get("ok")), float(response.get("recover_s") or 0.0),
-                response.get("pid") == worker.pid, retry.get("rel_error"), note))
-    finally:
-        worker.close()
-    return results
-
-
-def run_recovery(trials: int = 5, oom_trials: int = 3) -> RecoveryReport:
-    from opgate.gpu.cuda_errors import explain_cuda_error
-    from opgate.gpu.device import gpu_unavailable_reason
+def run_recovery(trials: int = 5) -> RecoveryReport:
+    from opgate.gpu.judge.cuda_errors import explain_cuda_error
+    from opgate.gpu.probes.device import gpu_unavailable_reason
 
     started = time.perf_counter()
     reason = gpu_unavailable_reason()
     if reason:
         return RecoveryReport("skipped", reason)
     try:
-        oom = run_oom_trials(oom_trials) if oom_trials else []
         sticky = run_sticky_trials(trials) if trials else []
     except WorkerGone as exc:
         return RecoveryReport("failed", f"the recovery trials could not run: {exc}",
                               duration_s=time.perf_counter() - started)
     codes = {t.cuda_error for t in sticky if t.cuda_error is not None}
     explanation = " ".join(info.one_line() for code in sorted(codes) if (info := explain_cuda_error(code)))
-    ok = all(t.recovered for t in sticky) and all(t.recovered and t.same_process for t in oom)
-    report = RecoveryReport("passed" if ok else "failed", "", tuple(sticky), tuple(oom), explanation,
+    ok = all(t.recovered for t in sticky)
+    report = RecoveryReport("passed" if ok else "failed", "", tuple(sticky), explanation,
                             time.perf_counter() - started)
     s = report.summary()
     parts = []
     if sticky:
         parts.append(f"sticky error: {sum(t.recovered for t in sticky)}/{len(sticky)} recovered by restarting the "
                      f"worker, mean {s['sticky_mean_recover_s'] or 0:.2f} s to a verified answer")
-    if oom:
-        parts.append(f"out of memory: {sum(t.recovered for t in oom)}/{len(oom)} recovered in the same process, "
-                     f"mean {s['oom_mean_recover_s'] or 0:.2f} s")
-    return RecoveryReport(report.status, "; ".join(parts), report.sticky, report.oom, explanation, report.duration_s)
+    return RecoveryReport(report.status, "; ".join(parts), report.sticky, explanation, report.duration_s)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from opgate.gpu.sanitizer import exit_on_sigterm
+    from gpu_sanitizer_tool import exit_on_sigterm
 
     exit_on_sigterm()  # so the trials' finally blocks kill their worker processes
-    parser = argparse.ArgumentParser(prog="python -m opgate.gpu.recovery",
-                                     description="Fault-recovery trials: out of memory and a sticky CUDA error.")
+    parser = argparse.ArgumentParser(prog="scripts/gpu/gpu_recovery.py",
+                                     description="Sticky CUDA error recovery trials.")
     parser.add_argument("--trials", type=int, default=5, help="sticky-error trials (default 5)")
-    parser.add_argument("--oom-trials", type=int, default=3, help="out-of-memory trials (default 3)")
     parser.add_argument("--json", help="write the report here")
     ns = parser.parse_args(argv)
-    if ns.trials < 0 or ns.oom_trials < 0:
-        parser.error("trial counts must be >= 0")
-    report = run_recovery(ns.trials, ns.oom_trials)
+    if ns.trials < 0:
+        parser.error("--trials must be >= 0")
+    report = run_recovery(ns.trials)
     if ns.json:
-        target = Path(ns.json)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(json.dumps(report.to_dict(), indent=2))
-        os.replace(tmp, target)
-    for trial in report.oom:
-        print(f"oom    #{trial.index}: oom_hit={trial.oom_hit} filled={trial.allocated_gib:.1f} GiB "
-              f"recovered={trial.recovered} same_process={trial.same_process} in {trial.recover_s:.2f} s {trial.note}")
+        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(Path(ns.json), json.dumps(report.to_dict(), indent=2))
     for trial in report.sticky:
         print(f"sticky #{trial.index}: error {trial.cuda_error} ({trial.cuda_error_name}) {trial.detected_by}, "
               f"old worker exit {trial.old_worker_exit}, recovered={trial.recovered} in {trial.recover_s:.2f} s "

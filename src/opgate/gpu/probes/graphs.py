@@ -1,4 +1,11 @@
-"""Can an implementation be captured in a CUDA graph? If so, does the replay match eager and how much
+"""The one home of CUDA graph capture: capture work, replay it, check the replay did what eager work does.
+
+`capture_and_replay` is that sequence, with the library's calls passed in; it serves all three users:
+`graph_smoke_test` (cuda-bindings: a memset and a copy; doctor.runtime_features), the launch probe
+(CuPy: N tiny kernels whose counter proves every launch ran; opgate.gpu.probes.launch) and
+`check_graph_capture` (torch: a user's implementation, replay compared with eager; verify's runtime stage).
+
+Can an implementation be captured in a CUDA graph? If so, does the replay match eager and how much
 launch overhead does it save; if not, why, in the user's terms, and what to do about it.
 
 The cause is found two ways: a dry run under PyTorch's sync-debug mode names every synchronizing call
@@ -9,10 +16,92 @@ error itself (cudaErrorStreamCaptureUnsupported and friends) is classified from 
 from __future__ import annotations
 
 import linecache
+import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+Graph = TypeVar("Graph")
+
+
+@dataclass(frozen=True)
+class GraphReplay(Generic[Graph]):
+    """What capturing work into a CUDA graph and replaying it showed."""
+
+    graph: Graph | None  # the captured graph (None when capture failed), for the caller to time or free
+    capture_ms: float  # host time of the capture call
+    replays: int
+    problem: str = ""  # '' when the replays did what the eager work does; else what went wrong
+    error: str = ""  # the capture error's first line, when capture failed
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def capture_and_replay(capture: Callable[[], Graph], replay: Callable[[Graph], None], check: Callable[[], str],
+                       replays: int = 1) -> GraphReplay[Graph]:
+    """`capture()` the work into a graph (an exception there is the finding: `error`), `replay(graph)`
+    `replays` times, then `check()` what the replays left behind ('' when right, else the problem)."""
+    started = time.perf_counter()
+    try:
+        graph = capture()
+    except Exception as exc:  # the capture error is the finding
+        return GraphReplay(None, (time.perf_counter() - started) * 1e3, 0, error=_first_line(exc))
+    capture_ms = (time.perf_counter() - started) * 1e3
+    for _ in range(replays):
+        replay(graph)
+    return GraphReplay(graph, capture_ms, replays, problem=check())
+
+
+def graph_smoke_test(rt: Any, n_bytes: int = 1 << 20) -> str:
+    """cuda-bindings: capture a memset and a copy into a graph, instantiate, replay twice, check the bytes.
+    The detail line on success; CudaCallError naming the failing call or the wrong bytes otherwise."""
+    import ctypes
+
+    from opgate.gpu.probes.device import CudaCallError
+    from opgate.gpu.probes.device import cuda_result as ok
+
+    stream = ok(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+    src = ok(rt.cudaMalloc(n_bytes))
+    dst = ok(rt.cudaMalloc(n_bytes))
+    made: list[Any] = []  # [graph, exec_graph] as far as they were made
+
+    def capture() -> Any:
+        ok(rt.cudaStreamBeginCapture(stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        ok(rt.cudaMemsetAsync(src, 0x5A, n_bytes, stream))
+        ok(rt.cudaMemcpyAsync(dst, src, n_bytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream))
+        made.append(ok(rt.cudaStreamEndCapture(stream)))
+        made.append(ok(rt.cudaGraphInstantiate(made[0], 0)))
+        return made[1]
+
+    def check() -> str:
+        ok(rt.cudaStreamSynchronize(stream))
+        host = (ctypes.c_ubyte * n_bytes)()
+        ok(rt.cudaMemcpy(ctypes.addressof(host), dst, n_bytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost))
+        wrong = sum(1 for b in bytes(host) if b != 0x5A)
+        return f"graph replay wrote {wrong} wrong bytes of {n_bytes}" if wrong else ""
+
+    try:
+        replayed = capture_and_replay(capture, lambda graph: ok(rt.cudaGraphLaunch(graph, stream)), check, replays=2)
+        if not replayed.captured:
+            raise CudaCallError(replayed.error)
+        if replayed.problem:
+            raise CudaCallError(replayed.problem)
+        return f"captured 2 nodes, replayed twice, {n_bytes} bytes verified"
+    finally:
+        if len(made) > 1:
+            rt.cudaGraphExecDestroy(made[1])
+        if made:
+            rt.cudaGraphDestroy(made[0])
+        rt.cudaFree(src)
+        rt.cudaFree(dst)
+        rt.cudaStreamDestroy(stream)
 
 # (pattern in the error text, cause, remedy), most specific first.
 CAPTURE_FAILURES: tuple[tuple[str, str, str], ...] = (
@@ -165,35 +254,46 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     sync_points = find_sync_points(fn, static)
 
     graph = torch.cuda.CUDAGraph()
-    try:
+    outputs: list[Any] = []
+    diff: dict[str, Any] = {}
+    fresh = fresh_args if fresh_args is not None else args
+
+    def capture() -> Any:
         with torch.cuda.graph(graph):
-            static_out = fn(*static)
-    except Exception as exc:  # the capture error is the finding
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        cause, remedy = classify_capture_error(message, sync_points)
+            outputs.append(fn(*static))
+        return graph
+
+    def replay(captured: Any) -> None:
+        for buffer, value in zip(static, fresh):
+            if torch.is_tensor(buffer):
+                buffer.copy_(value)
+        captured.replay()
+        torch.cuda.synchronize()
+
+    def check() -> str:
+        expected = fn(*[a.clone() if torch.is_tensor(a) else a for a in fresh])
+        torch.cuda.synchronize()
+        got_tensors, want_tensors = _as_tensors(outputs[0]), _as_tensors(expected)
+        diffs = [float((g.double() - w.double()).abs().max()) if g.numel() else 0.0
+                 for g, w in zip(got_tensors, want_tensors)]
+        same = len(got_tensors) == len(want_tensors) and all(
+            g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) for g, w in zip(got_tensors, want_tensors))
+        diff["max"] = max(diffs) if diffs else 0.0
+        scale = max((float(w.double().abs().max()) for w in want_tensors if w.numel()), default=1.0)
+        # Replays run the same kernels on the same data: only atomics-order rounding may differ.
+        matches = same and diff["max"] <= 1e-6 * max(scale, 1e-30)
+        return "" if matches else f"the replay differs from eager by up to {diff['max']:.3g}"
+
+    replayed = capture_and_replay(capture, replay, check)
+    if not replayed.captured:
+        cause, remedy = classify_capture_error(replayed.error, sync_points)
         try:
             torch.cuda.synchronize()
         except Exception:
             pass
-        return GraphCaptureReport(False, cause=cause, remedy=remedy, error=message, sync_points=sync_points)
-
-    fresh = fresh_args if fresh_args is not None else args
-    for buffer, value in zip(static, fresh):
-        if torch.is_tensor(buffer):
-            buffer.copy_(value)
-    graph.replay()
-    torch.cuda.synchronize()
-    expected = fn(*[a.clone() if torch.is_tensor(a) else a for a in fresh])
-    torch.cuda.synchronize()
-    got_tensors, want_tensors = _as_tensors(static_out), _as_tensors(expected)
-    diffs = [float((g.double() - w.double()).abs().max()) if g.numel() else 0.0
-             for g, w in zip(got_tensors, want_tensors)]
-    same = len(got_tensors) == len(want_tensors) and all(
-        g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) for g, w in zip(got_tensors, want_tensors))
-    max_diff = max(diffs) if diffs else 0.0
-    scale = max((float(w.double().abs().max()) for w in want_tensors if w.numel()), default=1.0)
-    # Replays run the same kernels on the same data: only atomics-order rounding may differ.
-    matches = same and max_diff <= 1e-6 * max(scale, 1e-30)
+        return GraphCaptureReport(False, cause=cause, remedy=remedy, error=replayed.error, sync_points=sync_points)
+    max_diff = diff["max"]
+    matches = not replayed.problem
     eager_us = _median_us(lambda: fn(*static), calls_for_timing)
     graph_us = _median_us(graph.replay, calls_for_timing)
     return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from opgate.gpu.bandwidth import MiB
-from opgate.gpu import kernels
-from opgate.gpu.device import ProbeError, require_gpu
-from opgate.gpu.stats import Samples, bandwidth_gbs
-from opgate.gpu.timing import time_on_stream
+from opgate.gpu.probes.bandwidth import MiB
+from opgate.gpu.probes import kernels
+from opgate.gpu.probes.device import ProbeError, require_gpu
+from opgate.gpu.probes.timing import Samples, bandwidth_gbs
+from opgate.gpu.probes.timing import time_on_stream
 
 PEER_ACCESS_ALREADY_ENABLED = 704  # cudaErrorPeerAccessAlreadyEnabled (data/cuda_errors.toml)
 

@@ -2,7 +2,7 @@
 
 A bandwidth figure below its reference is only actionable with this beside it: a memory clock under its
 maximum, a thermal or power slowdown, or none of these (then the memory itself, or the probe, is slower).
-NVML is polled while the probe runs (opgate.gpu.polling); these are the extremes seen in the probe's window.
+NVML is polled while the probe runs (opgate.gpu.probes.polling); these are the extremes seen in the probe's window.
 Reasons are decoded from pynvml's own `nvmlClocksEventReason*` constants, so no bit value is copied here.
 """
 
@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from opgate.gpu.polling import Poller
+from opgate.gpu.probes.polling import Poller
 
 # Clock-event reasons that mean the GPU was held back; the others (GpuIdle, ApplicationsClocksSetting, ...)
 # describe a setting or an idle moment between kernels, not a slowdown.
@@ -106,7 +106,7 @@ class ClockSampler:
         self._handle: Any = None
 
     def __enter__(self) -> ClockSampler:
-        from opgate.gpu.device import nvml, nvml_handle_for
+        from opgate.gpu.probes.device import nvml, nvml_handle_for
 
         try:
             self._pynvml = self._nvml_session.enter_context(nvml())

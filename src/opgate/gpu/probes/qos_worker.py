@@ -1,4 +1,4 @@
-"""Child process of the QoS probe: `python -m opgate.gpu.qos_worker MODE [options]`, one JSON line on stdout.
+"""Child process of the QoS probe: `python -m opgate.gpu.probes.qos_worker MODE [options]`, one JSON line on stdout.
 
 Modes:
   probe     time `samples` launches of the probe kernel (submit to completion, seen from the host), alone on
@@ -25,8 +25,8 @@ HOG_THREADS = 512
 
 
 def _setup(device: int) -> tuple[Any, Any]:
-    from opgate.gpu import kernels
-    from opgate.gpu.device import import_cupy
+    from opgate.gpu.probes import kernels
+    from opgate.gpu.probes.device import import_cupy
 
     cupy = import_cupy()
     cupy.cuda.Device(device).use()
@@ -93,7 +93,7 @@ def run_hog(args: argparse.Namespace) -> dict[str, Any]:
 def run_priority(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
-    from opgate.gpu.priority import stream_priority_range
+    from opgate.gpu.probes.priority import stream_priority_range
 
     cupy, kernels = _setup(args.device)
     least, greatest, _ = stream_priority_range(cupy)
@@ -141,7 +141,7 @@ def run_alloc(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="opgate.gpu.qos_worker")
+    parser = argparse.ArgumentParser(prog="opgate.gpu.probes.qos_worker")
     parser.add_argument("mode", choices=["probe", "hog", "priority", "alloc"])
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--samples", type=int, default=300)

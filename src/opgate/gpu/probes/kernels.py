@@ -278,7 +278,7 @@ def copy_kernel_name(unroll: int, kind: str) -> str:
 def probe_module(device_id: int) -> Any:
     """The RawModule for one device (one module object per device, so a kernel handle is never used in
     another device's context; NVRTC's output is cached on disk by CuPy, so later devices load it)."""
-    from opgate.gpu.device import require_gpu
+    from opgate.gpu.probes.device import require_gpu
 
     cupy = require_gpu()
     with cupy.cuda.Device(device_id):
@@ -287,7 +287,7 @@ def probe_module(device_id: int) -> Any:
 
 def kernel(name: str) -> Any:
     """The kernel `name` for the current device."""
-    from opgate.gpu.device import require_gpu
+    from opgate.gpu.probes.device import require_gpu
 
     cupy = require_gpu()
     device_id = cupy.cuda.Device().id

@@ -1,7 +1,7 @@
 """Pure judgement of pinned host copies: against the ceiling the link's packet size leaves, when known.
 
 A one-way copy can carry at most max_payload / (max_payload + TLP overhead) of the encoded link rate as data
-(`opgate.gpu.pcie.payload_ceiling_fraction`); at the 256-byte payloads of most hosts that is ~91% of PCIe
+(`opgate.gpu.probes.pcie.payload_ceiling_fraction`); at the 256-byte payloads of most hosts that is ~91% of PCIe
 generation x width, so a goal of 90% of the raw rate is unreachable (issue 16: every method measured 87-88%
 on the H200). The verdict uses that ceiling when the link's max payload is readable, and falls back to the raw
 rate (issue 6's band) when it is not; the raw figure is always shown beside.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opgate.gpu.judge import judge
-from opgate.gpu.references import Band
+from opgate.gpu.judge.bands import judge
+from opgate.gpu.judge.references import Band
 from opgate.results import Outcome
 
 BASIS_PAYLOAD = "payload ceiling"

@@ -1,7 +1,8 @@
 """Is there a GPU opgate can measure, and what is it? CuPy and NVML are imported here, lazily.
 
-`gpu_unavailable_reason()` is the one gate every GPU probe, check and test goes through: None when a
-CUDA device is usable from CuPy, else the reason in the user's terms ("no NVIDIA driver: ...").
+`gpu_unavailable_reason()` / `gpu_available()` is the one gate every GPU probe, check, policy and test goes
+through: None when a CUDA device is usable from CuPy, else the reason in the user's terms ("no NVIDIA
+driver: ..."). NVML is opened only through `opgate.probes.nvml`.
 """
 
 from __future__ import annotations
@@ -21,26 +22,31 @@ class ProbeError(Exception):
     platform problem, reported as an `error` result with this message."""
 
 
+class CudaCallError(Exception):
+    """A CUDA runtime call through cuda-bindings returned an error; the message names it."""
+
+
+def cuda_result(result: Any) -> Any:
+    """cuda-bindings returns (err, *values); the values, or CudaCallError naming err when it is not success."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise CudaCallError(f"{getattr(err, 'name', err)} ({int(err)})")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
 def _nvml_reason() -> str | None:
+    """None when NVML sees at least one NVIDIA GPU; else why not (no driver, driver not loaded, no device)."""
+    from opgate.probes.nvml import NvmlUnavailable, nvml_session, query
+
     try:
-        import pynvml
-    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency of opgate
-        return f"nvidia-ml-py is not installed ({exc})"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        return "no NVIDIA driver: libnvidia-ml.so.1 was not found"
-    except pynvml.NVMLError_DriverNotLoaded:
-        return "the NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded)"
-    except pynvml.NVMLError as exc:
-        return f"NVML could not start: {exc}"
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-    except pynvml.NVMLError as exc:
-        return f"NVML could not count GPUs: {exc}"
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+        with nvml_session() as pynvml:
+            count = query(pynvml.nvmlDeviceGetCount)
+    except NvmlUnavailable as exc:
+        return str(exc)
+    if not isinstance(count, int):
+        return f"NVML could not count GPUs: {count.reason}"
     if count == 0:
         return "no NVIDIA GPU: NVML reports 0 devices"
     return None
@@ -59,11 +65,12 @@ def import_cupy() -> Any:
     return cupy
 
 
-@functools.lru_cache(maxsize=1)
-def gpu_unavailable_reason() -> str | None:
-    """None when CuPy can use at least one CUDA device here; else why not."""
+@functools.lru_cache(maxsize=2)
+def gpu_unavailable_reason(*, runtime: bool = True) -> str | None:
+    """The one "is there a GPU" gate: None when CuPy can use at least one CUDA device here, else why not.
+    `runtime=False` asks NVML only (cheap, no CUDA context in the calling process: the CLI's parent)."""
     reason = _nvml_reason()
-    if reason:
+    if reason or not runtime:
         return reason
     try:
         cupy = import_cupy()
@@ -76,6 +83,10 @@ def gpu_unavailable_reason() -> str | None:
     if count == 0:
         return "CUDA reports 0 devices (check CUDA_VISIBLE_DEVICES)"
     return None
+
+
+def gpu_available(*, runtime: bool = True) -> bool:
+    return gpu_unavailable_reason(runtime=runtime) is None
 
 
 def require_gpu() -> Any:

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from opgate.gpu import kernels
-from opgate.gpu.clocks import ClockSampler, ClockWindow
-from opgate.gpu.device import DeviceInfo, GpuUnavailable, ProbeError, device_info, require_gpu
-from opgate.gpu.stats import Samples, bandwidth_tbs
-from opgate.gpu.timing import time_interleaved, time_on_stream
+from opgate.gpu.probes import kernels
+from opgate.gpu.probes.clocks import ClockSampler, ClockWindow
+from opgate.gpu.probes.device import DeviceInfo, GpuUnavailable, ProbeError, device_info, require_gpu
+from opgate.gpu.probes.timing import Samples, bandwidth_tbs
+from opgate.gpu.probes.timing import time_interleaved, time_on_stream
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -175,10 +175,10 @@ def _verify_copy(cupy: Any, buffer: Any, half: int) -> None:
 
 
 def _torch_copy(device_index: int, nbytes: int, reps: int) -> tuple[TimedFigure | None, str]:
-    """PyTorch's plain equivalent, `dst.copy_(src)` (opgate.gpu.torch_equivalents), or why it was not measured.
+    """PyTorch's plain equivalent, `dst.copy_(src)` (opgate.gpu.probes.torch_equivalents), or why it was not measured.
     A copy that delivered wrong bytes raises ProbeError."""
     try:
-        from opgate.gpu.torch_equivalents import device_copy
+        from opgate.gpu.probes.torch_equivalents import device_copy
 
         figure = device_copy(device_index, nbytes, reps)
     except ImportError as exc:

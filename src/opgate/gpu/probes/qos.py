@@ -4,7 +4,7 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; and whether CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 
 
 MPS runs only through a private control daemon started here (own CUDA_MPS_PIPE_DIRECTORY and
 CUDA_MPS_LOG_DIRECTORY under a temp dir) and stopped with `quit` afterwards; no compute mode or other card setting
-is touched. Each mode runs in child processes (opgate.gpu.qos_worker) so every context is fresh.
+is touched. Each mode runs in child processes (opgate.gpu.probes.qos_worker) so every context is fresh.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _worker(mode: str, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "opgate.gpu.qos_worker", mode, *args]
+    return [sys.executable, "-m", "opgate.gpu.probes.qos_worker", mode, *args]
 
 
 def _last_json(text: str) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def mps_control(env: dict[str, str], command: str, timeout_s: float = 15.0) -> s
 
 def _mps_modes(common: list[str], hog_args: list[str], neighbour_percent: int, pinned_limit_mb: int,
                timeout_s: float) -> tuple[ModeResult, int | None, str]:
-    from opgate.doctor.mig_mps import MPS_PROCESS_NAMES, find_processes
+    from opgate.probes.processes import MPS_PROCESS_NAMES, find_processes
 
     if shutil.which(MPS_CONTROL) is None:
         return ModeResult("mps", unavailable=f"{MPS_CONTROL} is not on PATH"), None, "MPS not available"
@@ -198,7 +198,7 @@ def measure_qos(device: int = 0, samples: int = 300, probe_us: float = 50.0, nei
                 budget_s: float = 150.0) -> QosMeasurement:
     """Every mode in turn; a mode that would start with less than MODE_MIN_S of `budget_s` left is reported as not
     measured, so the whole probe (and the MPS daemon's stop) stays inside the caller's time limit."""
-    from opgate.gpu.device import device_info, require_gpu
+    from opgate.gpu.probes.device import device_info, require_gpu
 
     started = time.perf_counter()
     require_gpu()

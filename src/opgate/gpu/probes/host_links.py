@@ -9,18 +9,20 @@ so the figure read at rest is not the one the copies used.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from opgate.gpu.bandwidth import MiB, TimedFigure
-from opgate.gpu.device import DeviceInfo, ProbeError, device_info, nvml_handle_for, require_gpu
-from opgate.gpu.pcie import UnknownPcieGeneration, payload_ceiling_fraction, pcie_theoretical_gbs
-from opgate.gpu.pcie_config import ExpressFacts, PcieConfigError, read_express_facts
-from opgate.gpu.polling import Poller
-from opgate.gpu.stats import Samples, bandwidth_gbs
-from opgate.gpu.timing import time_host_ms, time_on_stream
+from opgate.gpu.probes.bandwidth import MiB, TimedFigure
+from opgate.gpu.probes.device import (DeviceInfo, GpuUnavailable, ProbeError, device_info, nvml, nvml_handle_for,
+                                      require_gpu)
+from opgate.gpu.probes.pcie import UnknownPcieGeneration, payload_ceiling_fraction, pcie_theoretical_gbs
+from opgate.gpu.probes.pcie_config import ExpressFacts, PcieConfigError, read_express_facts
+from opgate.gpu.probes.polling import Poller
+from opgate.gpu.probes.timing import Samples, bandwidth_gbs
+from opgate.gpu.probes.timing import time_host_ms, time_on_stream
 
 DEFAULT_TRANSFER_BYTES = 256 * MiB
 
@@ -173,18 +175,16 @@ def _pinned(cupy: Any, nbytes: int) -> tuple[int, Any]:
     return ptr, view
 
 
-def _open_link(info: DeviceInfo) -> tuple[Any, Any, PcieLink | None, str]:
-    """(pynvml initialised, handle, link facts at rest) or the reason NVML cannot tell."""
+def _open_link(info: DeviceInfo, session: contextlib.ExitStack) -> tuple[Any, Any, PcieLink | None, str]:
+    """(pynvml, initialised until `session` closes; handle; link facts at rest) or the reason NVML cannot tell."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:
-        return None, None, None, f"NVML could not start: {exc}"
+        pynvml = session.enter_context(nvml())
+    except GpuUnavailable as exc:
+        return None, None, None, str(exc)
     try:
         handle = nvml_handle_for(pynvml, info.pci_bus_id)
     except Exception as exc:
-        pynvml.nvmlShutdown()
+        session.close()
         return None, None, None, str(exc)
     link = PcieLink(
         max_generation=_nvml_int(pynvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
@@ -208,7 +208,8 @@ def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_B
     info = device_info(device)
     runtime = cupy.cuda.runtime
     n = transfer_bytes
-    pynvml, handle, link, link_error = _open_link(info)
+    nvml_open = contextlib.ExitStack()
+    pynvml, handle, link, link_error = _open_link(info, nvml_open)
     sampler: _LinkSampler | None = None
     host_ptrs: list[int] = []
     try:
@@ -269,8 +270,7 @@ def measure_host_links(device: int = 0, transfer_bytes: int = DEFAULT_TRANSFER_B
             sampler.poller.stop()
         for ptr in host_ptrs:
             cupy.cuda.runtime.freeHost(ptr)
-        if pynvml is not None:
-            pynvml.nvmlShutdown()
+        nvml_open.close()
     if link is not None and sampler is not None:
         link = replace(link, under_load_generation=sampler.generation, under_load_width=sampler.width,
                        samples=sampler.samples, note=sampler.error)

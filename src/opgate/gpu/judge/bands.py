@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from opgate.gpu.references import Band
+from opgate.gpu.judge.references import Band
 from opgate.results import Outcome, Threshold
 
 

@@ -1,9 +1,7 @@
-"""The worker process the recovery supervisor (opgate.gpu.recovery) drives: one JSON request per stdin
+"""The worker process the recovery supervisor (scripts/gpu/gpu_recovery.py) drives: one JSON request per stdin
 line, one JSON response per stdout line.
 
     {"op": "compute", "seed": 3}   a*x + y on the GPU (opgate_saxpy), checked against float64 on the host
-    {"op": "oom", "seed": 3}       fill the GPU with cudaMalloc until out of memory, try the computation
-                                   while full, free everything, retry it: the same process must still be right
     {"op": "poison"}               a planted kernel stores to an unmapped address (error 700); the worker
                                    reports whether the context is now unusable, then exits (code 17) if so
     {"op": "exit"}
@@ -23,38 +21,32 @@ from typing import Any
 STICKY_EXIT_CODE = 17
 UNAVAILABLE_EXIT_CODE = 4
 UNMAPPED_ADDRESS = 0x10  # the bottom page of the GPU's virtual address space is never mapped
-MiB = 1 << 20
 
 
 def _cuda_code(exc: BaseException) -> int | None:
     status = getattr(exc, "status", None)
     if isinstance(status, int):
         return status
-    from opgate.gpu.cuda_errors import cuda_error_code_in
+    from opgate.gpu.judge.cuda_errors import cuda_error_code_in
 
     return cuda_error_code_in(str(exc))
 
 
-def _is_oom(exc: BaseException) -> bool:
-    return type(exc).__name__ == "OutOfMemoryError" or _cuda_code(exc) == 2
-
-
 def _error(exc: BaseException) -> dict[str, Any]:
-    from opgate.gpu.cuda_errors import explain_cuda_error
+    from opgate.gpu.judge.cuda_errors import explain_cuda_error
 
     code = _cuda_code(exc)
     info = explain_cuda_error(code) if code is not None else None
     return {"error": f"{type(exc).__name__}: {exc}", "cuda_error": code,
-            "cuda_error_name": info.name if info else None, "sticky": bool(info and info.sticky),
-            "oom": _is_oom(exc)}
+            "cuda_error_name": info.name if info else None, "sticky": bool(info and info.sticky)}
 
 
 class Worker:
     def __init__(self) -> None:
         import numpy as np
 
-        from opgate.gpu import kernels
-        from opgate.gpu.device import device_info, require_gpu
+        from opgate.gpu.probes import kernels
+        from opgate.gpu.probes.device import device_info, require_gpu
 
         self.np = np
         self.cupy = require_gpu()
@@ -85,46 +77,6 @@ class Worker:
         correct = finite and rel < 1e-6
         return {"ok": correct, "correct": correct, "all_written": finite, "rel_error": rel, "n": n,
                 "seconds": time.perf_counter() - started}
-
-    def oom(self, seed: int) -> dict[str, Any]:
-        cupy = self.cupy
-        rt = cupy.cuda.runtime
-        pool = cupy.get_default_memory_pool()
-        pool.free_all_blocks()
-        free, total = rt.memGetInfo()
-        chunk = max(256 * MiB, (total // 64) // (2 * MiB) * (2 * MiB))
-        held: list[int] = []
-        allocated = 0
-        oom_error: dict[str, Any] | None = None
-        started = time.perf_counter()
-        deadline = started + 90.0
-        try:
-            while chunk >= 2 * MiB and time.perf_counter() < deadline:
-                try:
-                    held.append(rt.malloc(chunk))
-                    allocated += chunk
-                except Exception as exc:
-                    if not _is_oom(exc):
-                        raise
-                    oom_error = oom_error or _error(exc)
-                    chunk //= 2  # keep filling with smaller pieces until not even 2 MiB fits
-            full_s = time.perf_counter() - started
-            while_full = self.compute(seed)  # the caller's computation, attempted with the GPU full
-        finally:
-            hit_oom_at = time.perf_counter()
-            for ptr in held:
-                rt.free(ptr)
-            pool.free_all_blocks()
-        retry = self.compute(seed)
-        recovered_at = time.perf_counter()
-        return {
-            "ok": bool(oom_error is not None and retry.get("correct")),
-            "oom_hit": oom_error is not None, "oom_error": oom_error,
-            "allocated_gib": allocated / (1 << 30), "total_gib": total / (1 << 30), "free_before_gib": free / (1 << 30),
-            "fill_s": full_s,
-            "compute_while_full": {k: while_full.get(k) for k in ("ok", "error", "oom", "cuda_error")},
-            "retry": retry, "recover_s": recovered_at - hit_oom_at, "pid": os.getpid(),
-        }
 
     def poison(self) -> dict[str, Any]:
         np, cupy = self.np, self.cupy
@@ -161,8 +113,6 @@ def main() -> int:
             op = request.get("op")
             if op == "compute":
                 response = worker.compute(int(request.get("seed", 0)), int(request.get("n", 1 << 22)))
-            elif op == "oom":
-                response = worker.oom(int(request.get("seed", 0)))
             elif op == "poison":
                 response = worker.poison()
                 _say({"op": op, **response})

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.errors import InputError
-from opgate.gpu.ncu import UNIT_SCALE, find_ncu, NcuNotFound
+from opgate.gpu.probes.ncu import LAUNCH_METRICS, LIMITER_METRICS, METRICS, UNIT_SCALE, KernelCounters, NcuNotFound, find_ncu
 
 # -- thresholds (opgate's policy, not vendor figures) -------------------------------------------------------
 # A stall reason "dominates" at this share of the warp cycles between issued instructions.
@@ -136,6 +136,13 @@ class KernelProfile:
     def total(self, names: Sequence[str]) -> float | None:
         values = [self.metrics[n] for n in names if n in self.metrics]
         return sum(values) if values else None
+
+
+def limiter_profile(kernel: KernelCounters) -> KernelProfile:
+    """A launch counted by `opgate.gpu.probes.ncu.run_ncu`, as `diagnose` reads it (ncu's metric names)."""
+    names = {**METRICS, **LAUNCH_METRICS, **LIMITER_METRICS}
+    return KernelProfile(kernel.launch_id, kernel.kernel, kernel.block, kernel.grid, kernel.cc,
+                         metrics={names[k]: v for k, v in kernel.values.items() if k in names})
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -388,7 +395,7 @@ def ceilings_for(gpu_name: str | None) -> Ceilings:
     datasheet HBM figure; peaks from the GPU catalogue. `gpu_name` as CUDA names it ("NVIDIA H200")."""
     if not gpu_name:
         return Ceilings()
-    from opgate.gpu.ceilings import load_ceilings
+    from opgate.gpu.judge.ceilings import load_ceilings
     from opgate.gpus import lookup_gpu
 
     try:
