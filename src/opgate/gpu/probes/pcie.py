@@ -55,13 +55,6 @@ def pcie_theoretical_gbs(generation: int, width: int) -> float:
     return table[generation].lane_gbs() * width
 
 
-def pcie_generation(generation: int) -> PcieGeneration:
-    table = pcie_generations()
-    if generation not in table:
-        raise UnknownPcieGeneration(f"PCIe generation {generation} is not in data/pcie_link_rates.toml")
-    return table[generation]
-
-
 def tlp_overhead_bytes(generation: int, direction: str) -> int | None:
     """Bytes per TLP besides its payload (data/pcie_packet_overhead.toml): `direction` "D2H" (memory writes
     from the GPU) or "H2D" (completions carrying host data to the GPU). None for a generation without a row."""
