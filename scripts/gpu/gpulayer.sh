@@ -16,19 +16,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 WORK="$(mktemp -d /tmp/opgate-gpulayer.XXXXXX)"
-declare -A STATUS
-ORDER=()
-
-step() {  # step NAME TIMEOUT_S COMMAND...
-  local name="$1" limit="$2"; shift 2
-  ORDER+=("$name")
-  echo "===== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" >> "$LOG"
-  local started=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  STATUS[$name]="rc=$rc $((SECONDS - started))s"
-  echo "===== $name done: rc=$rc in $((SECONDS - started))s" >> "$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 step host 10 bash -c 'date -u; git log --oneline -1 2>/dev/null; nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv'
 step doctor_standard 40 "$PY" -m opgate doctor --level standard --json "$WORK/doctor_standard.json"
