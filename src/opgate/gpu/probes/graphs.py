@@ -22,6 +22,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
+from opgate.gpu.probes.timing import time_torch_batches
+
 Graph = TypeVar("Graph")
 
 
@@ -211,23 +213,6 @@ def _explicit_synchronize_calls(fn: Callable[..., Any], args: tuple) -> list[str
     return seen
 
 
-def _median_us(run: Callable[[], Any], calls: int) -> float:
-    import statistics
-
-    import torch
-
-    samples = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / calls)
-    return statistics.median(samples)
-
-
 def _as_tensors(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [t for item in value for t in _as_tensors(item)]
@@ -294,7 +279,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         return GraphCaptureReport(False, cause=cause, remedy=remedy, error=replayed.error, sync_points=sync_points)
     max_diff = diff["max"]
     matches = not replayed.problem
-    eager_us = _median_us(lambda: fn(*static), calls_for_timing)
-    graph_us = _median_us(graph.replay, calls_for_timing)
+    eager_us = time_torch_batches(torch, lambda: fn(*static), calls_for_timing).median
+    graph_us = time_torch_batches(torch, graph.replay, calls_for_timing).median
     return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,
                               graph_us_per_call=graph_us, sync_points=sync_points)

@@ -140,6 +140,21 @@ def time_torch_events(torch: Any, action: Callable[[], None], warmup: int, reps:
     return Samples.of([start.elapsed_time(end) for start, end in pairs])
 
 
+def time_torch_batches(torch: Any, run: Callable[[], Any], calls: int, batches: int = 5) -> Samples:
+    """Microseconds per call of `run`, from one torch event pair around `calls` back-to-back calls, `batches`
+    times: for calls too short to time one by one (a graph replay against its eager calls)."""
+    samples = []
+    for _ in range(batches):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / calls)
+    return Samples.of(samples)
+
+
 def time_interleaved(cupy: Any, stream: Any, launches: Sequence[Callable[[], None]], warmup: int,
                      reps: int) -> list[Samples]:
     """Time several variants alternately (A B C A B C ...), so clock or thermal drift during the run
