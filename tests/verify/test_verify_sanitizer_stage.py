@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpu_reason
-from tests_verify_support import DATA, ROOT, SRC
+from tests_verify_support import DATA, ROOT, SRC, gpu_reason
 
-from opgate.gpu.sanitizer import parse_sanitizer_output
+from opgate.gpu.probes.sanitizer import parse_sanitizer_output
 from opgate.verify import runtime
 from opgate.core.spec import load_spec_file
 

@@ -71,7 +71,7 @@ VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "recovery", "portabi
 
 def parse_sanitizer_tools(text: str) -> list[str]:
     """`--sanitizer-tools`: comma-separated tool names, or `all`; an unknown name is an input error."""
-    from opgate.gpu.sanitizer import TOOLS
+    from opgate.gpu.probes.sanitizer import TOOLS
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     if names == ["all"]:
