@@ -18,6 +18,7 @@ from opgate.cli_options import (history_option, html_option, json_report_option,
 from opgate.errors import InputError
 from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.results import ExitCode, Outcome
+from opgate.runner import default_jobs
 
 app = typer.Typer(
     name="opgate",
@@ -220,6 +221,12 @@ class Budget(str, Enum):
     thorough = "thorough"
 
 
+def _verify_stage_names() -> list[str]:
+    from opgate.stage_api import stage_names  # reads entry-point declarations only: no stage module is imported
+
+    return list(stage_names())
+
+
 @app.command()
 @interruptible
 def verify(
@@ -240,8 +247,8 @@ def verify(
                                          "replay token (ogv1....), against the same calibrated budget."),
     out: Path = typer.Option(Path("opgate-report"), "--out", help="Folder for artefacts: Triton IR per target, "
                              "checked ONNX models."),
-    jobs: int = typer.Option(2, "--jobs", min=1, max=64, help="Implementations x dtypes run at once, each in "
-                             "its own process."),
+    jobs: int = typer.Option(default_jobs(), "--jobs", min=1, max=64, help="Checks run at once, in warm "
+                             "worker processes (one pool per implementation); default: 3/4 of the CPUs, 2 to 12."),
     extras: bool = typer.Option(True, "--extras/--no-extras", help="Also verify the reference through "
                                 "torch.compile, ONNX Runtime (when the op has no ONNX implementation) and TVM."),
     shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Shrink a failure to the smallest failing "
@@ -254,11 +261,12 @@ def verify(
                                                  "(a crash of that case; the other cases still run). Default: 300, "
                                                  "at most 90% of --timeout."),
     verbose: bool = verbose_option("Show every figure in the terminal table."),
-    stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated: numerics "
-                               "(always runs), runtime (GPU timing, roofline fraction, CUDA graphs), sanitizer "
-                               "(compute-sanitizer, tools from --sanitizer-tools), recovery (out-of-memory, then the "
-                               "same process must compute the same answer), ncu (Nsight Compute counters, opt-in), "
-                               "portability, occupancy, roofline (opgate analyze's stages, opt-in)."),
+    stages: str = typer.Option("numerics,runtime,sanitizer,recovery", "--stages", help="Comma-separated stages "
+                               "(plugins of the opgate.verify.stages group; registered: "
+                               f"{', '.join(_verify_stage_names())}). numerics always runs; runtime (GPU timing, "
+                               "roofline fraction, CUDA graphs), sanitizer (compute-sanitizer, tools from "
+                               "--sanitizer-tools), recovery (out-of-memory) need a GPU; ncu, qos and opgate "
+                               "analyze's portability, occupancy, roofline are opt-in."),
     sanitizer_tools: str = typer.Option("all", "--sanitizer-tools", help="compute-sanitizer tools of the "
                                         "sanitizer stage, comma-separated: memcheck, racecheck, initcheck, "
                                         "synccheck, or all (one run per implementation and tool)."),
@@ -267,13 +275,10 @@ def verify(
                                      "and fail every stage skipped for want of one: for GPU hosts' CI."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
-    from opgate.verify.engine import VERIFY_STAGES, VerifyRequest, parse_sanitizer_tools, run_verify
+    from opgate.verify.engine import VerifyRequest, parse_sanitizer_tools, parse_stages, run_verify
 
     console = make_console()
-    chosen_stages = [s.strip() for s in stages.split(",") if s.strip()]
-    unknown = [s for s in chosen_stages if s not in VERIFY_STAGES]
-    if unknown:
-        raise InputError(f"--stages {unknown[0]!r} is not a stage; choose from {', '.join(VERIFY_STAGES)}")
+    chosen_stages = parse_stages(stages)
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
     tools = parse_sanitizer_tools(sanitizer_tools)
     _check_outputs(json_path, junit_path, out)

@@ -2,8 +2,8 @@
 
 Shipped parts are plugins like any other: pyproject.toml declares them in these groups, and a third-party
 package adds its own by declaring entry points in the same groups, without touching opgate. When opgate runs
-from a source tree that is not installed (`PYTHONPATH=src python -m opgate`), there is no distribution
-metadata, so the tree's pyproject.toml is read for the shipped declarations.
+from a source tree (`PYTHONPATH=src python -m opgate`, or an editable install), the tree's pyproject.toml is
+read for the shipped declarations.
 """
 
 from __future__ import annotations
@@ -33,14 +33,18 @@ def _source_tree_groups() -> dict[str, dict[str, str]]:
 
 
 def entry_points(group: str) -> dict[str, str]:
-    """name -> "module:attr" of every plugin in `group`: installed distributions first, then (when opgate
-    itself is not installed) the source tree's declarations for names not already taken."""
-    found = {ep.name: ep.value for ep in metadata.entry_points(group=group)}
-    try:
-        metadata.distribution("opgate")
-    except metadata.PackageNotFoundError:
-        for name, target in _source_tree_groups().get(group, {}).items():
-            found.setdefault(name, target)
+    """name -> "module:attr" of every plugin in `group`, by name. When this opgate runs from a source tree (also
+    an editable install, whose metadata goes stale as pyproject.toml changes), the tree's own declarations
+    stand for opgate's; installed third-party plugins are added either way."""
+    tree = _source_tree_groups()
+    found: dict[str, str] = {}
+    for ep in metadata.entry_points(group=group):
+        dist = getattr(getattr(ep, "dist", None), "name", "")
+        if tree and (dist or "").lower() == "opgate":
+            continue  # opgate's own, read from the tree below
+        found.setdefault(ep.name, ep.value)
+    for name, target in tree.get(group, {}).items():
+        found[name] = target
     return dict(sorted(found.items()))
 
 

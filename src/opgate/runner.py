@@ -112,6 +112,12 @@ def kill_all_children() -> None:
         kill_process_group(proc)
 
 
+def default_jobs() -> int:
+    """Checks at once by default where each holds a warm worker (verify): 2 on a small machine (CI), 3/4 of
+    the CPUs up to 12 on a big GPU host."""
+    return max(2, min(12, (os.cpu_count() or 2) * 3 // 4))
+
+
 ProgressHook = Callable[[CheckTask], None]
 DoneHook = Callable[[CheckTask, CheckResult], None]
 # Called with every child's result before it is final: returns the result to keep (possibly rewritten), or a
@@ -209,7 +215,7 @@ class _Running:
                 return self.error(f"check wrote an unreadable result ({exc})")
             if code == 0:
                 # The registered name is the id users select and see, whatever the class calls itself.
-                return dataclasses.replace(result, check_id=self.task.check_id,
+                return dataclasses.replace(result, check_id=self.task.check_id, title=self.task.title,
                                            duration_s=result.duration_s or self.elapsed())
         if code is not None and code < 0:
             return self.error(f"check process died from {_signal_name(code)}", returncode=code)

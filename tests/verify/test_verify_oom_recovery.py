@@ -61,17 +61,17 @@ def test_same_answer_compares_values_nan_and_structure() -> None:
     assert same_answer(torch, half, half + 0.001) == ""  # a few ulps: non-deterministic reductions
 
 
-def test_recovery_stage_plans_one_exclusive_check_per_implementation() -> None:
-    from opgate.verify.engine import VerifyRequest, _runtime_tasks, select
+def test_recovery_stage_plans_one_exclusive_check_per_implementation(tmp_path: Path) -> None:
+    from opgate.verify.engine import VerifyRequest, gpu_stage_tasks, select
     from opgate.core.spec import load_spec_file
 
-    request = VerifyRequest(spec_file=GELU, stages=["numerics", "recovery"])
+    request = VerifyRequest(spec_file=GELU, stages=["numerics", "recovery"], budget="quick")
     [op] = load_spec_file(GELU)
     [sel] = select([op], request, None)
-    tasks, _ = _runtime_tasks(op, sel, request, "quick", gpu=True, replaying=False)
+    tasks, _ = gpu_stage_tasks(sel, request, tmp_path)
     recovery = [t for t in tasks if t.target.endswith("VerifyOomRecoveryCheck")]
     assert {t.check_id for t in recovery} == {"verify.gelu.triton.recovery", "verify.gelu.torch.recovery"}
-    assert all(t.exclusive for t in recovery) and len(tasks) == len(recovery)
+    assert all(t.exclusive and t.retire for t in recovery) and len(tasks) == len(recovery)
 
 
 @pytest.mark.gpu

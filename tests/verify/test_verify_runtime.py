@@ -35,15 +35,19 @@ def test_sanitizer_tools_parse() -> None:
     assert parse_sanitizer_tools("racecheck, memcheck,racecheck") == ["racecheck", "memcheck"]
 
 
-def test_every_requested_sanitizer_tool_is_one_check_per_implementation() -> None:
-    from opgate.verify.engine import VerifyRequest, _runtime_tasks, select
+def test_every_requested_sanitizer_tool_is_one_check_per_implementation(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from opgate.verify import builtin_stages
+
+    monkeypatch.setattr(builtin_stages.SanitizerStage, "find_tool", lambda self, tool: "/bin/true")
+    from opgate.verify.engine import VerifyRequest, gpu_stage_tasks, select
     from opgate.core.spec import load_spec_file
 
     request = VerifyRequest(spec_file=GELU, impls=["triton"], sanitizer_tools=["memcheck", "racecheck",
                                                                                 "initcheck", "synccheck"])
     [op] = load_spec_file(GELU)
     [sel] = select([op], request, None)
-    tasks, skipped = _runtime_tasks(op, sel, request, "quick", gpu=True, replaying=False)
+    tasks, skipped = gpu_stage_tasks(sel, request, tmp_path)
     assert skipped == []
     sanitizer = {t.check_id: t.context.options["tool"] for t in tasks if t.target.endswith("VerifySanitizerCheck")}
     assert sanitizer == {"verify.gelu.triton.sanitizer": "memcheck", "verify.gelu.triton.racecheck": "racecheck",

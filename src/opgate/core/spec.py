@@ -27,7 +27,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from opgate.errors import InputError
 
-KNOWN_BACKENDS = ("torch", "torch.compile", "triton", "onnxruntime", "tvm")
+
+
+def known_backends() -> tuple[str, ...]:
+    """Backend names registered in the `opgate.verify.backends` entry-point group (shipped and plugins)."""
+    from opgate.plugins import VERIFY_BACKENDS_GROUP, entry_points
+
+    return tuple(entry_points(VERIFY_BACKENDS_GROUP))
 from opgate.core.dtypes import FLOAT_DTYPES, INT_DTYPES, KNOWN_DTYPES  # noqa: F401  (one dtype table)
 VALUE_KINDS = ("normal", "uniform", "positive", "logits", "probability", "index", "integer", "constant")
 NAN_POLICIES = ("propagate", "ignore")
@@ -244,13 +250,13 @@ class Operator:
     def implementation(self, name: str, backend: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register an implementation. `backend` defaults to `name` when `name` is a known backend."""
         if backend is None:
-            if name not in KNOWN_BACKENDS:
+            if name not in known_backends():
                 raise SpecError(
-                    f"operator {self.name!r}: implementation {name!r} needs backend=, one of {', '.join(KNOWN_BACKENDS)}"
+                    f"operator {self.name!r}: implementation {name!r} needs backend=, one of {', '.join(known_backends())}"
                 )
             backend = name
-        if backend not in KNOWN_BACKENDS:
-            raise SpecError(f"operator {self.name!r}: backend {backend!r} is not one of {', '.join(KNOWN_BACKENDS)}")
+        if backend not in known_backends():
+            raise SpecError(f"operator {self.name!r}: backend {backend!r} is not one of {', '.join(known_backends())}")
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             if name in self.implementations:

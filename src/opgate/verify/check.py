@@ -29,13 +29,15 @@ from opgate.verify.deviations import (
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
 from opgate.verify.gaming import apply_probe, probe_implementation
-from opgate.verify.gradients import gradient_failure_class, gradient_remediation, with_gradient_operators
+from opgate.verify.gradients import gradient_failure_class, gradient_remediation
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CaseJournal
 from opgate.verify.shrink import shrink_case
-from opgate.core.spec import Operator, load_spec_file
+from opgate.core.spec import Operator
+from opgate.verify.loaded_specs import loaded_operators
+from opgate.verify.tasks import NumericsPayload
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
 
@@ -100,14 +102,13 @@ class VerifyImplementationCheck(Check):
     timeout_s = 600.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        options = ctx.options
-        self.check_id = options["check_id"]
-        self.title = options.get("title", self.check_id)
-        self.journal = CaseJournal.open(options)  # a crash on a case becomes that case's verdict (resume.py)
-        plan = PlanFile.load(Path(options["plan_path"]))
-        op = _find_op(with_gradient_operators(load_spec_file(options["spec_file"])), options["op"])
-        choice = find_choice(op, options["impl"], bool(options.get("extras", True)))
-        prepared = prepare(choice, op, plan.dtype, Path(options["workdir"]))
+        task = NumericsPayload.from_dict(ctx.options)
+        # a crash on a case becomes that case's verdict (resume.py)
+        self.journal = CaseJournal(Path(task.workdir) / "journal", task.case_timeout_s)
+        plan = PlanFile.load(Path(task.plan_path))
+        op = _find_op(loaded_operators(task.spec_file), task.op)
+        choice = find_choice(op, task.impl, task.extras)
+        prepared = prepare(choice, op, plan.dtype, Path(task.workdir))
         records = self._run_plan(op, prepared, plan)
         # verify/gaming.py: cache, alias, mutation, stream. Not after a crash: the probe calls the implementation
         # outside any case, and a second death there would read as opgate's own.
@@ -115,13 +116,13 @@ class VerifyImplementationCheck(Check):
                   and not getattr(self.journal, "not_run", None) else None)
         if prepared.finish is not None:
             prepared.finish()
-        artefacts = self._artefacts(prepared, Path(options["artefact_dir"]))
+        artefacts = self._artefacts(prepared, Path(task.artefact_dir))
         failing = [r for r in records if not r.verdict.passed]
         kept, rerunnable = self.journal.split_failing(failing)  # a crashed case is never run again in-process
         remaining, deviations, range_note = self._explain_deviations(op, prepared, plan, rerunnable)
         failing = kept + remaining
         shrunk = None
-        if remaining and options.get("shrink", True):
+        if remaining and task.shrink:
             shrunk = self._shrink(op, prepared, plan, remaining)
         failure_class = classify_failure([(r.case, r.verdict.reasons) for r in self.journal.not_crashed(failing)],
                                          op.dims) if failing else ""
@@ -130,12 +131,12 @@ class VerifyImplementationCheck(Check):
             failure_class = "range"  # the bisection placed the break inside the promised range
         if failing and gradient_failure_class(op):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
-        result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, options,
+        result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, task,
                                           deviations, failure_class, range_note), gaming)
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
-            Path(options["spec_file"]).name)
+            Path(task.spec_file).name)
 
     def _run_plan(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile) -> list[CaseRecord]:
         """Every case of the plan; cases an earlier (crashed) child finished or crashed on come from the journal."""
@@ -296,7 +297,7 @@ class VerifyImplementationCheck(Check):
     # -- the result ---------------------------------------------------------------------------------
     def _result(self, op: Operator, choice: ImplementationChoice, prepared: PreparedImplementation, plan: PlanFile,
                 records: list[CaseRecord], failing: list[CaseRecord], shrunk: dict[str, Any] | None,
-                artefacts: list[str], options: dict[str, Any], deviations: Sequence[Deviation] = (),
+                artefacts: list[str], task: NumericsPayload, deviations: Sequence[Deviation] = (),
                 failure_class: str = "", range_note: str = "") -> CheckResult:
         n = len(records)
         worst = max(records, key=lambda r: r.verdict.worst_ratio)
@@ -353,13 +354,13 @@ class VerifyImplementationCheck(Check):
             worst_element = next((s.worst for s in verdict.stats if s.worst is not None), None)
             where = f"; worst element {worst_element.describe()}" if worst_element else ""
             reason = (f"{len(failing)}/{n} cases fail; smallest failing case {small.label()}: {why}{where}; "
-                      f"replay: opgate verify {Path(options['spec_file']).name} --replay {shrunk['token']}")
+                      f"replay: opgate verify {Path(task.spec_file).name} --replay {shrunk['token']}")
         else:
             first = failing[0]
             token = ReplayToken(op.name, choice.name, plan.dtype, first.case, plan.budget, plan.base_seed).encode()
             extra["replay"] = token
             reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
-                      f"replay: opgate verify {Path(options['spec_file']).name} --replay {token}")
+                      f"replay: opgate verify {Path(task.spec_file).name} --replay {token}")
         reason = f"[{failure_class}] {reason}"
         if range_note:
             reason = f"{reason}; {range_note}"

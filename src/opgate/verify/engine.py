@@ -3,10 +3,12 @@
 1. Load the spec file and pick the operators, implementations and dtypes asked for.
 2. Per op x dtype: plan the cases, compute the float64 truth and the eager baseline once (here, on the
    CPU), calibrate the budget, and write it all to a plan file.
-3. One CheckTask per implementation x dtype, each in its own child process (opgate.runner): a crash or
-   hang is an `error` for that implementation only. Triton children get TRITON_INTERPRET=1 when there
-   is no GPU.
-4. Return a RunReport: one calibration result per op, one result per implementation x dtype.
+3. Every chosen stage (a plugin: opgate/stage_api.py, the shipped ones in verify/builtin_stages.py) turns
+   each op's plan into check tasks; a stage whose needs are not met here (no GPU, no compute-sanitizer) is
+   one `skipped` line. The runner (opgate.runner) runs them in warm workers, one pool per implementation:
+   a crash or hang is an `error` (or, for a case, a FAIL: resume.py) of that check only.
+4. Return a RunReport: one calibration result per op, one result per check; whole-spec stages
+   (`opgate analyze`'s, through the same registry) join theirs.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.checks.base import CheckContext
 from opgate.errors import InputError
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
 from opgate.runner import CheckTask
+from opgate.stage_api import OperatorPlan, Stage
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
 from opgate.verify.calibrate import (
     FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
@@ -31,11 +33,10 @@ from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
-from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 from opgate.verify.resume import follow_up as resume_after_crash
 from opgate.core.spec import Operator
 
-CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
+CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"  # the numerics check (resume.py reads it)
 # Seconds one implementation x dtype may take (all its cases, shrinking included) before it is killed.
 TIMEOUT_BY_BUDGET = {"quick": 300.0, "standard": 600.0, "thorough": 1800.0}
 
@@ -52,7 +53,7 @@ class VerifyRequest:
     out_dir: Path = Path("opgate-report")
     extras: bool = True
     shrink: bool = True
-    jobs: int = 2
+    jobs: int = 2  # the CLI's default is default_jobs()
     timeout_s: float | None = None
     # numerics always; runtime (timing, roofline fraction, CUDA graphs), sanitizer and recovery on a GPU;
     # ncu and portability / occupancy / roofline (`opgate analyze`'s stages) on request.
@@ -66,7 +67,18 @@ class VerifyRequest:
     case_timeout_s: float | None = None
 
 
-VERIFY_STAGES = ("numerics", "runtime", "sanitizer", "ncu", "recovery", "portability", "occupancy", "roofline")
+def parse_stages(text: str) -> list[str]:
+    """`--stages`: comma-separated registered stage names (numerics always runs); an unknown one is an input
+    error listing what is registered."""
+    from opgate.stage_api import stage_names
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = stage_names()
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise InputError(f"--stages {unknown[0] if unknown else text!r} is not a stage; choose from "
+                         f"{', '.join(known)}")
+    return list(dict.fromkeys(names))
 
 
 def parse_sanitizer_tools(text: str) -> list[str]:
@@ -81,10 +93,6 @@ def parse_sanitizer_tools(text: str) -> list[str]:
         raise InputError(f"--sanitizer-tools {unknown[0] if unknown else text!r}: not a compute-sanitizer tool; "
                          f"choose from {', '.join(TOOLS)} or all")
     return list(dict.fromkeys(names))
-NCU_TARGET = "opgate.verify.runtime:VerifyNcuCheck"
-RUNTIME_TARGET = "opgate.verify.runtime:VerifyRuntimeCheck"
-SANITIZER_TARGET = "opgate.verify.runtime:VerifySanitizerCheck"
-RECOVERY_TARGET = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
 
 
 @dataclass
@@ -191,22 +199,6 @@ def _is_added_empty_case(case: Case) -> bool:
     return case.origin != "declared" and any(size == 0 for _, size in case.dims)
 
 
-def _child_env(choice: ImplementationChoice, gpu: bool, jobs: int) -> dict[str, str]:
-    env = {
-        # Children share the cores: one intra-op thread pool per child, sized to its share.
-        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs))),
-        # Inductor's parallel compile pool costs seconds to start and competes with sibling children.
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"),
-        # The child turns on torch's deterministic mode (so torch.empty() is NaN-poisoned); cuBLAS needs
-        # a fixed workspace for that (PyTorch's reproducibility notes), else every GEMM warns.
-        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
-    }
-    if choice.backend == "triton" and not gpu:
-        env["TRITON_INTERPRET"] = "1"  # read when triton is imported: set for the child before it starts
-    return env
-
-
 def _gpu_present() -> bool:
     import torch
 
@@ -233,7 +225,10 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
     info: dict[str, Any] = {"budget": budget_name, "seed": request.seed, "spec": str(request.spec_file),
                             "gpu": gpu, "case_counts": {}, "replay": token.encode() if token else None}
     timeout = request.timeout_s or TIMEOUT_BY_BUDGET[budget_name]
-    from opgate.verify.backends.tvm_backend import unavailable_reason as tvm_unavailable
+    started = time.perf_counter()
+    stages = chosen_stages(request)
+    unmet = {stage.name: stage.unmet(gpu) for stage in stages}
+    ordered: list[tuple[int, int, CheckTask]] = []
 
     for sel in selections:
         op = sel.op
@@ -278,79 +273,93 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
             calibrations[dtype] = cal
         preset.append(_calibration_result(op, calibrations, errors, budget_name, request.seed,
                                           time.perf_counter() - t0))
-        for choice in sel.choices:
-            for dtype in sel.dtypes:
-                check_id = f"verify.{op.name}.{choice.name}.{dtype}"
-                title = f"{op.name}: {choice.describe()} in {dtype}"
-                if dtype not in plans:
-                    continue
-                if choice.backend == "tvm" and tvm_unavailable():
-                    preset.append(CheckResult(check_id, title, Outcome.SKIPPED, tvm_unavailable() or "",
-                                              extra={"op": op.name, "implementation": choice.name,
-                                                     "backend": "tvm", "dtype": dtype}))
-                    continue
-                artefact_dir = request.out_dir / "verify" / op.name / choice.name / dtype
-                options = {
-                    "check_id": check_id, "title": title, "spec_file": str(request.spec_file.resolve()),
-                    "op": op.name, "impl": choice.name, "extras": request.extras or bool(token),
-                    "plan_path": str(plans[dtype]), "artefact_dir": str(artefact_dir.resolve()),
-                    "workdir": str(workdir / f"work-{len(tasks)}"), "shrink": request.shrink,
-                    "case_timeout_s": min(timeout * CASE_TIMEOUT_SHARE, request.case_timeout_s or CASE_TIMEOUT_S),
-                }
-                tasks.append(CheckTask(check_id, title, CHECK_TARGET, timeout,
-                                       CheckContext(verb="verify", level=budget_name, options=options),
-                                       env=_child_env(choice, gpu, request.jobs)))
-        runtime_tasks, runtime_preset = _runtime_tasks(op, sel, request, budget_name, gpu, token is not None)
-        tasks += runtime_tasks
-        preset += runtime_preset
+        plan = _operator_plan(sel, request, budget_name, gpu, workdir, timeout, plans, token is not None)
+        stage_items, stage_preset = stage_tasks(plan, stages, unmet)
+        ordered += [(order, len(ordered) + k, task) for k, (order, task) in enumerate(stage_items)]
+        preset += stage_preset
+    tasks = [task for _, _, task in sorted(ordered, key=lambda entry: entry[:2])]
+    info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
+                      "prepare_s": round(time.perf_counter() - started, 2)}
     return tasks, preset, info
 
 
-def _runtime_tasks(op: Operator, sel: Selection, request: VerifyRequest, budget_name: str, gpu: bool,
-                   replaying: bool) -> tuple[list[CheckTask], list[CheckResult]]:
-    """GPU runtime checks for the user's torch/Triton implementations: timing + graphs per dtype (each alone
-    on the GPU), one sanitizer run per implementation and tool. Without a GPU: one `skipped` result saying why."""
-    from opgate.verify.runtime import RUNTIME_BACKENDS, SANITIZER_TIMEOUT_S, VerifyRuntimeCheck
+def stage_tasks(plan: OperatorPlan, stages: Sequence[Stage], unmet: dict[str, str | None],
+                ) -> tuple[list[tuple[int, CheckTask]], list[CheckResult]]:
+    """Each stage's tasks for one operator, with its scheduling order; a stage whose needs are unmet is one
+    `skipped` result (when it would have checked anything), and a stage's up-front verdicts are results."""
+    items: list[tuple[int, CheckTask]] = []
+    preset: list[CheckResult] = []
+    for stage in stages:
+        if stage.whole_run_group:
+            continue
+        reason = unmet.get(stage.name)
+        if reason is not None:
+            if stage.applies_to(plan) and not plan.replaying:
+                preset.append(CheckResult(f"verify.{plan.op.name}.{stage.name}", f"{plan.op.name}: {stage.name}",
+                                          Outcome.SKIPPED, reason))
+            continue
+        for item in stage.tasks(plan):
+            if isinstance(item, CheckResult):
+                preset.append(item)
+            else:
+                items.append((stage.order, item))
+    return items, preset
 
-    wanted = [stage for stage in ("runtime", "sanitizer", "ncu", "recovery") if stage in request.stages]
-    choices = [c for c in sel.choices if c.origin == "user" and c.backend in RUNTIME_BACKENDS]
-    if replaying or not wanted or not choices:
-        return [], []
-    if not gpu:
-        reason = "needs a CUDA GPU (none visible to torch): timing, roofline fraction, CUDA graph capture, " \
-                 "compute-sanitizer, Nsight Compute and out-of-memory recovery run on a GPU host"
-        return [], [CheckResult(f"verify.{op.name}.{stage}", f"{op.name}: {stage}", Outcome.SKIPPED, reason)
-                    for stage in wanted]
-    tasks: list[CheckTask] = []
-    for choice in choices:
-        base = {"spec_file": str(request.spec_file.resolve()), "op": op.name, "impl": choice.name,
-                "seed": request.seed}
-        env = _child_env(choice, True, 1)
 
-        def add(suffix: str, target: str, timeout_s: float, title: str, exclusive: bool, **extra: Any) -> None:
-            check_id = f"verify.{op.name}.{choice.name}.{suffix}"
-            options = {**base, "dtype": sel.dtypes[0], **extra, "check_id": check_id,
-                       "title": f"{op.name}: {choice.describe()} {title}"}
-            tasks.append(CheckTask(check_id, options["title"], target, timeout_s,
-                                   CheckContext(verb="verify", level=budget_name, options=options), env=env,
-                                   exclusive=exclusive))
+def gpu_stage_tasks(sel: Selection, request: VerifyRequest, workdir: Path, gpu: bool = True,
+                    ) -> tuple[list[CheckTask], list[CheckResult]]:
+    """The tasks of the request's stages other than numerics for one selection (no calibration needed)."""
+    stages = [s for s in chosen_stages(request) if s.name != "numerics"]
+    plan = _operator_plan(sel, request, request.budget, gpu, workdir, TIMEOUT_BY_BUDGET[request.budget], {},
+                          False)
+    items, preset = stage_tasks(plan, stages, {s.name: s.unmet(gpu) for s in stages})
+    return [task for _, task in sorted(items, key=lambda item: item[0])], preset
 
-        # Measuring checks, and the one that fills the GPU, run alone (exclusive); the sanitizer does not.
-        for dtype in (sel.dtypes if "runtime" in wanted else ()):
-            add(f"{dtype}.runtime", RUNTIME_TARGET, VerifyRuntimeCheck.timeout_s, f"in {dtype} on the GPU", True,
-                dtype=dtype)
-        for tool in (request.sanitizer_tools if "sanitizer" in wanted else ()):
-            add("sanitizer" if tool == "memcheck" else tool, SANITIZER_TARGET, SANITIZER_TIMEOUT_S + 60,
-                f"under compute-sanitizer {tool}", False, tool=tool)
-        if "recovery" in wanted:
-            add("recovery", RECOVERY_TARGET, 300.0, "recovers from out-of-memory", True)
-        if "ncu" in wanted:
-            add("ncu", NCU_TARGET, 360.0, "under Nsight Compute", True)
-    return tasks, []
+
+def chosen_stages(request: VerifyRequest) -> list[Stage]:
+    """The registered stages the request names, numerics always first; InputError for an unknown name."""
+    from opgate.stage_api import discover_stages
+
+    registry = discover_stages()
+    names = ["numerics", *[n for n in request.stages if n != "numerics"]]
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise InputError(f"--stages {unknown[0]!r} is not a stage; choose from {', '.join(registry)}")
+    return [registry[n] for n in names]
+
+
+def child_env(backend_env: dict[str, str], jobs: int) -> dict[str, str]:
+    """The environment every verify child of one implementation starts with."""
+    return {
+        # Children share the cores: one intra-op thread pool per child, sized to its share.
+        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs))),
+        # Inductor's parallel compile pool costs seconds to start and competes with sibling children.
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"),
+        # The numerics check turns on torch's deterministic mode (so torch.empty() is NaN-poisoned); cuBLAS
+        # needs a fixed workspace for that (PyTorch's reproducibility notes), else every GEMM warns.
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
+        **backend_env,  # e.g. TRITON_INTERPRET=1 for Triton without a GPU (read when triton is imported)
+    }
+
+
+def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu: bool, workdir: Path,
+                   timeout: float, plans: dict[str, Path], replaying: bool) -> OperatorPlan:
+    from opgate.verify.backends import backend
+
+    envs = {c.name: child_env(backend(c.backend).child_env(gpu), request.jobs) for c in sel.choices}
+    gpu_choices = [c for c in sel.choices if c.origin == "user" and backend(c.backend).gpu_stages]
+    return OperatorPlan(
+        op=sel.op, choices=list(sel.choices), dtypes=list(sel.dtypes), spec_file=request.spec_file.resolve(),
+        budget=budget_name, seed=request.seed, gpu=gpu, jobs=request.jobs, workdir=workdir, out_dir=request.out_dir,
+        timeout_s=timeout, replaying=replaying, plans=plans, child_envs=envs, gpu_choices=gpu_choices,
+        options={"extras": request.extras or replaying, "shrink": request.shrink,
+                 "case_timeout_s": request.case_timeout_s, "sanitizer_tools": list(request.sanitizer_tools)})
 
 
 def run_verify(request: VerifyRequest, console: Any) -> RunReport:
-    """Plan and calibrate here, then run every implementation x dtype in its own process with a progress bar."""
+    """Plan and calibrate here, then run every check in warm workers with a progress bar; whole-spec stages
+    (opgate analyze's) after."""
     from opgate.session import run_session
 
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
@@ -362,21 +371,21 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
             tasks, preset, info = prepare_tasks(request, workdir)
         report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info,
                              follow_up=resume_after_crash)
-    analyze_stages = [s for s in request.stages if s in ("portability", "occupancy", "roofline")]
-    if analyze_stages and not request.replay:
-        report = _with_analyze(report, request, analyze_stages, console)
+    if not request.replay:
+        report = _with_whole_run_stages(report, request, console)
     return report
 
 
-def _with_analyze(report: RunReport, request: VerifyRequest, stages: list[str], console: Any) -> RunReport:
-    """`--stages portability,occupancy,roofline`: opgate analyze's results joined into this report."""
-    from opgate.analyze.portability import DEFAULT_TARGETS, parse_targets
-    from opgate.analyze.run import AnalyzeOptions, run_analyze
-
-    options = AnalyzeOptions(spec_file=request.spec_file.resolve(), targets=parse_targets(list(DEFAULT_TARGETS)),
-                             out_dir=request.out_dir / "analyze", jobs=request.jobs, stages=stages,
-                             dtypes=list(request.dtypes) or None)
-    analyzed, _ = run_analyze(options, console)
-    return dataclasses.replace(report, results=report.results + analyzed.results,
-                               duration_s=report.duration_s + analyzed.duration_s,
-                               extra={**report.extra, "analyze": analyzed.extra})
+def _with_whole_run_stages(report: RunReport, request: VerifyRequest, console: Any) -> RunReport:
+    """Stages that run once over the whole spec (e.g. `--stages portability,occupancy,roofline`, opgate
+    analyze's through the plugin registry): each group once, its results joined into this report."""
+    groups: dict[str, list[Stage]] = {}
+    for stage in chosen_stages(request):
+        if stage.whole_run_group:
+            groups.setdefault(stage.whole_run_group, []).append(stage)
+    for group, members in groups.items():
+        whole = members[0].run_whole(request.spec_file.resolve(), [m.name for m in members], request, console)
+        report = dataclasses.replace(report, results=report.results + whole.results,
+                                     duration_s=report.duration_s + whole.duration_s,
+                                     extra={**report.extra, group: whole.extra})
+    return report

@@ -55,10 +55,10 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
         options, torch = self.begin(ctx)
         op, implementation = load_implementation(options)
         fn = implementation.fn
-        args = cuda_inputs(op, op.default_dims(), options["dtype"], int(options.get("seed", 0)))
+        args = cuda_inputs(op, op.default_dims(), options.dtype, options.seed)
         before = fn(*args)  # compiles / autotunes too, before memory gets tight
         torch.cuda.synchronize()
-        trials = [run_trial(torch, fn, args, before, index) for index in range(int(options.get("trials", TRIALS)))]
+        trials = [run_trial(torch, fn, args, before, index) for index in range(options.trials)]
         outcome, reason = judge(trials)
         if outcome is Outcome.SKIPPED:
             raise SkipCheck(reason)

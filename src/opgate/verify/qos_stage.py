@@ -121,8 +121,6 @@ class VerifyQosCheck(Check):
         from opgate.gpu.probes.device import gpu_unavailable_reason
 
         options = dict(ctx.options)
-        self.check_id = options.get("check_id", self.check_id)
-        self.title = options.get("title", self.title)
         payload = QosStagePayload.from_dict(options)
         reason = gpu_unavailable_reason()
         if reason:

@@ -23,8 +23,8 @@ from typing import Any
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.verify.tasks import GpuStagePayload, ImplementationRef
 
-RUNTIME_BACKENDS = ("torch", "triton")
 SANITIZER_TIMEOUT_S = 420.0
 
 
@@ -35,14 +35,13 @@ def cuda_inputs(op: Any, dims: dict[str, int], dtype: str, seed: int) -> list[An
     return [v.cuda() if hasattr(v, "cuda") else v for v in values]
 
 
-def load_implementation(options: dict[str, Any]) -> tuple[Any, Any]:
-    """(operator, implementation) named by a GPU-stage task's options (spec_file, op, impl)."""
-    from opgate.verify.gradients import with_gradient_operators
-    from opgate.core.spec import load_spec_file
+def load_implementation(ref: Any) -> tuple[Any, Any]:
+    """(operator, implementation) a GPU-stage payload (or ImplementationRef) names: spec_file, op, impl."""
+    from opgate.verify.loaded_specs import loaded_operators
 
-    ops = {op.name: op for op in with_gradient_operators(load_spec_file(options["spec_file"]))}
-    op = ops[options["op"]]
-    return op, op.implementations[options["impl"]]
+    ops = {op.name: op for op in loaded_operators(ref.spec_file)}
+    op = ops[ref.op]
+    return op, op.implementations[ref.impl]
 
 
 def _require_cuda() -> Any:
@@ -114,19 +113,17 @@ class GpuStageCheck(Check):
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
 
-    def begin(self, ctx: CheckContext) -> tuple[dict[str, Any], Any]:
-        """Adopt the engine's check id and title; (options, torch), or SkipCheck without a CUDA GPU."""
-        options = dict(ctx.options)
-        self.check_id, self.title = options["check_id"], options.get("title", options["check_id"])
-        return options, _require_cuda()
+    def begin(self, ctx: CheckContext) -> tuple[GpuStagePayload, Any]:
+        """(the task's payload, torch), or SkipCheck without a CUDA GPU. The runner names the result."""
+        return GpuStagePayload.from_dict(ctx.options), _require_cuda()
 
 
-def run_once_command(options: dict[str, Any], profiled: bool = False, sanitized: bool = False) -> list[str]:
+def run_once_command(options: GpuStagePayload, profiled: bool = False, sanitized: bool = False) -> list[str]:
     """The child process the sanitizer and Nsight Compute watch: one call of the implementation (run_once).
     `profiled`: a warm-up call first, then the measured call alone inside cudaProfilerStart/Stop.
     `sanitized`: allocator caches off, one call at the first declared sizes, then one at a tail size."""
-    return [sys.executable, "-m", "opgate.verify.runtime", options["spec_file"], options["op"], options["impl"],
-            options["dtype"], *(["--profiled"] if profiled else []), *(["--sanitized"] if sanitized else [])]
+    return [sys.executable, "-m", "opgate.verify.runtime", options.spec_file, options.op, options.impl,
+            options.dtype, *(["--profiled"] if profiled else []), *(["--sanitized"] if sanitized else [])]
 
 
 class VerifyRuntimeCheck(GpuStageCheck):
@@ -142,15 +139,15 @@ class VerifyRuntimeCheck(GpuStageCheck):
 
         options, torch = self.begin(ctx)
         op, implementation = load_implementation(options)
-        dtype = options["dtype"]
+        dtype = options.dtype
         dims = op.timing_dims()
-        seed = int(options.get("seed", 0))
+        seed = options.seed
         fn = implementation.fn
         label = ",".join(f"{k}={v}" for k, v in dims.items())
         try:
             input_sets = rotating_input_sets(tuple(cuda_inputs(op, dims, dtype, seed)), count=3)
             gpu_name = torch.cuda.get_device_name()
-            stats = time_cuda(fn, input_sets, warmup=5, repeats=int(options.get("repeats", 50)))
+            stats = time_cuda(fn, input_sets, warmup=5, repeats=options.repeats)
         except torch.cuda.OutOfMemoryError:
             # The timing size does not fit this GPU: a fact about the size and the card, not a defect.
             free, total = torch.cuda.mem_get_info()
@@ -232,7 +229,7 @@ class VerifySanitizerCheck(GpuStageCheck):
                                                  supported_tool_options)
 
         options, _ = self.begin(ctx)
-        tool = options.get("tool", "memcheck")
+        tool = options.tool
         op, _ = load_implementation(options)
         sizes = sanitized_sizes(op)
         try:
@@ -246,7 +243,7 @@ class VerifySanitizerCheck(GpuStageCheck):
         findings = run.report.findings
         reached = sanitized_steps_reached(run.stdout_tail)
         sizes_text = " and the ".join(f"{label} size {_dims_label(dims)}" for label, dims in sizes)
-        extra = {"op": op.name, "implementation": options.get("impl"), "dtype": options.get("dtype"), "tool": tool,
+        extra = {"op": op.name, "implementation": options.impl, "dtype": options.dtype, "tool": tool,
                  "sanitizer": run.to_dict(), "sizes": [{"step": label, "dims": dims} for label, dims in sizes],
                  "steps_reached": reached, "tool_options": tool_options, "options_unsupported": dropped,
                  "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
@@ -298,7 +295,7 @@ class VerifyNcuCheck(GpuStageCheck):
             raise SkipCheck(str(exc)) from None
         if not kernels:
             raise SkipCheck(f"ncu read no counters (profiling may be unavailable here): {stderr.strip()[-300:]}")
-        model = operator_work(op, options["dtype"], op.timing_dims())
+        model = operator_work(op, options.dtype, op.timing_dims())
         dram = sum(k.values.get("dram_bytes", 0.0) for k in kernels)
         figures = [Figure("kernels profiled", len(kernels)),
                    Figure("DRAM bytes (ncu, all kernels)", round(dram), "B",
@@ -519,7 +516,7 @@ def run_sanitized(spec_file: str, op_name: str, impl_name: str, dtype: str) -> N
     disable_allocator_caches()
     import torch
 
-    op, implementation = load_implementation({"spec_file": spec_file, "op": op_name, "impl": impl_name})
+    op, implementation = load_implementation(ImplementationRef(spec_file, op_name, impl_name))
     for step, dims in sanitized_sizes(op):
         print(STEP_MARKER + json.dumps({"event": "start", "step": step, "dims": dims}), flush=True)
         args = cuda_inputs(op, dims, dtype, seed=0)
@@ -545,7 +542,7 @@ def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str, profiled:
     the implementation's own launches, not input generation, JIT compilation or autotuning."""
     import torch
 
-    op, implementation = load_implementation({"spec_file": spec_file, "op": op_name, "impl": impl_name})
+    op, implementation = load_implementation(ImplementationRef(spec_file, op_name, impl_name))
     args = cuda_inputs(op, op.timing_dims() if profiled else op.default_dims(), dtype, seed=0)
     if profiled:
         implementation.fn(*args)

@@ -18,12 +18,38 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from opgate.errors import InputError
 from opgate.results import Figure
 from opgate.verify.inputs import apply_layout
 from opgate.core.spec import Operator
+
+class Backend:
+    """A runtime implementations can need, registered in the `opgate.verify.backends` entry-point group (name =
+    the `backend=` a spec writes). Subclass, set the class attributes, implement `prepare`; a plugin package
+    registers its own the same way the shipped ones do (pyproject.toml)."""
+
+    name: ClassVar[str] = ""
+    # The user's implementations on it get verify's GPU stages (runtime, sanitizer, recovery, ...).
+    gpu_stages: ClassVar[bool] = False
+    # opgate also runs the reference through it as an extra (`--extras`); lower ranks are listed first.
+    extra: ClassVar[bool] = False
+    extra_rank: ClassVar[int] = 100
+
+    def prepare(self, choice: "ImplementationChoice", op: Operator, dtype: str,
+                workdir: Path) -> "PreparedImplementation":  # pragma: no cover - abstract
+        """Runs inside the implementation's own child; raises SkipCheck when the runtime is unusable here."""
+        raise NotImplementedError
+
+    def child_env(self, gpu: bool) -> dict[str, str]:
+        """Environment the child process must start with (read at import time, e.g. TRITON_INTERPRET)."""
+        return {}
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run on this machine at all (then its checks are `skipped` up front)."""
+        return None
+
 
 # (shape, dtype name) of every output the reference returns: what an out= buffer must look like.
 OutSpecs = Sequence[tuple[tuple[int, ...], str]]
@@ -63,7 +89,9 @@ def implementation_choices(op: Operator, extras: bool = True) -> list[Implementa
     if extras:
         has_backend = {c.backend for c in choices}
         # a derived gradient operator (verify/gradients.py) narrows this: ONNX/TVM export no autograd
-        for backend in getattr(op, "extra_backends", ("torch.compile", "onnxruntime", "tvm")):
+        from opgate.verify.backends import extra_backend_names
+
+        for backend in getattr(op, "extra_backends", None) or extra_backend_names():
             if backend == "onnxruntime" and "onnxruntime" in has_backend:
                 continue
             name = free(backend)

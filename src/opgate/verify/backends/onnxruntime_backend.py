@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from opgate.errors import SkipCheck
 from opgate.results import Figure
-from opgate.verify.backends.base import ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput
+from opgate.verify.backends.base import Backend, ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput
 from opgate.verify.inputs import Case, make_inputs, resolve_dtype
 from opgate.core.spec import Operator, Scalar
 
@@ -183,3 +183,12 @@ def _keep_model(checked: Path, folder: Path) -> list[str]:
     target = folder / checked.name
     shutil.copyfile(checked, target)
     return [str(target)]
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    extra = True
+    extra_rank = 2
+
+    def prepare(self, choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:
+        return prepare(choice, op, dtype, workdir)

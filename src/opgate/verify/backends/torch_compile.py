@@ -10,6 +10,7 @@ from typing import Any
 
 from opgate.results import Figure, Threshold
 from opgate.verify.backends.base import (
+    Backend,
     ImplementationChoice, PreparedImplementation, accepts_out, enable_empty_poisoning, function_runner,
     implementation_function, torch_device,
 )
@@ -99,3 +100,12 @@ def _explain(fn: Any, values: Any, layouts: Any, device: str, prepared: Prepared
     ))
     if explanation.graph_break_count:
         prepared.notes.append(f"{explanation.graph_break_count} graph break(s): " + "; ".join(reasons[:3]))
+
+
+class TorchCompileBackend(Backend):
+    name = "torch.compile"
+    extra = True
+    extra_rank = 1
+
+    def prepare(self, choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:
+        return prepare(choice, op, dtype, workdir)

@@ -7,6 +7,7 @@ from typing import Any
 
 from opgate.results import Figure
 from opgate.verify.backends.base import (
+    Backend,
     ImplementationChoice, PreparedImplementation, accepts_out, enable_empty_poisoning, function_runner,
     implementation_function, torch_device,
 )
@@ -27,3 +28,11 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         figures=[Figure("device", device)],
         poisoned_out=use_out,
     )
+
+
+class TorchEagerBackend(Backend):
+    name = "torch"
+    gpu_stages = True
+
+    def prepare(self, choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:
+        return prepare(choice, op, dtype, workdir)

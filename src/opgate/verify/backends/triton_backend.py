@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from opgate.errors import SkipCheck
 from opgate.results import Figure
 from opgate.verify.backends.base import (
+    Backend,
     ImplementationChoice, PreparedImplementation, accepts_out, enable_empty_poisoning, function_runner,
     implementation_function,
 )
@@ -183,3 +184,16 @@ def save_kernels_of(fn: Any, folder: Path) -> list[str]:
     for kernel in compiled_kernels(jit_functions_near(fn)):
         written.extend(save_compiled_kernel(kernel, folder))
     return written
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    gpu_stages = True
+
+    def prepare(self, choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:
+        return prepare(choice, op, dtype, workdir)
+
+    def child_env(self, gpu: bool) -> dict[str, str]:
+        # Without a GPU the kernels run under Triton's interpreter; TRITON_INTERPRET is read when triton is
+        # imported, so the child must start with it.
+        return {} if gpu else {"TRITON_INTERPRET": "1"}

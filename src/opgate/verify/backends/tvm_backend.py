@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from opgate.errors import SkipCheck
 from opgate.results import Figure
 from opgate.verify.backends.base import (
+    Backend,
     ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput, implementation_function,
 )
 from opgate.core.spec import Operator, Scalar
@@ -157,3 +158,15 @@ def tvm_outputs(tvm: Any, result: Any) -> list[Any]:
     if isinstance(result, tvm.runtime.Tensor):
         return [result]
     return list(result)
+
+
+class TvmBackend(Backend):
+    name = "tvm"
+    extra = True
+    extra_rank = 3
+
+    def prepare(self, choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:
+        return prepare(choice, op, dtype, workdir)
+
+    def unavailable_reason(self) -> str | None:
+        return unavailable_reason()

@@ -1,0 +1,147 @@
+"""The plugin API of `opgate verify`'s stages, found in the `opgate.verify.stages` entry-point group.
+
+It lives outside both `verify` and `analyze` (and imports neither) because both provide stages.
+
+A stage turns one operator's selection (implementations x dtypes, the calibrated plan files) into check tasks
+for the runner, and declares what it needs; the engine turns a missing need (no GPU, a tool not found) into one
+`skipped` line with the reason, so a stage never has to. The shipped stages (numerics, runtime, sanitizer,
+recovery, ncu, qos in verify/builtin_stages.py; portability, occupancy, roofline in opgate/analyze/verify_stages.py)
+register exactly the way a third-party package does (pyproject.toml):
+
+    [project.entry-points."opgate.verify.stages"]
+    "mystage" = "my_package.stages:MyStage"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+from opgate.checks.base import CheckContext
+from opgate.plugins import VERIFY_STAGES_GROUP, entry_points, load
+from opgate.runner import CheckTask
+
+if TYPE_CHECKING:
+    from opgate.core.spec import Operator
+    from opgate.results import RunReport
+    from opgate.verify.backends.base import ImplementationChoice
+    from opgate.verify.tasks import Payload
+
+
+@dataclass(frozen=True)
+class StageNeeds:
+    """What a stage needs to run at all; the engine checks it once, before any task starts."""
+
+    gpu: bool = False  # a CUDA GPU visible to torch
+    tools: tuple[str, ...] = ()  # executables it runs (found by Stage.find_tool)
+    # only the user's own implementations on backends that run on the GPU (Backend.gpu_stages)
+    gpu_implementations: bool = False
+
+
+@dataclass
+class OperatorPlan:
+    """What the engine hands every stage for one operator: the selection, the plan files, the request."""
+
+    op: "Operator"
+    choices: list["ImplementationChoice"]
+    dtypes: list[str]
+    spec_file: Path  # absolute
+    budget: str
+    seed: int
+    gpu: bool
+    jobs: int
+    workdir: Path
+    out_dir: Path
+    timeout_s: float
+    replaying: bool = False
+    plans: dict[str, Path] = field(default_factory=dict)  # dtype -> calibrated plan file (verify/planfile.py)
+    options: dict[str, Any] = field(default_factory=dict)  # the request's stage options (sanitizer tools, ...)
+    serial: list[int] = field(default_factory=lambda: [0])
+    child_envs: dict[str, dict[str, str]] = field(default_factory=dict)  # implementation -> child environment
+    gpu_choices: list["ImplementationChoice"] = field(default_factory=list)  # user's, on gpu_stages backends
+
+    def next_serial(self) -> int:
+        self.serial[0] += 1
+        return self.serial[0]
+
+    def env(self, choice: "ImplementationChoice") -> dict[str, str]:
+        """The child environment of an implementation's checks (the same for every stage, so one warm worker
+        serves them all); the engine fills `child_envs` from the backends."""
+        return dict(self.child_envs.get(choice.name, {}))
+
+    def worker_key(self, choice: "ImplementationChoice", env: dict[str, str]) -> str:
+        """One warm-worker pool per implementation (and environment): its numerics, runtime and recovery
+        checks share imports, the loaded spec and compiled kernels."""
+        digest = hashlib.sha1(json.dumps(sorted(env.items())).encode()).hexdigest()[:8]
+        return f"verify:{self.spec_file}:{self.op.name}:{choice.name}:{digest}"
+
+    def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float, payload: "Payload",
+             choice: "ImplementationChoice", exclusive: bool = False, retire: bool = False,
+             warm: bool = True) -> CheckTask:
+        env = self.env(choice)
+        return CheckTask(check_id, title, target, timeout_s,
+                         CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
+                         exclusive=exclusive, worker=self.worker_key(choice, env) if warm else "",
+                         retire=retire)
+
+
+class Stage:
+    """Subclass: set the class attributes and implement `tasks` (or, for a stage that runs once over the whole
+    spec after the checks, set `whole_run_group` and implement `run_whole`)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""  # one line for --help
+    default: ClassVar[bool] = False  # among the stages run when --stages is not given
+    needs: ClassVar[StageNeeds] = StageNeeds()
+    # Scheduling: lower first. Exclusive GPU measurements go first, while nothing else is running.
+    order: ClassVar[int] = 50
+    whole_run_group: ClassVar[str] = ""
+
+    def find_tool(self, tool: str) -> str | None:
+        """Where `tool` is, or None; override for tools outside PATH (compute-sanitizer under CUDA_HOME)."""
+        return shutil.which(tool)
+
+    def unmet(self, gpu: bool) -> str | None:
+        """Why this stage cannot run here at all, or None."""
+        if self.needs.gpu and not gpu:
+            return (f"needs a CUDA GPU (none visible to torch): the {self.name} stage runs on a GPU host")
+        for tool in self.needs.tools:
+            if self.find_tool(tool) is None:
+                return f"needs {tool}, which was not found (PATH, CUDA_HOME, /usr/local/cuda*)"
+        return None
+
+    def applies_to(self, plan: OperatorPlan) -> list["ImplementationChoice"]:
+        """The implementations this stage checks."""
+        return list(plan.gpu_choices if self.needs.gpu_implementations else plan.choices)
+
+    def tasks(self, plan: OperatorPlan) -> list[CheckTask]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def run_whole(self, spec_file: Path, names: Sequence[str], request: Any, console: Any) -> "RunReport":
+        raise NotImplementedError  # pragma: no cover - abstract
+
+
+@lru_cache(maxsize=None)
+def discover_stages() -> dict[str, Stage]:
+    """Every registered stage by name, in registration order (shipped and plugins)."""
+    stages: dict[str, Stage] = {}
+    for name, target in entry_points(VERIFY_STAGES_GROUP).items():
+        stage = load(target)()
+        if not isinstance(stage, Stage):
+            raise TypeError(f"verify stage plugin {name!r} ({target}) is not an opgate Stage")
+        stages[name] = stage
+    return stages
+
+
+def stage_names() -> tuple[str, ...]:
+    """Registered stage names without loading them (for --help)."""
+    return tuple(entry_points(VERIFY_STAGES_GROUP))
+
+
+def default_stage_names() -> tuple[str, ...]:
+    return tuple(name for name, stage in discover_stages().items() if stage.default)

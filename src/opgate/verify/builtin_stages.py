@@ -1,0 +1,161 @@
+"""The stages opgate ships: numerics (always), and on a GPU runtime, sanitizer, recovery (default), ncu and qos
+(on request). Each turns one operator's plan into tasks; the checks they name live in verify/check.py,
+verify/runtime.py, verify/oom_recovery.py and verify/qos_stage.py."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from opgate.results import CheckResult, Outcome
+from opgate.runner import CheckTask
+from opgate.stage_api import OperatorPlan, Stage, StageNeeds
+from opgate.verify.tasks import GpuStagePayload, NumericsPayload
+
+
+class NumericsStage(Stage):
+    name = "numerics"
+    summary = "every implementation x dtype over the calibrated case plan (always runs)"
+    default = True
+    order = 40
+
+    def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
+        from opgate.verify.backends import backend
+        from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
+
+        out: list[CheckTask | CheckResult] = []
+        case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.get("case_timeout_s") or CASE_TIMEOUT_S)
+        for choice in plan.choices:
+            unavailable = backend(choice.backend).unavailable_reason()
+            for dtype in plan.dtypes:
+                if dtype not in plan.plans:
+                    continue
+                check_id = f"verify.{plan.op.name}.{choice.name}.{dtype}"
+                title = f"{plan.op.name}: {choice.describe()} in {dtype}"
+                if unavailable:
+                    out.append(CheckResult(check_id, title, Outcome.SKIPPED, unavailable,
+                                           extra={"op": plan.op.name, "implementation": choice.name,
+                                                  "backend": choice.backend, "dtype": dtype}))
+                    continue
+                artefacts = plan.out_dir / "verify" / plan.op.name / choice.name / dtype
+                payload = NumericsPayload(
+                    spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
+                    plan_path=str(plan.plans[dtype]), artefact_dir=str(artefacts.resolve()),
+                    workdir=str(plan.workdir / f"work-{plan.next_serial()}"),
+                    extras=bool(plan.options.get("extras", True)), shrink=bool(plan.options.get("shrink", True)),
+                    case_timeout_s=case_timeout)
+                out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
+                                     plan.timeout_s, payload, choice))
+        return out
+
+
+class _GpuStage(Stage):
+    """A stage of the user's GPU implementations: one task per implementation (x dtype where `per_dtype`)."""
+
+    needs = StageNeeds(gpu=True, gpu_implementations=True)
+    target: ClassVar[str] = ""
+    timeout_s: ClassVar[float] = 300.0
+    exclusive: ClassVar[bool] = True
+    per_dtype: ClassVar[bool] = False
+    retire: ClassVar[bool] = False
+    title_text: ClassVar[str] = ""
+
+    def suffixes(self, plan: OperatorPlan) -> list[tuple[str, dict[str, object]]]:
+        """(check-id suffix, payload fields) per task of one implementation."""
+        if self.per_dtype:
+            return [(f"{dtype}.{self.name}", {"dtype": dtype}) for dtype in plan.dtypes]
+        return [(self.name, {})]
+
+    def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
+        if plan.replaying:
+            return []
+        out: list[CheckTask | CheckResult] = []
+        for choice in self.applies_to(plan):
+            for suffix, fields in self.suffixes(plan):
+                dtype = str(fields.get("dtype", plan.dtypes[0]))
+                payload = GpuStagePayload(spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
+                                          seed=plan.seed, **{**fields, "dtype": dtype})  # type: ignore[arg-type]
+                title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
+                out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,
+                                     self.timeout_s, payload, choice, exclusive=self.exclusive,
+                                     retire=self.retire))
+        return out
+
+    def describe(self, fields: dict[str, object], dtype: str) -> str:
+        return self.title_text.format(**{"dtype": dtype, **fields})
+
+
+class RuntimeStage(_GpuStage):
+    name = "runtime"
+    summary = "GPU timing at perf_dims, roofline fraction, CUDA graph capture (GPU)"
+    default = True
+    order = 10  # measured while nothing else runs: first, before the side-by-side checks start
+    target = "opgate.verify.runtime:VerifyRuntimeCheck"
+    timeout_s = 300.0
+    per_dtype = True
+    title_text = "in {dtype} on the GPU"
+
+
+class SanitizerStage(_GpuStage):
+    name = "sanitizer"
+    summary = "compute-sanitizer memcheck, racecheck, initcheck, synccheck, one run each (GPU)"
+    default = True
+    order = 30
+    needs = StageNeeds(gpu=True, tools=("compute-sanitizer",), gpu_implementations=True)
+    target = "opgate.verify.runtime:VerifySanitizerCheck"
+    exclusive = False
+    title_text = "under compute-sanitizer {tool}"
+
+    @property
+    def timeout_s(self) -> float:  # type: ignore[override]
+        from opgate.verify.runtime import SANITIZER_TIMEOUT_S
+
+        return SANITIZER_TIMEOUT_S + 60
+
+    def find_tool(self, tool: str) -> str | None:
+        from opgate.gpu.probes.sanitizer import SanitizerNotFound, find_compute_sanitizer
+
+        try:
+            return find_compute_sanitizer()
+        except SanitizerNotFound:
+            return None
+
+    def suffixes(self, plan: OperatorPlan) -> list[tuple[str, dict[str, object]]]:
+        tools = plan.options.get("sanitizer_tools") or ("memcheck", "racecheck", "initcheck", "synccheck")
+        return [("sanitizer" if tool == "memcheck" else tool, {"tool": tool}) for tool in tools]
+
+
+class RecoveryStage(_GpuStage):
+    name = "recovery"
+    summary = "out-of-memory, then the same process must compute the same answer (GPU)"
+    default = True
+    order = 20
+    target = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
+    retire = True  # it fills the GPU's memory: its worker is not reused
+    title_text = "recovers from out-of-memory"
+
+
+class NcuStage(_GpuStage):
+    name = "ncu"
+    summary = "Nsight Compute counters beside opgate's byte and occupancy models (GPU, opt-in)"
+    order = 25
+    needs = StageNeeds(gpu=True, tools=("ncu",), gpu_implementations=True)
+    target = "opgate.verify.runtime:VerifyNcuCheck"
+    timeout_s = 360.0
+    title_text = "under Nsight Compute"
+
+    def find_tool(self, tool: str) -> str | None:
+        from opgate.gpu.probes.ncu import NcuNotFound, find_ncu
+
+        try:
+            return find_ncu()
+        except NcuNotFound:
+            return None
+
+
+class QosStage(_GpuStage):
+    name = "qos"
+    summary = "p50/p95/p99 at perf_dims alone, time-sliced, high-priority stream, under MPS; the SLO (GPU, opt-in)"
+    order = 26
+    target = "opgate.verify.qos_stage:VerifyQosCheck"
+    timeout_s = 240.0
+    title_text = "latency beside a neighbour (QoS)"
