@@ -67,7 +67,7 @@ def plain_allreduce(backend: str, ranks: int, sizes: list[int]) -> list[dict[str
     """Mean over ranks of the plain loop's time per all-reduce, per size."""
     import torch.multiprocessing as mp
 
-    from opgate.gpu.collectives import MULTICAST_OFF_ENV, busbw_gbs
+    from opgate.gpu.probes.collectives import MULTICAST_OFF_ENV, busbw_gbs
 
     os.environ.update(MULTICAST_OFF_ENV)  # the spawned ranks inherit it: NVLink multicast stays off here too
     if backend == "gloo":
@@ -84,8 +84,8 @@ def plain_allreduce(backend: str, ranks: int, sizes: list[int]) -> list[dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from opgate.gpu.collective_judge import render_sweep
-    from opgate.gpu.collectives import CollectiveConfig, message_sizes, run_collectives
+    from opgate.gpu.judge.collectives import render_sweep
+    from opgate.gpu.probes.collectives import CollectiveConfig, message_sizes, run_collectives
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")

@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from opgate.gpu.stats import bandwidth_tbs  # noqa: E402
-from opgate.gpu.timing import time_interleaved, time_on_stream  # noqa: E402
+from opgate.gpu.probes.timing import bandwidth_tbs  # noqa: E402
+from opgate.gpu.probes.timing import time_interleaved, time_on_stream  # noqa: E402
 
 SOURCE = r"""
 typedef unsigned long long u64;

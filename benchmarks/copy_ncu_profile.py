@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from opgate.gpu.ncu import KernelCounters, NcuNotFound, run_ncu  # noqa: E402
+from opgate.gpu.probes.ncu import KernelCounters, NcuNotFound, run_ncu  # noqa: E402
 
 # Nsight Compute metric names (https://docs.nvidia.com/nsight-compute/ProfilingGuide/): the basic set is the
 # one opgate's ncu stage uses on the H200; the extended set adds instruction and L2 sector counts.
@@ -54,7 +54,7 @@ def child(gib: float) -> int:
     import cupy
     import numpy as np
 
-    from opgate.gpu import kernels
+    from opgate.gpu.probes import kernels
 
     half = int(gib * (1 << 30))
     half -= half % (2 << 20)

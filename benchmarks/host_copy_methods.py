@@ -5,7 +5,7 @@ allocated portable (what `opgate doctor` uses), portable + write-combined, mallo
 cudaHostRegister, and 2 MiB-aligned memory backed by transparent huge pages pinned with cudaHostRegister (fewer
 IOMMU translations per byte, in case those limit the link); one stream, or the transfer split over two streams. Prints each figure as GB/s and as a
 share of the link's raw rate (NVML generation x width under load) and of the ceiling the GPU's Max_Payload_Size
-leaves (read from its PCI Express capability by opgate.gpu.pcie_config, as the doctor does: TLP overhead per
+leaves (read from its PCI Express capability by opgate.gpu.probes.pcie_config, as the doctor does: TLP overhead per
 payload bounds the usable share).
 
     PYTHONPATH=src python3 benchmarks/host_copy_methods.py [--json out.json]
@@ -22,11 +22,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from opgate.gpu.device import nvml_handle_for  # noqa: E402
-from opgate.gpu.pcie import payload_ceiling_fraction, pcie_theoretical_gbs  # noqa: E402
-from opgate.gpu.pcie_config import PcieConfigError, read_express_facts  # noqa: E402
-from opgate.gpu.stats import bandwidth_gbs  # noqa: E402
-from opgate.gpu.timing import time_on_stream  # noqa: E402
+from opgate.gpu.probes.device import nvml_handle_for  # noqa: E402
+from opgate.gpu.probes.pcie import payload_ceiling_fraction, pcie_theoretical_gbs  # noqa: E402
+from opgate.gpu.probes.pcie_config import PcieConfigError, read_express_facts  # noqa: E402
+from opgate.gpu.probes.timing import bandwidth_gbs  # noqa: E402
+from opgate.gpu.probes.timing import time_on_stream  # noqa: E402
 
 MiB = 1 << 20
 

@@ -18,15 +18,15 @@ import sys
 PRELUDES = {
     "nothing (as the doctor runs it)": "",
     "torch initialised on the GPU": "import torch; torch.ones(1, device='cuda'); torch.cuda.synchronize()",
-    "opgate HBM probe": "from opgate.gpu.bandwidth import measure_hbm; measure_hbm(0, include_torch=False)",
+    "opgate HBM probe": "from opgate.gpu.probes.bandwidth import measure_hbm; measure_hbm(0, include_torch=False)",
     "PyTorch x.add_(1) launch loop": (
-        "from opgate.gpu import torch_equivalents as te; te.launch_overhead(0)"),
+        "from opgate.gpu.probes import torch_equivalents as te; te.launch_overhead(0)"),
     "HBM probe, then PyTorch x.sum()": (
-        "from opgate.gpu.bandwidth import measure_hbm; measure_hbm(0, include_torch=True)\n"
-        "from opgate.gpu import torch_equivalents as te; te.hbm_read(0, 1 << 30)"),
+        "from opgate.gpu.probes.bandwidth import measure_hbm; measure_hbm(0, include_torch=True)\n"
+        "from opgate.gpu.probes import torch_equivalents as te; te.hbm_read(0, 1 << 30)"),
 }
 
-MEASURE = ("\nfrom opgate.gpu.launch import measure_launch_latency\n"
+MEASURE = ("\nfrom opgate.gpu.probes.launch import measure_launch_latency\n"
            "m = measure_launch_latency(0)\nprint(m.eager_us.median, m.graph_us.median)")
 
 

@@ -3,7 +3,7 @@
 Issue 6 asks for every probe figure "beside its reference and beside PyTorch's plain equivalent measured in
 the same run". The doctor keeps its probes lean (no torch import where the probe does not need it, to stay
 within the standard level's 30 s); this script runs the probes (`opgate.gpu.*`) and the equivalents
-(`opgate.gpu.torch_equivalents`) in one process, one after the other, and prints a markdown table.
+(`opgate.gpu.probes.torch_equivalents`) in one process, one after the other, and prints a markdown table.
 
     PYTHONPATH=src python3 benchmarks/probes_vs_torch.py [--json out.json]
 """
@@ -44,13 +44,13 @@ def main() -> int:
     parser.add_argument("--device", type=int, default=0)
     args = parser.parse_args()
 
-    from opgate.gpu import torch_equivalents as te
-    from opgate.gpu.bandwidth import measure_hbm, measure_l2
-    from opgate.gpu.events import measure_event_timing
-    from opgate.gpu.host_links import measure_host_links
-    from opgate.gpu.launch import measure_launch_latency
-    from opgate.gpu.priority import measure_stream_priority
-    from opgate.gpu.references import datasheet_bandwidth
+    from opgate.gpu.probes import torch_equivalents as te
+    from opgate.gpu.probes.bandwidth import measure_hbm, measure_l2
+    from opgate.gpu.probes.events import measure_event_timing
+    from opgate.gpu.probes.host_links import measure_host_links
+    from opgate.gpu.probes.launch import measure_launch_latency
+    from opgate.gpu.probes.priority import measure_stream_priority
+    from opgate.gpu.judge.references import datasheet_bandwidth
 
     started = time.perf_counter()
     notes: list[str] = []
@@ -71,7 +71,7 @@ def main() -> int:
 
     peers: list[tuple[Any, Any]] = []  # (opgate PeerPair, PyTorch figure) for every ordered pair
     if gpu_count() >= 2:
-        from opgate.gpu.p2p import measure_p2p
+        from opgate.gpu.probes.p2p import measure_p2p
 
         p2p = _try("opgate peer-to-peer probe", measure_p2p, notes)
         for pair in (p2p.pairs if p2p else ()):

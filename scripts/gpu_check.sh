@@ -3,7 +3,7 @@
 #   1. the GPU tests            python3 -m pytest -m gpu tests/gpu
 #   2. the measured probes      opgate doctor --level standard --json $OUT/doctor_standard.json  (timed)
 #   3. the sanitizer suite      planted bugs + clean twins under memcheck/racecheck/initcheck/synccheck
-#   4. the recovery trials      out of memory (same process) and a sticky error (worker restarted)
+#   4. the recovery trials      a sticky error (worker restarted); out of memory is verify's recovery stage
 #   5. the copy-kernel sweep    benchmarks/copy_kernel_sweep.py beside cudaMemcpy (about 20 s)
 #   6. probes vs PyTorch        benchmarks/probes_vs_torch.py: each probe beside PyTorch's plain equivalent
 # and prints a short summary table LAST. Installs nothing. Every step runs even when an earlier one
@@ -86,10 +86,10 @@ cat "$LOGS/env.txt"
   "$PY" -m opgate doctor --level standard --verbose --json "$OUT/doctor_standard.json" --junit "$LOGS/doctor_standard.xml"
 
 [ "${SKIP_SANITIZER:-0}" = 1 ] || run_step sanitizer 330 \
-  "$PY" -m opgate.gpu.sanitizer planted --json "$OUT/sanitizer.json" --log-dir "$LOGS/sanitizer" --timeout 90
+  "$PY" scripts/gpu/gpu_sanitizer_tool.py planted --json "$OUT/sanitizer.json" --log-dir "$LOGS/sanitizer" --timeout 90
 
 [ "${SKIP_RECOVERY:-0}" = 1 ] || run_step recovery 150 \
-  "$PY" -m opgate.gpu.recovery --trials 5 --oom-trials 3 --json "$OUT/recovery.json"
+  "$PY" scripts/gpu/gpu_recovery.py --trials 5 --json "$OUT/recovery.json"
 
 [ "${SKIP_COPY_SWEEP:-0}" = 1 ] || run_step copy_sweep 120 \
   "$PY" benchmarks/copy_kernel_sweep.py --json "$OUT/copy_sweep.json"
@@ -184,8 +184,6 @@ else:
     print(f"recovery: {rec['status']}: {rec['reason']}")
     print(f"  sticky: {s.get('sticky_trials')} trials, success rate {s.get('sticky_success_rate')}, mean recover "
           f"{s.get('sticky_mean_recover_s')} s, max {s.get('sticky_max_recover_s')} s")
-    print(f"  oom:    {s.get('oom_trials')} trials, success rate {s.get('oom_success_rate')}, mean recover "
-          f"{s.get('oom_mean_recover_s')} s")
 sweep = load("copy_sweep.json")
 print("-" * 100)
 if "_missing" in sweep:

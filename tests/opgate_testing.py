@@ -6,11 +6,22 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 TESTS = REPO / "tests"
 DATA = TESTS / "data"
+SCRIPTS_GPU = REPO / "scripts" / "gpu"  # GPU-session tools outside the CLI (planted sanitizer bugs, recovery trials)
+
+
+def gpu_script(name: str) -> Any:
+    """A module of scripts/gpu/ (e.g. "gpu_recovery"), imported the way the scripts import each other."""
+    import importlib
+
+    if str(SCRIPTS_GPU) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS_GPU))
+    return importlib.import_module(name)
 
 
 def child_pythonpath() -> str:
@@ -19,15 +30,11 @@ def child_pythonpath() -> str:
 
 
 def gpu_available() -> tuple[bool, str]:
-    try:
-        import pynvml
+    """(whether NVML sees a GPU, why not): opgate's own gate, asked of NVML only (no CUDA context here)."""
+    from opgate.gpu.probes.device import gpu_unavailable_reason
 
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-    except Exception as exc:  # no driver here: the reason is shown in the skip
-        return False, f"no NVIDIA GPU/driver ({type(exc).__name__}: {exc})"
-    return (count > 0, "NVML sees no GPU") if count == 0 else (True, "")
+    reason = gpu_unavailable_reason(runtime=False)
+    return reason is None, reason or ""
 
 
 def run_opgate(args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -10,17 +10,7 @@ LOG="$OUT/governance.log"
 : > "$LOG"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
-declare -A STATUS
-
-step() {  # step NAME TIMEOUT_S COMMAND...
-  local name="$1" limit="$2"; shift 2
-  echo "===== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" >> "$LOG"
-  local started=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  STATUS[$name]="rc=$rc $((SECONDS - started))s"
-  echo "===== $name done: rc=$rc in $((SECONDS - started))s" >> "$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 step host 10 bash -c 'date -u; hostname; nvidia-smi --query-gpu=index,name,driver_version,compute_mode,mig.mode.current --format=csv; nvidia-smi topo -m'
 
@@ -39,7 +29,7 @@ step doctor_topology 30 "$PY" -m opgate doctor --check topology --json "$OUT/gov
 step qos 100 "$PY" - <<'PYEOF'
 import json, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still runs the MPS daemon's stop (finally)
-from opgate.gpu.qos import measure_qos
+from opgate.gpu.probes.qos import measure_qos
 from opgate.doctor.qos import judge_qos, latency_summary
 started = time.time()
 m = measure_qos(samples=300, probe_us=50.0, neighbour_percent=50, pinned_limit_mb=1024, timeout_s=30, budget_s=80)

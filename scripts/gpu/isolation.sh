@@ -46,7 +46,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run it, its output into the log, its s
   for caching in on off; do
     if [ "$caching" = off ]; then export PYTORCH_NO_CUDA_MEMORY_CACHING=1; fi
     echo "--- memcheck of oob_write at the declared size, caching allocator $caching"
-    timeout 33 python3 -m opgate.gpu.sanitizer run --tool memcheck opgate.verify.runtime \
+    timeout 33 python3 scripts/gpu/gpu_sanitizer_tool.py run --tool memcheck opgate.verify.runtime \
       tests/data/verify/planted_memory.py double oob_write float32 2>&1 | tail -4
   done
 ) >"$WORK/baseline.txt" 2>&1 &

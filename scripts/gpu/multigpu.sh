@@ -61,7 +61,7 @@ if [ "${GPUS:-0}" -ge 2 ]; then
   step links 8 "$PY" - <<'PYEOF'
 import json
 from opgate.probes.nvlink import collect_links
-from opgate.gpu.collective_judge import link_reference
+from opgate.gpu.judge.collectives import link_reference
 snap = collect_links()
 print(json.dumps(snap.to_dict()))
 ref = link_reference(snap)

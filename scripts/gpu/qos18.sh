@@ -32,7 +32,8 @@ step qos_stage 100 "$PY" - <<'PYEOF'
 import json, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still runs the MPS daemon's stop (finally)
 from opgate.checks.base import CheckContext
-from opgate.gpu.qos import QosMeasurement, format_mode_table, judge_modes
+from opgate.gpu.judge.qos import format_mode_table, judge_modes
+from opgate.gpu.probes.qos import QosMeasurement
 from opgate.verify.qos_stage import QosStagePayload, VerifyQosCheck, judge_operator_qos
 started = time.time()
 payload = QosStagePayload("examples/ops/softmax.py", "softmax", "triton", "float32", 0, 2000.0)

@@ -24,9 +24,9 @@ def _skip_as_failure(result: CheckResult, option: str) -> CheckResult:
 
 def gpu_missing_reason() -> str | None:
     """None when NVML sees at least one NVIDIA GPU; else why not (no driver, no device)."""
-    from opgate.gpu.device import _nvml_reason  # NVML only: cheap, no CUDA context in the parent
+    from opgate.gpu.probes.device import gpu_unavailable_reason
 
-    return _nvml_reason()
+    return gpu_unavailable_reason(runtime=False)  # NVML only: cheap, no CUDA context in the parent
 
 
 def apply_skip_policy(report: RunReport, fail_on_skip: bool, require_gpu: bool) -> RunReport:

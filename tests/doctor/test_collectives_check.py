@@ -7,17 +7,18 @@ import pytest
 from opgate_testing import run_opgate
 
 from opgate.checks.base import CheckContext
-from opgate.checks.registry import _source_tree_entry_points, discover_checks
+from opgate.checks.registry import CheckSpec, discover_checks
 from opgate.doctor.collectives import CollectivesCheck, one_gpu_reason
 from opgate.doctor.contention import ContentionCheck
-from opgate.gpu.device import gpu_unavailable_reason
+from opgate.gpu.probes.device import gpu_unavailable_reason
+from opgate.plugins import CHECKS_GROUP, _source_tree_groups
 from opgate.results import Outcome
 
 no_gpu = pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is present: the checks measure")
 
 
 def test_registered_in_pyproject_as_plugins() -> None:
-    specs = {s.name: s for s in _source_tree_entry_points()}
+    specs = {n: CheckSpec(n, t) for n, t in _source_tree_groups()[CHECKS_GROUP].items()}
     assert specs["doctor.collectives"].load() is CollectivesCheck
     assert specs["doctor.contention"].load() is ContentionCheck
     for cls in (CollectivesCheck, ContentionCheck):

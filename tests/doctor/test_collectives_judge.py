@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from opgate.gpu.collective_judge import (
+from opgate.gpu.judge.collectives import (
     MIN_JUDGED_BYTES, collective_band, judge_collectives, link_reference, nvlink_model, render_sweep)
-from opgate.gpu.collectives import (
+from opgate.gpu.probes.collectives import (
     MAX_BYTES, CollectiveConfig, CollectiveRun, algbw_gbs, bus_factor, busbw_gbs, bytes_needed_per_rank, cap_sizes,
     effective_size, message_sizes)
 from opgate.probes.nvlink import LinkSnapshot

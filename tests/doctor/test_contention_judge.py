@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from opgate.doctor.contention import combine_contention, judge_contention
-from opgate.gpu.contention import ContentionFigures
-from opgate.gpu.references import policy_band
+from opgate.gpu.probes.contention import ContentionFigures
+from opgate.gpu.judge.references import policy_band
 from opgate.results import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "multigpu"

@@ -17,19 +17,19 @@ import pytest
 
 from opgate.checks.base import CheckContext
 from opgate.doctor import gpu_probes
-from opgate.gpu import bandwidth, device, events, host_links, launch, p2p, priority
-from opgate.gpu.bandwidth import HbmMeasurement, L2Measurement, TimedFigure
-from opgate.gpu.clocks import ClockWindow
-from opgate.gpu.device import DeviceInfo
-from opgate.gpu.events import EventTiming
-from opgate.gpu.host_links import BidirectionalFigure, ContentionMeasurement, HostLinkMeasurement, PcieLink
-from opgate.gpu.pcie_config import ExpressFacts
-from opgate.gpu.launch import LaunchLatency
-from opgate.gpu import link_matrix
-from opgate.gpu.link_matrix import LinkMatrixMeasurement, PairFigures
-from opgate.gpu.p2p import P2PMeasurement, PeerPair
-from opgate.gpu.priority import StreamPriorityMeasurement
-from opgate.gpu.stats import Samples
+from opgate.gpu.probes import bandwidth, device, events, host_links, launch, p2p, priority
+from opgate.gpu.probes.bandwidth import HbmMeasurement, L2Measurement, TimedFigure
+from opgate.gpu.probes.clocks import ClockWindow
+from opgate.gpu.probes.device import DeviceInfo
+from opgate.gpu.probes.events import EventTiming
+from opgate.gpu.probes.host_links import BidirectionalFigure, ContentionMeasurement, HostLinkMeasurement, PcieLink
+from opgate.gpu.probes.pcie_config import ExpressFacts
+from opgate.gpu.probes.launch import LaunchLatency
+from opgate.gpu.probes import link_matrix
+from opgate.gpu.probes.link_matrix import LinkMatrixMeasurement, PairFigures
+from opgate.gpu.probes.p2p import P2PMeasurement, PeerPair
+from opgate.gpu.probes.priority import StreamPriorityMeasurement
+from opgate.gpu.probes.timing import Samples
 from opgate.results import Outcome
 
 CTX = CheckContext(level="standard")
@@ -325,9 +325,9 @@ def test_a_failed_self_check_is_an_error_not_a_verdict(gpu_here: pytest.MonkeyPa
 
 
 def test_host_link_judge_uses_the_ceiling_when_known_and_the_raw_rate_otherwise() -> None:
-    from opgate.gpu.host_link_judge import BASIS_PAYLOAD, BASIS_RAW, judge_host_link
-    from opgate.gpu.pcie import payload_ceiling_fraction
-    from opgate.gpu.references import policy_band
+    from opgate.gpu.judge.host_link import BASIS_PAYLOAD, BASIS_RAW, judge_host_link
+    from opgate.gpu.probes.pcie import payload_ceiling_fraction
+    from opgate.gpu.judge.references import policy_band
 
     payload_band, raw_band = policy_band("pinned_vs_payload_ceiling", None), policy_band("pinned_vs_pcie", None)
     raw = 63.015  # Gen5 x16 per direction (data/pcie_link_rates.toml)

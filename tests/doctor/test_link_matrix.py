@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
-from opgate.gpu.link_matrix import PairFigures
-from opgate.gpu.link_matrix_judge import find_outliers, render_link_matrix
-from opgate.gpu.references import policy_band
+from opgate.gpu.probes.link_matrix import PairFigures
+from opgate.gpu.judge.link_matrix import find_outliers, render_link_matrix
+from opgate.gpu.judge.references import policy_band
 from opgate.results import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "multigpu"

@@ -11,7 +11,7 @@ from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
 from opgate.plugins import CHECKS_GROUP, _source_tree_groups
 from opgate.doctor.qos import QosCheck, judge_qos
-from opgate.gpu.qos import ModeResult, QosMeasurement
+from opgate.gpu.probes.qos import ModeResult, QosMeasurement
 from opgate.results import Outcome
 from opgate_testing import gpu_available
 
@@ -96,11 +96,12 @@ def test_process_plumbing_with_a_stand_in_worker(tmp_path, monkeypatch) -> None:
     driven through a stand-in worker script; the real worker needs a GPU."""
     import sys
 
-    from opgate.gpu import qos
+    from opgate.gpu.probes import qos
 
     script = tmp_path / "worker.py"
     script.write_text(FAKE_WORKER)
-    monkeypatch.setattr(qos, "_worker", lambda mode, args: [sys.executable, str(script), mode, *args])
+    monkeypatch.setattr(qos, "_worker", lambda mode, args, module=qos.WORKER_MODULE: [sys.executable, str(script), mode,
+                                                                                     *args])
     env = qos._child_env()
     neighbour = qos.Neighbour([], env, ready_timeout_s=30)
     assert neighbour.error == ""
@@ -113,7 +114,7 @@ def test_process_plumbing_with_a_stand_in_worker(tmp_path, monkeypatch) -> None:
 
 
 def test_mps_mode_without_the_control_binary(monkeypatch) -> None:
-    from opgate.gpu import qos
+    from opgate.gpu.probes import qos
 
     monkeypatch.setattr(qos, "MPS_CONTROL", "nvidia-cuda-mps-control-not-installed")
     mode, allocated, note = qos._mps_modes([], [], 50, 1024, 10)

@@ -28,8 +28,8 @@ def synchronizes(x):
 def main(case: str) -> None:
     import torch
 
-    from opgate.measure.graph_capture import check_graph_capture
-    from opgate.measure.timing import time_cuda
+    from opgate.gpu.probes.graphs import check_graph_capture
+    from opgate.gpu.probes.timing import time_cuda
 
     x = torch.randn(1 << 20, device="cuda")
     if case == "timing":

@@ -1,11 +1,11 @@
-"""NVML's clocks, temperature and clock-event reasons around a probe (opgate.gpu.clocks)."""
+"""NVML's clocks, temperature and clock-event reasons around a probe (opgate.gpu.probes.clocks)."""
 
 from __future__ import annotations
 
 import pynvml
 import pytest
 
-from opgate.gpu.clocks import ClockSampler, ClockWindow, decode_reasons
+from opgate.gpu.probes.clocks import ClockSampler, ClockWindow, decode_reasons
 
 
 def test_reason_bits_decode_to_pynvml_names() -> None:
@@ -39,7 +39,7 @@ def test_a_sampler_without_nvml_reports_why_and_never_raises() -> None:
 @pytest.mark.gpu
 def test_clocks_seen_while_the_gpu_reads_memory() -> None:
     cupy = pytest.importorskip("cupy")
-    from opgate.gpu.device import device_info, gpu_unavailable_reason
+    from opgate.gpu.probes.device import device_info, gpu_unavailable_reason
 
     if (reason := gpu_unavailable_reason()) is not None:
         pytest.skip(reason)

@@ -1,12 +1,12 @@
 """The collectives' process handling, timing and straggler logic, run for real: 2-4 rank processes over gloo on CPU
-tensors, the same code the doctor check runs over NCCL (opgate.gpu.collectives). Small sizes keep it fast."""
+tensors, the same code the doctor check runs over NCCL (opgate.gpu.probes.collectives). Small sizes keep it fast."""
 
 from __future__ import annotations
 
 import pytest
 
-from opgate.gpu.collective_judge import render_sweep
-from opgate.gpu.collectives import (
+from opgate.gpu.judge.collectives import render_sweep
+from opgate.gpu.probes.collectives import (
     MULTICAST_OFF_ENV, OPS, CollectiveConfig, CollectiveRunError, bus_factor, effective_size, message_sizes,
     run_collectives)
 

@@ -1,10 +1,10 @@
-"""Finding the step an event clock moves in from the durations it timed (opgate.gpu.events.timer_step_ns)."""
+"""Finding the step an event clock moves in from the durations it timed (opgate.gpu.probes.events.timer_step_ns)."""
 
 from __future__ import annotations
 
 import math
 
-from opgate.gpu.events import timer_step_ns, timer_step_waits_ns
+from opgate.gpu.probes.events import timer_step_ns, timer_step_waits_ns
 
 
 def quantised(step_ns: float, durations_ns: list[float]) -> list[float]:

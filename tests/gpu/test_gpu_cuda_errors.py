@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from opgate.gpu.cuda_errors import cuda_error_code_in, cuda_error_table, explain_cuda_error
+from opgate.gpu.judge.cuda_errors import cuda_error_code_in, cuda_error_table, explain_cuda_error
 
 cudart = pytest.importorskip("cuda.bindings.runtime", reason="cuda-bindings is not installed")
 

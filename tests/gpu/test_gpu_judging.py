@@ -7,8 +7,8 @@ import math
 import pytest
 
 from opgate.data import load_table
-from opgate.gpu.judge import band_threshold, combine, judge, relative_spread
-from opgate.gpu.references import Band, datasheet_bandwidth, gpu_key_for, has_model_band, policy_band
+from opgate.gpu.judge.bands import band_threshold, combine, judge, relative_spread
+from opgate.gpu.judge.references import Band, datasheet_bandwidth, gpu_key_for, has_model_band, policy_band
 from opgate.results import Outcome
 
 HIGHER = Band("m", "default", ">=", 0.93, 0.85, "fraction", "src")

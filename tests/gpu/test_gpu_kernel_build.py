@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from opgate.gpu.kernels import COPY_CONFIGS, KERNEL_SOURCE, READ_UNROLLS, read_kernel_name
-from opgate.gpu.planted import PLANTED_CASES, PLANTED_SOURCE
+from opgate.gpu.probes.kernels import COPY_CONFIGS, KERNEL_SOURCE, READ_UNROLLS, read_kernel_name
+from opgate_testing import gpu_script
+
+PLANTED_CASES, PLANTED_SOURCE = gpu_script("gpu_planted").PLANTED_CASES, gpu_script("gpu_planted").PLANTED_SOURCE
 
 
 def _tool(name: str) -> str | None:

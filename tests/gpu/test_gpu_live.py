@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from opgate.gpu.planted import PLANTED_CASES
+from opgate_testing import SCRIPTS_GPU, gpu_script
+
+PLANTED_CASES = gpu_script("gpu_planted").PLANTED_CASES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -30,7 +32,7 @@ MiB = 1 << 20
 @pytest.fixture(autouse=True)
 def _needs_a_usable_gpu() -> None:
     """Skip with opgate's own reason (no driver, no device, CuPy missing): the gate the probes use."""
-    from opgate.gpu.device import gpu_unavailable_reason
+    from opgate.gpu.probes.device import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason:
@@ -42,8 +44,8 @@ def _env() -> dict[str, str]:
 
 
 def test_hbm_probe() -> None:
-    from opgate.gpu.bandwidth import measure_hbm
-    from opgate.gpu.references import datasheet_bandwidth
+    from opgate.gpu.probes.bandwidth import measure_hbm
+    from opgate.gpu.judge.references import datasheet_bandwidth
 
     m = measure_hbm(0, buffer_bytes=1024 * MiB, reps=5)
     assert m.read.tbs > 0.05 and math.isfinite(m.read.tbs)
@@ -57,7 +59,7 @@ def test_hbm_probe() -> None:
 
 
 def test_l2_probe() -> None:
-    from opgate.gpu.bandwidth import measure_l2
+    from opgate.gpu.probes.bandwidth import measure_l2
 
     m = measure_l2(0, reps=5)
     assert m.working_set_bytes <= m.device.l2_bytes // 4 + 4096 and m.passes >= 1
@@ -66,7 +68,7 @@ def test_l2_probe() -> None:
 
 
 def test_host_link_probe() -> None:
-    from opgate.gpu.host_links import measure_host_links
+    from opgate.gpu.probes.host_links import measure_host_links
 
     m = measure_host_links(0, transfer_bytes=64 * MiB, reps=3, pageable_reps=2)
     for figure in (m.h2d_pinned, m.d2h_pinned, m.h2d_pageable, m.d2h_pageable):
@@ -77,8 +79,8 @@ def test_host_link_probe() -> None:
 
 
 def test_p2p_probe() -> None:
-    from opgate.gpu.device import device_count
-    from opgate.gpu.p2p import measure_p2p
+    from opgate.gpu.probes.device import device_count
+    from opgate.gpu.probes.p2p import measure_p2p
 
     if device_count() < 2:
         pytest.skip("one GPU: peer-to-peer needs two")
@@ -88,14 +90,14 @@ def test_p2p_probe() -> None:
 
 
 def test_launch_latency_probe() -> None:
-    from opgate.gpu.launch import measure_launch_latency
+    from opgate.gpu.probes.launch import measure_launch_latency
 
     m = measure_launch_latency(0, kernels_per_run=200, runs=3)  # counts every launch and replay inside
     assert m.eager_us.median > 0 and m.graph_us.median > 0
 
 
 def test_event_timing_probe() -> None:
-    from opgate.gpu.events import measure_event_timing
+    from opgate.gpu.probes.events import measure_event_timing
 
     m = measure_event_timing(0, back_to_back=64, roundtrips=50, spin_us=1000.0, queue_probe=1024, chain_steps=64)
     assert m.chain_ok and m.launch_returned_before_done
@@ -106,7 +108,7 @@ def test_event_timing_probe() -> None:
 
 
 def test_stream_priority_probe() -> None:
-    from opgate.gpu.priority import measure_stream_priority
+    from opgate.gpu.probes.priority import measure_stream_priority
 
     m = measure_stream_priority(0, samples=5, hog_kernels_per_stream=10)  # counts every hog block inside
     if not m.supported:
@@ -116,7 +118,7 @@ def test_stream_priority_probe() -> None:
 
 @pytest.mark.parametrize("case", [c.name for c in PLANTED_CASES])
 def test_planted_clean_twins_compute_the_right_answer(case: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "opgate.gpu.planted", case, "clean"], capture_output=True,
+    done = subprocess.run([sys.executable, str(SCRIPTS_GPU / "gpu_planted.py"), case, "clean"], capture_output=True,
                           text=True, env=_env(), timeout=120)
     record = json.loads(done.stdout.split("OPGATE_PLANTED ", 1)[1])
     if done.returncode == 4:
@@ -125,8 +127,8 @@ def test_planted_clean_twins_compute_the_right_answer(case: str) -> None:
 
 
 def test_recovery_worker_computes_then_loses_its_context() -> None:
-    from opgate.gpu.recovery import WorkerProcess
-    from opgate.gpu.recovery_worker import STICKY_EXIT_CODE
+    WorkerProcess = gpu_script("gpu_recovery").WorkerProcess
+    STICKY_EXIT_CODE = gpu_script("gpu_recovery_worker").STICKY_EXIT_CODE
 
     worker = WorkerProcess()
     try:

@@ -1,6 +1,7 @@
-"""The recovery supervisor on CPU: it must notice a worker that reports a sticky error, dies or hangs,
-replace it, and go on. The worker here is tests/data/recovery/protocol_worker.py (same protocol as
-opgate.gpu.recovery_worker, no GPU); the GPU trials themselves run in scripts/gpu_check.sh."""
+"""The recovery supervisor (scripts/gpu/gpu_recovery.py) on CPU: it must notice a worker that reports a
+sticky error, dies or hangs, replace it, and go on. The worker here is tests/data/recovery/protocol_worker.py
+(same protocol as scripts/gpu/gpu_recovery_worker.py, no GPU); the GPU trials themselves run in
+scripts/gpu_check.sh."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from opgate.gpu.recovery import RecoveryReport, WorkerGone, WorkerProcess, run_oom_trials, run_sticky_trials
+from opgate_testing import gpu_script
+
+gpu_recovery = gpu_script("gpu_recovery")
+RecoveryReport, WorkerGone, WorkerProcess = gpu_recovery.RecoveryReport, gpu_recovery.WorkerGone, gpu_recovery.WorkerProcess
+run_sticky_trials = gpu_recovery.run_sticky_trials
 
 WORKER = [sys.executable, str(Path(__file__).resolve().parents[1] / "data" / "recovery" / "protocol_worker.py")]
 
@@ -36,11 +41,6 @@ def test_a_hung_worker_is_killed_and_replaced(monkeypatch: pytest.MonkeyPatch) -
     (trial,) = run_sticky_trials(1, worker_command=WORKER, fault_timeout_s=1.0)
     assert trial.detected_by == "worker stopped answering" and trial.recovered
     assert trial.old_worker_exit is None  # it never exited by itself; the supervisor killed it
-
-
-def test_oom_trials_stay_in_one_process() -> None:
-    trials = run_oom_trials(2, worker_command=WORKER)
-    assert [t.recovered and t.same_process and t.oom_hit for t in trials] == [True, True]
 
 
 def test_a_worker_that_cannot_start_is_reported() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.gpu.sanitizer import kernel_name, parse_location, parse_sanitizer_output
+from opgate.gpu.probes.sanitizer import kernel_name, parse_location, parse_sanitizer_output
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "sanitizer"
 

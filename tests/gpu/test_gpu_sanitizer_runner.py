@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from opgate.gpu import sanitizer
-from opgate.gpu.planted import CASES_BY_NAME
-from opgate.gpu.sanitizer import (SanitizerNotFound, SanitizerRun, judge_planted, parse_sanitizer_output,
-                                  python_command, run_planted_suite, run_under_sanitizer)
+from opgate.gpu.probes import sanitizer
+from opgate.gpu.probes.sanitizer import SanitizerNotFound, SanitizerRun, parse_sanitizer_output, run_under_sanitizer
+from opgate_testing import SCRIPTS_GPU, gpu_script
+
+CASES_BY_NAME = gpu_script("gpu_planted").CASES_BY_NAME
+tool = gpu_script("gpu_sanitizer_tool")
+judge_planted, python_command, run_planted_suite = tool.judge_planted, tool.python_command, tool.run_planted_suite
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "sanitizer"
 
@@ -96,8 +99,7 @@ def test_unknown_tool_is_bad_input(stub: Path) -> None:
 
 
 def test_python_targets(tmp_path: Path) -> None:
-    assert python_command("opgate.gpu.planted", ["oob_write", "bug"])[1:] == ["-m", "opgate.gpu.planted",
-                                                                             "oob_write", "bug"]
+    assert python_command("pkg.planted", ["oob_write", "bug"])[1:] == ["-m", "pkg.planted", "oob_write", "bug"]
     callable_cmd = python_command("pkg.mod:main", ["x"])
     assert callable_cmd[1] == "-c" and callable_cmd[3:] == ["pkg.mod:main", "x"]
     script = tmp_path / "s.py"
@@ -184,7 +186,7 @@ sys.exit(int(opts["--error-exitcode"]) if "ERROR SUMMARY: 0 errors" not in text 
 def test_planted_suite_loop_with_a_stand_in_sanitizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite's loop, options and result shape (what scripts/gpu_check.sh summarises). The stand-in
     reports every bug with the matching sample except the stream-ordered race, which it 'misses'."""
-    from opgate.gpu import device
+    from opgate.gpu.probes import device
 
     path = tmp_path / "compute-sanitizer"
     path.write_text(SUITE_STUB.format(python=sys.executable))
@@ -226,7 +228,7 @@ def test_sigterm_leaves_no_sanitizer_process_behind(stub: Path) -> None:
     script = stub / "target.py"
     script.write_text(target + "\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    cli = subprocess.Popen([sys.executable, "-m", "opgate.gpu.sanitizer", "run", "--tool", "memcheck", str(script)],
+    cli = subprocess.Popen([sys.executable, str(SCRIPTS_GPU / "gpu_sanitizer_tool.py"), "run", "--tool", "memcheck", str(script)],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 30
     while not pid_file.exists() or not pid_file.read_text():

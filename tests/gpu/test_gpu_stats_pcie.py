@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from opgate.gpu.pcie import UnknownPcieGeneration, pcie_generations, pcie_theoretical_gbs
-from opgate.gpu.stats import Samples, bandwidth_gbs, bandwidth_tbs, percentile
+from opgate.gpu.probes.pcie import UnknownPcieGeneration, pcie_generations, pcie_theoretical_gbs
+from opgate.gpu.probes.timing import Samples, bandwidth_gbs, bandwidth_tbs, percentile
 
 
 def test_percentile_matches_numpy_linear_interpolation() -> None:

@@ -1,4 +1,4 @@
-"""`opgate explain` / opgate.gpu.limiter (CPU tests).
+"""`opgate explain` / opgate.gpu.judge.limiter (CPU tests).
 
 Three kinds of input:
 - the recorded H200 profile already in tests/data/ncu (verify's ncu stage, --metrics, details layout);
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from opgate.errors import InputError
-from opgate.gpu.limiter import Ceilings, diagnose, load_profiles, read_ncu_csv, stall_reasons
+from opgate.gpu.judge.limiter import Ceilings, diagnose, load_profiles, read_ncu_csv, stall_reasons
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
 H200 = DATA / "h200"
@@ -159,8 +159,8 @@ def test_explain_cli(tmp_path, opgate_env):
 
 
 def test_measured_l2_ceiling_joins_the_hbm_row(tmp_path, monkeypatch):
-    from opgate.gpu.ceilings import MeasuredCeilings, load_ceilings, save_ceilings, save_l2_ceiling
-    from opgate.gpu.limiter import ceilings_for
+    from opgate.gpu.judge.ceilings import MeasuredCeilings, load_ceilings, save_ceilings, save_l2_ceiling
+    from opgate.gpu.judge.limiter import ceilings_for
 
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path))
     import time
@@ -214,7 +214,8 @@ def test_planted_report_imports_through_ncu():
 
 def test_verify_ncu_stage_counters_feed_the_diagnosis():
     """verify's ncu stage reads the limiter's metrics too (details layout of `--metrics`) and names the limiter."""
-    from opgate.gpu.ncu import limiter_profile, parse_ncu_csv
+    from opgate.gpu.judge.limiter import limiter_profile
+    from opgate.gpu.probes.ncu import parse_ncu_csv
 
     head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
             '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')
@@ -232,7 +233,7 @@ def test_verify_ncu_stage_counters_feed_the_diagnosis():
 
 
 def test_ncu_rep_without_ncu_says_what_to_do(tmp_path):
-    from opgate.gpu.ncu import NcuNotFound, find_ncu
+    from opgate.gpu.probes.ncu import NcuNotFound, find_ncu
 
     try:
         pytest.skip(f"ncu is installed here ({find_ncu()}): the report would be imported")

@@ -39,7 +39,7 @@ def test_collectives_check_skips_on_one_gpu() -> None:
 @pytest.mark.gpu
 @multi
 def test_nccl_sweep_is_correct_and_sane() -> None:
-    from opgate.gpu.collectives import CollectiveConfig, message_sizes, run_collectives
+    from opgate.gpu.probes.collectives import CollectiveConfig, message_sizes, run_collectives
 
     n = gpu_count()
     run = run_collectives(CollectiveConfig("nccl", n, sizes=tuple(message_sizes(8, 64 << 20, 8)), timeout_s=180))
@@ -53,8 +53,8 @@ def test_nccl_sweep_is_correct_and_sane() -> None:
 @pytest.mark.gpu
 @multi
 def test_link_matrix_and_contention_measure_every_pair() -> None:
-    from opgate.gpu.contention import measure_pair_contention
-    from opgate.gpu.link_matrix import measure_link_matrix
+    from opgate.gpu.probes.contention import measure_pair_contention
+    from opgate.gpu.probes.link_matrix import measure_link_matrix
 
     n = gpu_count()
     m = measure_link_matrix(transfer_bytes=32 << 20, reps=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opgate.gpu.ncu import parse_ncu_csv
+from opgate.gpu.probes.ncu import parse_ncu_csv
 
 SAMPLE = '''==PROF== Connected to process 4242 (/usr/bin/python3)
 ==PROF== Profiling "gelu_kernel" - 0: 0%....50%....100% - 1 pass

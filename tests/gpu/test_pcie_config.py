@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from opgate.gpu.pcie import payload_ceiling_fraction, pcie_theoretical_gbs, tlp_overhead_bytes
-from opgate.gpu.pcie_config import (
+from opgate.gpu.probes.pcie import payload_ceiling_fraction, pcie_theoretical_gbs, tlp_overhead_bytes
+from opgate.gpu.probes.pcie_config import (
     PcieConfigError,
     parse_express_capability,
     read_express_facts,
@@ -99,7 +99,7 @@ def test_payload_ceiling_follows_the_packet_overheads() -> None:
 
 @pytest.mark.gpu
 def test_the_gpus_own_express_capability() -> None:
-    from opgate.gpu.device import gpu_unavailable_reason
+    from opgate.gpu.probes.device import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason:

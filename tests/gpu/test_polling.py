@@ -1,10 +1,10 @@
-"""The background poller behind the PCIe-link and clock samplers (opgate.gpu.polling)."""
+"""The background poller behind the PCIe-link and clock samplers (opgate.gpu.probes.polling)."""
 
 from __future__ import annotations
 
 import threading
 
-from opgate.gpu.polling import Poller
+from opgate.gpu.probes.polling import Poller
 
 
 def test_polls_until_stopped_and_once_more_at_stop() -> None:

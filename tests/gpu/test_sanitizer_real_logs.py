@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from opgate_testing import DATA
 
-from opgate.gpu.sanitizer import parse_sanitizer_output
+from opgate.gpu.probes.sanitizer import parse_sanitizer_output
 
 LOGS = sorted((DATA / "sanitizer" / "h200").glob("*.log"))
 

@@ -1,4 +1,4 @@
-"""PyTorch's plain equivalents of the probes (opgate.gpu.torch_equivalents), on a real GPU."""
+"""PyTorch's plain equivalents of the probes (opgate.gpu.probes.torch_equivalents), on a real GPU."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ def test_torch_equivalents_measure_real_work() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch sees no CUDA device")
-    from opgate.gpu import torch_equivalents as te
-    from opgate.gpu.references import datasheet_bandwidth
+    from opgate.gpu.probes import torch_equivalents as te
+    from opgate.gpu.judge.references import datasheet_bandwidth
 
     read = te.hbm_read(0, 1 << 30, reps=5)
     sheet = datasheet_bandwidth(torch.cuda.get_device_name(0))

@@ -79,7 +79,7 @@ def test_verify_runtime_and_doctor_band_charts_draw_from_the_judging_layer(monke
     import test_gpu_probe_verdicts as probes  # noqa: E402
 
     from opgate.doctor import gpu_probes
-    from opgate.gpu import bandwidth, device
+    from opgate.gpu.probes import bandwidth, device
 
     monkeypatch.setattr(device, "gpu_unavailable_reason", lambda: None)
     monkeypatch.setattr(device, "device_count", lambda: 1)

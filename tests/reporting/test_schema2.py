@@ -121,8 +121,8 @@ def test_every_gpu_probe_figure_has_a_key_and_number_or_text(monkeypatch: pytest
     import test_gpu_probe_verdicts as probes  # noqa: E402
 
     from opgate.doctor import gpu_probes
-    from opgate.gpu import bandwidth, device, host_links
-    from opgate.gpu.pcie_config import ExpressFacts
+    from opgate.gpu.probes import bandwidth, device, host_links
+    from opgate.gpu.probes.pcie_config import ExpressFacts
 
     monkeypatch.setattr(device, "gpu_unavailable_reason", lambda: None)
     monkeypatch.setattr(device, "device_count", lambda: 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests_verify_support import DATA
+from tests_verify_support import DATA, gpu_reason  # noqa: F401 - gpu_reason for tests that import it from here
 
 
 @pytest.fixture(scope="session")
@@ -12,14 +12,3 @@ def softmax_op():
     from opgate.core.spec import load_spec_file
 
     return load_spec_file(DATA / "softmax_spec.py")[0]
-
-
-def gpu_reason() -> str | None:
-    """Why GPU tests cannot run here, asking the device rather than the platform."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device visible to torch"
-    return None

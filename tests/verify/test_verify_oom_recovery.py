@@ -10,7 +10,8 @@ import pytest
 from opgate_testing import REPO, run_opgate
 
 from opgate.results import Outcome
-from opgate.verify.oom_recovery import OomTrial, judge, same_answer
+from opgate.gpu.probes.oom import OomTrial, same_answer
+from opgate.verify.oom_recovery import judge
 
 GELU = REPO / "examples" / "ops" / "gelu.py"
 

@@ -11,11 +11,14 @@ import pytest
 
 from opgate.checks.base import CheckContext
 from opgate.errors import InputError
-from opgate.gpu import qos_worker
-from opgate.gpu.qos import ModeResult, QosMeasurement, format_mode_table, judge_modes, operator_subject
+from opgate.gpu.judge.qos import format_mode_table, judge_modes
+from opgate.gpu.probes import qos_worker
+from opgate.gpu.probes.qos import ModeResult, QosMeasurement
 from opgate.results import Outcome
+from opgate.verify import qos_worker as verify_qos_worker
 from opgate.verify.qos_stage import QosStagePayload, VerifyQosCheck, judge_operator_qos, resolve_slo
-from opgate.verify.spec import Operator, SpecError, TensorSpec, load_spec_file
+from opgate.verify.qos_worker import operator_subject
+from opgate.core.spec import Operator, SpecError, TensorSpec, load_spec_file
 from opgate_testing import REPO, gpu_available
 
 SOFTMAX = REPO / "examples" / "ops" / "softmax.py"
@@ -115,7 +118,9 @@ def test_mode_table_lists_every_mode() -> None:
 
 def test_operator_subject_is_what_the_worker_parses() -> None:
     subject = operator_subject(str(SOFTMAX), "softmax", "triton", "float16", seed=7)
-    args = qos_worker.build_parser().parse_args(["priority", "--samples", "5", *subject.worker_args])
+    assert subject.worker_module == "opgate.verify.qos_worker"  # the probe worker plus the operator request
+    assert verify_qos_worker.qos_worker.REQUESTS["operator"] is verify_qos_worker.operator_request
+    args = verify_qos_worker.build_parser().parse_args(["priority", "--samples", "5", *subject.worker_args])
     assert (args.subject, args.op, args.impl, args.dtype, args.seed) == ("operator", "softmax", "triton",
                                                                           "float16", 7)
     assert args.spec_file == str(SOFTMAX)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpu_reason
-from tests_verify_support import DATA, ROOT, SRC
+from tests_verify_support import DATA, ROOT, SRC, gpu_reason
 
-from opgate.gpu.sanitizer import parse_sanitizer_output
+from opgate.gpu.probes.sanitizer import parse_sanitizer_output
 from opgate.verify import runtime
+from opgate.verify.tasks import GpuStagePayload
 from opgate.core.spec import load_spec_file
 
 SAMPLES = ROOT / "tests" / "data" / "sanitizer"
@@ -45,7 +45,7 @@ def test_no_tail_when_every_dim_is_exact():
 def test_memcheck_tracks_stream_ordered_races_and_the_child_runs_with_the_caches_off():
     assert ("--track-stream-ordered-races", "all") in runtime.SANITIZER_TOOL_OPTIONS["memcheck"]
     assert runtime.SANITIZER_CHILD_ENV == {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    command = runtime.run_once_command({"spec_file": "s.py", "op": "o", "impl": "i", "dtype": "float32"},
+    command = runtime.run_once_command(GpuStagePayload(spec_file="s.py", op="o", impl="i", dtype="float32"),
                                        sanitized=True)
     assert command[-1] == "--sanitized" and command[1:3] == ["-m", "opgate.verify.runtime"]
 

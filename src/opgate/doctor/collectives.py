@@ -1,7 +1,7 @@
 """Check: NCCL collectives across every GPU of the host (`opgate doctor --level standard --check collectives`).
 
-One process per GPU through torch.distributed (opgate.gpu.collectives), 8 B .. 4 GiB capped by free memory, judged
-against the topology's band (opgate.gpu.collective_judge, data/nvlink_bandwidth.toml). Skipped with fewer than two
+One process per GPU through torch.distributed (opgate.gpu.probes.collectives), 8 B .. 4 GiB capped by free memory, judged
+against the topology's band (opgate.gpu.judge.collectives, data/nvlink_bandwidth.toml). Skipped with fewer than two
 GPUs, without NCCL in PyTorch, or without a driver. Runs alone (`exclusive`): it saturates every link.
 """
 
@@ -31,8 +31,8 @@ class CollectivesCheck(Check):
     timeout_s: ClassVar[float] = 240.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.collective_judge import judge_collectives, link_reference
-        from opgate.gpu.collectives import CollectiveConfig, CollectiveRunError, message_sizes, run_collectives
+        from opgate.gpu.judge.collectives import judge_collectives, link_reference
+        from opgate.gpu.probes.collectives import CollectiveConfig, CollectiveRunError, message_sizes, run_collectives
         from opgate.probes.nvlink import collect_links
         from opgate.probes.nvml import NvmlUnavailable
 

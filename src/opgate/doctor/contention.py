@@ -1,7 +1,7 @@
 """Check: link contention on a multi-GPU host (`opgate doctor --level standard --check contention`).
 
 Every GPU copying to the host at once (each direction) and every ordered GPU pair copying at once, against each
-alone (opgate.gpu.contention); judged here by pure functions: the share each GPU keeps against alone
+alone (opgate.gpu.probes.contention); judged here by pure functions: the share each GPU keeps against alone
 (`contention_vs_alone`), the spread across GPUs (`host_contention_spread`, data/gpu_probe_policy.toml), the worst
 GPU or pair named. Skipped on fewer than two GPUs; runs alone on the host (`exclusive`).
 """
@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Sequence
 from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_probes import GpuProbeCheck
 from opgate.errors import SkipCheck
-from opgate.gpu.contention import ContentionFigures
-from opgate.gpu.judge import band_threshold, combine, judge, relative_spread
-from opgate.gpu.references import Band
+from opgate.gpu.probes.contention import ContentionFigures
+from opgate.gpu.judge.bands import band_threshold, combine, judge, relative_spread
+from opgate.gpu.judge.references import Band
 from opgate.results import CheckResult, Figure, Outcome
 
 
@@ -71,8 +71,8 @@ class ContentionCheck(GpuProbeCheck):
     timeout_s: ClassVar[float] = 180.0
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.contention import measure_host_contention, measure_pair_contention
-        from opgate.gpu.references import policy_band
+        from opgate.gpu.probes.contention import measure_host_contention, measure_pair_contention
+        from opgate.gpu.judge.references import policy_band
 
         devices = self.devices()
         if len(devices) < 2:

@@ -19,8 +19,8 @@ from opgate.errors import SkipCheck
 from opgate.results import CheckResult, Figure, Outcome
 
 if TYPE_CHECKING:  # the probes import CuPy-side modules lazily, inside each check
-    from opgate.gpu.host_links import PcieLink
-    from opgate.gpu.clocks import ClockWindow
+    from opgate.gpu.probes.host_links import PcieLink
+    from opgate.gpu.probes.clocks import ClockWindow
 
 T = TypeVar("T")
 PROBE_BUDGET_NOTE = "measured with CUDA events after warm-up; medians of repeated runs"
@@ -59,7 +59,7 @@ class GpuProbeCheck(Check):
         raise NotImplementedError
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.device import GpuUnavailable, ProbeError, gpu_unavailable_reason
+        from opgate.gpu.probes.device import GpuUnavailable, ProbeError, gpu_unavailable_reason
 
         reason = gpu_unavailable_reason()
         if reason:
@@ -90,7 +90,7 @@ class GpuProbeCheck(Check):
     # -- shared helpers --------------------------------------------------------------------------
     @staticmethod
     def devices() -> list[int]:
-        from opgate.gpu.device import device_count
+        from opgate.gpu.probes.device import device_count
 
         return list(range(device_count()))
 
@@ -117,7 +117,7 @@ def _explain_cuda_exception(exc: BaseException) -> str | None:
                 "matches the driver (opgate doctor's driver_runtime check)")
     if not kind.startswith("CUDA"):
         return None
-    from opgate.gpu.cuda_errors import cuda_error_code_in, explain_cuda_error
+    from opgate.gpu.judge.cuda_errors import cuda_error_code_in, explain_cuda_error
 
     code = getattr(exc, "status", None)
     if not isinstance(code, int):
@@ -127,7 +127,7 @@ def _explain_cuda_exception(exc: BaseException) -> str | None:
 
 
 def _band_figure(name: str, value: float | str, unit: str, band: Any, scale: float = 1.0, what: str = "") -> Figure:
-    from opgate.gpu.judge import band_threshold
+    from opgate.gpu.judge.bands import band_threshold
 
     return Figure(name, value, unit, band_threshold(band, scale=scale, what=what))
 
@@ -163,9 +163,9 @@ class HbmBandwidthCheck(GpuProbeCheck):
     timeout_s = 120.0
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.bandwidth import measure_hbm
-        from opgate.gpu.judge import combine, judge
-        from opgate.gpu.references import datasheet_bandwidth, gpu_key_for, policy_band
+        from opgate.gpu.probes.bandwidth import measure_hbm
+        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.judge.references import datasheet_bandwidth, gpu_key_for, policy_band
 
         devices = self.devices()
         figures: list[Figure] = []
@@ -176,7 +176,7 @@ class HbmBandwidthCheck(GpuProbeCheck):
         for device, m in zip(devices, measurements):
             tag = self.label(device, len(devices))
             name = m.device.name
-            from opgate.gpu.ceilings import MeasuredCeilings, save_ceilings
+            from opgate.gpu.judge.ceilings import MeasuredCeilings, save_ceilings
 
             # `opgate verify` judges kernel timings against what this card measured, not only the datasheet.
             save_ceilings(name, MeasuredCeilings(name, m.read.tbs * 1e12, time.time(), self.check_id))
@@ -245,9 +245,9 @@ class L2BandwidthCheck(GpuProbeCheck):
     title = "L2 cache bandwidth and the HBM/L2 ratio"
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.bandwidth import measure_l2
-        from opgate.gpu.judge import combine, judge
-        from opgate.gpu.references import gpu_key_for, policy_band
+        from opgate.gpu.probes.bandwidth import measure_l2
+        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.judge.references import gpu_key_for, policy_band
 
         devices = self.devices()
         figures: list[Figure] = []
@@ -257,7 +257,7 @@ class L2BandwidthCheck(GpuProbeCheck):
         for device, m in zip(devices, self.measure_each(devices, measure_l2)):
             tag = self.label(device, len(devices))
             band = policy_band("l2_over_hbm", gpu_key_for(m.device.name))
-            from opgate.gpu.ceilings import save_l2_ceiling
+            from opgate.gpu.judge.ceilings import save_l2_ceiling
 
             # `opgate explain` draws the roofline point against this card's measured L2 ceiling.
             save_l2_ceiling(m.device.name, m.l2_read.tbs * 1e12, self.check_id, m.hbm_read.tbs * 1e12)
@@ -283,7 +283,7 @@ class L2BandwidthCheck(GpuProbeCheck):
 
 def _payload_ceiling(link: PcieLink, h2d_gbs: float, d2h_gbs: float, tag: str, figures: list[Figure]) -> str:
     """Figures for the ceiling the link's max payload size puts on a copy (the verdict's reference when known,
-    opgate.gpu.host_link_judge) and a clause for the reason; or why the payload is unknown."""
+    opgate.gpu.judge.host_link) and a clause for the reason; or why the payload is unknown."""
     if link.express is None:
         figures.append(Figure(f"{tag}PCIe max payload", f"unknown: {link.express_error}"))
         return ""
@@ -309,10 +309,10 @@ class HostLinksCheck(GpuProbeCheck):
     timeout_s = 120.0
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.host_links import measure_all_to_host, measure_host_links
-        from opgate.gpu.host_link_judge import BASIS_PAYLOAD, judge_host_link
-        from opgate.gpu.judge import combine, judge, relative_spread
-        from opgate.gpu.references import gpu_key_for, policy_band
+        from opgate.gpu.probes.host_links import measure_all_to_host, measure_host_links
+        from opgate.gpu.judge.host_link import BASIS_PAYLOAD, judge_host_link
+        from opgate.gpu.judge.bands import combine, judge, relative_spread
+        from opgate.gpu.judge.references import gpu_key_for, policy_band
 
         devices = self.devices()
         figures: list[Figure] = []
@@ -423,8 +423,8 @@ class P2PCheck(GpuProbeCheck):
         # The link matrix (issue 20): copy, SM read/write and latency per ordered pair beside NVML's topology,
         # judged in opgate.doctor.link_matrix.
         from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
-        from opgate.gpu.link_matrix import measure_link_matrix
-        from opgate.gpu.references import policy_band
+        from opgate.gpu.probes.link_matrix import measure_link_matrix
+        from opgate.gpu.judge.references import policy_band
         from opgate.probes.nvml import NvmlUnavailable
         from opgate.probes.topology import collect_topology
 
@@ -451,9 +451,9 @@ class LaunchLatencyCheck(GpuProbeCheck):
     device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.judge import combine, judge
-        from opgate.gpu.launch import measure_launch_latency
-        from opgate.gpu.references import gpu_key_for, has_model_band, policy_band
+        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.probes.launch import measure_launch_latency
+        from opgate.gpu.judge.references import gpu_key_for, has_model_band, policy_band
 
         m = measure_launch_latency(0)
         key = gpu_key_for(m.device.name)
@@ -494,9 +494,9 @@ class StreamPriorityCheck(GpuProbeCheck):
     device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.judge import judge
-        from opgate.gpu.priority import measure_stream_priority
-        from opgate.gpu.references import gpu_key_for, policy_band
+        from opgate.gpu.judge.bands import judge
+        from opgate.gpu.probes.priority import measure_stream_priority
+        from opgate.gpu.judge.references import gpu_key_for, policy_band
 
         m = measure_stream_priority(0)
         if not m.supported:
@@ -531,9 +531,9 @@ class EventTimingCheck(GpuProbeCheck):
     device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.events import measure_event_timing
-        from opgate.gpu.judge import combine, judge
-        from opgate.gpu.references import gpu_key_for, policy_band
+        from opgate.gpu.probes.events import measure_event_timing
+        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.judge.references import gpu_key_for, policy_band
 
         m = measure_event_timing(0)
         key = gpu_key_for(m.device.name)

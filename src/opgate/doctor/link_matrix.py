@@ -1,4 +1,4 @@
-"""doctor.p2p's judgement: the measured link matrix (opgate.gpu.link_matrix) beside NVML's topology, rendered as
+"""doctor.p2p's judgement: the measured link matrix (opgate.gpu.probes.link_matrix) beside NVML's topology, rendered as
 matrices, with the pairs far below their same-class siblings as findings. `link_matrix_verdict` is pure (recorded
 matrices test it); `P2PCheck` in opgate.doctor.gpu_probes measures and calls it."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from opgate.gpu.judge import band_threshold, combine
-from opgate.gpu.link_matrix import PairFigures
-from opgate.gpu.link_matrix_judge import PairOutlier, find_outliers, render_link_matrix
-from opgate.gpu.references import Band
+from opgate.gpu.judge.bands import band_threshold, combine
+from opgate.gpu.probes.link_matrix import PairFigures
+from opgate.gpu.judge.link_matrix import PairOutlier, find_outliers, render_link_matrix
+from opgate.gpu.judge.references import Band
 from opgate.results import Figure, Outcome
 
 

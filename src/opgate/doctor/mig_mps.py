@@ -7,24 +7,8 @@ from pathlib import Path
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
+from opgate.probes.processes import MPS_PROCESS_NAMES, find_processes
 from opgate.results import CheckResult, Figure
-
-MPS_PROCESS_NAMES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
-
-
-def find_processes(names: tuple[str, ...], proc: Path = Path("/proc")) -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {}
-    for entry in proc.iterdir() if proc.is_dir() else []:
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = (entry / "comm").read_text().strip()
-        except OSError:
-            continue
-        if comm in names:
-            found.setdefault(comm, []).append(int(entry.name))
-    return found
-
 
 class MigMpsCheck(Check):
     check_id = "doctor.mig_mps"

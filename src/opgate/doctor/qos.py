@@ -13,8 +13,9 @@ from typing import Any, ClassVar, Mapping
 from opgate.checks.base import Check, CheckContext
 from opgate.data import load_table
 from opgate.errors import SkipCheck
-from opgate.gpu.qos import (PROTECTING_MODES, SHARING_MODES, QosMeasurement, judge_modes, latency_summary,
-                            sharing_summary)
+from opgate.gpu.judge.qos import (PROTECTING_MODES, SHARING_MODES, judge_modes, latency_summary,
+                                  sharing_summary)
+from opgate.gpu.probes.qos import QosMeasurement
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
 __all__ = ["PROTECTING_MODES", "SHARING_MODES", "QosCheck", "judge_qos", "latency_summary", "qos_policy", "slo_for"]
@@ -92,8 +93,8 @@ class QosCheck(Check):
     timeout_s = 240.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.device import gpu_unavailable_reason
-        from opgate.gpu.qos import measure_qos
+        from opgate.gpu.probes.device import gpu_unavailable_reason
+        from opgate.gpu.probes.qos import measure_qos
 
         reason = gpu_unavailable_reason()
         if reason:

@@ -2,61 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
+from opgate.gpu.probes.device import CudaCallError
+from opgate.gpu.probes.device import cuda_result as _ok
+from opgate.gpu.probes.graphs import graph_smoke_test
 from opgate.results import CheckResult, Figure, Threshold
 
 FEATURE_SOURCE = "CUDA Runtime API, cudaDeviceGetAttribute / cudaDeviceGetStreamPriorityRange, " \
                  "https://docs.nvidia.com/cuda/cuda-runtime-api/"
-
-
-class CudaCallError(Exception):
-    pass
-
-
-def _ok(result: Any) -> Any:
-    """cuda-bindings returns (err, *values); raise with the error's name when err != success."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        raise CudaCallError(f"{getattr(err, 'name', err)} ({int(err)})")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
-def graph_smoke_test(rt: Any, n_bytes: int = 1 << 20) -> str:
-    """Capture a memset and a copy into a graph, instantiate, replay twice, and check the bytes."""
-    import ctypes
-
-    stream = _ok(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
-    src = _ok(rt.cudaMalloc(n_bytes))
-    dst = _ok(rt.cudaMalloc(n_bytes))
-    graph = exec_graph = None
-    try:
-        _ok(rt.cudaStreamBeginCapture(stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
-        _ok(rt.cudaMemsetAsync(src, 0x5A, n_bytes, stream))
-        _ok(rt.cudaMemcpyAsync(dst, src, n_bytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream))
-        graph = _ok(rt.cudaStreamEndCapture(stream))
-        exec_graph = _ok(rt.cudaGraphInstantiate(graph, 0))
-        for _ in range(2):
-            _ok(rt.cudaGraphLaunch(exec_graph, stream))
-        _ok(rt.cudaStreamSynchronize(stream))
-        host = (ctypes.c_ubyte * n_bytes)()
-        _ok(rt.cudaMemcpy(ctypes.addressof(host), dst, n_bytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost))
-        wrong = sum(1 for b in bytes(host) if b != 0x5A)
-        if wrong:
-            raise CudaCallError(f"graph replay wrote {wrong} wrong bytes of {n_bytes}")
-        return f"captured 2 nodes, replayed twice, {n_bytes} bytes verified"
-    finally:
-        if exec_graph is not None:
-            rt.cudaGraphExecDestroy(exec_graph)
-        if graph is not None:
-            rt.cudaGraphDestroy(graph)
-        rt.cudaFree(src)
-        rt.cudaFree(dst)
-        rt.cudaStreamDestroy(stream)
 
 
 class RuntimeFeaturesCheck(Check):

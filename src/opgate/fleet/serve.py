@@ -65,27 +65,21 @@ class ExporterState:
 
 def gpu_busy_reason() -> str | None:
     """Why the standard probes must not run now: another process has a compute context on a GPU."""
-    try:
-        import pynvml
+    from opgate.probes.nvml import NvmlUnavailable, nvml_session
 
-        pynvml.nvmlInit()
-    except Exception:
-        return None  # no NVML: no GPU to share; the probes skip themselves with their own reason
     try:
-        mine = os.getpid()
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            others = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid != mine]
-            if others:
-                return f"GPU{index} is in use by pid(s) {', '.join(map(str, others[:5]))}"
-        return None
+        with nvml_session() as pynvml:
+            mine = os.getpid()
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                others = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid != mine]
+                if others:
+                    return f"GPU{index} is in use by pid(s) {', '.join(map(str, others[:5]))}"
+            return None
+    except NvmlUnavailable:
+        return None  # no NVML: no GPU to share; the probes skip themselves with their own reason
     except Exception as exc:
         return f"could not tell whether the GPUs are in use ({type(exc).__name__}: {exc})"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def run_doctor_once(level: str, checks: list[str], frameworks: list[str]) -> RunReport:

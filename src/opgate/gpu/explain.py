@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from opgate.errors import InputError
-from opgate.gpu.limiter import Diagnosis, ceilings_for, diagnose, load_profiles
+from opgate.gpu.judge.limiter import Diagnosis, ceilings_for, diagnose, load_profiles
 
 
 def explain_reports(paths: Sequence[Path], gpu: str | None = None, kernel: str | None = None) -> list[Diagnosis]:
@@ -32,10 +32,10 @@ def explain_reports(paths: Sequence[Path], gpu: str | None = None, kernel: str |
 def diagnosis_result(d: Diagnosis):
     """One launch's diagnosis as a CheckResult: informational (passed), the line as the reason, the figures with
     units and, where a rule used one, its threshold."""
-    from opgate.gpu import limiter
+    from opgate.gpu.judge import limiter
     from opgate.results import CheckResult, Figure, Outcome, Threshold
 
-    policy = "opgate.gpu.limiter (opgate's rule, not a vendor figure)"
+    policy = "opgate.gpu.judge.limiter (opgate's rule, not a vendor figure)"
     thresholds = {
         "DRAM throughput": Threshold(limiter.BANDWIDTH_BOUND_PCT, ">=", policy),
         "L2 throughput": Threshold(limiter.BANDWIDTH_BOUND_PCT, ">=", policy),

@@ -53,6 +53,8 @@ def nvml_session() -> Iterator[Any]:
         pynvml.nvmlInit()
     except pynvml.NVMLError_LibraryNotFound:
         raise NvmlUnavailable("no NVIDIA driver: libnvidia-ml.so.1 was not found") from None
+    except pynvml.NVMLError_DriverNotLoaded:
+        raise NvmlUnavailable("the NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded)") from None
     except pynvml.NVMLError as exc:
         raise NvmlUnavailable(f"NVML could not start: {exc}") from None
     try:

@@ -15,7 +15,9 @@ def _umask() -> int:
     return mask
 
 
-def write_atomically(path: Path, data: str | bytes) -> None:
+def write_atomically(path: Path, data: str | bytes, *, durable: bool = True) -> None:
+    """`data` at `path`, whole or not at all. `durable=False` skips the fsync (a scratch file that only
+    has to survive the writer's own crash, written many times a second)."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
@@ -26,7 +28,8 @@ def write_atomically(path: Path, data: str | bytes) -> None:
         with os.fdopen(fd, mode) as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp_name, path)
     except BaseException:

@@ -112,7 +112,7 @@ class SanitizerStage(_GpuStage):
         return SANITIZER_TIMEOUT_S + 60
 
     def find_tool(self, tool: str) -> str | None:
-        from opgate.gpu.sanitizer import SanitizerNotFound, find_compute_sanitizer
+        from opgate.gpu.probes.sanitizer import SanitizerNotFound, find_compute_sanitizer
 
         try:
             return find_compute_sanitizer()
@@ -144,7 +144,7 @@ class NcuStage(_GpuStage):
     title_text = "under Nsight Compute"
 
     def find_tool(self, tool: str) -> str | None:
-        from opgate.gpu.ncu import NcuNotFound, find_ncu
+        from opgate.gpu.probes.ncu import NcuNotFound, find_ncu
 
         try:
             return find_ncu()

@@ -83,7 +83,7 @@ def parse_stages(text: str) -> list[str]:
 
 def parse_sanitizer_tools(text: str) -> list[str]:
     """`--sanitizer-tools`: comma-separated tool names, or `all`; an unknown name is an input error."""
-    from opgate.gpu.sanitizer import TOOLS
+    from opgate.gpu.probes.sanitizer import TOOLS
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     if names == ["all"]:

@@ -1,6 +1,6 @@
 """The verify stage `qos`: does an operator's implementation keep its latency SLO when it shares the GPU?
 
-One call of the implementation at the operator's `perf_dims` is the latency-sensitive request; opgate.gpu.qos
+One call of the implementation at the operator's `perf_dims` is the latency-sensitive request; opgate.gpu.probes.qos
 times it (submit to completion, seen from the host, p50/p95/p99) alone, beside a saturating neighbour process
 (time-slicing), on the highest-priority stream with the neighbour's kernels on the lowest, and under a private
 MPS control daemon with the neighbour capped by CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (when one can be started; no
@@ -80,7 +80,7 @@ def judge_operator_qos(measurement: Any, slo_us: float | None, slo_source: str
 
     No SLO: passed, the reason gives each mode's p95 and says no SLO was declared. Alone above the SLO: failed.
     Kept by neither stream priority nor MPS: warned (the operator needs its own MIG instance or GPU)."""
-    from opgate.gpu.qos import judge_modes, sharing_summary
+    from opgate.gpu.judge.qos import judge_modes, sharing_summary
 
     alone = measurement.mode("alone")
     if alone is None or not alone.latencies_us:
@@ -118,7 +118,7 @@ class VerifyQosCheck(Check):
     samples: int = 300
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.device import gpu_unavailable_reason
+        from opgate.gpu.probes.device import gpu_unavailable_reason
 
         options = dict(ctx.options)
         payload = QosStagePayload.from_dict(options)
@@ -127,7 +127,9 @@ class VerifyQosCheck(Check):
             raise SkipCheck(f"the qos stage times the implementation on a GPU: {reason}")
         op = self._operator(payload)
         slo_us, slo_source = resolve_slo(payload, op)
-        from opgate.gpu.qos import judge_modes, measure_qos, operator_subject
+        from opgate.gpu.judge.qos import judge_modes
+        from opgate.gpu.probes.qos import measure_qos
+        from opgate.verify.qos_worker import operator_subject
 
         subject = operator_subject(payload.spec_file, payload.op, payload.impl, payload.dtype, payload.seed)
         measurement = measure_qos(samples=self.samples, pinned_limit_mb=0, budget_s=self.budget_s,
@@ -146,7 +148,7 @@ class VerifyQosCheck(Check):
     @staticmethod
     def _operator(payload: QosStagePayload) -> Any:
         """The payload's operator, its implementation checked; InputError naming what does not exist."""
-        from opgate.verify.spec import load_spec_file
+        from opgate.core.spec import load_spec_file
 
         ops = {op.name: op for op in load_spec_file(payload.spec_file)}
         op = ops.get(payload.op)

@@ -59,7 +59,7 @@ def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float
     """Floor time for this case on this GPU and the achieved fraction; figures and a short text."""
     from opgate.core.work import operator_work, roofline_point
     from opgate.errors import InputError
-    from opgate.gpu.ceilings import load_ceilings
+    from opgate.gpu.judge.ceilings import load_ceilings
     from opgate.gpus import lookup_gpu
 
     try:
@@ -134,8 +134,8 @@ class VerifyRuntimeCheck(GpuStageCheck):
     timeout_s = 300.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.measure.graph_capture import check_graph_capture
-        from opgate.measure.timing import time_cuda
+        from opgate.gpu.probes.graphs import check_graph_capture
+        from opgate.gpu.probes.timing import time_cuda
 
         options, torch = self.begin(ctx)
         op, implementation = load_implementation(options)
@@ -225,8 +225,8 @@ class VerifySanitizerCheck(GpuStageCheck):
     timeout_s = SANITIZER_TIMEOUT_S + 30
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.sanitizer import (SanitizerNotFound, find_compute_sanitizer, run_under_sanitizer,
-                                          supported_tool_options)
+        from opgate.gpu.probes.sanitizer import (SanitizerNotFound, find_compute_sanitizer, run_under_sanitizer,
+                                                 supported_tool_options)
 
         options, _ = self.begin(ctx)
         tool = options.tool
@@ -285,7 +285,7 @@ class VerifyNcuCheck(GpuStageCheck):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.core.work import operator_work
-        from opgate.gpu.ncu import NcuNotFound, run_ncu
+        from opgate.gpu.probes.ncu import NcuNotFound, run_ncu
 
         options, _ = self.begin(ctx)
         op, _ = load_implementation(options)
@@ -312,8 +312,7 @@ class VerifyNcuCheck(GpuStageCheck):
                                   + f", L2 hit {v.get('l2_hit_rate_pct', float('nan')):.1f}%, "
                                   f"DRAM {v.get('dram_bytes', 0):.0f} B, {v.get('duration_ns', 0) / 1e3:.1f} us"))
             if any(name.startswith("smsp__average_warps_issue_stalled") for name in v):  # `opgate explain`'s diagnosis
-                from opgate.gpu.limiter import diagnose
-                from opgate.gpu.ncu import limiter_profile
+                from opgate.gpu.judge.limiter import diagnose, limiter_profile
 
                 figures.append(Figure(f"{k.kernel[:60]}: limiter", diagnose(limiter_profile(k)).line))
         extra = {"kernels": [k.__dict__ for k in kernels], "model_bytes": model.bytes, "stderr_tail": stderr,

@@ -1,4 +1,4 @@
-"""A stand-in for opgate.gpu.recovery_worker that speaks its JSON-lines protocol without a GPU, so the
+"""A stand-in for scripts/gpu/gpu_recovery_worker.py that speaks its JSON-lines protocol without a GPU, so the
 supervisor's detection/restart/timing logic can be tested on CPU. Not a measurement: nothing here
 pretends to be one. PROTOCOL_WORKER_FAULT picks how a "poison" request ends:
   sticky  answer like a worker whose CUDA context is lost, then exit 17 (what the real worker does)
@@ -25,9 +25,6 @@ for line in sys.stdin:
     op = request["op"]
     if op == "compute":
         say({"op": op, "ok": True, "correct": True, "rel_error": 0.0})
-    elif op == "oom":
-        say({"op": op, "ok": True, "oom_hit": True, "allocated_gib": 1.0, "recover_s": 0.01, "pid": os.getpid(),
-             "compute_while_full": {"ok": False, "oom": True}, "retry": {"ok": True, "correct": True, "rel_error": 0.0}})
     elif op == "poison":
         if mode == "sticky":
             say({"op": op, "ok": False, "faulted": True, "cuda_error": 700, "cuda_error_name": "cudaErrorIllegalAddress",

@@ -1,0 +1,1 @@
+"""Pure judging of GPU figures (no device, no torch/CuPy/CUDA at import); see opgate.gpu for the layers."""

@@ -1,0 +1,1 @@
+"""Measurements that touch the GPU; see opgate.gpu for the layers."""

@@ -1,0 +1,285 @@
+"""The one home of CUDA graph capture: capture work, replay it, check the replay did what eager work does.
+
+`capture_and_replay` is that sequence, with the library's calls passed in; it serves all three users:
+`graph_smoke_test` (cuda-bindings: a memset and a copy; doctor.runtime_features), the launch probe
+(CuPy: N tiny kernels whose counter proves every launch ran; opgate.gpu.probes.launch) and
+`check_graph_capture` (torch: a user's implementation, replay compared with eager; verify's runtime stage).
+
+Can an implementation be captured in a CUDA graph? If so, does the replay match eager and how much
+launch overhead does it save; if not, why, in the user's terms, and what to do about it.
+
+The cause is found two ways: a dry run under PyTorch's sync-debug mode names every synchronizing call
+(`.item()`, `.cpu()`, `nonzero`, `torch.cuda.synchronize`) with the user's file and line; the capture
+error itself (cudaErrorStreamCaptureUnsupported and friends) is classified from its message.
+"""
+
+from __future__ import annotations
+
+import linecache
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from opgate.gpu.probes.timing import time_torch_batches
+
+Graph = TypeVar("Graph")
+
+
+@dataclass(frozen=True)
+class GraphReplay(Generic[Graph]):
+    """What capturing work into a CUDA graph and replaying it showed."""
+
+    graph: Graph | None  # the captured graph (None when capture failed), for the caller to time or free
+    capture_ms: float  # host time of the capture call
+    replays: int
+    problem: str = ""  # '' when the replays did what the eager work does; else what went wrong
+    error: str = ""  # the capture error's first line, when capture failed
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def capture_and_replay(capture: Callable[[], Graph], replay: Callable[[Graph], None], check: Callable[[], str],
+                       replays: int = 1) -> GraphReplay[Graph]:
+    """`capture()` the work into a graph (an exception there is the finding: `error`), `replay(graph)`
+    `replays` times, then `check()` what the replays left behind ('' when right, else the problem)."""
+    started = time.perf_counter()
+    try:
+        graph = capture()
+    except Exception as exc:  # the capture error is the finding
+        return GraphReplay(None, (time.perf_counter() - started) * 1e3, 0, error=_first_line(exc))
+    capture_ms = (time.perf_counter() - started) * 1e3
+    for _ in range(replays):
+        replay(graph)
+    return GraphReplay(graph, capture_ms, replays, problem=check())
+
+
+def graph_smoke_test(rt: Any, n_bytes: int = 1 << 20) -> str:
+    """cuda-bindings: capture a memset and a copy into a graph, instantiate, replay twice, check the bytes.
+    The detail line on success; CudaCallError naming the failing call or the wrong bytes otherwise."""
+    import ctypes
+
+    from opgate.gpu.probes.device import CudaCallError
+    from opgate.gpu.probes.device import cuda_result as ok
+
+    stream = ok(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+    src = ok(rt.cudaMalloc(n_bytes))
+    dst = ok(rt.cudaMalloc(n_bytes))
+    made: list[Any] = []  # [graph, exec_graph] as far as they were made
+
+    def capture() -> Any:
+        ok(rt.cudaStreamBeginCapture(stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        ok(rt.cudaMemsetAsync(src, 0x5A, n_bytes, stream))
+        ok(rt.cudaMemcpyAsync(dst, src, n_bytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream))
+        made.append(ok(rt.cudaStreamEndCapture(stream)))
+        made.append(ok(rt.cudaGraphInstantiate(made[0], 0)))
+        return made[1]
+
+    def check() -> str:
+        ok(rt.cudaStreamSynchronize(stream))
+        host = (ctypes.c_ubyte * n_bytes)()
+        ok(rt.cudaMemcpy(ctypes.addressof(host), dst, n_bytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost))
+        wrong = sum(1 for b in bytes(host) if b != 0x5A)
+        return f"graph replay wrote {wrong} wrong bytes of {n_bytes}" if wrong else ""
+
+    try:
+        replayed = capture_and_replay(capture, lambda graph: ok(rt.cudaGraphLaunch(graph, stream)), check, replays=2)
+        if not replayed.captured:
+            raise CudaCallError(replayed.error)
+        if replayed.problem:
+            raise CudaCallError(replayed.problem)
+        return f"captured 2 nodes, replayed twice, {n_bytes} bytes verified"
+    finally:
+        if len(made) > 1:
+            rt.cudaGraphExecDestroy(made[1])
+        if made:
+            rt.cudaGraphDestroy(made[0])
+        rt.cudaFree(src)
+        rt.cudaFree(dst)
+        rt.cudaStreamDestroy(stream)
+
+# (pattern in the error text, cause, remedy), most specific first.
+CAPTURE_FAILURES: tuple[tuple[str, str, str], ...] = (
+    ("item", "a host read of a device value (.item(), .tolist(), bool(tensor)) inside capture",
+     "keep the value on the device (torch.where, masks) or compute it before capture"),
+    ("synchron", "a synchronization inside capture (torch.cuda.synchronize, stream/event sync)",
+     "remove the sync from the captured region; order work with streams and events instead"),
+    ("cudamalloc", "a memory allocation outside the capture-aware allocator during capture",
+     "allocate every buffer before capture (static buffers) or use PyTorch's allocator"),
+    ("pageable", "a host-to-device copy from pageable memory inside capture",
+     "copy inputs into static device buffers before capture; use pinned memory for transfers"),
+    ("legacy stream", "work on the legacy default stream while another stream was capturing",
+     "launch everything on the capturing stream (use torch.cuda.current_stream())"),
+    ("operation not permitted when stream is capturing",
+     "an operation that synchronizes with the host inside capture (a sync, a host read of a device value "
+     "or a pageable copy)",
+     "move host interaction out of the captured region; use static buffers"),
+    ("capture", "the capture was invalidated by an earlier error", "run eagerly to find the first failing call"),
+)
+
+DYNAMIC_SHAPE_CAUSE = ("shapes that depend on the data (nonzero, masked_select, unique) or change per call",
+                       "bucket shapes and capture one graph per bucket; avoid data-dependent output sizes")
+
+
+@dataclass
+class GraphCaptureReport:
+    captured: bool
+    matches_eager: bool | None = None
+    max_abs_diff: float | None = None
+    eager_us_per_call: float | None = None
+    graph_us_per_call: float | None = None
+    cause: str = ""
+    remedy: str = ""
+    error: str = ""
+    sync_points: list[str] = field(default_factory=list)
+
+    @property
+    def saved_us_per_call(self) -> float | None:
+        if self.eager_us_per_call is None or self.graph_us_per_call is None:
+            return None
+        return self.eager_us_per_call - self.graph_us_per_call
+
+
+HOST_READS = (".item(", ".tolist(", ".cpu(", ".numpy(", "local_scalar_dense", "bool(", "float(", "int(")
+
+
+def classify_capture_error(message: str, sync_points: Sequence[str]) -> tuple[str, str]:
+    """Cause and remedy for a failed capture, preferring what the sync-debug dry run saw (each sync point
+    carries the user's source line, which says whether it was a host read or an explicit sync)."""
+    text = " ".join([message, *sync_points]).lower()
+    if any(op in text for op in ("nonzero", "masked_select", "unique")):
+        return DYNAMIC_SHAPE_CAUSE
+    for point in sync_points:
+        lowered = point.lower()
+        if "synchronize(" in lowered:
+            return CAPTURE_FAILURES[1][1:]
+        if any(marker in lowered for marker in HOST_READS):
+            return CAPTURE_FAILURES[0][1:]
+    for pattern, cause, remedy in CAPTURE_FAILURES:
+        if pattern in text:
+            return cause, remedy
+    return "an operation CUDA graphs do not support", "run the implementation eagerly, or capture a smaller region"
+
+
+def find_sync_points(fn: Callable[..., Any], args: tuple) -> list[str]:
+    """Run fn once under torch's sync-debug mode; return 'message at file:line' for each synchronizing call."""
+    import torch
+
+    points: list[str] = []
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn(*args)
+            torch.cuda.set_sync_debug_mode(previous)
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    for warning in caught:
+        message = str(warning.message).splitlines()[0]
+        if "synchroniz" in message.lower():
+            source = linecache.getline(warning.filename, warning.lineno).strip()
+            points.append(f"{message.split(' (Triggered')[0]} at {warning.filename}:{warning.lineno}: {source}")
+    explicit = _explicit_synchronize_calls(fn, args)
+    return points + explicit
+
+
+def _explicit_synchronize_calls(fn: Callable[..., Any], args: tuple) -> list[str]:
+    """torch.cuda.synchronize() itself raises no sync-debug warning; count it by wrapping it for one call."""
+    import torch
+
+    seen: list[str] = []
+    original = torch.cuda.synchronize
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        frame = traceback.extract_stack(limit=2)[0]
+        seen.append(f"torch.cuda.synchronize() at {frame.filename}:{frame.lineno}: {frame.line or ''}")
+        return original(*a, **kw)
+
+    torch.cuda.synchronize = spy
+    try:
+        fn(*args)
+    finally:
+        torch.cuda.synchronize = original
+    original()
+    return seen
+
+
+def _as_tensors(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _as_tensors(item)]
+    return [value] if hasattr(value, "shape") else []
+
+
+def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
+                        calls_for_timing: int = 20) -> GraphCaptureReport:
+    """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
+
+    Run it last in its own process: a failed capture leaves PyTorch's CUDA generator in capture state
+    ("Offset increment outside graph capture"), so later random draws in that process fail.
+    """
+    import torch
+
+    static = tuple(a.clone() if torch.is_tensor(a) else a for a in args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm up off the default stream: JIT compiles and autotunes happen here
+            fn(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    sync_points = find_sync_points(fn, static)
+
+    graph = torch.cuda.CUDAGraph()
+    outputs: list[Any] = []
+    diff: dict[str, Any] = {}
+    fresh = fresh_args if fresh_args is not None else args
+
+    def capture() -> Any:
+        with torch.cuda.graph(graph):
+            outputs.append(fn(*static))
+        return graph
+
+    def replay(captured: Any) -> None:
+        for buffer, value in zip(static, fresh):
+            if torch.is_tensor(buffer):
+                buffer.copy_(value)
+        captured.replay()
+        torch.cuda.synchronize()
+
+    def check() -> str:
+        expected = fn(*[a.clone() if torch.is_tensor(a) else a for a in fresh])
+        torch.cuda.synchronize()
+        got_tensors, want_tensors = _as_tensors(outputs[0]), _as_tensors(expected)
+        diffs = [float((g.double() - w.double()).abs().max()) if g.numel() else 0.0
+                 for g, w in zip(got_tensors, want_tensors)]
+        same = len(got_tensors) == len(want_tensors) and all(
+            g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) for g, w in zip(got_tensors, want_tensors))
+        diff["max"] = max(diffs) if diffs else 0.0
+        scale = max((float(w.double().abs().max()) for w in want_tensors if w.numel()), default=1.0)
+        # Replays run the same kernels on the same data: only atomics-order rounding may differ.
+        matches = same and diff["max"] <= 1e-6 * max(scale, 1e-30)
+        return "" if matches else f"the replay differs from eager by up to {diff['max']:.3g}"
+
+    replayed = capture_and_replay(capture, replay, check)
+    if not replayed.captured:
+        cause, remedy = classify_capture_error(replayed.error, sync_points)
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        return GraphCaptureReport(False, cause=cause, remedy=remedy, error=replayed.error, sync_points=sync_points)
+    max_diff = diff["max"]
+    matches = not replayed.problem
+    eager_us = time_torch_batches(torch, lambda: fn(*static), calls_for_timing).median
+    graph_us = time_torch_batches(torch, graph.replay, calls_for_timing).median
+    return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,
+                              graph_us_per_call=graph_us, sync_points=sync_points)

@@ -1,0 +1,94 @@
+"""The one out-of-memory recovery trial (`opgate verify --stages recovery` runs it per implementation).
+
+Per trial, in the caller's process: GPU memory is filled with PyTorch allocations until the allocator
+refuses even 2 MiB, the implementation is called with the GPU full (it should raise
+`torch.cuda.OutOfMemoryError`, or succeed when it needs no memory), the filler is freed, and the same
+process must compute the same answer again. torch is passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+MiB = 1 << 20
+FILL_DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True)
+class OomTrial:
+    index: int
+    oom_hit: bool  # the filler reached the point where not even 2 MiB more could be allocated
+    filled_gib: float
+    call_while_full: str  # "oom" (raised OutOfMemoryError), "ok" (needed no new memory), or the other error
+    recovered: bool  # after freeing, the same process computed the same answer again
+    recover_s: float
+    mismatch: str = ""  # why the answer after recovery differs, or the error the retry raised
+
+
+def fill_until_oom(torch: Any, deadline_s: float = FILL_DEADLINE_S) -> tuple[list[Any], bool]:
+    """Allocate chunks (halving from 1/64 of the card down to 2 MiB) until even 2 MiB fails."""
+    _free, total = torch.cuda.mem_get_info()
+    chunk = max(256 * MiB, (total // 64) // (2 * MiB) * (2 * MiB))
+    held: list[Any] = []
+    hit = False
+    deadline = time.perf_counter() + deadline_s
+    while chunk >= 2 * MiB and time.perf_counter() < deadline:
+        try:
+            held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+        except torch.cuda.OutOfMemoryError:
+            hit = True
+            chunk //= 2
+    return held, hit
+
+
+def same_answer(torch: Any, before: Any, after: Any) -> str:
+    """'' when `after` equals `before` (NaN where NaN; a few ulps for non-deterministic reductions),
+    else why not. Handles a tensor or a tuple/list of tensors."""
+    if isinstance(before, (tuple, list)):
+        if not isinstance(after, (tuple, list)) or len(before) != len(after):
+            return f"{type(after).__name__} after recovery, {len(before)} outputs before"
+        pairs = list(zip(before, after))
+    else:
+        pairs = [(before, after)]
+    for k, (b, a) in enumerate(pairs):
+        if not hasattr(b, "shape"):
+            if b != a:
+                return f"output {k}: {a!r} after recovery, {b!r} before"
+            continue
+        if not hasattr(a, "shape"):
+            return f"output {k}: {type(a).__name__} after recovery, a tensor before"
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"output {k}: {tuple(a.shape)} {a.dtype} after recovery, {tuple(b.shape)} {b.dtype} before"
+        if b.is_floating_point():
+            rtol = 1e-5 if b.dtype in (torch.float32, torch.float64) else 1e-2
+            ok = torch.allclose(a.double(), b.double(), rtol=rtol, atol=0.0, equal_nan=True)
+        else:
+            ok = torch.equal(a, b)
+        if not ok:
+            return f"output {k} differs from the answer before the out-of-memory error"
+    return ""
+
+
+def run_trial(torch: Any, fn: Callable[..., Any], args: Sequence[Any], before: Any, index: int) -> OomTrial:
+    held, hit = fill_until_oom(torch)
+    filled = sum(t.numel() for t in held) / 2**30
+    try:
+        fn(*args)
+        torch.cuda.synchronize()
+        while_full = "ok"
+    except torch.cuda.OutOfMemoryError:
+        while_full = "oom"
+    except Exception as exc:  # noqa: BLE001 - any other failure while full is a finding, reported as such
+        while_full = f"{type(exc).__name__}: {str(exc)[:200]}"
+    freed_at = time.perf_counter()
+    del held
+    torch.cuda.empty_cache()
+    try:
+        after = fn(*args)
+        torch.cuda.synchronize()
+        mismatch = same_answer(torch, before, after)
+    except Exception as exc:  # noqa: BLE001 - the retry failing is exactly what this check looks for
+        mismatch = f"the retry raised {type(exc).__name__}: {str(exc)[:200]}"
+    return OomTrial(index, hit, round(filled, 2), while_full, not mismatch, time.perf_counter() - freed_at, mismatch)

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import pytest
+
+from opgate.gpu.probes.graphs import classify_capture_error
+from opgate.gpu.probes.timing import percentile
+
+
+def test_percentile() -> None:
+    assert percentile([1.0], 95) == 1.0
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
+    assert percentile([0.0, 10.0], 95) == pytest.approx(9.5)
+
+
+@pytest.mark.parametrize(("message", "points", "expected"), [
+    ("CUDA error: operation not permitted when stream is capturing", [
+        "called a synchronizing CUDA operation at /spec.py:12: scale = x.abs().max().item()"], "host read"),
+    ("CUDA error: operation not permitted when stream is capturing",
+     ["torch.cuda.synchronize() at /spec.py:20: torch.cuda.synchronize()"], "synchronization"),
+    ("CUDA error: operation not permitted when stream is capturing", [], "synchronizes with the host"),
+    ("operation would make the legacy stream depend on a capturing blocking stream", [], "legacy default stream"),
+    ("x", ["called a synchronizing CUDA operation (aten::nonzero) at /spec.py:3"], "depend on the data"),
+])
+def test_capture_failures_are_explained_in_user_terms(message, points, expected) -> None:
+    cause, remedy = classify_capture_error(message, points)
+    assert expected in cause
+    assert remedy
+
+
+def test_capture_and_replay_runs_capture_replays_then_the_check() -> None:
+    """The one capture sequence (cuda-bindings, CuPy and torch callers pass their calls in), driven by plain
+    Python callables: the order of the steps and how a capture error and a wrong replay are reported."""
+    from opgate.gpu.probes.graphs import capture_and_replay
+
+    steps: list[str] = []
+    replayed = capture_and_replay(lambda: steps.append("capture") or "graph", lambda g: steps.append(f"replay {g}"),
+                                  lambda: steps.append("check") or "", replays=2)
+    assert steps == ["capture", "replay graph", "replay graph", "check"]
+    assert replayed.captured and replayed.graph == "graph" and replayed.replays == 2 and not replayed.problem
+    assert replayed.capture_ms >= 0
+
+    def refuse() -> str:
+        raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+
+    failed = capture_and_replay(refuse, lambda g: steps.append("never"), lambda: "never")
+    assert not failed.captured and failed.error == "operation not permitted when stream is capturing"
+    assert failed.replays == 0 and "never" not in steps
+    wrong = capture_and_replay(lambda: 1, lambda g: None, lambda: "the replay differs")
+    assert wrong.captured and wrong.problem == "the replay differs"
+
+
+def test_timed_calls_keep_the_runtime_stage_fields() -> None:
+    from opgate.gpu.probes.timing import Samples, TimedCalls
+
+    timed = TimedCalls(Samples.of([10.0, 12.0, 11.0, 30.0]), l2_flushed=True, input_sets=3)
+    assert (timed.median_us, timed.min_us, timed.samples) == (11.5, 10.0, 4)
+    assert timed.p95_us == pytest.approx(27.3)
+    assert set(timed.to_dict()) == {"median_us", "p95_us", "min_us", "samples", "l2_flushed", "input_sets"}

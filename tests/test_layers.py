@@ -1,0 +1,118 @@
+"""The layers, read from the source (AST, nothing imported): probes collect, judges decide, reporters render.
+
+- A probe module (opgate/gpu/probes/, opgate/probes/) imports no judge, check, verify or reporting module,
+  not even inside a function.
+- A judge module (opgate/gpu/judge/) imports no torch, CuPy, CUDA bindings or NVML at module level.
+- Nothing in opgate but opgate/probes/nvml.py imports pynvml.
+- The GPU jobs that used to exist twice have one home: the old modules are gone.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from opgate_testing import SRC
+
+PACKAGE = SRC / "opgate"
+PROBE_DIRS = (PACKAGE / "gpu" / "probes", PACKAGE / "probes")
+JUDGE_DIR = PACKAGE / "gpu" / "judge"
+NOT_FOR_PROBES = ("opgate.gpu.judge", "opgate.doctor", "opgate.checks", "opgate.verify", "opgate.reporting",
+                  "opgate.results", "opgate.policy", "opgate.runner", "opgate.analyze")
+DEVICE_LIBRARIES = ("torch", "cupy", "cuda", "pynvml", "triton", "numba")
+# Plumbing a probe may use, named one function at a time (neither judges, checks nor renders): opgate.runner's
+# child-process helpers (children die with opgate, killed with their process group), which the collectives launcher
+# (gpu/probes/collectives.py) uses for its rank processes and which live in runner.py until the engine rework moves
+# them below the probes; and the one atomic file write (a collectives rank writes its result file through it).
+PROBE_MAY_IMPORT = {"opgate.runner": ("die_with_parent", "kill_process_group", "register_child", "unregister_child"),
+                    "opgate.reporting.atomic": ("write_atomically",)}
+
+
+def imported_modules(tree: ast.AST, top_level_only: bool = False) -> list[tuple[int, str]]:
+    """(line, module) for every import in `tree` (only the module body's when top_level_only)."""
+    nodes = tree.body if top_level_only and isinstance(tree, ast.Module) else list(ast.walk(tree))
+    found: list[tuple[int, str]] = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def allowed_in_probes(tree: ast.AST) -> set[tuple[int, str]]:
+    """(line, module) entries of `from M import a, b` where every name is in PROBE_MAY_IMPORT[M]."""
+    allowed: set[tuple[int, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in PROBE_MAY_IMPORT:
+            names = [alias.name for alias in node.names]
+            if all(name in PROBE_MAY_IMPORT[node.module] for name in names):
+                allowed |= {(node.lineno, node.module), *((node.lineno, f"{node.module}.{n}") for n in names)}
+    return allowed
+
+
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def modules_in(*folders: Path) -> list[Path]:
+    return sorted(p for folder in folders for p in folder.rglob("*.py"))
+
+
+def test_the_layers_exist() -> None:
+    assert modules_in(*PROBE_DIRS) and modules_in(JUDGE_DIR)
+
+
+@pytest.mark.parametrize("path", modules_in(*PROBE_DIRS), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_probe_imports_no_judge_check_or_reporter(path: Path) -> None:
+    tree = parsed(path)
+    allowed = allowed_in_probes(tree)
+    wrong = [f"line {line}: {module}" for line, module in imported_modules(tree)
+             if within(module, NOT_FOR_PROBES) and (line, module) not in allowed]
+    assert not wrong, f"{path.relative_to(PACKAGE)} reaches above the probe layer: {wrong}"
+
+
+@pytest.mark.parametrize("path", modules_in(JUDGE_DIR), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_judge_imports_no_device_library_at_module_level(path: Path) -> None:
+    wrong = [f"line {line}: {module}" for line, module in imported_modules(parsed(path), top_level_only=True)
+             if within(module, DEVICE_LIBRARIES)]
+    assert not wrong, f"{path.relative_to(PACKAGE)} needs a device library to import: {wrong}"
+
+
+def test_only_the_nvml_probe_imports_pynvml() -> None:
+    wrong = [f"{path.relative_to(PACKAGE)}:{line}" for path in modules_in(PACKAGE)
+             if path != PACKAGE / "probes" / "nvml.py"
+             for line, module in imported_modules(parsed(path)) if within(module, ("pynvml",))]
+    assert not wrong, f"NVML opened outside opgate/probes/nvml.py: {wrong}"
+
+
+@pytest.mark.parametrize("old", [
+    "measure/timing.py", "measure/graph_capture.py", "gpu/stats.py", "gpu/timing.py", "gpu/recovery.py",
+    "gpu/recovery_worker.py", "gpu/planted.py", "gpu/judge.py", "gpu/sanitizer.py", "gpu/device.py",
+    "gpu/qos.py", "gpu/qos_worker.py", "gpu/collectives.py", "gpu/collectives_worker.py", "gpu/collective_judge.py",
+    "gpu/contention.py", "gpu/link_matrix.py", "gpu/link_matrix_judge.py",
+])
+def test_a_job_with_one_home_left_no_second(old: str) -> None:
+    assert not (PACKAGE / old).exists(), f"opgate/{old} is back beside its one home (see opgate/gpu/__init__.py)"
+
+
+def test_atomic_writes_go_through_reporting_atomic() -> None:
+    """os.replace (the rename of a temp file) appears only in reporting/atomic.py, outside the two files of
+    the verify engine's rework (checks/worker.py, verify/resume.py) that still carry their own."""
+    allowed = {PACKAGE / "reporting" / "atomic.py", PACKAGE / "checks" / "worker.py", PACKAGE / "verify" / "resume.py"}
+    wrong = []
+    for path in modules_in(PACKAGE):
+        if path in allowed:
+            continue
+        for node in ast.walk(parsed(path)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "replace"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "os"):
+                wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not wrong, f"atomic writes outside opgate.reporting.atomic.write_atomically: {wrong}"
