@@ -279,6 +279,7 @@ class _WarmRunning:
 
     def __init__(self, task: CheckTask, workdir: Path, index: int, worker: _WarmWorker) -> None:
         self.task, self.index, self.worker = task, index, worker
+        self.task_number = worker.tasks_run + 1  # 1: this worker's first task (it paid the imports)
         self.result_path = workdir / f"{index}.{worker.tasks_run}.{id(worker)}.result.json"
         self.stderr_from = worker.stderr_size()
         self.started = time.perf_counter()
@@ -321,15 +322,18 @@ class _WarmRunning:
             except (ValueError, KeyError) as exc:
                 return self.error(f"check wrote an unreadable result ({exc})")
             return dataclasses.replace(result, check_id=self.task.check_id, title=self.task.title,
-                                       duration_s=result.duration_s or self.elapsed())
+                                       duration_s=result.duration_s or self.elapsed(),
+                                       extra={**result.extra, "worker": {"pid": self.worker.proc.pid,
+                                                                         "task_number": self.task_number}})
         code = self.worker.proc.returncode
         if code is not None and code < 0:
             return self.error(f"check process died from {_signal_name(code)}", returncode=code)
         return self.error(f"check process exited with code {code} before reporting a result", returncode=code)
 
 
-class _WarmPool:
-    """Idle warm workers by key; at most `limit` alive at once (the least recently used idle one goes)."""
+class WarmPool:
+    """Idle warm workers by key; at most `limit` alive at once (the least recently used idle one goes).
+    `run_checks` makes its own, or takes one the caller made (and closes) to start workers early."""
 
     def __init__(self, workdir: Path, limit: int) -> None:
         self.workdir, self.limit = workdir, max(1, limit)
@@ -355,6 +359,19 @@ class _WarmPool:
         worker = _WarmWorker(task, self.workdir, self.started)
         self.busy.add(worker)
         return worker
+
+    def prestart(self, task: CheckTask) -> None:
+        """Start a worker for `task`'s key now and have it run `task` (a warm-up: imports, the spec) while the
+        caller does other work; it joins the idle workers at once, and the first real task of its key queues
+        behind the warm-up in its input. Over the limit, nothing is started."""
+        if len(self.idle) + len(self.busy) >= self.limit:
+            return
+        self.started += 1
+        worker = _WarmWorker(task, self.workdir, self.started)
+        worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
+                     "context": asdict(task.context),
+                     "result_path": str(self.workdir / f"warmup-{self.started}.result.json")})
+        self.idle.append(worker)
 
     def give_back(self, worker: _WarmWorker, healthy: bool) -> None:
         self.busy.discard(worker)
@@ -397,6 +414,7 @@ def run_checks(
     on_start: ProgressHook | None = None,
     on_done: DoneHook | None = None,
     follow_up: FollowUpHook | None = None,
+    pool: "WarmPool | None" = None,
 ) -> list[CheckResult]:
     """Run every task in a child process, at most `jobs` at once; results keep task order.
 
@@ -408,15 +426,17 @@ def run_checks(
     running: list[Any] = []  # _Running | _WarmRunning
     with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
         workdir = Path(tmp)
-        pool = _WarmPool(workdir, 2 * max(1, jobs))
+        own_pool = pool is None
+        workers = WarmPool(workdir, 2 * max(1, jobs)) if pool is None else pool
         try:
-            _schedule(pending, running, results, workdir, pool, jobs, on_start, on_done, follow_up)
+            _schedule(pending, running, results, workdir, workers, jobs, on_start, on_done, follow_up)
         finally:
-            pool.close()
+            if own_pool:
+                workers.close()
     return [r for r in results if r is not None]
 
 
-def _start(task: CheckTask, index: int, workdir: Path, pool: _WarmPool) -> Any:
+def _start(task: CheckTask, index: int, workdir: Path, pool: WarmPool) -> Any:
     if not task.worker:
         return _Running(task, workdir, index)
     worker = pool.take(task)
@@ -428,7 +448,7 @@ def _start(task: CheckTask, index: int, workdir: Path, pool: _WarmPool) -> Any:
 
 
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
-              workdir: Path, pool: _WarmPool, jobs: int, on_start: ProgressHook | None,
+              workdir: Path, pool: WarmPool, jobs: int, on_start: ProgressHook | None,
               on_done: DoneHook | None, follow_up: FollowUpHook | None) -> None:
     while pending or running:
         while pending and len(running) < max(1, jobs):

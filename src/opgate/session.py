@@ -16,7 +16,7 @@ from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
 from opgate.results import CheckResult, Outcome, RunReport
-from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, run_checks
+from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, WarmPool, run_checks
 
 
 class SessionInterrupted(KeyboardInterrupt):
@@ -81,6 +81,7 @@ def run_session(
     preset: Sequence[CheckResult] = (),
     extra: Mapping[str, object] | None = None,
     follow_up: FollowUpHook | None = None,
+    pool: WarmPool | None = None,
 ) -> RunReport:
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -91,17 +92,22 @@ def run_session(
     ) as progress:
         bar = progress.add_task(f"opgate {verb}", total=len(tasks))
 
+        timeline: dict[str, list[float]] = {}
+
         def started(task: CheckTask) -> None:
             progress.update(bar, description=f"{verb}: {task.check_id}")
+            timeline.setdefault(task.check_id, []).append(round(time.perf_counter() - t0, 2))
 
         def done(task: CheckTask, result: CheckResult) -> None:
+            timeline.setdefault(task.check_id, []).append(round(time.perf_counter() - t0, 2))
             progress.advance(bar)
             if not console.is_terminal:
                 console.print(f"  {result.outcome.value:8s} {task.check_id} ({result.duration_s:.2f}s)",
                               highlight=False)
 
         try:
-            results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done, follow_up=follow_up)
+            results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done, follow_up=follow_up,
+                                 pool=pool)
         except RunInterrupted as stop:
             raise SessionInterrupted(RunReport(
                 verb=verb, results=tuple(preset) + tuple(stop.results), started_at=started_at,
@@ -116,5 +122,6 @@ def run_session(
         host=host_facts(),
         tool_version=__version__,
         strict=strict,
-        extra=dict(extra or {}),
+        # when each check started and ended, seconds after the session began (a resumed check has more pairs)
+        extra={**dict(extra or {}), "timeline": timeline},
     )

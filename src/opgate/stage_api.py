@@ -77,8 +77,12 @@ class OperatorPlan:
     def worker_key(self, choice: "ImplementationChoice", env: dict[str, str]) -> str:
         """One warm-worker pool per implementation (and environment): its numerics, runtime and recovery
         checks share imports, the loaded spec and compiled kernels."""
+        return self.worker_key_for(self.spec_file, self.op.name, choice.name, env)
+
+    @staticmethod
+    def worker_key_for(spec_file: Path, op: str, implementation: str, env: dict[str, str]) -> str:
         digest = hashlib.sha1(json.dumps(sorted(env.items())).encode()).hexdigest()[:8]
-        return f"verify:{self.spec_file}:{self.op.name}:{choice.name}:{digest}"
+        return f"verify:{spec_file}:{op}:{implementation}:{digest}"
 
     def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float, payload: "Payload",
              choice: "ImplementationChoice", exclusive: bool = False, retire: bool = False,

@@ -117,14 +117,16 @@ class _ProcessState:
             os.environ.update(self.environ)
         if os.getcwd() != self.cwd:
             os.chdir(self.cwd)
-        torch = sys.modules.get("torch")
-        if torch is None or not hasattr(torch, "use_deterministic_algorithms"):
-            return
-        enabled, warn_only, fill = self.torch_state or (False, False, True)
-        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        before = self.torch_state or (False, False, True)
+        if self._torch_state() in (None, before):
+            return  # unchanged: nothing to pay (the public setter imports torch._inductor)
+        torch = sys.modules["torch"]
+        from opgate.torch_modes import set_deterministic
+
+        set_deterministic(torch, before[0], warn_only=before[1])
         deterministic = getattr(torch.utils, "deterministic", None)
         if deterministic is not None:
-            deterministic.fill_uninitialized_memory = fill
+            deterministic.fill_uninitialized_memory = before[2]
 
 
 def serve(stdin: Any | None = None) -> int:

@@ -24,7 +24,8 @@ class NumericsStage(Stage):
 
         out: list[CheckTask | CheckResult] = []
         case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.get("case_timeout_s") or CASE_TIMEOUT_S)
-        for choice in plan.choices:
+        # the slowest-starting implementations first (torch.compile compiles for seconds): they set the wall time
+        for choice in sorted(plan.choices, key=lambda c: -backend(c.backend).startup_s):
             unavailable = backend(choice.backend).unavailable_reason()
             for dtype in plan.dtypes:
                 if dtype not in plan.plans:
@@ -99,7 +100,7 @@ class SanitizerStage(_GpuStage):
     name = "sanitizer"
     summary = "compute-sanitizer memcheck, racecheck, initcheck, synccheck, one run each (GPU)"
     default = True
-    order = 30
+    order = 45  # after the numerics tasks start: compile-heavy numerics are the longest tasks
     needs = StageNeeds(gpu=True, tools=("compute-sanitizer",), gpu_implementations=True)
     target = "opgate.verify.runtime:VerifySanitizerCheck"
     exclusive = False

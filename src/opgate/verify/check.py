@@ -8,7 +8,9 @@ the candidate's error beside its budget.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +94,19 @@ def _find_op(ops: Sequence[Operator], name: str) -> Operator:
     raise RuntimeError(f"operator {name!r} is no longer defined by the spec file")
 
 
+class _PhaseClock:
+    """Seconds per phase of the check (in the result's extra["phase_s"]): where a slow verify spends its time."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.last, 3)
+        self.last = now
+
+
 class VerifyImplementationCheck(Check):
     """One implementation of one operator in one dtype, over the whole case plan."""
 
@@ -103,17 +118,21 @@ class VerifyImplementationCheck(Check):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         task = NumericsPayload.from_dict(ctx.options)
+        clock = _PhaseClock()
         # a crash on a case becomes that case's verdict (resume.py)
         self.journal = CaseJournal(Path(task.workdir) / "journal", task.case_timeout_s)
         plan = PlanFile.load(Path(task.plan_path))
         op = _find_op(loaded_operators(task.spec_file), task.op)
         choice = find_choice(op, task.impl, task.extras)
         prepared = prepare(choice, op, plan.dtype, Path(task.workdir))
+        clock.lap("load and prepare")
         records = self._run_plan(op, prepared, plan)
+        clock.lap("cases")
         # verify/gaming.py: cache, alias, mutation, stream. Not after a crash: the probe calls the implementation
         # outside any case, and a second death there would read as opgate's own.
         gaming = (probe_implementation(op, choice, prepared, plan) if not self.journal.crashed_labels
                   and not getattr(self.journal, "not_run", None) else None)
+        clock.lap("gaming probe")
         if prepared.finish is not None:
             prepared.finish()
         artefacts = self._artefacts(prepared, Path(task.artefact_dir))
@@ -121,9 +140,11 @@ class VerifyImplementationCheck(Check):
         kept, rerunnable = self.journal.split_failing(failing)  # a crashed case is never run again in-process
         remaining, deviations, range_note = self._explain_deviations(op, prepared, plan, rerunnable)
         failing = kept + remaining
+        clock.lap("deviations")
         shrunk = None
         if remaining and task.shrink:
             shrunk = self._shrink(op, prepared, plan, remaining)
+            clock.lap("shrink")
         failure_class = classify_failure([(r.case, r.verdict.reasons) for r in self.journal.not_crashed(failing)],
                                          op.dims) if failing else ""
         if range_note and failure_class in ("nonfinite", "typical") and all(
@@ -133,6 +154,7 @@ class VerifyImplementationCheck(Check):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
         result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, task,
                                           deviations, failure_class, range_note), gaming)
+        result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps})
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),

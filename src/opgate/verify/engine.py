@@ -23,7 +23,8 @@ from typing import Any, Sequence
 
 from opgate.errors import InputError
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
-from opgate.runner import CheckTask
+from opgate.checks.base import CheckContext
+from opgate.runner import CheckTask, WarmPool
 from opgate.stage_api import OperatorPlan, Stage
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
 from opgate.verify.calibrate import (
@@ -205,8 +206,8 @@ def _gpu_present() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def prepare_tasks(request: VerifyRequest, workdir: Path,
-                  status: Any = None) -> tuple[list[CheckTask], list[CheckResult], dict[str, Any]]:
+def prepare_tasks(request: VerifyRequest, workdir: Path, status: Any = None,
+                  pool: WarmPool | None = None) -> tuple[list[CheckTask], list[CheckResult], dict[str, Any]]:
     """Everything before the children start: selection, plans, truth, calibration, tasks."""
     token = ReplayToken.decode(request.replay) if request.replay else None
     budget_name = token.budget if token else request.budget
@@ -226,6 +227,8 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
                             "gpu": gpu, "case_counts": {}, "replay": token.encode() if token else None}
     timeout = request.timeout_s or TIMEOUT_BY_BUDGET[budget_name]
     started = time.perf_counter()
+    if pool is not None and token is None:
+        _prestart_workers(pool, selections, request, gpu)
     stages = chosen_stages(request)
     unmet = {stage.name: stage.unmet(gpu) for stage in stages}
     ordered: list[tuple[int, int, CheckTask]] = []
@@ -283,6 +286,25 @@ def prepare_tasks(request: VerifyRequest, workdir: Path,
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "prepare_s": round(time.perf_counter() - started, 2)}
     return tasks, preset, info
+
+
+def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: VerifyRequest, gpu: bool) -> None:
+    """Start up to --jobs warm workers now, one per implementation first (the GPU stages' implementations
+    before the others), so their imports and the spec load overlap the calibration instead of following it."""
+    from opgate.verify.backends import backend
+
+    keyed: list[tuple[str, dict[str, str]]] = []
+    for sel in selections:
+        ranked = sorted(sel.choices, key=lambda c: not (c.origin == "user" and backend(c.backend).gpu_stages))
+        for choice in ranked:
+            env = child_env(backend(choice.backend).child_env(gpu), request.jobs)
+            keyed.append((OperatorPlan.worker_key_for(request.spec_file.resolve(), sel.op.name, choice.name, env),
+                          env))
+    for index in range(min(request.jobs, 2 * len(keyed))):
+        key, env = keyed[index % len(keyed)]
+        pool.prestart(CheckTask("verify.warm_up", "warm-up", "opgate.verify.loaded_specs:WarmUpCheck", 600.0,
+                                CheckContext(verb="verify", options={"spec_file": str(request.spec_file.resolve())}),
+                                env=env, worker=key))
 
 
 def stage_tasks(plan: OperatorPlan, stages: Sequence[Stage], unmet: dict[str, str | None],
@@ -366,13 +388,18 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
 
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
         workdir = Path(tmp)
-        if console.is_terminal:
-            with console.status("calibrating") as spinner:
-                tasks, preset, info = prepare_tasks(request, workdir, status=lambda text: spinner.update(text))
-        else:
-            tasks, preset, info = prepare_tasks(request, workdir)
-        report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info,
-                             follow_up=resume_after_crash)
+        (workdir / "workers").mkdir()
+        pool = WarmPool(workdir / "workers", 2 * max(1, request.jobs))
+        try:
+            if console.is_terminal:
+                with console.status("calibrating") as spinner:
+                    tasks, preset, info = prepare_tasks(request, workdir, lambda text: spinner.update(text), pool)
+            else:
+                tasks, preset, info = prepare_tasks(request, workdir, pool=pool)
+            report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info,
+                                 follow_up=resume_after_crash, pool=pool)
+        finally:
+            pool.close()
     if not request.replay:
         report = _with_whole_run_stages(report, request, console)
     return report

@@ -352,10 +352,26 @@ def _bound(value: float | str | None, dims: Mapping[str, int], default: float) -
     return float(value)
 
 
+_DEVICE = "cpu"  # where make_inputs draws (inputs_on): the CPU everywhere but the GPU runtime stage
+
+
+@contextlib.contextmanager
+def inputs_on(device: str) -> Iterator[None]:
+    """Inside: make_inputs draws on `device` with a generator of that device. The values differ from the CPU's
+    (another random stream), so only for checks that need realistic inputs, not the plan's exact ones: the
+    runtime stage times production sizes (16384 x 4099 floats took seconds per dtype to draw on the host)."""
+    global _DEVICE
+    previous, _DEVICE = _DEVICE, device
+    try:
+        yield
+    finally:
+        _DEVICE = previous
+
+
 def _generator(seed: int, index: int) -> Any:
     import torch
 
-    return torch.Generator().manual_seed((seed * 1_000_003 + index * 7_919) % (2**63 - 1))
+    return torch.Generator(device=_DEVICE).manual_seed((seed * 1_000_003 + index * 7_919) % (2**63 - 1))
 
 
 def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int], regime: str, dtype: str,
@@ -525,6 +541,15 @@ def make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
 
 
 def _make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
+    import torch
+
+    if _DEVICE != "cpu":
+        with torch.device(_DEVICE):  # factory calls (rand, randn, full ...) default to the generator's device
+            return _draw_inputs(op, case, dtype)
+    return _draw_inputs(op, case, dtype)
+
+
+def _draw_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
     import torch
 
     dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})

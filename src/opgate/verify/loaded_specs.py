@@ -21,3 +21,19 @@ def loaded_operators(spec_file: str) -> list[Any]:
         _LOADED.clear()  # one spec per worker: an old version's module goes
         _LOADED[key] = with_gradient_operators(load_spec_file(spec_file))
     return _LOADED[key]
+
+
+class WarmUpCheck:
+    """What a prestarted warm worker runs while the parent calibrates (verify/engine.py): the imports the checks
+    need and the user's spec; its result is not reported."""
+
+    check_id = "verify.warm_up"
+    title = "warm-up"
+
+    def run(self, ctx: Any) -> Any:
+        from opgate.results import CheckResult, Outcome
+        import opgate.verify.check  # noqa: F401  (the numerics check and what it imports)
+        import opgate.verify.runtime  # noqa: F401
+
+        loaded_operators(str(ctx.options["spec_file"]))
+        return CheckResult(self.check_id, self.title, Outcome.PASSED, "warm")

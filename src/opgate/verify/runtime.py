@@ -28,10 +28,14 @@ from opgate.verify.tasks import GpuStagePayload, ImplementationRef
 SANITIZER_TIMEOUT_S = 420.0
 
 
-def cuda_inputs(op: Any, dims: dict[str, int], dtype: str, seed: int) -> list[Any]:
-    from opgate.verify.inputs import Case, make_inputs
+def cuda_inputs(op: Any, dims: dict[str, int], dtype: str, seed: int, draw_on_gpu: bool = True) -> list[Any]:
+    """Inputs of `dims` on the GPU. Drawn there by default (verify/inputs.py inputs_on): the kind's
+    distribution, not the plan's exact values, which timing and recovery do not need. Under compute-sanitizer
+    they are drawn on the host, so the only kernels the tools watch are the implementation's."""
+    from opgate.verify.inputs import Case, inputs_on, make_inputs
 
-    values = make_inputs(op, Case.make(dims, seed), dtype).values
+    with inputs_on("cuda" if draw_on_gpu else "cpu"):
+        values = make_inputs(op, Case.make(dims, seed), dtype).values
     return [v.cuda() if hasattr(v, "cuda") else v for v in values]
 
 
@@ -519,7 +523,7 @@ def run_sanitized(spec_file: str, op_name: str, impl_name: str, dtype: str) -> N
     op, implementation = load_implementation(ImplementationRef(spec_file, op_name, impl_name))
     for step, dims in sanitized_sizes(op):
         print(STEP_MARKER + json.dumps({"event": "start", "step": step, "dims": dims}), flush=True)
-        args = cuda_inputs(op, dims, dtype, seed=0)
+        args = cuda_inputs(op, dims, dtype, seed=0, draw_on_gpu=False)
         call = sanitized_call_at_tail_size if step == "tail" else sanitized_call_at_first_declared_size
         call(implementation.fn, args)
         torch.cuda.synchronize()
@@ -543,7 +547,7 @@ def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str, profiled:
     import torch
 
     op, implementation = load_implementation(ImplementationRef(spec_file, op_name, impl_name))
-    args = cuda_inputs(op, op.timing_dims() if profiled else op.default_dims(), dtype, seed=0)
+    args = cuda_inputs(op, op.timing_dims() if profiled else op.default_dims(), dtype, seed=0, draw_on_gpu=False)
     if profiled:
         implementation.fn(*args)
         torch.cuda.synchronize()

@@ -36,6 +36,8 @@ class Backend:
     # opgate also runs the reference through it as an extra (`--extras`); lower ranks are listed first.
     extra: ClassVar[bool] = False
     extra_rank: ClassVar[int] = 100
+    # Rough seconds its first check spends compiling (a scheduling hint: the slowest start first).
+    startup_s: ClassVar[float] = 1.0
 
     def prepare(self, choice: "ImplementationChoice", op: Operator, dtype: str,
                 workdir: Path) -> "PreparedImplementation":  # pragma: no cover - abstract
@@ -150,7 +152,9 @@ def enable_empty_poisoning() -> None:
 
     import torch
 
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    from opgate.torch_modes import set_deterministic
+
+    set_deterministic(torch, True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation.*")
 

@@ -104,6 +104,7 @@ def _explain(fn: Any, values: Any, layouts: Any, device: str, prepared: Prepared
 
 class TorchCompileBackend(Backend):
     name = "torch.compile"
+    startup_s = 20.0
     extra = True
     extra_rank = 1
 

@@ -188,6 +188,7 @@ def save_kernels_of(fn: Any, folder: Path) -> list[str]:
 
 class TritonBackend(Backend):
     name = "triton"
+    startup_s = 3.0
     gpu_stages = True
 
     def prepare(self, choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:

@@ -162,6 +162,7 @@ def tvm_outputs(tvm: Any, result: Any) -> list[Any]:
 
 class TvmBackend(Backend):
     name = "tvm"
+    startup_s = 10.0
     extra = True
     extra_rank = 3
 
