@@ -30,9 +30,10 @@ def operator_request(args: argparse.Namespace, priority: int | None) -> LatencyR
     import torch
 
     from opgate.verify.runtime import cuda_inputs, load_implementation
+    from opgate.verify.tasks import ImplementationRef
 
     torch.cuda.set_device(args.device)
-    op, implementation = load_implementation({"spec_file": args.spec_file, "op": args.op, "impl": args.impl})
+    op, implementation = load_implementation(ImplementationRef(args.spec_file, args.op, args.impl))
     dims = op.timing_dims()
     inputs = cuda_inputs(op, dims, args.dtype, args.seed)
     torch.cuda.synchronize()  # the inputs were made on the default stream; the calls run on another
