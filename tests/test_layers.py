@@ -22,12 +22,10 @@ JUDGE_DIR = PACKAGE / "gpu" / "judge"
 NOT_FOR_PROBES = ("opgate.gpu.judge", "opgate.doctor", "opgate.checks", "opgate.verify", "opgate.reporting",
                   "opgate.results", "opgate.policy", "opgate.runner", "opgate.analyze")
 DEVICE_LIBRARIES = ("torch", "cupy", "cuda", "pynvml", "triton", "numba")
-# Plumbing a probe may use, named one function at a time (neither judges, checks nor renders): opgate.runner's
-# child-process helpers (children die with opgate, killed with their process group), which the collectives launcher
-# (gpu/probes/collectives.py) uses for its rank processes and which live in runner.py until the engine rework moves
-# them below the probes; and the one atomic file write (a collectives rank writes its result file through it).
-PROBE_MAY_IMPORT = {"opgate.runner": ("die_with_parent", "kill_process_group", "register_child", "unregister_child"),
-                    "opgate.reporting.atomic": ("write_atomically",)}
+# Plumbing a probe may use, named one function at a time (neither judges, checks nor renders): the one atomic file
+# write (a collectives rank writes its result file through it). opgate.children (children die with opgate, killed
+# with their process group) is plumbing below every layer and needs no exception.
+PROBE_MAY_IMPORT = {"opgate.reporting.atomic": ("write_atomically",)}
 
 
 def imported_modules(tree: ast.AST, top_level_only: bool = False) -> list[tuple[int, str]]:

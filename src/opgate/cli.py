@@ -512,7 +512,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         err_console.print(f"opgate: error: {exc}", markup=False)  # [[gpu]] is text, not rich markup
         sys.exit(int(ExitCode.BAD_INPUT))
     except (Interrupted, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM; a run's report so far comes along
-        from opgate.runner import kill_all_children
+        from opgate.children import kill_all_children
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
         kill_all_children()

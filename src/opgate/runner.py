@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
+from opgate.children import die_with_parent, kill_process_group, register_child, unregister_child
 from opgate.results import CheckResult, Outcome
 
 # How much of a dead child's stderr to keep as evidence.
@@ -63,53 +64,6 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__("interrupted")
         self.results = list(results)
         self.not_run = list(not_run)
-
-
-# prctl(2) option: the signal the kernel sends this process when its parent thread exits.
-PR_SET_PDEATHSIG = 1
-_LIVE_CHILDREN: set[subprocess.Popen[Any]] = set()
-
-
-def die_with_parent() -> None:
-    """preexec_fn of every child: SIGKILL it when opgate dies (Linux); elsewhere a no-op."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def register_child(proc: subprocess.Popen[Any]) -> None:
-    _LIVE_CHILDREN.add(proc)
-
-
-def unregister_child(proc: subprocess.Popen[Any]) -> None:
-    _LIVE_CHILDREN.discard(proc)
-
-
-def kill_process_group(proc: subprocess.Popen[Any]) -> None:
-    """SIGKILL a child's whole process group (its grandchildren too) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    unregister_child(proc)
-
-
-def kill_all_children() -> None:
-    """Kill every child opgate started that is still registered (the interrupt path)."""
-    for proc in list(_LIVE_CHILDREN):
-        kill_process_group(proc)
 
 
 def default_jobs() -> int:

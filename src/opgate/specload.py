@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from opgate.errors import InputError
-from opgate.runner import die_with_parent, register_child, unregister_child
+from opgate.children import die_with_parent, register_child, unregister_child
 
 # Seconds a spec may take to import (torch and Triton alone take a few seconds on a cold CPU machine).
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
