@@ -33,7 +33,8 @@ def stage_of(check_id: str) -> str:
     return "numerics" if check_id.startswith("verify.") else "other"
 
 
-def run_example(name: str, extra_args: list[str], timeout_s: float) -> dict[str, object]:
+def run_example(name: str, extra_args: list[str], timeout_s: float,
+                reports: Path | None = None) -> dict[str, object]:
     spec = ROOT / "examples" / "ops" / f"{name}.py"
     with tempfile.TemporaryDirectory(prefix="opgate-wall-") as tmp:
         report_path = Path(tmp) / "report.json"
@@ -55,6 +56,9 @@ def run_example(name: str, extra_args: list[str], timeout_s: float) -> dict[str,
             row["error"] = tail
             return row
         report = json.loads(report_path.read_text())
+        if reports is not None:
+            reports.mkdir(parents=True, exist_ok=True)
+            (reports / f"{name}.json").write_text(report_path.read_text())
     per_stage = dict.fromkeys(STAGES, 0.0)
     counts: dict[str, int] = {}
     for result in report["results"]:
@@ -63,6 +67,9 @@ def run_example(name: str, extra_args: list[str], timeout_s: float) -> dict[str,
     row["counts"] = counts
     row["stage_s"] = {k: round(v, 1) for k, v in per_stage.items()}
     row["engine"] = report.get("extra", {}).get("engine", {})
+    timeline = report.get("extra", {}).get("timeline", {})
+    if timeline:  # the session's own wall time beside the whole command's (spec load, calibration before it)
+        row["checks_wall_s"] = round(max(t[-1] for t in timeline.values()), 1)
     return row
 
 
@@ -74,12 +81,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--examples", nargs="*", default=None, help="example names (default: every examples/ops/*.py)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per example before it is killed")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument("--reports", type=Path, default=None, help="keep each example's opgate report here")
     args = parser.parse_args(argv)
     names = args.examples or sorted(p.stem for p in (ROOT / "examples" / "ops").glob("*.py")
                                     if p.stem != "make_onnx_models")
     rows = []
     for name in names:
-        row = run_example(name, extra, args.timeout)
+        row = run_example(name, extra, args.timeout, args.reports)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

@@ -8,4 +8,4 @@ OUT="${OUT:-/tmp/opgate-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # shellcheck disable=SC2086
 python3 benchmarks/verify_wall_time.py ${EXAMPLES:+--examples $EXAMPLES} --timeout "${WALL_TIMEOUT_S:-300}" \
-  --json "$OUT/wall_time.json" -- ${VERIFY_ARGS:-} 2>&1 | tee "$OUT/wall_time.log" | tail -12
+  --json "$OUT/wall_time.json" --reports "$OUT/wall_reports" -- ${VERIFY_ARGS:-} 2>&1 | tee "$OUT/wall_time.log" | tail -12
