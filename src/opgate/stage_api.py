@@ -61,13 +61,14 @@ class OperatorPlan:
     replaying: bool = False
     plans: dict[str, Path] = field(default_factory=dict)  # dtype -> calibrated plan file (verify/planfile.py)
     options: dict[str, Any] = field(default_factory=dict)  # the request's stage options (sanitizer tools, ...)
-    serial: list[int] = field(default_factory=lambda: [0])
     child_envs: dict[str, dict[str, str]] = field(default_factory=dict)  # implementation -> child environment
     gpu_choices: list["ImplementationChoice"] = field(default_factory=list)  # user's, on gpu_stages backends
 
-    def next_serial(self) -> int:
-        self.serial[0] += 1
-        return self.serial[0]
+    def scratch_dir(self, label: str) -> Path:
+        """A fresh folder of its own for one task (unique across every operator of the run)."""
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=self.workdir))
 
     def env(self, choice: "ImplementationChoice") -> dict[str, str]:
         """The child environment of an implementation's checks (the same for every stage, so one warm worker

@@ -41,7 +41,7 @@ class NumericsStage(Stage):
                 payload = NumericsPayload(
                     spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
                     plan_path=str(plan.plans[dtype]), artefact_dir=str(artefacts.resolve()),
-                    workdir=str(plan.workdir / f"work-{plan.next_serial()}"),
+                    workdir=str(plan.scratch_dir("work")),
                     extras=bool(plan.options.get("extras", True)), shrink=bool(plan.options.get("shrink", True)),
                     case_timeout_s=case_timeout)
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
