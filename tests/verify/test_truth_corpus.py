@@ -89,3 +89,26 @@ def test_cpu_truth_corpus_no_false_alarm_no_new_miss(tmp_path: Path) -> None:
 # each listed one an open gap. The -inf -> NaN bug needs a whole tile of -inf (a masked row), which one injected
 # -inf never makes; the float16 per-lane accumulator sums N/BLOCK terms per lane, too few at the plan's sizes.
 KNOWN_MISSES = {"bad_softmax_inf_nan_multitile_triton", "bad_rowsum_fp16_acc_triton"}
+
+
+@pytest.mark.gpu
+def test_gpu_corpus_side_stream_is_gaming_and_the_rounded_down_grid_is_unwritten(tmp_path: Path) -> None:
+    """CUDA C through CuPy on torch tensors (H200, issue 13): the private-stream launch used to pass as `ftz`, the
+    tail a rounded-down grid never writes read as `nonfinite` (torch.empty is NaN-filled)."""
+    pytest.importorskip("cupy")
+    report = tmp_path / "r.json"
+    args = [sys.executable, "-m", "opgate", "verify", str(CORPUS / "gpu" / "elementwise.py"), "--budget", "quick",
+            "--no-extras", "--stages", "numerics", "--jobs", "3", "--json", str(report), "--out", str(tmp_path / "o")]
+    for impl in ("good_scale2_nvrtc", "bad_scale2_side_stream", "bad_scale2_tail_grid"):
+        args += ["--impl", impl]
+    proc = subprocess.run(args, cwd=REPO, env=dict(os.environ, PYTHONPATH=child_pythonpath()), capture_output=True,
+                          text=True, timeout=600)
+    assert report.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = {r["extra"].get("implementation"): r for r in json.loads(report.read_text())["results"]
+               if r.get("extra", {}).get("implementation")}
+    good = results["good_scale2_nvrtc"]
+    assert good["outcome"] in ("passed", "warned"), good["reason"]
+    for impl, failure_class in (("bad_scale2_side_stream", "gaming"), ("bad_scale2_tail_grid", "unwritten")):
+        result = results[impl]
+        assert result["outcome"] == "failed", (impl, result["reason"])
+        assert result["extra"]["failure_class"] == failure_class, (impl, result["reason"])
