@@ -248,10 +248,13 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
         outputs = [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
         nan_masks = _float_nan_masks(outputs) if buffers is None else None
         if nan_masks is not None:  # NaN computed, or torch.empty's NaN fill never overwritten? ask a second time
-            with torch.no_grad(), _second_poison_mode():
-                again = fn(*args)
-            if device != "cpu":
-                torch.cuda.synchronize()
+            try:
+                with torch.no_grad(), _second_poison_mode():
+                    again = fn(*args)
+                if device != "cpu":
+                    torch.cuda.synchronize()
+            except Exception:  # the first call's verdict stands; the second only tells unwritten from computed NaN
+                again = []
             again = again if isinstance(again, (list, tuple)) else [again]
             unwritten, spans = [], []
             for mask, output, second in zip(nan_masks, outputs, list(again) + [None] * len(outputs)):
