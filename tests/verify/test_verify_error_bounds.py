@@ -66,9 +66,9 @@ def _lanes_sum(x: torch.Tensor, lanes: int, dtype: torch.dtype) -> torch.Tensor:
 
 def test_float32_sums_of_float16_values_are_exact_below_2_24_quanta_so_a_float16_accumulator_shows():
     """A float16 row of 16385 equal values: a float32 sum of it is exact while partial sums stay below 2^24 quanta
-    of its 11-bit terms, so only the later additions are charged; per-lane float16 accumulation (512 lanes, 32 terms each,
-    the truth corpus' bad_rowsum_fp16_acc_triton) errs far beyond it, while float16's own rounding of the total
-    is left to the floor. Float32 values (24-bit terms) keep the full bound."""
+    of its 11-bit terms, so only the later additions are charged; per-lane float16 accumulation (512 lanes, 32
+    terms each, the truth corpus' bad_rowsum_fp16_acc_triton) errs far beyond it, while float16's own rounding of
+    the total is left to the floor. Float32 values (24-bit terms) keep the full bound."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(4, 1, generator=gen, dtype=torch.float64).expand(4, 16385).half().double()
     truth = x.sum(-1)

@@ -502,8 +502,8 @@ def _mask_rows(tensor: Any, gen: Any, full_row: bool) -> Any:
     flattened): even rows a left padding of P columns (P the largest power of two <= N/2, so the first tile of
     any kernel with tiles up to P is wholly masked), odd rows a right padding of P (a causal or padding mask);
     every partial row also gets aligned runs of a power-of-two length T (a random tile size) over about a third
-    of its T-blocks (never the block at the unpadded end), and keeps at least one finite value. With `full_row` and more than one row, the last row is all
-    -inf (a fully masked query)."""
+    of its T-blocks (never the block at the unpadded end), and keeps at least one finite value. With `full_row`
+    and more than one row, the last row is all -inf (a fully masked query)."""
     import torch
 
     if tensor.dim() == 0 or tensor.shape[-1] == 0 or tensor.numel() == 0:
