@@ -1,12 +1,15 @@
 """Run opgate verify on the truth corpus and compare every verdict with its manifest row.
 
-    PYTHONPATH=src python scripts/truth_corpus.py [--device cpu|gpu] [--budget quick] [--only SUBSTR] [--strict]
+    PYTHONPATH=src python scripts/truth_corpus.py [--device cpu|gpu] [--budget quick] [--only SUBSTR] [--ci] [--strict]
 
 For every spec file of tests/data/verify/truth_corpus/manifest.toml that runs on the chosen device, it runs
 `python -m opgate verify FILE --budget B --json J --no-extras --stages S` in a subprocess (PYTHONPATH=src;
 TRITON_INTERPRET=1 on the CPU), reads the JSON report (each result's outcome, extra["failure_class"],
 extra["deviations"]) and prints, per backend: correct kernels / false alarms / warned with the right class, and
 buggy kernels / caught / caught with the right class / missed; then every disagreement with the result's reason.
+
+--ci keeps the rows marked `ci = true` in the manifest: a subset with every bug class and every kind of correct
+twin that CI runs by default (tests/verify/test_truth_corpus.py); the whole corpus stays opt-in.
 
 An implementation's verdict is the worst over its dtypes (failed > warned > passed). It exits 0 whatever it finds (it
 is a measurement); --strict exits 1 on any disagreement. --summary PATH writes every row's verdict as JSON (what
@@ -52,6 +55,7 @@ class Row:
     expect_gpu: str | None = None
     accept: tuple[str, ...] = ()
     stages: str = "numerics"
+    ci: bool = False  # in the subset CI runs by default (--ci)
 
     def expected(self, device: str) -> str:
         return self.expect_gpu if device == "gpu" and self.expect_gpu else self.expect
@@ -129,7 +133,8 @@ def _row(entry: dict[str, Any]) -> Row:
             raise SystemExit(f"manifest row {entry['file']}:{entry['impl']}: {verdict!r} is not a verdict")
     return Row(file=entry["file"], op=entry["op"], impl=entry["impl"], expect=entry["expect"], why=entry["why"],
                needs=tuple(entry["needs"]), device=entry["device"], expect_gpu=entry.get("expect_gpu"),
-               accept=tuple(entry.get("accept", ())), stages=entry.get("stages", "numerics"))
+               accept=tuple(entry.get("accept", ())), stages=entry.get("stages", "numerics"),
+               ci=bool(entry.get("ci", False)))
 
 
 @dataclass
@@ -155,7 +160,7 @@ def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Pat
            "--out", str(json_dir / (file.replace("/", "__") + ".out"))]
     if "sanitizer" in stages:
         cmd += ["--sanitizer-tools", "memcheck,racecheck"]
-    if args.only:
+    if args.only or args.ci:
         for impl in sorted({r.impl for r in rows}):
             cmd += ["--impl", impl]
     env = dict(os.environ)
@@ -230,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--budget", choices=("quick", "standard", "thorough"), default="quick")
     parser.add_argument("--only", default="", help="only rows whose file, op or implementation contains this")
+    parser.add_argument("--ci", action="store_true", help="only the rows marked ci = true (every bug class and "
+                        "correct-twin kind, within CI's time)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on any disagreement")
     parser.add_argument("--jobs", type=int, default=2, help="opgate verify --jobs (processes per spec file)")
     parser.add_argument("--parallel", type=int, default=1, help="spec files verified at once")
@@ -253,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if r.device == "gpu"]
     if args.only:
         rows = [r for r in rows if args.only in r.file or args.only in r.op or args.only in r.impl]
+    if args.ci:
+        rows = [r for r in rows if r.ci]
     if not rows:
         print(f"no manifest row matches --device {args.device} --only {args.only!r}")
         return 0

@@ -82,3 +82,31 @@ def test_a_float32_blockwise_scan_is_correct_up_to_the_float32_range(report):
     assert result["outcome"] in ("passed", "warned"), result["reason"]
     assert _deviations(result) <= {"range_limit"}
     assert all(c["passed"] for c in result["extra"]["cases"] if "constant_rows" in c["case"] or "typical" in c["case"])
+
+
+def test_an_element_never_written_is_unwritten_and_a_computed_nan_is_nonfinite(report):
+    """Without out=, opgate fills torch.empty with NaN; when NaN comes out it calls again with a second poison."""
+    unwritten = report["verify.double.tail_unwritten.float32"]
+    assert unwritten["outcome"] == "failed" and unwritten["extra"]["failure_class"] == "unwritten", unwritten["reason"]
+    assert "never written" in unwritten["reason"]
+    computed = report["verify.double.tail_nan.float32"]
+    assert computed["outcome"] == "failed" and computed["extra"]["failure_class"] == "nonfinite", computed["reason"]
+
+
+def test_masked_logits_catch_the_unguarded_multi_tile_softmax_and_pass_torch(report):
+    """Runs of -inf a tile long (left padding) at N = 16385: the multi-tile path's exp(-inf - -inf) = NaN."""
+    assert report["verify.softmax_masked.torch.float32"]["outcome"] == "passed", \
+        report["verify.softmax_masked.torch.float32"]["reason"]
+    bad = report["verify.softmax_masked.lanewise_unguarded.float32"]
+    assert bad["outcome"] == "failed" and bad["extra"]["failure_class"] == "nonfinite", bad["reason"]
+    failing = [c["case"] for c in bad["extra"]["cases"] if not c["passed"]]
+    assert failing and all("masked" in c for c in failing), failing
+
+
+def test_a_fully_masked_row_is_judged_where_the_reference_defines_it(report):
+    """logsumexp of an all -inf row is -inf (defined, judged); softmax's is 0/0 (left out of the inputs)."""
+    assert report["verify.logsumexp.torch.float32"]["outcome"] == "passed", \
+        report["verify.logsumexp.torch.float32"]["reason"]
+    bad = report["verify.logsumexp.unguarded.float32"]
+    assert bad["outcome"] == "failed" and bad["extra"]["failure_class"] == "nonfinite", bad["reason"]
+    assert any("masked" in c["case"] and not c["passed"] for c in bad["extra"]["cases"])

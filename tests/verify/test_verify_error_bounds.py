@@ -52,3 +52,32 @@ def test_a_reference_without_gradient_has_no_bound():
     x = torch.randn(8, 8, dtype=torch.float64)
     bound, _ = _bound(lambda t: t.argmax(-1), [x])
     assert not bound.present
+
+
+def _lanes_sum(x: torch.Tensor, lanes: int, dtype: torch.dtype) -> torch.Tensor:
+    """Per-lane partial sums in `dtype` over tiles of `lanes` columns, the lanes combined in float64 at the end."""
+    pad = (-x.shape[1]) % lanes
+    tiles = torch.cat([x, x.new_zeros(x.shape[0], pad)], 1).to(dtype).reshape(x.shape[0], -1, lanes)
+    acc = torch.zeros(x.shape[0], lanes, dtype=dtype)
+    for k in range(tiles.shape[1]):
+        acc = acc + tiles[:, k]
+    return acc.double().sum(1)
+
+
+def test_float32_sums_of_float16_values_are_exact_below_2_24_quanta_so_a_float16_accumulator_shows():
+    """A float16 row of 16385 equal values: a float32 sum of it is exact while partial sums stay below 2^24 quanta
+    of its 11-bit terms, so only the later additions are charged; per-lane float16 accumulation (512 lanes, 32
+    terms each, the truth corpus' bad_rowsum_fp16_acc_triton) errs far beyond it, while float16's own rounding of
+    the total is left to the floor. Float32 values (24-bit terms) keep the full bound."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 1, generator=gen, dtype=torch.float64).expand(4, 16385).half().double()
+    truth = x.sum(-1)
+    bound = accumulation_bounds(lambda t: t.sum(-1), [x], [truth], "float16", seed=1)[0]
+    sequential32 = _sequential_cumsum(x.float())[:, -1].double()  # exact until |partial sum| reaches 2^24 quanta
+    assert float((sequential32 - truth).abs().max()) <= bound.quantile
+    per_lane_fp16 = (_lanes_sum(x, 512, torch.float16) - truth).abs()
+    assert float(per_lane_fp16.max()) > 4 * bound.quantile
+    x32 = torch.randn(4, 1, generator=gen, dtype=torch.float64).expand(4, 16385).float().double()
+    full = accumulation_bounds(lambda t: t.sum(-1), [x32], [x32.sum(-1)], "float32", seed=1)[0]
+    sequential = _sequential_cumsum(x32.float())[:, -1].double()
+    assert float((sequential - x32.sum(-1)).abs().max()) < full.quantile  # the systematic n^2 growth is still covered

@@ -106,6 +106,29 @@ def test_work_on_a_side_stream_nobody_waits_for_is_caught_and_the_current_stream
     assert probe_side_stream(lambda args: [args[0] * 2], [x]) == []
 
 
+@pytest.mark.gpu
+def test_a_fast_kernel_on_a_private_stream_that_never_waits_for_the_callers_stream_is_caught():
+    """bad_scale2_side_stream's shape (issue 13): a microsecond kernel on its own stream is done before a copy on the
+    caller's stream is enqueued, so "early copy differs" never fires; with the caller's stream busy until it writes
+    the inputs, the kernel reads inputs that are not there yet."""
+    from opgate.verify.backends.base import enable_empty_poisoning
+
+    enable_empty_poisoning()
+    x = torch.randn(64, 1024, device="cuda")
+    expected = (x * 2).cpu()
+
+    def private_stream(args):
+        side = torch.cuda.Stream()  # no wait_stream: it does not wait for the caller's stream
+        with torch.cuda.stream(side):
+            return [args[0] * 2]
+
+    def right(outputs):
+        return bool(torch.equal(outputs[0], expected))
+
+    assert [f.trick for f in probe_side_stream(private_stream, [x], right)] == ["side_stream"]
+    assert probe_side_stream(lambda args: [args[0] * 2], [x], right) == []
+
+
 # -- end to end ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow

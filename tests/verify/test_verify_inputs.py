@@ -199,3 +199,41 @@ def test_spec_rejects_bad_new_fields():
     with pytest.raises(SpecError, match="derived"):
         opgate.Operator("x", reference=lambda a: a, dims={"M": [4]}, inputs=[opgate.TensorSpec("x", ("M",))],
                         derived_dims={"H": lambda Q: Q})
+
+
+def _logits_op(reference):
+    return opgate.Operator("masked_probe", reference=reference,
+                           inputs=[opgate.TensorSpec("x", ("M", "N"), kind="logits")],
+                           dims={"M": [4], "N": [256]}, dtypes=["float32"])
+
+
+def test_masked_logits_have_tile_long_runs_of_minus_inf_and_reach_the_big_size_with_several_rows():
+    op = _logits_op(lambda x: torch.logsumexp(x, -1))
+    masked = [c for c in plan_cases(op, "quick") if c.regime == "masked"]
+    assert {c.dims_dict["N"] for c in masked} >= {256, 16385}
+    big = next(c for c in masked if c.dims_dict["N"] == 16385)
+    assert big.dims_dict["M"] == 3  # as many rows as the quick cap allows (3 x 16385 <= 2^16)
+    x = make_inputs(op, big, "float32").truth[0]
+    ninf = torch.isneginf(x)
+    assert not bool(torch.isnan(x).any()) and not bool(torch.isposinf(x).any())
+    assert bool(ninf[0, :8192].all())  # left padding: the first tile of any kernel with tiles up to 8192
+    assert bool(ninf[1, -8192:].all()) and not bool(ninf[1, 0])  # right padding, first column finite
+    assert bool(ninf[2].all())  # logsumexp of a fully masked row is -inf: defined, so the row is kept
+    assert make_inputs(op, big, "float32").truth[0].equal(x)  # deterministic
+
+
+def test_masked_inputs_leave_out_fully_masked_rows_where_the_truth_is_undefined():
+    op = _logits_op(lambda x: torch.softmax(x, -1))  # softmax of an all -inf row is 0/0
+    for case in (c for c in plan_cases(op, "quick") if c.regime == "masked"):
+        x = make_inputs(op, case, "float32").truth[0]
+        assert not bool(torch.isneginf(x).all(dim=-1).any()), case.label()
+        assert bool(torch.isneginf(x).any()) and not bool(torch.softmax(x, -1).isnan().any())
+
+
+def test_no_masked_regime_when_the_op_does_not_take_nonfinite_inputs():
+    op = opgate.Operator("m", reference=lambda x: torch.softmax(x, -1),
+                         inputs=[opgate.TensorSpec("x", ("M", "N"), kind="logits")], dims={"M": [4], "N": [64]},
+                         propagates_nonfinite=False)
+    assert "masked" not in applicable_regimes(op)
+    assert "masked" not in applicable_regimes(opgate.Operator(
+        "n", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [8]}))  # normal kind

@@ -454,7 +454,8 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
         if stats.unwritten:
             span = unwritten_spans[i] if unwritten_spans and i < len(unwritten_spans) else (-1, -1)
             where = f" (flat indices {span[0]}..{span[1]} of {stats.numel})" if span[0] >= 0 else ""
-            reasons.append(f"{label}{stats.unwritten} element(s) of the poisoned out= buffer never written{where}")
+            reasons.append(f"{label}{stats.unwritten} element(s) never written (opgate's poison survived two calls "
+                           f"with different poison){where}")
         computed_nonfinite = max(0, stats.nonfinite_unexpected - stats.unwritten)  # unwritten poison is NaN too
         if computed_nonfinite:
             reasons.append(f"{label}{computed_nonfinite} NaN/Inf where the truth is finite")

@@ -99,7 +99,7 @@ def undefined_masks(op: Operator, case: Case, dtype: str, out_dtypes: Sequence[s
 
     from opgate.verify.calibrate import as_outputs
 
-    if case.regime != "nonfinite" or all(dt.is_float(d) for d in out_dtypes):
+    if case.regime not in ("nonfinite", "masked") or all(dt.is_float(d) for d in out_dtypes):
         return None
     generated = make_inputs(op, case, dtype)
 
@@ -173,7 +173,7 @@ def classify_failure(failing: Sequence[tuple[Case, Sequence[str]]], declared: Ma
     if not plain:
         if all(c.layout != "contiguous" for c in cases):
             return "layout"
-        if all(c.regime == "nonfinite" for c in cases):
+        if all(c.regime in ("nonfinite", "masked") for c in cases):
             return "nonfinite"
         if all(c.regime in ("large", "huge", "magnitude", "mixed", "peaked") for c in cases):
             return "range"

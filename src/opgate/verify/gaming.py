@@ -11,8 +11,14 @@ declared case (typical values, contiguous), with the implementation's own functi
               buffers holding the same values passes (a numerically weak kernel is not called a cheat).
   alias       an output sharing storage with an input, when the reference's outputs do not.
   mutation    every input compared bit for bit before and after the call.
-  side stream on a GPU: the call runs with a non-default current stream; its result is read by a copy on that
-              stream only (no device-wide sync) and compared with the result after a full synchronize.
+  side stream on a GPU: the call runs with a non-default current stream that is kept busy (a ~10 ms GPU sleep)
+              and then writes the inputs into buffers that held poison, as a caller's preceding kernel would; its
+              result is read by a copy on that stream only (no device-wide sync). It is side-stream work when
+              that copy differs from the result after a full synchronize (the result arrives late), or when the
+              synchronized result is wrong although the plain call on the same values is right (the work did not
+              wait for the caller's stream: it read the inputs before they were written, or its output was
+              overwritten by the caller's own pending work). A fast kernel on a private stream finishes before
+              the copy is even enqueued; only the busy caller's stream makes the missing wait visible.
 
 Only the user's own Python implementations (torch, triton) are probed: opgate's extras are the reference.
 Every finding fails the implementation with failure class `gaming` and names the trick.
@@ -29,6 +35,9 @@ from opgate.results import CheckResult, Figure, Outcome, Threshold
 FAILURE_CLASS = "gaming"
 PROBED_BACKENDS = ("torch", "triton")
 SIDE_STREAM_TRIALS = 3
+# torch.cuda._sleep cycles on the caller's stream before its inputs are written: ~10 ms at the H200's 1.98 GHz,
+# longer than any launch latency, so work that does not wait for the caller's stream runs before its inputs exist.
+SIDE_STREAM_BUSY_CYCLES = 20_000_000
 TRICKS = ("cached", "alias", "mutation", "side_stream")
 REMEDIES = {
     "cached": "compute every call from the inputs it is given: no result cache keyed by shape, pointer or id",
@@ -171,15 +180,36 @@ def probe_cached(call: Callable[[Sequence[Any]], list[Any]], buffers: Sequence[A
                                     f"holding new values, its result is wrong for them ({how})")]
 
 
-def probe_side_stream(call: Callable[[Sequence[Any]], list[Any]], inputs: Sequence[Any]) -> list[GamingFinding]:
-    """Run the call with a non-default current stream and read the result on that stream only."""
+def _poison_like(tensor: Any) -> Any:
+    import math
+
+    import torch
+
+    if tensor.dtype.is_floating_point:
+        return torch.full_like(tensor, math.nan)
+    if tensor.dtype == torch.bool:
+        return torch.ones_like(tensor)
+    return torch.full_like(tensor, torch.iinfo(tensor.dtype).max)
+
+
+def probe_side_stream(call: Callable[[Sequence[Any]], list[Any]], inputs: Sequence[Any],
+                      right: Callable[[Sequence[Any]], bool] | None = None) -> list[GamingFinding]:
+    """Run the call with a busy non-default current stream that writes the inputs just before it, and read the
+    result on that stream only. `right(outputs on CPU)`: whether a result is right for `inputs` (given only when
+    the plain, synchronized call on these values is right)."""
     import torch
 
     for _ in range(SIDE_STREAM_TRIALS):
         stream = torch.cuda.Stream()
+        staged = [v.detach().clone() if _is_tensor(v) else v for v in inputs]
+        targets = [_poison_like(v) if _is_tensor(v) else v for v in inputs]
         torch.cuda.synchronize()
         with torch.cuda.stream(stream):
-            outputs = call(inputs)
+            torch.cuda._sleep(SIDE_STREAM_BUSY_CYCLES)  # the caller's stream is busy ...
+            for target, value in zip(targets, staged):  # ... and then writes the inputs, as a producer kernel would
+                if _is_tensor(target):
+                    target.copy_(value)
+            outputs = call(targets)
             early = [o.clone() if _is_tensor(o) else o for o in outputs]  # ordered after `stream`'s work only
         torch.cuda.synchronize()
         late = [o for o in outputs]
@@ -189,6 +219,11 @@ def probe_side_stream(call: Callable[[Sequence[Any]], list[Any]], inputs: Sequen
                 return [GamingFinding("side_stream", f"does its work on a stream the caller's stream never waits "
                                                      f"for: {label} read on the caller's stream differs from the "
                                                      "result after a device-wide synchronize")]
+        if right is not None and not right(_to_cpu(late)):
+            return [GamingFinding("side_stream", "does its work on a stream that never waits for the caller's "
+                                                 "stream: with the caller's stream busy until it writes the inputs, "
+                                                 "the result is wrong (the work read the inputs before they were "
+                                                 "written), while the same call on idle streams is right")]
     return []
 
 
@@ -268,7 +303,9 @@ def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any) -> Gami
         if device.startswith("cuda"):
             probe.probed.append("side_stream")
             fresh = [v.to(device) if _is_tensor(v) else v for v in values]
-            probe.findings += probe_side_stream(call_unsynchronised, fresh)
+            plain_right = judge(_to_cpu(first), 0)  # the synchronized first call on these values
+            probe.findings += probe_side_stream(call_unsynchronised, fresh,
+                                                (lambda outputs: judge(outputs, 0)) if plain_right else None)
         else:
             probe.skipped["side_stream"] = "needs a CUDA device: the stream probe runs on a GPU host"
     except Exception as exc:  # the case loop reports the implementation's own errors; say what stopped here

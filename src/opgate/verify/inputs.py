@@ -26,13 +26,17 @@ from opgate.core import dtypes as dt
 from opgate.core.spec import Operator, Scalar, SpecError, TensorSpec
 
 LARGE_CAP = 4096.0  # magnitude of the `large` regime in float32/bfloat16 (see _draw_float)
-REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "peaked", "mixed", "magnitude")
+REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "peaked", "mixed", "magnitude",
+           "masked")
 # `peaked`: one confident entry per row (+PEAK over the rest: softmax of it is ~1 - 1e-13), the case where a
 # low-precision `1 - p` or `log(p)` intermediate loses everything. `mixed`: MIXED_HIGH next to O(1) values in a
 # row, where `total - prefix` cancellation shows. `magnitude`: typical values scaled by Case.scale (the range
-# bisection's probe; never planned by itself).
+# bisection's probe; never planned by itself). `masked`: logits with whole runs of -inf as attention and padding
+# masks make them (see _mask_rows), at a size past the block caps too.
 PEAK = 30.0
 MIXED_HIGH = 1e8
+MASKED_ROWS = 4  # rows of the masked regime's large case: left padding, right padding, both, and a fully masked row
+ROW_REGIMES = ("masked", "constant_rows")  # regimes whose large case gets up to MASKED_ROWS rows (plan_cases)
 LAYOUTS = ("contiguous", "transposed", "strided")
 
 # Which value regimes make sense for which kind. Bounded kinds (uniform with low/high, probability,
@@ -40,7 +44,7 @@ LAYOUTS = ("contiguous", "transposed", "strided")
 _REGIMES_BY_KIND: dict[str, tuple[str, ...]] = {
     "normal": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "mixed", "magnitude"),
     "logits": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "peaked", "mixed",
-               "magnitude"),
+               "magnitude", "masked"),
     "positive": ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfinite", "mixed", "magnitude"),
     "uniform": ("typical", "constant_rows", "nonfinite"),
     "probability": ("typical", "constant_rows"),
@@ -195,11 +199,25 @@ def applicable_regimes(op: Operator) -> list[str]:
     for regime in REGIMES[1:]:
         if regime == "magnitude":
             continue
-        if regime == "nonfinite" and not op.propagates_nonfinite:
+        if regime in ("nonfinite", "masked") and not op.propagates_nonfinite:
             continue
         if any(_regime_applies(t, regime) for t in op.tensor_inputs):
             found.append(regime)
     return found
+
+
+def _with_more_rows(op: Operator, dims: Mapping[str, int], fuzzed: Sequence[str], max_elements: int) -> dict[str, int]:
+    """`dims` with its first outer fuzzed dim (not the last dim of any input) at up to MASKED_ROWS, within the cap."""
+    inner = set(innermost_dims(op))
+    for dim in fuzzed:
+        if dim in inner or dims.get(dim, 0) >= MASKED_ROWS:
+            continue
+        for rows in range(MASKED_ROWS, dims.get(dim, 0), -1):
+            wider = {**dims, dim: rows}
+            if _largest_input(op, wider) <= max_elements:
+                return wider
+        break
+    return dict(dims)
 
 
 def applicable_layouts(op: Operator) -> list[str]:
@@ -305,7 +323,12 @@ def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Ca
         for i in range(plan.regime_repeats):
             if not add(varied(i), regime, "contiguous", "regime"):
                 add(combos[0], regime, "contiguous", "regime", capped=False)
-        add(largest, regime, "contiguous", "regime")
+        # Regimes whose rows differ in kind run the large size with as many rows as fit: masks differ row by row
+        # (left padding, right padding, a fully masked row), and a constant row's rounding error is systematic
+        # and depends on its one value (per-lane float16 partial sums of 16385 equal values err 10-50x float16's
+        # own rounding of the total for most values, not for all), so one row is one coin toss.
+        add(_with_more_rows(op, largest, fuzzed, plan.max_elements) if regime in ROW_REGIMES else largest, regime,
+            "contiguous", "regime")
 
     for layout in applicable_layouts(op):
         for i in range(plan.layout_repeats):
@@ -425,8 +448,8 @@ def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int
     if regime == "ties":
         steps = torch.randint(1 if positive else -2, 3, shape, generator=gen).to(f64)
         return steps * 0.5
-    if regime == "nonfinite":
-        return base  # injection happens once per case, in make_inputs
+    if regime in ("nonfinite", "masked"):
+        return base  # injection and masking happen in make_inputs
     if regime == "magnitude":
         limit = dt.max_finite(dtype) / 2
         return (base * scale).clamp(-limit, limit)
@@ -491,6 +514,42 @@ def _inject_nonfinite(tensor: Any, gen: Any, positive: bool) -> Any:
     return flat.reshape(tensor.shape)
 
 
+def _mask_rows(tensor: Any, gen: Any, full_row: bool) -> Any:
+    """Runs of -inf along the last dim, as attention and padding masks make them, row by row (leading dims
+    flattened): even rows a left padding of P columns (P the largest power of two <= N/2, so the first tile of
+    any kernel with tiles up to P is wholly masked), odd rows a right padding of P (a causal or padding mask);
+    every partial row also gets aligned runs of a power-of-two length T (a random tile size) over about a third
+    of its T-blocks (never the block at the unpadded end), and keeps at least one finite value. With `full_row`
+    and more than one row, the last row is all -inf (a fully masked query)."""
+    import torch
+
+    if tensor.dim() == 0 or tensor.shape[-1] == 0 or tensor.numel() == 0:
+        return tensor
+    n = int(tensor.shape[-1])
+    rows = tensor.reshape(-1, n).clone()
+    count = int(rows.shape[0])
+    pad = 1 << ((n // 2).bit_length() - 1) if n >= 2 else 0
+    tiles = [1 << k for k in range(4, 14) if (1 << k) <= n // 2] or ([1] if n >= 2 else [])
+    cols = torch.arange(n)
+    for r in range(count):
+        if full_row and count > 1 and r == count - 1:
+            rows[r] = -math.inf
+            continue
+        masked = torch.zeros(n, dtype=torch.bool)
+        if pad:
+            masked |= (cols < pad) if r % 2 == 0 else (cols >= n - pad)
+        if tiles:
+            tile = tiles[int(torch.randint(0, len(tiles), (1,), generator=gen))]
+            blocks = (n + tile - 1) // tile
+            chosen = torch.rand(blocks, generator=gen) < 1 / 3
+            chosen[blocks - 1 if r % 2 == 0 else 0] = False  # the block at the unpadded end stays unmasked
+            masked |= chosen[cols // tile]
+        if bool(masked.all()):
+            masked[n - 1 if r % 2 == 0 else 0] = False
+        rows[r] = torch.where(masked, torch.full_like(rows[r], -math.inf), rows[r])
+    return rows.reshape(tensor.shape)
+
+
 def apply_layout(tensor: Any, layout: str) -> Any:
     """Same values, different strides. Strided copies interleave poison, so a kernel that ignores
     strides reads NaN (floats) or the dtype's maximum (ints) instead of a plausible neighbour."""
@@ -530,26 +589,60 @@ def inputs_generated_once() -> Iterator[None]:
         _SHARED = previous
 
 
+# (operator, spec file, reference, case, dtype) -> whether the masked regime's fully masked rows have a defined truth
+_FULL_ROWS_DEFINED: dict[tuple[Any, ...], bool] = {}
+
+
 def make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
     """The arguments of `case` for the dtype under test; identical in every process for the same case."""
     if _SHARED is None:
-        return _make_inputs(op, case, dtype)
+        return _regime_inputs(op, case, dtype)
     key = (op.name, case.label() + repr(sorted(case.to_dict().items())), dtype)
     if key not in _SHARED:
-        _SHARED[key] = _make_inputs(op, case, dtype)
+        _SHARED[key] = _regime_inputs(op, case, dtype)
     return _SHARED[key]
 
 
-def _make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
+def _regime_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
+    if case.regime != "masked":
+        return _make_inputs(op, case, dtype, full_rows=False)
+    return _make_inputs(op, case, dtype, full_rows=_full_rows_defined(op, case, dtype))
+
+
+def _full_rows_defined(op: Operator, case: Case, dtype: str) -> bool:
+    """Whether the float64 reference gives a defined value (no NaN) with fully masked rows in the inputs.
+
+    Softmax of an all -inf row is 0/0: PyTorch says NaN, FlashAttention 0, the limit of a constant row 1/N; none is
+    the truth, so such rows are left out there. A logsumexp or a row max gives -inf: defined, and judged."""
+    import torch
+
+    key = (op.name, str(op.spec_file), id(op.reference), case, dtype)
+    if key not in _FULL_ROWS_DEFINED:
+        generated = _make_inputs(op, case, dtype, full_rows=True)
+        try:
+            with torch.no_grad():
+                result = op.reference(*generated.truth)
+            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+            defined = not any(isinstance(o, torch.Tensor) and o.dtype.is_floating_point and bool(o.isnan().any())
+                              for o in outputs)
+        except Exception:  # the reference refuses them: no fully masked rows
+            defined = False
+        if len(_FULL_ROWS_DEFINED) > 256:
+            _FULL_ROWS_DEFINED.clear()
+        _FULL_ROWS_DEFINED[key] = defined
+    return _FULL_ROWS_DEFINED[key]
+
+
+def _make_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> GeneratedInputs:
     import torch
 
     if _DEVICE != "cpu":
         with torch.device(_DEVICE):  # factory calls (rand, randn, full ...) default to the generator's device
-            return _draw_inputs(op, case, dtype)
-    return _draw_inputs(op, case, dtype)
+            return _draw_inputs(op, case, dtype, full_rows)
+    return _draw_inputs(op, case, dtype, full_rows)
 
 
-def _draw_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
+def _draw_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> GeneratedInputs:
     import torch
 
     dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
@@ -574,6 +667,8 @@ def _draw_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
                 and _regime_applies(inp, "nonfinite")):
             raw = _inject_nonfinite(raw, gen, positive=inp.kind == "positive")
             injected = True
+        if case.regime == "masked" and dt.is_float(in_dtype) and _regime_applies(inp, "masked"):
+            raw = _mask_rows(raw, _generator(case.seed, index + 101), full_rows)
         tensor = _to_dtype(raw, in_dtype)
         if inp.hits is not None:
             tensor = _hit_argmax(tensor, tensors.get(inp.hits), gen)

@@ -206,7 +206,9 @@ SANITIZER_TOOL_OPTIONS = {"racecheck": (("--racecheck-report", "analysis"),),
                           # a buffer freed with cudaFreeAsync on one stream while another stream still reads it
                           # is only reported with stream-ordered race tracking (Compute Sanitizer user guide,
                           # "Stream-ordered race detection"); off by default
-                          "memcheck": (("--track-stream-ordered-races", "all"),)}
+                          # --padding (memcheck options): 64 KiB of unaddressable bytes after every allocation,
+                          # so a read just past a tensor's end (a tail size) does not land in the next allocation
+                          "memcheck": (("--track-stream-ordered-races", "all"), ("--padding", "65536"))}
 # In the sanitized child every allocation must be its own: an access one element past a tensor that sits inside
 # a block PyTorch's caching allocator (or CuPy's pool) owns is inside that block, and memcheck cannot see it.
 # PyTorch reads this when its CUDA allocator starts (PyTorch's CUDA semantics notes, "Memory management").

@@ -106,3 +106,62 @@ def _cumsum_blockwise(x):
 cumsum = opgate.Operator("cumsum", reference=lambda x: torch.cumsum(x, -1), inputs=[opgate.TensorSpec("x", ("M", "N"))],
                          dims={"M": [2], "N": [1000]}, dtypes=["float32"], propagates_nonfinite=False)
 cumsum.implementation("blockwise", backend="torch")(_cumsum_blockwise)
+
+
+# Never written vs computed NaN (opgate fills torch.empty with NaN, then, when NaN comes out, with a second poison).
+@double.implementation("tail_unwritten", backend="torch")
+def double_tail_unwritten(x):
+    y = torch.empty_like(x)
+    y[:-1] = 2 * x[:-1]  # the last element is never written
+    return y
+
+
+@double.implementation("tail_nan", backend="torch")
+def double_tail_nan(x):
+    y = 2 * x
+    y[-1] = math.nan  # computed NaN: a nonfinite bug, not an unwritten element
+    return y
+
+
+# The masked regime: logits with runs of -inf (padding and attention masks), fully masked rows where defined.
+softmax_masked = opgate.Operator("softmax_masked", reference=lambda x: torch.softmax(x, -1),
+                                 inputs=[opgate.TensorSpec("x", ("M", "N"), kind="logits")],
+                                 dims={"M": [4], "N": [64]}, dtypes=["float32"])
+softmax_masked.implementation("torch", backend="torch")(lambda x: torch.softmax(x.float(), -1).to(x.dtype))
+
+LANES = 256
+
+
+@softmax_masked.implementation("lanewise_unguarded", backend="torch")
+def softmax_lanewise_unguarded(x):
+    """One block up to 256 columns; above, lane-wise online max/sum over 256-wide tiles without the -inf guard: a
+    lane whose first value is -inf computes exp(-inf - (-inf)) = NaN (the multi-tile path of the truth corpus)."""
+    if x.shape[-1] <= LANES:
+        return torch.softmax(x.float(), -1).to(x.dtype)
+    xf = x.float()
+    rows = xf.reshape(-1, xf.shape[-1])
+    m_lane = torch.full((rows.shape[0], LANES), -math.inf)
+    s_lane = torch.zeros((rows.shape[0], LANES))
+    for start in range(0, rows.shape[1], LANES):
+        tile = torch.full((rows.shape[0], LANES), -math.inf)
+        chunk = rows[:, start:start + LANES]
+        tile[:, :chunk.shape[1]] = chunk
+        m_new = torch.maximum(m_lane, tile)
+        s_lane = s_lane * torch.exp(m_lane - m_new) + torch.exp(tile - m_new)
+        m_lane = m_new
+    m = m_lane.amax(-1, keepdim=True)
+    s = (s_lane * torch.exp(m_lane - m)).sum(-1, keepdim=True)
+    return (torch.exp(rows - m) / s).reshape(x.shape).to(x.dtype)
+
+
+logsumexp = opgate.Operator("logsumexp", reference=lambda x: torch.logsumexp(x, -1),
+                            inputs=[opgate.TensorSpec("x", ("M", "N"), kind="logits")],
+                            dims={"M": [4], "N": [64]}, dtypes=["float32"])
+logsumexp.implementation("torch", backend="torch")(lambda x: torch.logsumexp(x.float(), -1).to(x.dtype))
+
+
+@logsumexp.implementation("unguarded", backend="torch")
+def logsumexp_unguarded(x):
+    # max-subtracted without the -inf guard: a fully masked row gives -inf + log(sum(exp(NaN))) = NaN, not -inf
+    m = x.float().amax(-1, keepdim=True)
+    return (m + torch.log(torch.exp(x.float() - m).sum(-1, keepdim=True))).squeeze(-1).to(x.dtype)

@@ -10,7 +10,10 @@ with NaN (floats) or the dtype's maximum (integers), passes `out=`, and reads th
 buffers. Elements still holding the poison are re-checked with a second poison (a large negative
 float / the dtype's minimum): an element that kept both was never written. Independently, PyTorch's
 `fill_uninitialized_memory` makes every torch.empty() inside an implementation NaN/max-filled, so
-a kernel that skips elements of a buffer it allocated itself shows NaN instead of stale memory.
+a kernel that skips elements of a buffer it allocated itself shows NaN instead of stale memory. When such an
+output holds NaN, the implementation is called once more with every torch.empty()/empty_like()/new_empty() it
+makes filled with the second poison instead (`_SecondPoisonMode`): an element that is NaN after the first call and
+the second poison after the second was never written (not computed as NaN), and is counted as unwritten.
 """
 
 from __future__ import annotations
@@ -121,7 +124,7 @@ def implementation_function(op: Operator, choice: ImplementationChoice) -> Calla
 @dataclass
 class RunOutput:
     outputs: list[Any]  # CPU tensors (or whatever the implementation returned, for the comparator to reject)
-    unwritten: list[int]  # per output: elements of the poisoned out= buffer never written (0 without out=)
+    unwritten: list[int]  # per output: elements never written (poisoned out= buffer, or torch.empty's fill)
     unwritten_spans: list[tuple[int, int]] = field(default_factory=list)  # per output: first/last flat index
 
 
@@ -199,6 +202,38 @@ def _still_poison(buffer: Any, second: bool) -> Any:
     return buffer == reference
 
 
+# Factories whose memory is uninitialized: what an implementation allocates its output with.
+_EMPTY_FACTORIES = ("empty", "empty_like", "empty_strided")
+_EMPTY_METHODS = ("new_empty", "new_empty_strided")
+
+
+def _second_poison_mode() -> Any:
+    """A TorchFunctionMode that fills every tensor an uninitialized-memory factory returns with the second poison."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    factories = {getattr(torch, name) for name in _EMPTY_FACTORIES}
+    methods = {getattr(torch.Tensor, name) for name in _EMPTY_METHODS}
+
+    class _SecondPoisonMode(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            result = func(*args, **(kwargs or {}))
+            if (func in factories or func in methods) and isinstance(result, torch.Tensor) and result.numel():
+                with torch.no_grad():
+                    result.fill_(_poison_values(result.dtype)[1])
+            return result
+
+    return _SecondPoisonMode()
+
+
+def _float_nan_masks(outputs: Sequence[Any]) -> list[Any] | None:
+    """Per output: where a float tensor holds NaN (None for other outputs); None when no output has a NaN."""
+    import torch
+
+    masks = [torch.isnan(o) if isinstance(o, torch.Tensor) and o.dtype.is_floating_point else None for o in outputs]
+    return masks if any(m is not None and bool(m.any()) for m in masks) else None
+
+
 def _span(mask: Any) -> tuple[int, int]:
     """First and last flat index where `mask` holds, (-1, -1) when nowhere."""
     import torch
@@ -242,6 +277,26 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
         outputs = result if isinstance(result, (list, tuple)) else [result]
         if device != "cpu":
             torch.cuda.synchronize()
-        return RunOutput([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs], unwritten, spans)
+        outputs = [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
+        nan_masks = _float_nan_masks(outputs) if buffers is None else None
+        if nan_masks is not None:  # NaN computed, or torch.empty's NaN fill never overwritten? ask a second time
+            try:
+                with torch.no_grad(), _second_poison_mode():
+                    again = fn(*args)
+                if device != "cpu":
+                    torch.cuda.synchronize()
+            except Exception:  # the first call's verdict stands; the second only tells unwritten from computed NaN
+                again = []
+            again = again if isinstance(again, (list, tuple)) else [again]
+            unwritten, spans = [], []
+            for mask, output, second in zip(nan_masks, outputs, list(again) + [None] * len(outputs)):
+                if mask is None or not isinstance(second, torch.Tensor) or second.shape != output.shape:
+                    unwritten.append(0)
+                    spans.append((-1, -1))
+                    continue
+                kept = mask & _still_poison(second.detach().cpu(), second=True)
+                unwritten.append(int(kept.sum()))
+                spans.append(_span(kept))
+        return RunOutput(outputs, unwritten, spans)
 
     return run
