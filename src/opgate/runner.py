@@ -336,8 +336,22 @@ class WarmPool:
             worker.discard()
 
     def close(self) -> None:
-        for worker in self.idle + list(self.busy):
-            worker.close()
+        """End every worker: all inputs closed first, so they exit side by side, then each reaped (or killed
+        after 10 s in all)."""
+        workers = self.idle + list(self.busy)
+        for worker in workers:
+            try:
+                if worker.proc.stdin is not None:
+                    worker.proc.stdin.close()
+            except OSError:
+                pass
+        deadline = time.perf_counter() + 10
+        for worker in workers:
+            try:
+                worker.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                pass
+            worker.discard()
         self.idle.clear()
         self.busy.clear()
 
