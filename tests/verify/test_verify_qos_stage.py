@@ -169,3 +169,19 @@ def test_qos_stage_on_the_gpu() -> None:
     assert "alone" in result.extra["percentiles_us"]
     assert result.extra["qos"]["modes"][0]["details"]["request"]["dims"] == {"M": 16384, "N": 4096}
     assert any(f.name == "alone operator p95" and f.threshold is not None for f in result.figures)
+
+
+def test_the_qos_stage_is_registered_and_its_tasks_carry_a_payload_the_check_reads(tmp_path) -> None:
+    """`--stages qos`: one exclusive task per GPU implementation, its payload read back by VerifyQosCheck's own
+    payload type (the engine's GpuStagePayload carries every key it needs)."""
+    from opgate.verify.engine import VerifyRequest, gpu_stage_tasks, parse_stages, select
+
+    assert "qos" in parse_stages("numerics,qos")
+    request = VerifyRequest(spec_file=SOFTMAX, stages=["numerics", "qos"], budget="quick")
+    [sel] = select(load_spec_file(SOFTMAX), request, None)
+    tasks, _ = gpu_stage_tasks(sel, request, tmp_path)
+    qos = {t.check_id: t for t in tasks if t.target.endswith("VerifyQosCheck")}
+    assert set(qos) == {"verify.softmax.triton.qos", "verify.softmax.torch.qos"}
+    for task in qos.values():
+        payload = QosStagePayload.from_dict(task.context.options)
+        assert task.exclusive and payload.op == "softmax" and payload.dtype == "float32"
