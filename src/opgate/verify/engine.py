@@ -295,12 +295,13 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
 
     keyed: list[tuple[str, dict[str, str]]] = []
     for sel in selections:
-        ranked = sorted(sel.choices, key=lambda c: not (c.origin == "user" and backend(c.backend).gpu_stages))
+        usable = [c for c in sel.choices if not backend(c.backend).unavailable_reason()]  # TVM absent: no worker
+        ranked = sorted(usable, key=lambda c: not (c.origin == "user" and backend(c.backend).gpu_stages))
         for choice in ranked:
             env = child_env(backend(choice.backend).child_env(gpu), request.jobs)
             keyed.append((OperatorPlan.worker_key_for(request.spec_file.resolve(), sel.op.name, choice.name, env),
                           env))
-    for index in range(min(request.jobs, 2 * len(keyed))):
+    for index in range(min(request.jobs, 2 * len(keyed)) if keyed else 0):
         key, env = keyed[index % len(keyed)]
         pool.prestart(CheckTask("verify.warm_up", "warm-up", "opgate.verify.loaded_specs:WarmUpCheck", 600.0,
                                 CheckContext(verb="verify", options={"spec_file": str(request.spec_file.resolve())}),
