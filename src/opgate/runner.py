@@ -55,6 +55,9 @@ class CheckTask:
     # process per task. `retire`: that worker exits after this task (e.g. after filling the GPU's memory).
     worker: str = ""
     retire: bool = False
+    # The GPU this task is pinned to (verify's per-GPU fan-out, CUDA_VISIBLE_DEVICES in `env`); None: any or all.
+    # `exclusive` then means alone on that GPU: tasks pinned to other GPUs still run beside it.
+    device: int | None = None
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -415,15 +418,22 @@ def _start(task: CheckTask, index: int, workdir: Path, pool: WarmPool) -> Any:
         return _WarmRunning(task, workdir, index, pool.take(task))
 
 
+def _shares_gpu(a: CheckTask, b: CheckTask) -> bool:
+    return a.device is None or b.device is None or a.device == b.device
+
+
+def _must_wait(task: CheckTask, running: Sequence[Any]) -> bool:
+    """An exclusive task runs alone on its GPU, and nothing joins a GPU an exclusive task is measuring."""
+    return any(_shares_gpu(task, slot.task) and (task.exclusive or slot.task.exclusive) for slot in running)
+
+
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
               workdir: Path, pool: WarmPool, jobs: int, on_start: ProgressHook | None,
               on_done: DoneHook | None, follow_up: FollowUpHook | None) -> None:
     while pending or running:
         while pending and len(running) < max(1, jobs):
             index, task = pending[0]
-            if task.exclusive and running:
-                break
-            if running and running[0].task.exclusive:
+            if _must_wait(task, running):
                 break
             pending.pop(0)
             if on_start:

@@ -200,6 +200,59 @@ def _is_added_empty_case(case: Case) -> bool:
     return case.origin != "declared" and any(size == 0 for _, size in case.dims)
 
 
+def _visible_gpus() -> tuple[int, list[str]]:
+    """(how many GPUs torch sees, what CUDA_VISIBLE_DEVICES must say for each)."""
+    import torch
+
+    count = int(torch.cuda.device_count())
+    parent = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return count, parent[:count] if len(parent) >= count else [str(i) for i in range(count)]
+
+
+def _stage_of(task: CheckTask, gpu_stage_names: set[str]) -> str:
+    """The GPU stage a task belongs to, from its check id's last part (sanitizer tools are the sanitizer's)."""
+    last = task.check_id.rsplit(".", 1)[-1]
+    if last in ("racecheck", "initcheck", "synccheck"):
+        return "sanitizer"
+    return last if last in gpu_stage_names else ""
+
+
+def fan_out_gpu_stages(tasks: list[CheckTask], gpu_stage_names: set[str], device_count: int,
+                       visible_ids: Sequence[str]) -> list[CheckTask]:
+    """On a host with 2 or more GPUs, pin each GPU stage task to one GPU (verify/gpu_fanout.py: device-local stages
+    longest first on the least-loaded GPU), so the per-GPU queues run side by side; each pinned task gets its
+    CUDA_VISIBLE_DEVICES and a warm-worker pool of its own GPU. One GPU: unchanged."""
+    from opgate.verify.gpu_fanout import GpuStageTask, assign_gpu_stage_tasks
+
+    staged = [(t, _stage_of(t, gpu_stage_names)) for t in tasks]
+    gpu_tasks = [(t, stage) for t, stage in staged if stage]
+    if device_count < 2 or not gpu_tasks:
+        return tasks
+    plan = assign_gpu_stage_tasks([GpuStageTask(t.check_id, stage, t.timeout_s) for t, stage in gpu_tasks],
+                                  list(range(device_count)), list(visible_ids))
+    position = {task_id: k for queue in plan.queues.values() for k, task_id in enumerate(queue)}
+    pinned: dict[str, CheckTask] = {}
+    for task, _ in gpu_tasks:
+        device = plan.device_of(task.check_id)
+        pinned[task.check_id] = dataclasses.replace(
+            task, env={**task.env, **plan.env[task.check_id]}, device=device,
+            worker=f"{task.worker}:gpu{device}" if task.worker else "")
+    # Within each stage the GPU queues interleave (each queue's first task, then each one's second ...), so the
+    # runner's first-come order starts one task per GPU side by side; the stages keep their order.
+    order = {t.check_id: k for k, t in enumerate(tasks)}
+    stage_start: dict[str, int] = {}
+    for task, stage in gpu_tasks:
+        stage_start.setdefault(stage, order[task.check_id])
+    stage_of = dict((t.check_id, stage) for t, stage in gpu_tasks)
+
+    def key(task: CheckTask) -> tuple[int, int, int]:
+        if task.check_id not in pinned:
+            return (order[task.check_id], -1, order[task.check_id])
+        return (stage_start[stage_of[task.check_id]], position.get(task.check_id, 0), order[task.check_id])
+
+    return sorted((pinned.get(t.check_id, t) for t in tasks), key=key)
+
+
 def _gpu_present() -> bool:
     import torch
 
@@ -283,6 +336,9 @@ def prepare_tasks(request: VerifyRequest, workdir: Path, status: Any = None,
         ordered += [(order, len(ordered) + k, task) for k, (order, task) in enumerate(stage_items)]
         preset += stage_preset
     tasks = [task for _, _, task in sorted(ordered, key=lambda entry: entry[:2])]
+    if gpu and token is None:
+        gpu_stage_names = {s.name for s in stages if s.needs.gpu}
+        tasks = fan_out_gpu_stages(tasks, gpu_stage_names, *_visible_gpus())
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "prepare_s": round(time.perf_counter() - started, 2)}
     return tasks, preset, info

@@ -1,4 +1,5 @@
-"""Which GPU runs which of `opgate verify`'s GPU stage tasks on a multi-GPU host (pure; not wired into the engine).
+"""Which GPU runs which of `opgate verify`'s GPU stage tasks on a multi-GPU host (pure; verify/engine.py
+fan_out_gpu_stages applies it).
 
 Device-local stages (runtime timing, compute-sanitizer tools, Nsight Compute, out-of-memory recovery) touch only
 their own GPU, so on n GPUs they run as n queues side by side, each queue one task at a time on one GPU (the
