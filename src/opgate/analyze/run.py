@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.table import Table
 
 from opgate import __version__
-from opgate.core.limits import sm_limits
 from opgate.analyze.portability import (
     STATUS_OUTCOME,
     CompileOutcome,
