@@ -69,6 +69,21 @@ class RunInterrupted(KeyboardInterrupt):
         self.not_run = list(not_run)
 
 
+# Host memory one warm verify worker holds (torch, Triton, CuPy imported, a CUDA context, the spec's tensors):
+# about 1.5 GiB resident on the H200 host; the pool keeps at most as many idle ones as memory allows at 2 GiB each.
+WARM_WORKER_BYTES = 2 * 2**30
+
+
+def warm_worker_limit(jobs: int) -> int:
+    """How many warm workers may be alive at once: 2 x jobs (idle ones of other implementations wait), fewer when
+    the host's available memory would not hold them, never fewer than jobs."""
+    from opgate.probes.host_memory import available_memory_bytes
+
+    available = available_memory_bytes()
+    by_memory = 2 * jobs if available is None else int(available // WARM_WORKER_BYTES)
+    return max(1, jobs, min(2 * jobs, by_memory))
+
+
 def default_jobs() -> int:
     """Checks at once by default where each holds a warm worker (verify): 2 on a small machine (CI), 3/4 of
     the CPUs up to 12 on a big GPU host."""
@@ -398,7 +413,7 @@ def run_checks(
     with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
         workdir = Path(tmp)
         own_pool = pool is None
-        workers = WarmPool(workdir, 2 * max(1, jobs)) if pool is None else pool
+        workers = WarmPool(workdir, warm_worker_limit(jobs)) if pool is None else pool
         try:
             _schedule(pending, running, results, workdir, workers, jobs, on_start, on_done, follow_up)
         finally:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from opgate.errors import InputError
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
 from opgate.checks.base import CheckContext
-from opgate.runner import CheckTask, WarmPool
+from opgate.runner import CheckTask, WarmPool, warm_worker_limit
 from opgate.stage_api import OperatorPlan, Stage
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
 from opgate.verify.calibrate import (
@@ -446,7 +446,7 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
         workdir = Path(tmp)
         (workdir / "workers").mkdir()
-        pool = WarmPool(workdir / "workers", 2 * max(1, request.jobs))
+        pool = WarmPool(workdir / "workers", warm_worker_limit(request.jobs))
         try:
             if console.is_terminal:
                 with console.status("calibrating") as spinner:

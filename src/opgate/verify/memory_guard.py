@@ -10,29 +10,14 @@ case and the size.
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import Sequence
 
 from opgate.errors import InputError
+from opgate.probes.host_memory import available_memory_bytes
 from opgate.verify.inputs import Case
 from opgate.core.dtypes import ITEMSIZE
 from opgate.core.spec import FLOAT_DTYPES, Operator
 
-
-
-def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), else physical memory; None when neither is known."""
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def case_input_bytes(op: Operator, case: Case, dtype: str) -> int:
