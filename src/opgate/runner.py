@@ -126,6 +126,35 @@ def _tail(path: Path) -> str:
     return text[-STDERR_TAIL_CHARS:]
 
 
+CRASH_REMEDIATION = ("This is a crash or hang inside the check, not a verdict on your stack; re-run with --check "
+                     "to isolate it and report it with the stderr tail in the JSON report.")
+
+
+def _child_error(task: CheckTask, reason: str, elapsed: float, stderr_tail: str, **extra: Any) -> CheckResult:
+    """The `error` result of a child that died, hung or wrote nothing readable (one-shot or warm)."""
+    return CheckResult(check_id=task.check_id, title=task.title, outcome=Outcome.ERROR, reason=reason,
+                       duration_s=elapsed, remediation=CRASH_REMEDIATION, extra={"stderr_tail": stderr_tail, **extra})
+
+
+def _read_child_result(task: CheckTask, path: Path, elapsed: float, error: Callable[..., CheckResult],
+                       **extra: Any) -> CheckResult:
+    """The result a child wrote, named as the task (the registered id users select, whatever the class calls
+    itself), or an error when it cannot be read."""
+    try:
+        result = CheckResult.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError) as exc:
+        return error(f"check wrote an unreadable result ({exc})")
+    return dataclasses.replace(result, check_id=task.check_id, title=task.title,
+                               duration_s=result.duration_s or elapsed,
+                               extra={**result.extra, **extra} if extra else result.extra)
+
+
+def _death(code: int | None, error: Callable[..., CheckResult]) -> CheckResult:
+    if code is not None and code < 0:
+        return error(f"check process died from {_signal_name(code)}", returncode=code)
+    return error(f"check process exited with code {code} before reporting a result", returncode=code)
+
+
 class _Running:
     def __init__(self, task: CheckTask, workdir: Path, index: int) -> None:
         self.task = task
@@ -166,32 +195,13 @@ class _Running:
         return self.proc.poll() is not None
 
     def error(self, reason: str, **extra: Any) -> CheckResult:
-        return CheckResult(
-            check_id=self.task.check_id,
-            title=self.task.title,
-            outcome=Outcome.ERROR,
-            reason=reason,
-            duration_s=self.elapsed(),
-            remediation="This is a crash or hang inside the check, not a verdict on your stack; "
-            "re-run with --check to isolate it and report it with the stderr tail in the JSON report.",
-            extra={"stderr_tail": _tail(self.stderr_path), **extra},
-        )
+        return _child_error(self.task, reason, self.elapsed(), _tail(self.stderr_path), **extra)
 
     def collect(self) -> CheckResult:
         """Turn a finished child into a result; called once the process has exited."""
-        code = self.proc.returncode
-        if self.result_path.is_file():
-            try:
-                result = CheckResult.from_dict(json.loads(self.result_path.read_text()))
-            except (ValueError, KeyError) as exc:
-                return self.error(f"check wrote an unreadable result ({exc})")
-            if code == 0:
-                # The registered name is the id users select and see, whatever the class calls itself.
-                return dataclasses.replace(result, check_id=self.task.check_id, title=self.task.title,
-                                           duration_s=result.duration_s or self.elapsed())
-        if code is not None and code < 0:
-            return self.error(f"check process died from {_signal_name(code)}", returncode=code)
-        return self.error(f"check process exited with code {code} before reporting a result", returncode=code)
+        if self.result_path.is_file() and self.proc.returncode == 0:
+            return _read_child_result(self.task, self.result_path, self.elapsed(), self.error)
+        return _death(self.proc.returncode, self.error)  # a result written before the process died is not kept
 
 
 class _WarmWorker:
@@ -279,28 +289,13 @@ class _WarmRunning:
         return text[-STDERR_TAIL_CHARS:]
 
     def error(self, reason: str, **extra: Any) -> CheckResult:
-        return CheckResult(
-            check_id=self.task.check_id, title=self.task.title, outcome=Outcome.ERROR, reason=reason,
-            duration_s=self.elapsed(),
-            remediation="This is a crash or hang inside the check, not a verdict on your stack; "
-            "re-run with --check to isolate it and report it with the stderr tail in the JSON report.",
-            extra={"stderr_tail": self._stderr_tail(), "warm_worker": True, **extra},
-        )
+        return _child_error(self.task, reason, self.elapsed(), self._stderr_tail(), warm_worker=True, **extra)
 
     def collect(self) -> CheckResult:
         if self.result_path.is_file():
-            try:
-                result = CheckResult.from_dict(json.loads(self.result_path.read_text()))
-            except (ValueError, KeyError) as exc:
-                return self.error(f"check wrote an unreadable result ({exc})")
-            return dataclasses.replace(result, check_id=self.task.check_id, title=self.task.title,
-                                       duration_s=result.duration_s or self.elapsed(),
-                                       extra={**result.extra, "worker": {"pid": self.worker.proc.pid,
-                                                                         "task_number": self.task_number}})
-        code = self.worker.proc.returncode
-        if code is not None and code < 0:
-            return self.error(f"check process died from {_signal_name(code)}", returncode=code)
-        return self.error(f"check process exited with code {code} before reporting a result", returncode=code)
+            return _read_child_result(self.task, self.result_path, self.elapsed(), self.error,
+                                      worker={"pid": self.worker.proc.pid, "task_number": self.task_number})
+        return _death(self.worker.proc.returncode, self.error)
 
 
 class WarmPool:

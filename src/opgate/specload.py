@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from opgate.errors import InputError
-from opgate.children import die_with_parent, register_child, unregister_child
+from opgate.children import die_with_parent, kill_process_group, register_child
 
 # Seconds a spec may take to import (torch and Triton alone take a few seconds on a cold CPU machine).
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
@@ -78,13 +78,12 @@ def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_process_group(proc)
                 raise InputError(f"spec file {path} did not finish importing within {timeout_s:g} s (an endless "
                                  "loop or a blocking call at import?); make its import quick and side-effect "
                                  "free") from None
             finally:
-                _kill_group(proc)  # grandchildren the spec started at import die with it
-                unregister_child(proc)
+                kill_process_group(proc)  # grandchildren the spec started at import die with it
         stderr_hint = _last_stderr_line(stderr_path.read_text(errors="replace"))
         result = _read_result(result_path)
     code = proc.returncode
@@ -98,17 +97,6 @@ def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode
     else:
         what = f"ended the process with exit code {code} while being imported (os._exit?)"
     raise InputError(f"spec file {path} {what}{said}; a spec must only define opgate.Operator objects at import")
-
-
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:
