@@ -102,9 +102,8 @@ def test_a_job_with_one_home_left_no_second(old: str) -> None:
 
 
 def test_atomic_writes_go_through_reporting_atomic() -> None:
-    """os.replace (the rename of a temp file) appears only in reporting/atomic.py, outside the two files of
-    the verify engine's rework (checks/worker.py, verify/resume.py) that still carry their own."""
-    allowed = {PACKAGE / "reporting" / "atomic.py", PACKAGE / "checks" / "worker.py", PACKAGE / "verify" / "resume.py"}
+    """os.replace (the rename of a temp file) appears only in reporting/atomic.py."""
+    allowed = {PACKAGE / "reporting" / "atomic.py"}
     wrong = []
     for path in modules_in(PACKAGE):
         if path in allowed:

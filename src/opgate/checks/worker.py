@@ -16,13 +16,8 @@ from typing import Any
 
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
+from opgate.reporting.atomic import write_atomically
 from opgate.results import CheckResult, Outcome
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def cuda_context_fault() -> str:
@@ -87,7 +82,7 @@ def run_request(request: dict[str, Any]) -> bool:
                         "opgate discarded this worker; the next check runs in a fresh process.",
             extra={**result.extra, "cuda_fault": fault},
         )
-    _write_atomically(result_path, json.dumps(result.to_dict()))
+    write_atomically(result_path, json.dumps(result.to_dict()), durable=False)
     return not fault
 
 

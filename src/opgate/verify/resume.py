@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from opgate.reporting.atomic import write_atomically
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
@@ -59,13 +60,9 @@ PHASE_WORDS = {
 }
 
 
-def _write_atomically(path: Path, text: str | bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    if isinstance(text, bytes):
-        tmp.write_bytes(text)
-    else:
-        tmp.write_text(text)
-    os.replace(tmp, path)
+def _write_atomically(path: Path, data: str | bytes) -> None:
+    # the journal is scratch written per case: it must survive the child's crash, not the machine's
+    write_atomically(path, data, durable=False)
 
 
 def journal_dir(options: Mapping[str, Any]) -> Path:
