@@ -34,7 +34,7 @@ def stage_of(check_id: str) -> str:
 
 
 def run_example(name: str, extra_args: list[str], timeout_s: float,
-                reports: Path | None = None) -> dict[str, object]:
+                reports: Path | None = None, cold: bool = False) -> dict[str, object]:
     spec = ROOT / "examples" / "ops" / f"{name}.py"
     with tempfile.TemporaryDirectory(prefix="opgate-wall-") as tmp:
         report_path = Path(tmp) / "report.json"
@@ -42,6 +42,9 @@ def run_example(name: str, extra_args: list[str], timeout_s: float,
                    "--out", str(Path(tmp) / "artefacts"), *extra_args]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"),
                                                                         os.environ.get("PYTHONPATH", "")) if p)}
+        if cold:  # a fresh machine or CI container: no compiled Triton kernel, no inductor graph cached
+            env.update(TRITON_CACHE_DIR=str(Path(tmp) / "triton-cache"),
+                       TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor-cache"))
         started = time.perf_counter()
         try:
             proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -50,7 +53,8 @@ def run_example(name: str, extra_args: list[str], timeout_s: float,
         except subprocess.TimeoutExpired:
             code, tail = "timeout", ""
         wall = time.perf_counter() - started
-        row: dict[str, object] = {"example": name, "wall_s": round(wall, 1), "exit": code,
+        row: dict[str, object] = {"example": name, "caches": "cold" if cold else "as found", "wall_s": round(wall, 1),
+                                  "exit": code,
                                   "command": " ".join(command[1:3] + [f"examples/ops/{name}.py", *extra_args])}
         if not report_path.is_file():
             row["error"] = tail
@@ -82,21 +86,24 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per example before it is killed")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     parser.add_argument("--reports", type=Path, default=None, help="keep each example's opgate report here")
+    parser.add_argument("--cold-caches", action="store_true", help="give each run empty Triton and inductor "
+                        "caches (a fresh machine); default: the caches as found (warm after a first run)")
     args = parser.parse_args(argv)
     names = args.examples or sorted(p.stem for p in (ROOT / "examples" / "ops").glob("*.py")
                                     if p.stem != "make_onnx_models")
     rows = []
     for name in names:
-        row = run_example(name, extra, args.timeout, args.reports)
+        row = run_example(name, extra, args.timeout, args.reports, args.cold_caches)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    print(f"\n{'example':<10} {'wall s':>7} {'exit':>7}  " + " ".join(f"{s:>11}" for s in STAGES) + "  results")
+    print(f"\n{'example':<10} {'caches':>8} {'wall s':>7} {'exit':>7}  " + " ".join(f"{s:>11}" for s in STAGES)
+          + "  results")
     for row in rows:
         stage = row.get("stage_s", {})
         counts = ", ".join(f"{n} {k}" for k, n in sorted(row.get("counts", {}).items()))  # type: ignore[union-attr]
-        print(f"{row['example']:<10} {row['wall_s']:>7} {str(row['exit']):>7}  "
+        print(f"{row['example']:<10} {row['caches']:>8} {row['wall_s']:>7} {str(row['exit']):>7}  "
               + " ".join(f"{stage.get(s, 0.0):>11}" for s in STAGES)  # type: ignore[union-attr]
               + f"  {counts or row.get('error', '')[-120:]}")
     return 0

@@ -77,3 +77,48 @@ def test_a_follow_up_hook_can_run_a_task_again_in_a_fresh_process_or_rewrite_its
     assert results[1].reason.startswith("rewritten: ") and "exited with code 7" in results[1].reason
     assert sorted(seen) == [("planted.dies_once", "error"), ("planted.dies_once", "passed"),
                             ("planted.exit", "error")]
+
+
+def test_a_feed_brings_tasks_during_the_run_and_holds_a_later_exclusive_task_until_it_closes() -> None:
+    """verify's calibration thread hands the numerics tasks over while the GPU stages already run (TaskFeed): a
+    task that arrives joins the queue by its order, an exclusive task of a later order waits for the feed to close
+    (recovery after the numerics), and the run ends only once the feed is closed and drained."""
+    import threading
+
+    from opgate.runner import TaskFeed
+
+    feed = TaskFeed(upcoming_order=40)
+    early = dataclasses.replace(task("early", "PassingCheck"), order=10)
+    last = dataclasses.replace(task("last", "PassingCheck"), order=95, exclusive=True)
+    started: list[str] = []
+    added: list[int] = []
+
+    def produce() -> None:
+        time.sleep(1.0)
+        feed.put([dataclasses.replace(task(f"late{i}", "PassingCheck"), order=40) for i in range(2)])
+        time.sleep(0.5)
+        feed.close()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    results = run_checks([early, last], jobs=2, feed=feed, on_start=lambda t: started.append(t.check_id),
+                         on_added=added.append)
+    producer.join()
+    assert [r.check_id for r in results] == ["planted.early", "planted.last", "planted.late0", "planted.late1"]
+    assert all(r.outcome is Outcome.PASSED for r in results)
+    assert started.index("planted.last") > started.index("planted.late1")  # held while the feed was open
+    assert added == [2]
+
+
+def test_a_feed_closed_with_an_error_stops_the_run_with_that_error() -> None:
+    """A reference that cannot be evaluated (an InputError in the calibration thread) ends the run with exit 2's
+    error, not a report, and kills the checks still running."""
+    from opgate.errors import InputError
+    from opgate.runner import TaskFeed
+
+    feed = TaskFeed(upcoming_order=40)
+    feed.close(InputError("spec file x.py: the reference raised"))
+    started = time.perf_counter()
+    with pytest.raises(InputError, match="the reference raised"):
+        run_checks([task("hang", "HangCheck", timeout=60.0)], jobs=1, feed=feed)
+    assert time.perf_counter() - started < 20

@@ -53,3 +53,25 @@ def test_a_retiring_task_ends_its_worker_and_keys_do_not_mix() -> None:
     first, after, other = results
     assert len({first.extra["pid"], after.extra["pid"], other.extra["pid"]}) == 3
     assert all(r.outcome is Outcome.PASSED for r in results)
+
+
+def test_a_spare_worker_is_adopted_by_the_first_key_of_its_environment(tmp_path) -> None:
+    """verify starts spares before it has read the spec (GPU hosts): the first key whose environment matches
+    adopts one, warm state and all, instead of starting a process; a key with another environment does not."""
+    from opgate.runner import WarmPool
+
+    pool = WarmPool(tmp_path, limit=4)
+    pool.start_spare(CheckTask("spare", "spare", "planted_checks:PidCheck", 60.0,
+                               CheckContext(options={"mark": "spare"}), env={"SPARE_ENV": "a"}))
+    try:
+        same = CheckTask("same", "same", "planted_checks:PidCheck", 60.0, CheckContext(), env={"SPARE_ENV": "a"},
+                         worker="k1")
+        other = CheckTask("other", "other", "planted_checks:PidCheck", 60.0, CheckContext(), env={"SPARE_ENV": "b"},
+                          worker="k2")
+        adopted, fresh = run_checks([same, other], jobs=1, pool=pool)
+    finally:
+        pool.close()
+    assert adopted.outcome is fresh.outcome is Outcome.PASSED
+    assert adopted.extra["seen_mark"] == "spare"  # it ran the spare's warm-up first, in the same process
+    assert adopted.extra["worker"]["task_number"] == 2
+    assert fresh.extra["seen_mark"] == ""  # another environment: a worker of its own

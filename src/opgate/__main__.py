@@ -1,3 +1,3 @@
-from opgate.cli import main
+from opgate.cli import console_main
 
-main()
+console_main()

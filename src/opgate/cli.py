@@ -248,7 +248,7 @@ def verify(
     out: Path = typer.Option(Path("opgate-report"), "--out", help="Folder for artefacts: Triton IR per target, "
                              "checked ONNX models."),
     jobs: int = typer.Option(default_jobs(), "--jobs", min=1, max=64, help="Checks run at once, in warm "
-                             "worker processes (one pool per implementation); default: 3/4 of the CPUs, 2 to 12."),
+                             "worker processes (one pool per implementation); default: one per CPU, 2 to 16."),
     extras: bool = typer.Option(True, "--extras/--no-extras", help="Also verify the reference through "
                                 "torch.compile, ONNX Runtime (when the op has no ONNX implementation) and TVM."),
     shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Shrink a failure to the smallest failing "
@@ -544,5 +544,24 @@ def main(argv: Optional[List[str]] = None) -> None:
     sys.exit(0)
 
 
+def console_main() -> None:
+    """The `opgate` command and `python -m opgate`: main(), then, once every report is written and the output
+    flushed, an exit that skips the interpreter's teardown when torch was loaded (unwinding torch, Triton and a
+    CUDA context costs a second or two at the end of every verify). In-process callers (tests) use main()."""
+    try:
+        main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if "torch" not in sys.modules:
+        sys.exit(code)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if not isinstance(code, int) and code is not None:
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    console_main()

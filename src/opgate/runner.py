@@ -22,9 +22,11 @@ import dataclasses
 import json
 import os
 import signal
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,6 +60,8 @@ class CheckTask:
     # The GPU this task is pinned to (verify's per-GPU fan-out, CUDA_VISIBLE_DEVICES in `env`); None: any or all.
     # `exclusive` then means alone on that GPU: tasks pinned to other GPUs still run beside it.
     device: int | None = None
+    # Where a task that arrives through a TaskFeed joins the queue: before every waiting task of a higher order.
+    order: int = 0
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -85,9 +89,49 @@ def warm_worker_limit(jobs: int) -> int:
 
 
 def default_jobs() -> int:
-    """Checks at once by default where each holds a warm worker (verify): 2 on a small machine (CI), 3/4 of
-    the CPUs up to 12 on a big GPU host."""
-    return max(2, min(12, (os.cpu_count() or 2) * 3 // 4))
+    """Checks at once by default where each holds a warm worker (verify): one per CPU, 2 on a small machine (CI),
+    up to 16. On the H200 host (16 CPUs) the eight compute-sanitizer runs of an operator and its numerics checks
+    then all run side by side; with 12 slots a dtype's numerics waited for a sanitizer to end (docs/benchmarks.md)."""
+    return max(2, min(16, os.cpu_count() or 2))
+
+
+class TaskFeed:
+    """Tasks that arrive while the run is already going, e.g. verify's numerics checks, each handed over as soon as
+    the parent has calibrated its dtype while the GPU stages already run. Thread-safe: the producer calls `put`
+    and finally `close()`, or `close(error)` to stop the run (the running children are killed and `error` is
+    raised from run_checks). While the feed is open, an exclusive task of a higher order than `upcoming_order`
+    (the lowest order still to come) waits: it is meant to run after the tasks still to come (e.g. recovery,
+    which fills the GPU and retires its worker, after the numerics)."""
+
+    def __init__(self, upcoming_order: int) -> None:
+        self.upcoming_order = upcoming_order
+        self._queue: "queue.SimpleQueue[CheckTask]" = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self.error: BaseException | None = None
+
+    def put(self, tasks: Sequence[CheckTask]) -> None:
+        for task in tasks:
+            self._queue.put(task)
+
+    def close(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self._closed.set()
+
+    @property
+    def is_open(self) -> bool:
+        return not self._closed.is_set() or not self._queue.empty()
+
+    def take(self) -> list[CheckTask]:
+        """Every task that arrived since the last call."""
+        arrived: list[CheckTask] = []
+        while True:
+            try:
+                arrived.append(self._queue.get_nowait())
+            except queue.Empty:
+                return arrived
+
+    def holds(self, task: CheckTask) -> bool:
+        return task.exclusive and task.order > self.upcoming_order and not self._closed.is_set()
 
 
 ProgressHook = Callable[[CheckTask], None]
@@ -209,12 +253,13 @@ class _WarmWorker:
 
     def __init__(self, task: CheckTask, workdir: Path, serial: int) -> None:
         self.key = task.worker
+        self.env = _child_env(task)
         self.stderr_path = workdir / f"worker-{serial}.stderr"
         self.stdout_path = workdir / f"worker-{serial}.stdout"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "opgate.checks.worker", "--serve"],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, env=_child_env(task),
+                stdin=subprocess.PIPE, stdout=out, stderr=err, env=self.env,
                 start_new_session=True, preexec_fn=die_with_parent,
             )
         register_child(self.proc)
@@ -306,7 +351,40 @@ class WarmPool:
         self.workdir, self.limit = workdir, max(1, limit)
         self.idle: list[_WarmWorker] = []
         self.busy: set[_WarmWorker] = set()
+        # Spares: started before anyone knows which key they will serve (verify starts them before it has read
+        # the spec); the first key whose environment matches adopts one instead of starting a worker.
+        self.spares: list[_WarmWorker] = []
         self.started = 0
+
+    def _alive(self) -> int:
+        return len(self.idle) + len(self.busy) + len(self.spares)
+
+    def _adopt_spare(self, task: CheckTask) -> _WarmWorker | None:
+        env = _child_env(task)
+        for worker in list(self.spares):
+            if not worker.alive():
+                self.spares.remove(worker)
+                worker.discard()
+            elif worker.env == env:
+                self.spares.remove(worker)
+                worker.key = task.worker
+                return worker
+        return None
+
+    def start_spare(self, task: CheckTask) -> None:
+        """Start a worker with `task`'s environment that runs `task` (a generic warm-up: imports, a CUDA context)
+        and waits to be adopted by a key (prestart or take). Over the limit, nothing is started."""
+        if self._alive() >= self.limit:
+            return
+        self.started += 1
+        worker = _WarmWorker(dataclasses.replace(task, worker=""), self.workdir, self.started)
+        self._send_warm_up(worker, task)
+        self.spares.append(worker)
+
+    def _send_warm_up(self, worker: _WarmWorker, task: CheckTask) -> None:
+        worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
+                     "context": asdict(task.context),
+                     "result_path": str(self.workdir / f"warmup-{self.started}-{worker.tasks_run}.result.json")})
 
     def take(self, task: CheckTask) -> _WarmWorker:
         for worker in list(self.idle):
@@ -318,7 +396,11 @@ class WarmPool:
                 self.idle.remove(worker)
                 self.busy.add(worker)
                 return worker
-        while self.idle and len(self.idle) + len(self.busy) >= self.limit:
+        spare = self._adopt_spare(task)
+        if spare is not None:
+            self.busy.add(spare)
+            return spare
+        while self.idle and self._alive() >= self.limit:
             oldest = min(self.idle, key=lambda w: w.last_used)
             self.idle.remove(oldest)
             oldest.close()
@@ -331,13 +413,13 @@ class WarmPool:
         """Start a worker for `task`'s key now and have it run `task` (a warm-up: imports, the spec) while the
         caller does other work; it joins the idle workers at once, and the first real task of its key queues
         behind the warm-up in its input. Over the limit, nothing is started."""
-        if len(self.idle) + len(self.busy) >= self.limit:
-            return
-        self.started += 1
-        worker = _WarmWorker(task, self.workdir, self.started)
-        worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
-                     "context": asdict(task.context),
-                     "result_path": str(self.workdir / f"warmup-{self.started}.result.json")})
+        worker = self._adopt_spare(task)
+        if worker is None:
+            if self._alive() >= self.limit:
+                return
+            self.started += 1
+            worker = _WarmWorker(task, self.workdir, self.started)
+        self._send_warm_up(worker, task)
         self.idle.append(worker)
 
     def give_back(self, worker: _WarmWorker, healthy: bool) -> None:
@@ -351,7 +433,7 @@ class WarmPool:
     def close(self) -> None:
         """End every worker: all inputs closed first, so they exit side by side, then each reaped (or killed
         after 10 s in all)."""
-        workers = self.idle + list(self.busy)
+        workers = self.idle + list(self.busy) + self.spares
         for worker in workers:
             try:
                 if worker.proc.stdin is not None:
@@ -367,6 +449,7 @@ class WarmPool:
             worker.discard()
         self.idle.clear()
         self.busy.clear()
+        self.spares.clear()
 
 
 class _stop_on_interrupt:
@@ -396,11 +479,15 @@ def run_checks(
     on_done: DoneHook | None = None,
     follow_up: FollowUpHook | None = None,
     pool: "WarmPool | None" = None,
+    feed: TaskFeed | None = None,
+    on_added: Callable[[int], None] | None = None,
 ) -> list[CheckResult]:
-    """Run every task in a child process, at most `jobs` at once; results keep task order.
+    """Run every task in a child process, at most `jobs` at once; results keep task order (tasks from `feed`
+    after the given ones, in their order of arrival).
 
     Exclusive tasks wait for an empty slot table and run alone. Tasks with a `worker` key share warm workers
-    (at most 2 x jobs of them alive at once).
+    (at most 2 x jobs of them alive at once). `feed`: more tasks that arrive during the run (`on_added` is told
+    how many each time); the run ends when the feed is closed and every task has finished.
     """
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = list(enumerate(tasks))
@@ -410,11 +497,28 @@ def run_checks(
         own_pool = pool is None
         workers = WarmPool(workdir, warm_worker_limit(jobs)) if pool is None else pool
         try:
-            _schedule(pending, running, results, workdir, workers, jobs, on_start, on_done, follow_up)
+            _schedule(pending, running, results, workdir, workers, jobs, on_start, on_done, follow_up, feed,
+                      on_added)
         finally:
             if own_pool:
                 workers.close()
     return [r for r in results if r is not None]
+
+
+def _take_arrivals(feed: TaskFeed, pending: list[tuple[int, CheckTask]], results: list[CheckResult | None],
+                   running: list[Any], on_added: Callable[[int], None] | None) -> None:
+    """Queue the feed's new tasks by order; a feed closed with an error ends the run with that error."""
+    if feed.error is not None:
+        for slot in running:
+            slot.kill()
+        raise feed.error
+    arrived = feed.take()
+    for task in arrived:
+        results.append(None)
+        at = next((k for k, (_, waiting) in enumerate(pending) if waiting.order > task.order), len(pending))
+        pending.insert(at, (len(results) - 1, task))
+    if arrived and on_added is not None:
+        on_added(len(arrived))
 
 
 def _start(task: CheckTask, index: int, workdir: Path, pool: WarmPool) -> Any:
@@ -439,11 +543,14 @@ def _must_wait(task: CheckTask, running: Sequence[Any]) -> bool:
 
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
               workdir: Path, pool: WarmPool, jobs: int, on_start: ProgressHook | None,
-              on_done: DoneHook | None, follow_up: FollowUpHook | None) -> None:
-    while pending or running:
+              on_done: DoneHook | None, follow_up: FollowUpHook | None, feed: TaskFeed | None = None,
+              on_added: Callable[[int], None] | None = None) -> None:
+    while pending or running or (feed is not None and feed.is_open):
+        if feed is not None:
+            _take_arrivals(feed, pending, results, running, on_added)
         while pending and len(running) < max(1, jobs):
             index, task = pending[0]
-            if _must_wait(task, running):
+            if _must_wait(task, running) or (feed is not None and feed.holds(task)):
                 break
             pending.pop(0)
             if on_start:
@@ -488,3 +595,5 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             results[slot.index] = result
             if on_done:
                 on_done(slot.task, result)
+    if feed is not None and feed.error is not None:
+        raise feed.error

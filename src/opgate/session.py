@@ -16,7 +16,7 @@ from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
 from opgate.results import CheckResult, Outcome, RunReport
-from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, WarmPool, run_checks
+from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, TaskFeed, WarmPool, run_checks
 
 
 class SessionInterrupted(KeyboardInterrupt):
@@ -82,7 +82,9 @@ def run_session(
     extra: Mapping[str, object] | None = None,
     follow_up: FollowUpHook | None = None,
     pool: WarmPool | None = None,
+    feed: TaskFeed | None = None,
 ) -> RunReport:
+    """Run `tasks` (and those `feed` brings during the run) with a progress bar."""
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     with Progress(
@@ -93,6 +95,11 @@ def run_session(
         bar = progress.add_task(f"opgate {verb}", total=len(tasks))
 
         timeline: dict[str, list[float]] = {}
+        total = {"n": len(tasks)}
+
+        def added(count: int) -> None:
+            total["n"] += count
+            progress.update(bar, total=total["n"])
 
         def started(task: CheckTask) -> None:
             progress.update(bar, description=f"{verb}: {task.check_id}")
@@ -107,7 +114,7 @@ def run_session(
 
         try:
             results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done, follow_up=follow_up,
-                                 pool=pool)
+                                 pool=pool, feed=feed, on_added=added)
         except RunInterrupted as stop:
             raise SessionInterrupted(RunReport(
                 verb=verb, results=tuple(preset) + tuple(stop.results), started_at=started_at,

@@ -10,14 +10,16 @@ cleanly there is imported here, with SystemExit and any BaseException from the i
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from opgate.errors import InputError
 from opgate.children import die_with_parent, kill_process_group, register_child
@@ -59,8 +61,10 @@ def check_spec_path(path: Path) -> None:
                      "objects")
 
 
-def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode: str = "verify") -> None:
-    """Import `path` in a child process; raise InputError (one line) unless it imported and defined Operators."""
+def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode: str = "verify",
+                   import_meanwhile: Sequence[str] = ()) -> None:
+    """Import `path` in a child process; raise InputError (one line) unless it imported and defined Operators.
+    `import_meanwhile`: modules this process imports while the child runs (what it needs next anyway)."""
     path = Path(path)
     check_spec_path(path)
     env = dict(os.environ)
@@ -75,8 +79,14 @@ def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode
                 start_new_session=True, preexec_fn=die_with_parent,
             )
             register_child(proc)
+            started = time.monotonic()
+            for name in import_meanwhile:
+                try:
+                    importlib.import_module(name)
+                except ImportError:  # whoever needs it next says so, with the install hint
+                    pass
             try:
-                proc.wait(timeout=timeout_s)
+                proc.wait(timeout=max(0.0, timeout_s - (time.monotonic() - started)))
             except subprocess.TimeoutExpired:
                 kill_process_group(proc)
                 raise InputError(f"spec file {path} did not finish importing within {timeout_s:g} s (an endless "
@@ -135,9 +145,10 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
         raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}") from None
 
 
-def load_spec_isolated(path: Path, timeout_s: float | None = None, mode: str = "verify") -> list[Any]:
+def load_spec_isolated(path: Path, timeout_s: float | None = None, mode: str = "verify",
+                       import_meanwhile: Sequence[str] = ()) -> list[Any]:
     """Pre-flight in a child, then import here: what `verify` and `analyze` call to get the Operators."""
-    preflight_spec(path, timeout_s or DEFAULT_IMPORT_TIMEOUT_S, mode)
+    preflight_spec(path, timeout_s or DEFAULT_IMPORT_TIMEOUT_S, mode, import_meanwhile)
     return import_spec_guarded(path, mode)
 
 

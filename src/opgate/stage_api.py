@@ -41,6 +41,9 @@ class StageNeeds:
     tools: tuple[str, ...] = ()  # executables it runs (found by Stage.find_tool)
     # only the user's own implementations on backends that run on the GPU (Backend.gpu_stages)
     gpu_implementations: bool = False
+    # the calibrated plan files (OperatorPlan.plans); False: its tasks draw their own inputs and start at once,
+    # while the parent still calibrates
+    calibration: bool = True
 
 
 @dataclass
@@ -106,6 +109,9 @@ class Stage:
     # Scheduling: lower first. Exclusive GPU measurements go first, while nothing else is running.
     order: ClassVar[int] = 50
     whole_run_group: ClassVar[str] = ""
+    # A stage that needs calibration is asked for its tasks once per operator, with every dtype's plan file; True:
+    # once per dtype as soon as that dtype's plan is written (OperatorPlan.plans then holds that one dtype).
+    per_dtype_plans: ClassVar[bool] = False
 
     def find_tool(self, tool: str) -> str | None:
         """Where `tool` is, or None; override for tools outside PATH (compute-sanitizer under CUDA_HOME)."""

@@ -17,6 +17,7 @@ class NumericsStage(Stage):
     summary = "every implementation x dtype over the calibrated case plan (always runs)"
     default = True
     order = 40
+    per_dtype_plans = True  # a dtype's checks start as soon as its plan is written
 
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         from opgate.verify.backends import backend
@@ -52,12 +53,14 @@ class NumericsStage(Stage):
 class _GpuStage(Stage):
     """A stage of the user's GPU implementations: one task per implementation (x dtype where `per_dtype`)."""
 
-    needs = StageNeeds(gpu=True, gpu_implementations=True)
+    # Each check draws its own inputs on the GPU (no plan file): the tasks start while the parent calibrates.
+    needs = StageNeeds(gpu=True, gpu_implementations=True, calibration=False)
     target: ClassVar[str] = ""
     timeout_s: ClassVar[float] = 300.0
     exclusive: ClassVar[bool] = True
     per_dtype: ClassVar[bool] = False
     retire: ClassVar[bool] = False
+    warm: ClassVar[bool] = True  # in the implementation's warm workers (False: a fresh process per task)
     title_text: ClassVar[str] = ""
 
     def suffixes(self, plan: OperatorPlan) -> list[tuple[str, dict[str, object]]]:
@@ -78,7 +81,7 @@ class _GpuStage(Stage):
                 title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
                 out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,
                                      self.timeout_s, payload, choice, exclusive=self.exclusive,
-                                     retire=self.retire))
+                                     retire=self.retire, warm=self.warm))
         return out
 
     def describe(self, fields: dict[str, object], dtype: str) -> str:
@@ -101,7 +104,10 @@ class SanitizerStage(_GpuStage):
     summary = "compute-sanitizer memcheck, racecheck, initcheck, synccheck, one run each (GPU)"
     default = True
     order = 45  # after the numerics tasks start: compile-heavy numerics are the longest tasks
-    needs = StageNeeds(gpu=True, tools=("compute-sanitizer",), gpu_implementations=True)
+    # Each run is a compute-sanitizer process of its own; the check that starts it needs no warm state, and in a
+    # warm worker it would hold one the numerics checks of the same implementation are waiting for.
+    warm = False
+    needs = StageNeeds(gpu=True, tools=("compute-sanitizer",), gpu_implementations=True, calibration=False)
     target = "opgate.verify.runtime:VerifySanitizerCheck"
     exclusive = False
     title_text = "under compute-sanitizer {tool}"
@@ -129,7 +135,9 @@ class RecoveryStage(_GpuStage):
     name = "recovery"
     summary = "out-of-memory, then the same process must compute the same answer (GPU)"
     default = True
-    order = 95  # last: it fills the GPU and retires its worker, so nothing after it loses a warm worker
+    # Right after the runtime checks, while the parent still calibrates: exclusive (it fills the GPU's memory), and
+    # its worker retires, so the engine prestarts one worker more per implementation (verify/engine.py).
+    order = 12
     target = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
     retire = True  # it fills the GPU's memory: its worker is not reused
     title_text = "recovers from out-of-memory"
@@ -139,7 +147,7 @@ class NcuStage(_GpuStage):
     name = "ncu"
     summary = "Nsight Compute counters beside opgate's byte and occupancy models (GPU, opt-in)"
     order = 25
-    needs = StageNeeds(gpu=True, tools=("ncu",), gpu_implementations=True)
+    needs = StageNeeds(gpu=True, tools=("ncu",), gpu_implementations=True, calibration=False)
     target = "opgate.verify.runtime:VerifyNcuCheck"
     timeout_s = 360.0
     title_text = "under Nsight Compute"

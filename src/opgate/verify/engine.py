@@ -24,15 +24,13 @@ from typing import Any, Sequence
 from opgate.errors import InputError
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
 from opgate.checks.base import CheckContext
-from opgate.runner import CheckTask, WarmPool, warm_worker_limit
+from opgate.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
 from opgate.stage_api import OperatorPlan, Stage
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
-from opgate.verify.calibrate import (
-    FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
-)
+from opgate.verify.calibrate import FLOOR_EPS, K_RMSE, Calibration
+from opgate.verify.calibrator import CalibrationJob, Calibrator
 from opgate.verify.gradients import with_gradient_operators
-from opgate.verify.inputs import Case, budget_plan, inputs_generated_once, plan_cases
-from opgate.verify.planfile import PlanFile
+from opgate.verify.inputs import Case, budget_plan
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import follow_up as resume_after_crash
 from opgate.core.spec import Operator
@@ -40,6 +38,8 @@ from opgate.core.spec import Operator
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"  # the numerics check (resume.py reads it)
 # Seconds one implementation x dtype may take (all its cases, shrinking included) before it is killed.
 TIMEOUT_BY_BUDGET = {"quick": 300.0, "standard": 600.0, "thorough": 1800.0}
+# Spare warm workers started before the spec is read (GPU hosts): at most this many, fewer with fewer --jobs.
+SPARE_WORKERS_MAX = 12
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,8 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
     return selections
 
 
-def _calibration_result(op: Operator, calibrations: dict[str, Calibration], errors: dict[str, str],
-                        budget: str, seed: int, duration: float) -> CheckResult:
+def _calibration_result(op: Operator, calibrations: dict[str, Calibration], budget: str, seed: int,
+                        duration: float) -> CheckResult:
     figures: list[Figure] = []
     for dtype, cal in calibrations.items():
         for o, out_dtype in enumerate(cal.out_dtypes):
@@ -154,50 +154,12 @@ def _calibration_result(op: Operator, calibrations: dict[str, Calibration], erro
         if cal.override:
             figures.append(Figure(f"{dtype}: user tolerance", f"atol {cal.override['atol']:g}, "
                                                              f"rtol {cal.override['rtol']:g}"))
-    extra = {"budget": budget, "seed": seed,
-             "calibrations": {d: c.summary() for d, c in calibrations.items()}, "errors": errors}
-    if errors:
-        first = next(iter(errors.values()))
-        outcome, reason = Outcome.ERROR, f"the reference could not be evaluated: {first}"
-        remediation = "fix the reference (it defines the operator's meaning) or the dims/dtypes it is given"
-    else:
-        n = next(iter(calibrations.values())).n_cases if calibrations else 0
-        outcome = Outcome.PASSED
-        reason = (f"budgets calibrated from PyTorch eager vs float64 over {n} cases for "
-                  f"{', '.join(calibrations)} ({budget} budget, seed {seed})")
-        remediation = ""
-    return CheckResult(f"verify.{op.name}.calibration", f"{op.name}: calibrated error budgets", outcome, reason,
-                       tuple(figures), remediation, duration, extra)
-
-
-def _replay_plan(op: Operator, dtype: str, request: VerifyRequest, cal: Calibration, case: Case,
-                 budget_name: str) -> PlanFile:
-    """A plan of one case (from a replay token) judged with the full plan's pooled calibration."""
-    truth, baseline = truth_and_baseline(op, case, dtype)
-    budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
-                                                  cal.pooled_quantile, cal.n_cases)
-    return PlanFile(op.name, dtype, budget_name, request.seed, [case], [truth], [budgets], [masks], out_dtypes,
-                    cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
-
-
-def _without_fatal_empty_cases(spec_file: Path, op: Operator, cases: list[Case], dtype: str,
-                               info: dict[str, Any]) -> list[Case]:
-    """Drop opgate-added empty cases whose reference kills a process (tried in a child: empty_probe.py)."""
-    from opgate.verify.empty_probe import surviving_cases
-
-    empty = [c for c in cases if _is_added_empty_case(c)]
-    if not empty:
-        return cases
-    survived = surviving_cases(spec_file.resolve(), op.name, dtype, empty)
-    fatal = [c for i, c in enumerate(empty) if i not in survived]
-    if fatal:
-        info.setdefault("fatal_empty_cases", {})[op.name] = [c.label() for c in fatal]
-    return [c for c in cases if c not in fatal]
-
-
-def _is_added_empty_case(case: Case) -> bool:
-    """A size-0 case opgate added (not one the spec declared)."""
-    return case.origin != "declared" and any(size == 0 for _, size in case.dims)
+    extra = {"budget": budget, "seed": seed, "calibrations": {d: c.summary() for d, c in calibrations.items()}}
+    n = next(iter(calibrations.values())).n_cases if calibrations else 0
+    reason = (f"budgets calibrated from PyTorch eager vs float64 over {n} cases for "
+              f"{', '.join(calibrations)} ({budget} budget, seed {seed})")
+    return CheckResult(f"verify.{op.name}.calibration", f"{op.name}: calibrated error budgets", Outcome.PASSED,
+                       reason, tuple(figures), "", duration, extra)
 
 
 def _visible_gpus() -> tuple[int, list[str]]:
@@ -259,108 +221,128 @@ def _gpu_present() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def prepare_tasks(request: VerifyRequest, workdir: Path, status: Any = None,
-                  pool: WarmPool | None = None) -> tuple[list[CheckTask], list[CheckResult], dict[str, Any]]:
-    """Everything before the children start: selection, plans, truth, calibration, tasks."""
+@dataclass
+class PreparedRun:
+    """What the parent has when the checks start: the tasks that need no calibration, the calibration thread
+    that brings the others, and the results known up front."""
+
+    tasks: list[CheckTask]
+    preset: list[CheckResult]
+    info: dict[str, Any]
+    feed: TaskFeed
+    calibrator: Calibrator
+    task_keys: dict[str, tuple[int, int, int]]  # check id -> (stage order, operator, sequence): the report's order
+
+    def finish(self, report: RunReport) -> RunReport:
+        """The session's report with the calibration's results first and every check in stage order."""
+        keys = {**self.task_keys, **self.calibrator.task_keys}
+        late = len(keys)
+        checks = sorted(report.results, key=lambda r: keys.get(r.check_id, (10**6, late, 0)))
+        engine = {**self.info["engine"], "calibration_spans_s": self.calibrator.spans}
+        extra = {**report.extra, **self.info, "engine": engine}
+        return dataclasses.replace(report, results=tuple(self.calibrator.results) + tuple(self.preset)
+                                   + tuple(checks), extra=extra)
+
+
+def _load_spec(request: VerifyRequest) -> list[Operator]:
+    """The spec's operators (pre-flight import in a child, then here: specload.py) with their `<op>.grad` twins
+    (verify/gradients.py); torch is imported here while the child imports the spec."""
+    from opgate.specload import load_spec_isolated
+
+    return with_gradient_operators(load_spec_isolated(request.spec_file, request.timeout_s,
+                                                      import_meanwhile=("torch",)))
+
+
+def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = None) -> PreparedRun:
+    """Everything before the checks start: the spec, the selection, the tasks that need no calibration, and the
+    calibration thread (not yet started) with the feed that will bring the numerics tasks."""
+    t0 = time.perf_counter()
     token = ReplayToken.decode(request.replay) if request.replay else None
     budget_name = token.budget if token else request.budget
     budget_plan(budget_name)  # validates the name
     if token:
         request = dataclasses.replace(request, seed=token.plan_seed, shrink=False)
-    from opgate.specload import load_spec_isolated
-    from opgate.verify.memory_guard import refuse_oversized_cases
-
-    # <op>.grad twins of operators with requires_grad inputs (verify/gradients.py)
-    ops = with_gradient_operators(load_spec_isolated(request.spec_file, request.timeout_s))
+    ops = _load_spec(request)
+    spec_loaded = time.perf_counter()
     selections = select(ops, request, token)
     gpu = _gpu_present()
-    tasks: list[CheckTask] = []
-    preset: list[CheckResult] = []
     info: dict[str, Any] = {"budget": budget_name, "seed": request.seed, "spec": str(request.spec_file),
                             "gpu": gpu, "case_counts": {}, "replay": token.encode() if token else None}
     timeout = request.timeout_s or TIMEOUT_BY_BUDGET[budget_name]
-    started = time.perf_counter()
     if pool is not None and token is None:
         _prestart_workers(pool, selections, request, gpu)
     stages = chosen_stages(request)
     unmet = {stage.name: stage.unmet(gpu) for stage in stages}
-    ordered: list[tuple[int, int, CheckTask]] = []
+    at_once = [s for s in stages if not s.needs.calibration]
+    calibrated = [s for s in stages if s.needs.calibration]
+    keyed: list[tuple[tuple[int, int, int], CheckTask]] = []
+    preset: list[CheckResult] = []
+    jobs: list[CalibrationJob] = []
+    for op_index, sel in enumerate(selections):
+        def make_plan(plans: dict[str, Path], sel: Selection = sel) -> OperatorPlan:
+            return _operator_plan(sel, request, budget_name, gpu, workdir, timeout, plans, token is not None)
 
-    for sel in selections:
-        op = sel.op
-        t0 = time.perf_counter()
-        calibrations: dict[str, Calibration] = {}
-        errors: dict[str, str] = {}
-        plans: dict[str, Path] = {}
-        cases = _without_fatal_empty_cases(request.spec_file, op, plan_cases(op, budget_name, request.seed),
-                                           sel.dtypes[0], info)
-        info["case_counts"][op.name] = len(cases)
-        for dtype in sel.dtypes:
-            if status is not None:
-                status(f"calibrating {op.name} in {dtype} ({len(cases)} cases)")
-            refuse_oversized_cases(op, [token.case] if token else cases, dtype)
-            try:
-                with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
-                    truths, baselines, kept = [], [], []
-                    for case in cases:
-                        try:
-                            t, b = truth_and_baseline(op, case, dtype)
-                        except CalibrationError:
-                            if _is_added_empty_case(case):
-                                continue  # the reference refuses empty tensors: so may the implementations
-                            raise
-                        truths.append(t)
-                        baselines.append(b)
-                        kept.append(case)
-                    if len(kept) < len(cases):
-                        info.setdefault("dropped_empty_cases", {})[f"{op.name}.{dtype}"] = len(cases) - len(kept)
-                    cal = calibrate(op, dtype, kept, truths, baselines)
-                    if token:
-                        plan = _replay_plan(op, dtype, request, cal, token.case, budget_name)
-                    else:
-                        plan = PlanFile(op.name, dtype, budget_name, request.seed, kept, truths, cal.budgets,
-                                        cal.masks, cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases,
-                                        cal.summary())
-            except CalibrationError as exc:
-                # The reference is the user's input: one line, exit 2 (never "a bug in opgate").
-                raise InputError(f"spec file {request.spec_file}: {exc}; fix the reference (it defines the "
-                                 "operator's meaning) or the dims/dtypes it is given") from None
-            path = workdir / f"plan-{len(plans)}-{op.name}-{dtype}.pt".replace("/", "_")
-            plan.save(path)
-            plans[dtype] = path
-            calibrations[dtype] = cal
-        preset.append(_calibration_result(op, calibrations, errors, budget_name, request.seed,
-                                          time.perf_counter() - t0))
-        op_plan = _operator_plan(sel, request, budget_name, gpu, workdir, timeout, plans, token is not None)
-        stage_items, stage_preset = stage_tasks(op_plan, stages, unmet)
-        ordered += [(order, len(ordered) + k, task) for k, (order, task) in enumerate(stage_items)]
+        items, stage_preset = stage_tasks(make_plan({}), at_once, unmet)
+        keyed += [((order, op_index, len(keyed) + k), task) for k, (order, task) in enumerate(items)]
         preset += stage_preset
-    tasks = [task for _, _, task in sorted(ordered, key=lambda entry: entry[:2])]
+        jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan))
+    tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
-        gpu_stage_names = {s.name for s in stages if s.needs.gpu}
-        tasks = fan_out_gpu_stages(tasks, gpu_stage_names, *_visible_gpus())
+        tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
+    feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0))
+    calibrator = Calibrator(
+        jobs, calibrated, unmet, feed, request.spec_file, budget_name, request.seed, workdir, token, info,
+        result_of=lambda op, cals, duration: _calibration_result(op, cals, budget_name, request.seed, duration),
+        stage_tasks=lambda plan, chosen: stage_tasks(plan, chosen, unmet))
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
-                      "prepare_s": round(time.perf_counter() - started, 2)}
-    return tasks, preset, info
+                      "spec_load_s": round(spec_loaded - t0, 2),
+                      "prepare_s": round(time.perf_counter() - t0, 2)}
+    return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed})
+
+
+def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
+    """On a GPU host, start warm workers before the spec is read (imports, a CUDA context), each adopted later by
+    an implementation whose environment matches (most backends add nothing to it on a GPU): the runtime checks then
+    start seconds earlier. Without a GPU (NVML's word: no CUDA context here) the prestarted workers of
+    _prestart_workers already overlap the calibration."""
+    from opgate.gpu.probes.device import gpu_available
+
+    if not gpu_available(runtime=False):
+        return
+    env = child_env({}, request.jobs)
+    for _ in range(min(request.jobs, SPARE_WORKERS_MAX)):
+        pool.start_spare(CheckTask("verify.spare_warm_up", "spare warm-up",
+                                   "opgate.verify.loaded_specs:SpareWarmUpCheck", 600.0, CheckContext(verb="verify"),
+                                   env=env))
 
 
 def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: VerifyRequest, gpu: bool) -> None:
-    """Start up to --jobs warm workers now, one per implementation first (the GPU stages' implementations
-    before the others), so their imports and the spec load overlap the calibration instead of following it."""
+    """Start up to --jobs warm workers now, so their imports, the spec load and the backends' own warm-up (e.g.
+    torch.compile's) overlap the calibration instead of following it: first one per implementation (the
+    slowest-starting backends first, then the user's GPU implementations), then one per dtype of each,
+    slowest-starting first (their numerics checks start together as soon as a dtype is calibrated), and one
+    more for each implementation of the GPU stages (the recovery check retires its worker)."""
     from opgate.verify.backends import backend
 
-    keyed: list[tuple[str, dict[str, str]]] = []
+    wanted: list[tuple[float, str, dict[str, str], str, int]] = []
     for sel in selections:
-        usable = [c for c in sel.choices if not backend(c.backend).unavailable_reason()]  # TVM absent: no worker
-        ranked = sorted(usable, key=lambda c: not (c.origin == "user" and backend(c.backend).gpu_stages))
-        for choice in ranked:
-            env = child_env(backend(choice.backend).child_env(gpu), request.jobs)
-            keyed.append((OperatorPlan.worker_key_for(request.spec_file.resolve(), sel.op.name, choice.name, env),
-                          env))
-    for index in range(min(request.jobs, 2 * len(keyed)) if keyed else 0):
-        key, env = keyed[index % len(keyed)]
+        for choice in sel.choices:
+            chosen = backend(choice.backend)
+            if chosen.unavailable_reason():  # TVM absent: no worker
+                continue
+            env = child_env(chosen.child_env(gpu), request.jobs)
+            key = OperatorPlan.worker_key_for(request.spec_file.resolve(), sel.op.name, choice.name, env)
+            on_gpu = gpu and choice.origin == "user" and chosen.gpu_stages
+            rank = chosen.startup_s + (0.5 if on_gpu else 0.0)
+            wanted.append((rank, key, env, choice.backend, len(sel.dtypes) + (1 if on_gpu else 0)))
+    wanted.sort(key=lambda entry: -entry[0])
+    order = [(key, env, name) for _, key, env, name, _ in wanted]
+    for _, key, env, name, count in wanted:
+        order += [(key, env, name)] * (count - 1)
+    for key, env, name in order[:request.jobs]:
         pool.prestart(CheckTask("verify.warm_up", "warm-up", "opgate.verify.loaded_specs:WarmUpCheck", 600.0,
-                                CheckContext(verb="verify", options={"spec_file": str(request.spec_file.resolve())}),
+                                CheckContext(verb="verify", options={"spec_file": str(request.spec_file.resolve()),
+                                                                     "backend": name}),
                                 env=env, worker=key))
 
 
@@ -439,24 +421,35 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
 
 
 def run_verify(request: VerifyRequest, console: Any) -> RunReport:
-    """Plan and calibrate here, then run every check in warm workers with a progress bar; whole-spec stages
-    (opgate analyze's) after."""
+    """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
+    numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.session import run_session
 
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
         workdir = Path(tmp)
         (workdir / "workers").mkdir()
         pool = WarmPool(workdir / "workers", warm_worker_limit(request.jobs))
+        prepared: PreparedRun | None = None
         try:
+            if not request.replay:
+                _start_spare_workers(pool, request)
             if console.is_terminal:
-                with console.status("calibrating") as spinner:
-                    tasks, preset, info = prepare_tasks(request, workdir, lambda text: spinner.update(text), pool)
+                with console.status("loading the spec"):
+                    prepared = prepare_run(request, workdir, pool)
             else:
-                tasks, preset, info = prepare_tasks(request, workdir, pool=pool)
-            report = run_session("verify", tasks, console, jobs=request.jobs, preset=preset, extra=info,
-                                 follow_up=resume_after_crash, pool=pool)
+                prepared = prepare_run(request, workdir, pool)
+            prepared.calibrator.start()
+            report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
+                                 follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
+            prepared.calibrator.join()
+            report = prepared.finish(report)
         finally:
+            if prepared is not None:
+                prepared.calibrator.stopped.set()
+            closing = time.perf_counter()
             pool.close()
+        engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2)}
+        report = dataclasses.replace(report, extra={**report.extra, "engine": engine})
     if not request.replay:
         report = _with_whole_run_stages(report, request, console)
     return report

@@ -25,7 +25,8 @@ def loaded_operators(spec_file: str) -> list[Any]:
 
 class WarmUpCheck:
     """What a prestarted warm worker runs while the parent calibrates (verify/engine.py): the imports the checks
-    need and the user's spec; its result is not reported."""
+    need, the user's spec and its backend's warm-up (Backend.warm_up); its result is not reported, and a warm-up
+    that fails only costs the first check its head start."""
 
     check_id = "verify.warm_up"
     title = "warm-up"
@@ -36,4 +37,31 @@ class WarmUpCheck:
         import opgate.verify.runtime  # noqa: F401
 
         loaded_operators(str(ctx.options["spec_file"]))
+        name = ctx.options.get("backend")
+        if name:
+            from opgate.verify.backends import backend
+
+            backend(str(name)).warm_up()
+        return CheckResult(self.check_id, self.title, Outcome.PASSED, "warm")
+
+
+class SpareWarmUpCheck:
+    """What a spare warm worker runs before the parent has read the spec (verify/engine.py): the imports every
+    check of a GPU host needs and a CUDA context, so the runtime checks start as soon as the spec is loaded."""
+
+    check_id = "verify.spare_warm_up"
+    title = "spare warm-up"
+
+    def run(self, ctx: Any) -> Any:
+        import importlib.util
+
+        from opgate.results import CheckResult, Outcome
+        import opgate.verify.check  # noqa: F401
+        import opgate.verify.runtime  # noqa: F401
+        import torch
+
+        if importlib.util.find_spec("triton") is not None:
+            import triton  # noqa: F401
+        if torch.cuda.is_available():
+            torch.cuda.init()
         return CheckResult(self.check_id, self.title, Outcome.PASSED, "warm")

@@ -10,8 +10,10 @@ pool). Each bug has a correct twin. Every implementation computes y = 2x right, 
 * free_async_race / free_async_race_twin: a scratch buffer from cudaMallocAsync, read by a kernel on stream B
   while stream A frees it with cudaFreeAsync, with no event between them (the twin waits for one); memcheck
   sees it only with --track-stream-ordered-races all.
-* tail_oob_read / tail_oob_read_twin: a kernel that loads before its bounds check: past the end only when the
-  size is not a multiple of its 256-thread block, i.e. at a tail size, never at the declared M x N = 4 x 256.
+* tail_oob_read / tail_oob_read_twin: a tiled kernel that stages x in shared memory before its bounds check:
+  past the end only when the size is not a multiple of its 256-thread block, i.e. at a tail size, never at the
+  declared M x N = 4 x 256. (A plain `v = x[i]; if (i < n) y[i] = 2 * v;` is no bug at all: the compiler sinks
+  the load under the check, and the SASS reads nothing past the end; tests/verify/test_planted_memory_sass.py.)
 
 Empty inputs (opgate's size-0 cases) launch nothing.
 
@@ -41,10 +43,20 @@ extern "C" __global__ void bounded_double(const float* x, float* y, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = 2.0f * x[i];
 }
-extern "C" __global__ void load_before_check(const float* x, float* y, int n) {
+extern "C" __global__ void tile_before_check(const float* x, float* y, int n) {
+    // A tiled kernel stages its block's inputs in shared memory before the bounds check.
+    __shared__ float tile[256];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const float v = x[i];  // BUG: loaded before the bounds check; past the end in a partial last block
-    if (i < n) y[i] = 2.0f * v;
+    tile[threadIdx.x] = x[i];  // BUG: unmasked; past the end in a partial last block
+    __syncthreads();
+    if (i < n) y[i] = 2.0f * tile[threadIdx.x];
+}
+extern "C" __global__ void tile_masked(const float* x, float* y, int n) {
+    __shared__ float tile[256];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = (i < n) ? x[i] : 0.0f;
+    __syncthreads();
+    if (i < n) y[i] = 2.0f * tile[threadIdx.x];
 }
 extern "C" __global__ void delayed_double(const float* src, float* y, int n, unsigned long long wait_ns) {
     const unsigned long long start = now_ns();
@@ -156,8 +168,8 @@ double.implementation("oob_write_cupy_pool", backend="torch")(_cupy_buffer("writ
 double.implementation("oob_write_cupy_pool_twin", backend="torch")(_cupy_buffer("bounded_double", 0))
 double.implementation("free_async_race", backend="torch")(_free_async(ordered=False))
 double.implementation("free_async_race_twin", backend="torch")(_free_async(ordered=True))
-double.implementation("tail_oob_read", backend="torch")(_torch_buffer("load_before_check", 0))
-double.implementation("tail_oob_read_twin", backend="torch")(_torch_buffer("bounded_double", 0))
+double.implementation("tail_oob_read", backend="torch")(_torch_buffer("tile_before_check", 0))
+double.implementation("tail_oob_read_twin", backend="torch")(_torch_buffer("tile_masked", 0))
 
 # What each implementation is, for scripts/gpu/isolation.sh: bug -> expected sanitizer verdict.
 PLANTED = {

@@ -47,6 +47,11 @@ class Backend:
         """Runs inside the implementation's own child; raises SkipCheck when the runtime is unusable here."""
         raise NotImplementedError
 
+    def warm_up(self) -> None:
+        """Runs in a prestarted warm worker while the parent calibrates (verify/loaded_specs.py WarmUpCheck): pay
+        what the first check would otherwise pay on the critical path (imports, a compiler's first start). It must
+        leave no state a check could see."""
+
     def child_env(self, gpu: bool) -> dict[str, str]:
         """Environment the child process must start with (read at import time, e.g. TRITON_INTERPRET)."""
         return {}

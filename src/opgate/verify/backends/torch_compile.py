@@ -102,11 +102,32 @@ def _explain(fn: Any, values: Any, layouts: Any, device: str, prepared: Prepared
         prepared.notes.append(f"{explanation.graph_break_count} graph break(s): " + "; ".join(reasons[:3]))
 
 
+def warm_up_compiler() -> None:
+    """Compile and run one tiny function on the checks' device, then forget it: the first torch.compile in a
+    process imports dynamo, inductor and their code generators and starts inductor's machinery (~10 s on the H200
+    host beside other workers, docs/benchmarks.md); afterwards a check's own compiles cost only their graphs."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    device = torch_device()
+    probe = torch.compile(lambda x: torch.softmax(x * 2.0, dim=-1).sum(dim=-1), dynamic=True)
+    with torch.no_grad():
+        probe(torch.ones(4, 8, device=device))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    torch._dynamo.reset()
+    counters.clear()  # the checks count their own graphs and recompiles from zero
+
+
 class TorchCompileBackend(Backend):
     name = "torch.compile"
     startup_s = 20.0
     extra = True
     extra_rank = 1
+
+    def warm_up(self) -> None:
+        warm_up_compiler()
 
     def prepare(self, choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) -> PreparedImplementation:
         return prepare(choice, op, dtype, workdir)
