@@ -95,7 +95,7 @@ class OperatorPlan:
         return CheckTask(check_id, title, target, timeout_s,
                          CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
                          exclusive=exclusive, worker=self.worker_key(choice, env) if warm else "",
-                         retire=retire)
+                         retire=retire, order=stage.order)
 
 
 class Stage:

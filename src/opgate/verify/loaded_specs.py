@@ -36,7 +36,19 @@ class WarmUpCheck:
         import opgate.verify.check  # noqa: F401  (the numerics check and what it imports)
         import opgate.verify.runtime  # noqa: F401
 
-        loaded_operators(str(ctx.options["spec_file"]))
+        ops = loaded_operators(str(ctx.options["spec_file"]))
+        for op in ops:
+            if op.flops is None:
+                # The runtime check counts the reference's work with FlopCounterMode on meta tensors (core/work.py);
+                # the first count in a process costs 1.5 s here, more beside other workers: paid now, at the
+                # declared size.
+                from opgate.core.work import operator_work
+
+                try:
+                    operator_work(op, op.dtypes[0], op.default_dims())
+                except Exception:  # the runtime check reports it, in its own words
+                    pass
+                break
         name = ctx.options.get("backend")
         if name:
             from opgate.verify.backends import backend

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,16 +143,29 @@ class VerifyRuntimeCheck(GpuStageCheck):
         from opgate.gpu.probes.timing import time_cuda
 
         options, torch = self.begin(ctx)
+        phases: dict[str, float] = {}  # where a slow runtime check spends its time (extra["phase_s"])
+        lap = time.perf_counter()
+
+        def phase(name: str) -> None:
+            nonlocal lap
+            now = time.perf_counter()
+            phases[name] = round(now - lap, 3)
+            lap = now
+
         op, implementation = load_implementation(options)
         dtype = options.dtype
         dims = op.timing_dims()
         seed = options.seed
         fn = implementation.fn
         label = ",".join(f"{k}={v}" for k, v in dims.items())
+        phase("load")
         try:
             input_sets = rotating_input_sets(tuple(cuda_inputs(op, dims, dtype, seed)), count=3)
+            torch.cuda.synchronize()
+            phase("inputs")
             gpu_name = torch.cuda.get_device_name()
             stats = time_cuda(fn, input_sets, warmup=5, repeats=options.repeats)
+            phase("timing")
         except torch.cuda.OutOfMemoryError:
             # The timing size does not fit this GPU: a fact about the size and the card, not a defect.
             free, total = torch.cuda.mem_get_info()
@@ -168,9 +182,11 @@ class VerifyRuntimeCheck(GpuStageCheck):
         roof_figures, roof_text = roofline_fraction(op, dtype, dims, stats.median_us * 1e-6, gpu_name)
         figures += roof_figures
         # Graph capture last: a failed capture leaves torch's CUDA generator unusable in this process.
+        phase("roofline")
         graph = check_graph_capture(fn, input_sets[0], input_sets[1])
+        phase("graph")
         extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
-                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(),
+                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,
                                  "graph": {**graph.__dict__, "saved_us_per_call": graph.saved_us_per_call}}
         timing_text = f"{stats.median_us:.1f} us median (p95 {stats.p95_us:.1f}) at {label} on {gpu_name}"
         if roof_text:
