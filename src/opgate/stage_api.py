@@ -46,6 +46,16 @@ class StageNeeds:
     calibration: bool = True
 
 
+@dataclass(frozen=True)
+class StageOptions:
+    """The request's options the stages read (what the CLI's flags said)."""
+
+    extras: bool = True  # also verify the reference through opgate's extra backends (torch.compile, ...)
+    shrink: bool = True  # shrink a numerics failure to its smallest failing case
+    case_timeout_s: float | None = None  # one call on one case before it counts as a hang; None: the default
+    sanitizer_tools: tuple[str, ...] = ("memcheck", "racecheck", "initcheck", "synccheck")
+
+
 @dataclass
 class OperatorPlan:
     """What the engine hands every stage for one operator: the selection, the plan files, the request."""
@@ -63,7 +73,7 @@ class OperatorPlan:
     timeout_s: float
     replaying: bool = False
     plans: dict[str, Path] = field(default_factory=dict)  # dtype -> calibrated plan file (verify/planfile.py)
-    options: dict[str, Any] = field(default_factory=dict)  # the request's stage options (sanitizer tools, ...)
+    options: StageOptions = field(default_factory=StageOptions)
     child_envs: dict[str, dict[str, str]] = field(default_factory=dict)  # implementation -> child environment
     gpu_choices: list["ImplementationChoice"] = field(default_factory=list)  # user's, on gpu_stages backends
 

@@ -24,7 +24,7 @@ class NumericsStage(Stage):
         from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 
         out: list[CheckTask | CheckResult] = []
-        case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.get("case_timeout_s") or CASE_TIMEOUT_S)
+        case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.case_timeout_s or CASE_TIMEOUT_S)
         # the slowest-starting implementations first (torch.compile compiles for seconds): they set the wall time
         for choice in sorted(plan.choices, key=lambda c: -backend(c.backend).startup_s):
             unavailable = backend(choice.backend).unavailable_reason()
@@ -43,7 +43,7 @@ class NumericsStage(Stage):
                     spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
                     plan_path=str(plan.plans[dtype]), artefact_dir=str(artefacts.resolve()),
                     workdir=str(plan.scratch_dir("work")),
-                    extras=bool(plan.options.get("extras", True)), shrink=bool(plan.options.get("shrink", True)),
+                    extras=plan.options.extras, shrink=plan.options.shrink,
                     case_timeout_s=case_timeout)
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
                                      plan.timeout_s, payload, choice))
@@ -127,8 +127,7 @@ class SanitizerStage(_GpuStage):
             return None
 
     def suffixes(self, plan: OperatorPlan) -> list[tuple[str, dict[str, object]]]:
-        tools = plan.options.get("sanitizer_tools") or ("memcheck", "racecheck", "initcheck", "synccheck")
-        return [("sanitizer" if tool == "memcheck" else tool, {"tool": tool}) for tool in tools]
+        return [("sanitizer" if tool == "memcheck" else tool, {"tool": tool}) for tool in plan.options.sanitizer_tools]
 
 
 class RecoveryStage(_GpuStage):

@@ -29,7 +29,8 @@ from opgate.verify.replay import ReplayToken
 def calibration_threads() -> int:
     """torch's intra-op threads for the calibration: a quarter of the CPUs (at least 2). The checks run beside it,
     one thread each; an OpenMP team as wide as the machine then waits at every barrier for a preempted member
-    (softmax's float32 calibration took 36 s instead of ~4 s so on the H200 host, docs/benchmarks.md).
+    (softmax's float32 calibration took 32.6 s with 16 threads, 9.3 s with 2, on the H200 host beside the checks;
+    docs/benchmarks.md).
     OPGATE_CALIBRATION_THREADS overrides it."""
     import os
 
@@ -117,6 +118,8 @@ class Calibrator(threading.Thread):
         per_dtype = [s for s in self.stages if s.needs.calibration and s.per_dtype_plans]
         per_operator = [s for s in self.stages if s.needs.calibration and not s.per_dtype_plans]
         for dtype in job.dtypes:
+            if self.stopped.is_set():  # the run ended (Ctrl-C, an error): no more plans
+                return
             begin = time.perf_counter() - self.started_at
             refuse_oversized_cases(op, [self.token.case] if self.token else job.cases, dtype)
             try:

@@ -1,13 +1,17 @@
 """`opgate verify` in the parent process: select, plan, calibrate, fan out, collect.
 
-1. Load the spec file and pick the operators, implementations and dtypes asked for.
-2. Per op x dtype: plan the cases, compute the float64 truth and the eager baseline once (here, on the
-   CPU), calibrate the budget, and write it all to a plan file.
-3. Every chosen stage (a plugin: opgate/stage_api.py, the shipped ones in verify/builtin_stages.py) turns
-   each op's plan into check tasks; a stage whose needs are not met here (no GPU, no compute-sanitizer) is
-   one `skipped` line. The runner (opgate.runner) runs them in warm workers, one pool per implementation:
-   a crash or hang is an `error` (or, for a case, a FAIL: resume.py) of that check only.
-4. Return a RunReport: one calibration result per op, one result per check; whole-spec stages
+1. Load the spec file (pre-flight in a child, specload.py) and pick the operators, implementations and dtypes
+   asked for; on a GPU host spare warm workers start importing meanwhile, and once the selection is known the
+   implementations' workers are prestarted.
+2. Every chosen stage (a plugin: opgate/stage_api.py, the shipped ones in verify/builtin_stages.py) turns each
+   op into check tasks; a stage whose needs are not met here (no GPU, no compute-sanitizer) is one `skipped`
+   line. The stages that need no calibration (runtime, recovery, sanitizer: they draw their own inputs) start at
+   once, in the runner (opgate.runner), in warm workers, one pool per implementation: a crash or hang is an
+   `error` (or, for a case, a FAIL: resume.py) of that check only.
+3. Meanwhile a thread (verify/calibrator.py) plans each op x dtype's cases, computes the float64 truth and the
+   eager baseline once per case (here, on the CPU), calibrates the budget and writes it all to a plan file, whose
+   numerics tasks join the run through a TaskFeed as soon as it is written.
+4. Return a RunReport: one calibration result per op, one result per check in stage order; whole-spec stages
    (`opgate analyze`'s, through the same registry) join theirs.
 """
 
@@ -25,7 +29,7 @@ from opgate.errors import InputError
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
 from opgate.checks.base import CheckContext
 from opgate.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
-from opgate.stage_api import OperatorPlan, Stage
+from opgate.stage_api import OperatorPlan, Stage, StageOptions
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
 from opgate.verify.calibrate import FLOOR_EPS, K_RMSE, Calibration
 from opgate.verify.calibrator import CalibrationJob, Calibrator
@@ -416,8 +420,9 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
         op=sel.op, choices=list(sel.choices), dtypes=list(sel.dtypes), spec_file=request.spec_file.resolve(),
         budget=budget_name, seed=request.seed, gpu=gpu, jobs=request.jobs, workdir=workdir, out_dir=request.out_dir,
         timeout_s=timeout, replaying=replaying, plans=plans, child_envs=envs, gpu_choices=gpu_choices,
-        options={"extras": request.extras or replaying, "shrink": request.shrink,
-                 "case_timeout_s": request.case_timeout_s, "sanitizer_tools": list(request.sanitizer_tools)})
+        options=StageOptions(extras=request.extras or replaying, shrink=request.shrink,
+                             case_timeout_s=request.case_timeout_s,
+                             sanitizer_tools=tuple(request.sanitizer_tools) or StageOptions().sanitizer_tools))
 
 
 def run_verify(request: VerifyRequest, console: Any) -> RunReport:
@@ -446,6 +451,8 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
         finally:
             if prepared is not None:
                 prepared.calibrator.stopped.set()
+                if prepared.calibrator.is_alive():  # interrupted: let it leave the work folder before it goes
+                    prepared.calibrator.join(timeout=5.0)
             closing = time.perf_counter()
             pool.close()
         engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2)}
