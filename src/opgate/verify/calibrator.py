@@ -71,14 +71,13 @@ class Calibrator(threading.Thread):
     the error, when the reference cannot be evaluated: an InputError, exit 2, as before any check ran).
     `results` gets each operator's calibration result and the stages' up-front verdicts."""
 
-    def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
-                 feed: TaskFeed, spec_file: Path, budget: str, seed: int, workdir: Path,
+    def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], feed: TaskFeed, spec_file: Path, budget: str, seed: int, workdir: Path,
                  token: ReplayToken | None, info: dict[str, Any],
                  result_of: Callable[[Any, dict[str, Calibration], float], CheckResult],
                  stage_tasks: Callable[[OperatorPlan, Sequence[Stage]], tuple[list[tuple[int, CheckTask]],
                                                                                list[CheckResult]]]) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
-        self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
+        self.jobs, self.stages, self.feed = list(jobs), list(stages), feed
         self.spec_file, self.budget, self.seed, self.workdir, self.token = spec_file, budget, seed, workdir, token
         self.info, self.result_of, self.stage_tasks = info, result_of, stage_tasks
         self.results: list[CheckResult] = []

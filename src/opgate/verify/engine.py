@@ -295,7 +295,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
     feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0))
     calibrator = Calibrator(
-        jobs, calibrated, unmet, feed, request.spec_file, budget_name, request.seed, workdir, token, info,
+        jobs, calibrated, feed, request.spec_file, budget_name, request.seed, workdir, token, info,
         result_of=lambda op, cals, duration: _calibration_result(op, cals, budget_name, request.seed, duration),
         stage_tasks=lambda plan, chosen: stage_tasks(plan, chosen, unmet))
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
