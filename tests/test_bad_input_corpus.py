@@ -271,10 +271,12 @@ def _plugin(tmp: Path) -> str:
     return str(tmp)
 
 
-def _interrupt(args: list[str], ready: callable, extra_path: str = "", deadline_s: float = 120) -> Run:
+def _interrupt(args: list[str], ready: callable, extra_path: str = "", deadline_s: float = 120,
+               env_extra: dict[str, str] | None = None) -> Run:
     marker = uuid.uuid4().hex
     proc = subprocess.Popen([sys.executable, "-m", "opgate", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env_for(marker, extra_path), cwd=REPO)
+                            stderr=subprocess.PIPE, text=True, env={**env_for(marker, extra_path), **(env_extra or {})},
+                            cwd=REPO)
     started = time.monotonic()
     while not ready(marker, proc.pid) and time.monotonic() - started < deadline_s and proc.poll() is None:
         time.sleep(0.2)
@@ -322,17 +324,18 @@ def test_sigint_during_doctor_stops_every_child_and_writes_the_report_so_far(tmp
 @pytest.mark.slow
 def test_sigint_during_verify_stops_every_child_and_writes_the_report_so_far(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    since = time.time()
+    private_tmp = tmp_path / "tmp"  # this run's own TMPDIR: other opgate runs on the machine do not count
+    private_tmp.mkdir()
 
-    # Ready once the checks run (the runner made its folder): warm workers start during the calibration, so a
-    # worker alone does not say the calibration result is in.
+    # Ready once the calibration has written its plan and the runner runs (the checks start while the
+    # calibration runs, so the runner's folder alone does not say the calibration result is in).
     def ready(marker: str, pid: int) -> bool:
-        import tempfile
-
-        return any(p.stat().st_mtime >= since for p in Path(tempfile.gettempdir()).glob("opgate-run-*"))
+        return (any(private_tmp.glob("opgate-verify-*/plan-*.pt"))
+                and any(private_tmp.glob("opgate-run-*")))
 
     run = _interrupt(["verify", str(BAD / "slow_spec.py"), "--budget", "quick", "--no-extras",
-                      "--json", str(report), "--out", str(tmp_path / "out")], ready)
+                      "--json", str(report), "--out", str(tmp_path / "out")], ready,
+                     env_extra={"TMPDIR": str(private_tmp)})
     _assert_interrupted(run, report, finished=1)
 
 

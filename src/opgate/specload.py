@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -79,14 +79,13 @@ def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode
                 start_new_session=True, preexec_fn=die_with_parent,
             )
             register_child(proc)
-            started = time.monotonic()
-            for name in import_meanwhile:
-                try:
-                    importlib.import_module(name)
-                except ImportError:  # whoever needs it next says so, with the install hint
-                    pass
+            # In a thread: the main thread stays in wait(), where Ctrl-C is always delivered and never swallowed
+            # by an import; whoever needs the module next waits for the import lock.
+            importer = threading.Thread(target=_import_quietly, args=(tuple(import_meanwhile),), daemon=True,
+                                        name="opgate-import")
+            importer.start()
             try:
-                proc.wait(timeout=max(0.0, timeout_s - (time.monotonic() - started)))
+                proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 kill_process_group(proc)
                 raise InputError(f"spec file {path} did not finish importing within {timeout_s:g} s (an endless "
@@ -107,6 +106,14 @@ def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode
     else:
         what = f"ended the process with exit code {code} while being imported (os._exit?)"
     raise InputError(f"spec file {path} {what}{said}; a spec must only define opgate.Operator objects at import")
+
+
+def _import_quietly(names: Sequence[str]) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # whoever needs it next says so, with the install hint
+            pass
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:

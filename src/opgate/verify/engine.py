@@ -244,8 +244,9 @@ class PreparedRun:
         checks = sorted(report.results, key=lambda r: keys.get(r.check_id, (10**6, late, 0)))
         engine = {**self.info["engine"], "calibration_spans_s": self.calibrator.spans}
         extra = {**report.extra, **self.info, "engine": engine}
-        return dataclasses.replace(report, results=tuple(self.calibrator.results) + tuple(self.preset)
-                                   + tuple(checks), extra=extra)
+        calibrated = list(self.calibrator.results)  # a snapshot: after an interrupt the thread may still append
+        return dataclasses.replace(report, results=tuple(calibrated) + tuple(self.preset) + tuple(checks),
+                                   extra=extra)
 
 
 def _load_spec(request: VerifyRequest) -> list[Operator]:
@@ -428,7 +429,7 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
 def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
-    from opgate.session import run_session
+    from opgate.session import SessionInterrupted, run_session
 
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
         workdir = Path(tmp)
@@ -444,8 +445,11 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
             else:
                 prepared = prepare_run(request, workdir, pool)
             prepared.calibrator.start()
-            report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
-                                 follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
+            try:
+                report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
+                                     follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
+            except SessionInterrupted as stop:  # the report so far keeps the calibration results that were in
+                raise SessionInterrupted(prepared.finish(stop.report)) from None
             prepared.calibrator.join()
             report = prepared.finish(report)
         finally:
