@@ -220,6 +220,8 @@ def fan_out_gpu_stages(tasks: list[CheckTask], gpu_stage_names: set[str], device
 
 
 def _gpu_present() -> bool:
+    """Whether verify's GPU stages can run: torch's view, not gpu/probes/device.py's CuPy-based gate, because every
+    verify check runs the user's implementations through torch (a torch-only host has no CuPy)."""
     import torch
 
     return bool(torch.cuda.is_available())
