@@ -410,7 +410,7 @@ def _term_source(term: str, figure: str, n_cases: int, floor_text: str, accumula
     """The threshold's source: which term set the budget, in words."""
     if term == "logspace":
         return (f"calibrated: float32 log-space statistic bound (exp(x - lse) with lse rounded at the inputs' "
-                f"magnitude {logspace.magnitude:.3g}: {LOGSPACE_UNITS:g} u |x| relative) + {floor_text}")
+                f"magnitude {logspace.magnitude:.3g}: expm1({LOGSPACE_UNITS:g} u |x|) x min(|truth|, 1)) + {floor_text}")
     if term == "accumulation":
         return (f"calibrated: float32-accumulation bound (Higham gamma_n model, fan-in {accumulation.fan_in}, "
                 f"any summation order) + {floor_text}")
