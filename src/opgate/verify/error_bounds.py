@@ -290,6 +290,18 @@ def _relative_change(moved: Any, truth: Any) -> float:
     return change / scale
 
 
+def _outputs_or_none(reference: Any, args: Sequence[Any]) -> list[Any] | None:
+    """The reference's outputs on `args` as a list; None when it raises (the bound then adds no budget)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            result = reference(*args)
+    except Exception:  # the reference ran on these inputs' values once already
+        return None
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
 def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str
                     ) -> list[LogspaceBound]:
     """The log-space statistic's bound for every output of one case (see above); zero where it does not apply."""
@@ -314,14 +326,16 @@ def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequenc
     for i, peak in zip(positions, peaks):
         shifted[i] = truth_inputs[i] + _power_of_two_near(peak)
         scaled[i] = truth_inputs[i] * 2.0
-    try:
-        with torch.no_grad():
-            after_shift = reference(*shifted)
-            after_scale = reference(*scaled)
-    except Exception:  # the reference ran on these inputs' values once already; a failure here adds no budget
+    after_shift = _outputs_or_none(reference, shifted)
+    if after_shift is None:
         return empty
-    after_shift = list(after_shift) if isinstance(after_shift, (tuple, list)) else [after_shift]
-    after_scale = list(after_scale) if isinstance(after_scale, (tuple, list)) else [after_scale]
+    candidates = [truth.dtype.is_floating_point and truth.numel() > 0 and k < len(after_shift)
+                  and _relative_change(after_shift[k], truth) <= INVARIANCE_RTOL for k, truth in enumerate(truths)]
+    if not any(candidates):  # not computed relative to a row statistic: spare the second evaluation
+        return empty
+    after_scale = _outputs_or_none(reference, scaled)
+    if after_scale is None:
+        return empty
     roundoff = ACCUMULATION_ROUNDOFF.get(dtype, DEFAULT_ACCUMULATION_ROUNDOFF)
     # theta <= u |L| + u |x - L|; and never more than log n: the rounded statistic lies between the row's max m
     # (exact) and L = m + log s, s <= n the number of terms (round to nearest of m + log s is at least as close as m)
@@ -329,13 +343,9 @@ def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequenc
     theta = min(LOGSPACE_UNITS * roundoff * magnitude, math.log(max(terms, 2)))
     relative = math.expm1(theta)  # p~ = p exp(theta): theta relative while small
     bounds = []
-    for truth, shift_out, scale_out in zip(truths, after_shift, after_scale):
-        if not truth.dtype.is_floating_point or truth.numel() == 0:
-            bounds.append(LogspaceBound())
-            continue
-        if (_relative_change(shift_out, truth) > INVARIANCE_RTOL
-                or _relative_change(scale_out, truth) <= INVARIANCE_RTOL):
-            bounds.append(LogspaceBound())
+    for k, (truth, candidate) in enumerate(zip(truths, candidates)):
+        if not candidate or k >= len(after_scale) or _relative_change(after_scale[k], truth) <= INVARIANCE_RTOL:
+            bounds.append(LogspaceBound())  # not shift-invariant, or scale-invariant too (a normalisation)
             continue
         t = truth.to(torch.float64)
         weight = t[torch.isfinite(t)].abs().clamp_max(1.0)
