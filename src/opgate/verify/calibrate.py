@@ -5,14 +5,18 @@ Baseline: the reference evaluated in the dtype under test (PyTorch eager on CPU)
 The baseline's error against the truth, over every case of the plan (seeds, shapes, regimes), sets
 the budget for that op x dtype. A candidate passes a case when
 
-    RMSE     <= K_RMSE     * max(baseline RMSE here,  pooled RMSE * RMS|truth|,       sensitivity) + floor * RMS|truth|
-    p99.9|e| <= K_QUANTILE * max(baseline p99.9 here, pooled q * p99.9|truth|, sensitivity) + floor * p99.9|truth|
+    RMSE     <= max(K_RMSE     * max(baseline RMSE here,  pooled RMSE * RMS|truth|,       sensitivity),
+                    accumulation, log-space) + floor * RMS|truth|
+    p99.9|e| <= max(K_QUANTILE * max(baseline p99.9 here, pooled q * p99.9|truth|, sensitivity),
+                    accumulation, log-space) + floor * p99.9|truth|
 
 where "pooled" is the median over all cases of the baseline's error divided by the same scale of
 the truth (RMS for the RMSE, the 99.9th percentile of |truth| for the quantile, since the largest
 absolute errors sit on the largest values), sensitivity is how far the truth moves when the inputs are
-perturbed by a few units of float32 roundoff (the op's conditioning, see PERTURB_UNITS), and
-floor = FLOOR_EPS[dtype] * eps(dtype). This follows
+perturbed by a few units of float32 roundoff (the op's conditioning, see PERTURB_UNITS), accumulation
+is what float32 accumulation in any order may cost (error_bounds.accumulation_bounds), log-space what a
+float32 row statistic of the inputs' magnitude (the logsumexp of fused softmax / cross-entropy kernels) costs
+(error_bounds.logspace_bounds), and floor = FLOOR_EPS[dtype] * eps(dtype). This follows
 torch._dynamo's `same()` fp64 rule (candidate error <= multiplier x eager error + tol) with the
 quantile added so a few grossly wrong elements cannot hide in an RMSE. NaN/Inf where the truth is
 finite always fails. A user `tolerance=` override replaces the budget with |e| <= atol + rtol |truth|
@@ -28,7 +32,9 @@ from typing import Any, Mapping, Sequence
 
 from opgate.core import dtypes as dt
 from opgate.verify.compare import OutputStats, compare_output, count_exceeding
-from opgate.verify.error_bounds import AccumulationBound, accumulation_bounds
+from opgate.verify.error_bounds import (
+    LOGSPACE_UNITS, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
+)
 from opgate.verify.inputs import Case, make_inputs
 from opgate.core.spec import Operator, SpecError
 
@@ -70,6 +76,7 @@ BUDGET_TERMS = {
     "pooled": "PyTorch eager in the dtype, median over the plan",
     "sensitivity": "input-perturbation sensitivity (ill-conditioned here)",
     "accumulation": "float32-accumulation error bound (any summation order)",
+    "logspace": "float32 log-space statistic bound (exp(x - lse) with lse rounded at the inputs' magnitude)",
     "floor": "floor",
 }
 
@@ -92,6 +99,8 @@ class OutputBudget:
     accumulation_rmse: float = 0.0  # error_bounds: what float32 accumulation in any order may cost here
     accumulation_quantile: float = 0.0
     fan_in: int = 0  # the largest number of inputs one sampled output element depends on
+    logspace_rmse: float = 0.0  # error_bounds: what a float32 max/logsumexp of the inputs' magnitude may cost here
+    logspace_quantile: float = 0.0
     rmse_term: str = ""  # which term set the RMSE budget (see BUDGET_TERMS)
     quantile_term: str = ""
     exact_mismatches: int = -1  # integer outputs: allowed differing elements (-1: not judged)
@@ -218,6 +227,12 @@ def case_accumulation_bounds(op: Operator, case: Case, dtype: str, truth: Sequen
     return accumulation_bounds(op.reference, generated.truth, truth, dtype, case.seed)
 
 
+def case_logspace_bounds(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[LogspaceBound]:
+    """error_bounds.logspace_bounds on this case's float64 inputs (same values the truth was computed from)."""
+    generated = make_inputs(op, case, dtype)
+    return logspace_bounds(op.reference, generated.truth, truth, dtype)
+
+
 def baseline_lost_mask(truth: Any, baseline: Any) -> Any:
     """Elements the dtype cannot deliver, judged by what PyTorch eager in this dtype does with them:
     eager returns NaN/Inf where the truth is finite; eager misses an overflow (truth beyond the dtype's
@@ -301,10 +316,12 @@ def calibrate(
     for case, truth, row, baseline in zip(cases, truths, baseline_stats, baselines):
         sensitivity = perturbation_sensitivity(op, case, dtype, truth)
         accumulation = case_accumulation_bounds(op, case, dtype, truth)
+        logspace = case_logspace_bounds(op, case, dtype, truth)
         budget_row = []
         for o, (stats, b) in enumerate(zip(row, baseline)):
             budget_row.append(_budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n,
-                                          override, _quantized_for(quantized, b), sensitivity[o], accumulation[o]))
+                                          override, _quantized_for(quantized, b), sensitivity[o], accumulation[o],
+                                          logspace[o]))
         budgets.append(budget_row)
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
                        masks, override, excluded, notes)
@@ -322,7 +339,8 @@ def _quantized_for(quantized: Mapping[str, Any] | None, output: Any) -> Mapping[
 def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q: float, n_cases: int,
                 override: Mapping[str, float] | None, quantized: Mapping[str, Any] | None,
                 sensitivity: tuple[float, float] = (0.0, 0.0),
-                accumulation: AccumulationBound = AccumulationBound()) -> OutputBudget:
+                accumulation: AccumulationBound = AccumulationBound(),
+                logspace: LogspaceBound = LogspaceBound()) -> OutputBudget:
     scale = stats.truth_rms
     q_scale = stats.truth_quantile_abs
     if override is not None:
@@ -352,11 +370,14 @@ def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q
         floor_text = f"floor {eps_units:g} eps x |truth|"
     sens_rmse, sens_q = sensitivity if not quantized else (0.0, 0.0)
     acc_rmse, acc_q = (accumulation.rmse, accumulation.quantile) if not quantized else (0.0, 0.0)
+    log_rmse, log_q = (logspace.rmse, logspace.quantile) if not quantized else (0.0, 0.0)
     rmse_term, rmse_core = _largest_term({"baseline": K_RMSE * stats.rmse, "pooled": K_RMSE * pooled_rmse * scale,
-                                          "sensitivity": K_RMSE * sens_rmse, "accumulation": acc_rmse})
+                                          "sensitivity": K_RMSE * sens_rmse, "accumulation": acc_rmse,
+                                          "logspace": log_rmse})
     q_term, q_core = _largest_term({"baseline": K_QUANTILE * stats.quantile_abs,
                                     "pooled": K_QUANTILE * pooled_q * q_scale,
-                                    "sensitivity": K_QUANTILE * sens_q, "accumulation": acc_q})
+                                    "sensitivity": K_QUANTILE * sens_q, "accumulation": acc_q,
+                                    "logspace": log_q})
     return OutputBudget(
         rmse=rmse_core + rmse_floor,
         quantile=q_core + q_floor,
@@ -368,11 +389,13 @@ def _budget_for(stats: OutputStats, out_dtype: str, pooled_rmse: float, pooled_q
         accumulation_rmse=acc_rmse,
         accumulation_quantile=acc_q,
         fan_in=accumulation.fan_in,
+        logspace_rmse=log_rmse,
+        logspace_quantile=log_q,
         rmse_term=rmse_term,
         quantile_term=q_term,
         off_by_more_than_one=math.floor(K_RMSE * stats.off_by_more_than_one) if quantized else -1,
-        rmse_source=_term_source(rmse_term, "RMSE", n_cases, floor_text, accumulation),
-        quantile_source=_term_source(q_term, "p99.9 |error|", n_cases, floor_text, accumulation),
+        rmse_source=_term_source(rmse_term, "RMSE", n_cases, floor_text, accumulation, logspace),
+        quantile_source=_term_source(q_term, "p99.9 |error|", n_cases, floor_text, accumulation, logspace),
     )
 
 
@@ -382,8 +405,12 @@ def _largest_term(terms: Mapping[str, float]) -> tuple[str, float]:
     return (name, value) if value > 0 else ("floor", 0.0)
 
 
-def _term_source(term: str, figure: str, n_cases: int, floor_text: str, accumulation: AccumulationBound) -> str:
+def _term_source(term: str, figure: str, n_cases: int, floor_text: str, accumulation: AccumulationBound,
+                 logspace: LogspaceBound = LogspaceBound()) -> str:
     """The threshold's source: which term set the budget, in words."""
+    if term == "logspace":
+        return (f"calibrated: float32 log-space statistic bound (exp(x - lse) with lse rounded at the inputs' "
+                f"magnitude {logspace.magnitude:.3g}: expm1({LOGSPACE_UNITS:g} u |x|) x min(|truth|, 1)) + {floor_text}")
     if term == "accumulation":
         return (f"calibrated: float32-accumulation bound (Higham gamma_n model, fan-in {accumulation.fan_in}, "
                 f"any summation order) + {floor_text}")
@@ -516,6 +543,7 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
     budgets, masks, out_dtypes = [], [], []
     sensitivity = perturbation_sensitivity(op, case, dtype, truth)
     accumulation = case_accumulation_bounds(op, case, dtype, truth)
+    logspace = case_logspace_bounds(op, case, dtype, truth)
     for o, (name, t, b) in enumerate(zip(names, truth, baseline)):
         out_dtype = dt.dtype_name(b.dtype)
         quantized = _quantized_for(op.quantized, b)
@@ -524,7 +552,7 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
         rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
         q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
         budgets.append(_budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized,
-                                   sensitivity[o], accumulation[o]))
+                                   sensitivity[o], accumulation[o], logspace[o]))
         masks.append(mask if bool(mask.any()) else None)
         out_dtypes.append(out_dtype)
     return budgets, masks, out_dtypes

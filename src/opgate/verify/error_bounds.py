@@ -228,3 +228,132 @@ def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int]) -> l
     except RuntimeError:
         return None
     return [torch.stack(rows) if used[j] else None for j, rows in enumerate(per_leaf)]
+
+
+# --- The log-space statistic: what a float32 max/logsumexp of the inputs' magnitude costs -------------------------
+#
+# Fused softmax, cross-entropy and logsumexp kernels (Liger-Kernel, unsloth, flash-attention's backward) compute
+# p_j = exp(x_j - L) from a row statistic L = logsumexp(x) kept in float32. L has the inputs' magnitude, so its
+# rounding alone is up to u |L| (half an ulp of 1e4 is 4.9e-4 in float32), and every exp(x_j - L) of the row carries
+# it as a relative error: p~ = p exp(-theta), |theta| <= u |L|. No perturbation of the inputs reproduces this: the
+# reference renormalises (softmax's outputs sum to one, p~'s do not), and where a row is saturated (p_max = 1/(1+eps))
+# the reference is insensitive to any input change of that size (dp_max/dx ~ eps), while the kernel's p_max loses the
+# whole eps when log(1+eps) < half an ulp of L. PyTorch eager ((x - m) - log s, with x - m exact) does not have it.
+#
+# The term applies to outputs of ops computed relative to such a statistic, recognised on the float64 reference:
+# invariant under a common shift of every float input (the hallmark of subtracting a row max / logsumexp / mean)
+# and not invariant under scaling them (a normalisation such as layer norm is scale-invariant: its statistic's
+# error is relative to the row's spread, which the input-perturbation term already covers). Per element the bound
+# is expm1(theta) min(|y|, 1), theta = LOGSPACE_UNITS u S, S the largest finite |input|: an exponential of a
+# log-space difference (|y| <= 1 before the upstream scale) carries exp(theta) - 1 relative, a log-space value
+# (log-softmax, a loss) carries theta absolute. Where theta reaches 1 (|x| ~ 1/(2u) = 8e6 in float32) a float32
+# statistic carries no digit of such outputs, and the bound says so.
+LOGSPACE_UNITS = 2.0  # the statistic's rounding (<= u |L|) and that of the subtraction x - L (<= u |x - L|)
+# RMS change / RMS of the output under which the reference counts as invariant: below float32's floor (8 eps =
+# 9.5e-7 of the RMS), so a change the test calls invariance could not fail a case anyway (a saturated softmax,
+# p in {0, 1}, is scale-invariant, and a float32 lse costs it nothing: fl(m + log 1) = m)
+INVARIANCE_RTOL = 1e-7
+
+
+@dataclass(frozen=True)
+class LogspaceBound:
+    """Per output: the log-space statistic's bound, RMS and p99.9 over the elements, and the magnitude S it used."""
+
+    rmse: float = 0.0
+    quantile: float = 0.0
+    magnitude: float = 0.0
+
+    @property
+    def present(self) -> bool:
+        return self.quantile > 0.0
+
+
+def _power_of_two_near(value: float) -> float:
+    """2^round(log2 value): a shift of the inputs' size that float64 adds exactly to float32-sized values."""
+    return 2.0 ** round(math.log2(value)) if value > 0 and math.isfinite(value) else 1.0
+
+
+def _relative_change(moved: Any, truth: Any) -> float:
+    """RMS |moved - truth| / RMS |truth| over the elements finite in both (inf: not comparable, i.e. moved)."""
+    import torch
+
+    if not isinstance(moved, torch.Tensor) or moved.shape != truth.shape:
+        return math.inf
+    t, m = truth.to(torch.float64), moved.detach().to(torch.float64)
+    both = torch.isfinite(t) & torch.isfinite(m)
+    if not bool(both.any()):
+        return math.inf
+    scale = float(t[both].pow(2).mean().sqrt())
+    change = float((m[both] - t[both]).pow(2).mean().sqrt())
+    if scale == 0.0:
+        return 0.0 if change == 0.0 else math.inf
+    return change / scale
+
+
+def _outputs_or_none(reference: Any, args: Sequence[Any]) -> list[Any] | None:
+    """The reference's outputs on `args` as a list; None when it raises (the bound then adds no budget)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            result = reference(*args)
+    except Exception:  # the reference ran on these inputs' values once already
+        return None
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str
+                    ) -> list[LogspaceBound]:
+    """The log-space statistic's bound for every output of one case (see above); zero where it does not apply."""
+    import numpy as np
+    import torch
+
+    from opgate.verify.compare import QUANTILE
+
+    empty = [LogspaceBound()] * len(truths)
+    positions = [i for i, v in enumerate(truth_inputs)
+                 if isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.numel() > 0]
+    if not positions:
+        return empty
+    peaks = []
+    for i in positions:
+        finite = truth_inputs[i][torch.isfinite(truth_inputs[i])]
+        peaks.append(float(finite.abs().max()) if finite.numel() else 0.0)
+    magnitude = max(peaks)
+    if magnitude == 0.0:
+        return empty
+    shifted, scaled = list(truth_inputs), list(truth_inputs)
+    for i, peak in zip(positions, peaks):
+        shifted[i] = truth_inputs[i] + _power_of_two_near(peak)
+        scaled[i] = truth_inputs[i] * 2.0
+    after_shift = _outputs_or_none(reference, shifted)
+    if after_shift is None:
+        return empty
+    candidates = [truth.dtype.is_floating_point and truth.numel() > 0 and k < len(after_shift)
+                  and _relative_change(after_shift[k], truth) <= INVARIANCE_RTOL for k, truth in enumerate(truths)]
+    if not any(candidates):  # not computed relative to a row statistic: spare the second evaluation
+        return empty
+    after_scale = _outputs_or_none(reference, scaled)
+    if after_scale is None:
+        return empty
+    roundoff = ACCUMULATION_ROUNDOFF.get(dtype, DEFAULT_ACCUMULATION_ROUNDOFF)
+    # theta <= u |L| + u |x - L|; and never more than log n: the rounded statistic lies between the row's max m
+    # (exact) and L = m + log s, s <= n the number of terms (round to nearest of m + log s is at least as close as m)
+    terms = max(int(truth_inputs[i].numel()) for i in positions)
+    theta = min(LOGSPACE_UNITS * roundoff * magnitude, math.log(max(terms, 2)))
+    relative = math.expm1(theta)  # p~ = p exp(theta): theta relative while small
+    bounds = []
+    for k, (truth, candidate) in enumerate(zip(truths, candidates)):
+        if not candidate or k >= len(after_scale) or _relative_change(after_scale[k], truth) <= INVARIANCE_RTOL:
+            bounds.append(LogspaceBound())  # not shift-invariant, or scale-invariant too (a normalisation)
+            continue
+        t = truth.to(torch.float64)
+        weight = t[torch.isfinite(t)].abs().clamp_max(1.0)
+        if weight.numel() == 0:
+            bounds.append(LogspaceBound())
+            continue
+        bounds.append(LogspaceBound(relative * float(weight.pow(2).mean().sqrt()),
+                                    relative * float(np.quantile(weight.numpy(), QUANTILE)), magnitude))
+    if len(bounds) < len(truths):
+        bounds += [LogspaceBound()] * (len(truths) - len(bounds))
+    return bounds
