@@ -136,7 +136,12 @@ def test_a_sticky_cuda_error_on_one_case_is_a_crash_of_that_case(tmp_path):
     assert crashed["outcome"] == "failed" and crashed["extra"]["failure_class"] == "crash"
     assert "left the CUDA context unusable" in crashed["extra"]["crashes"][0]["status"]
     assert crashed["extra"]["cases_judged"] == crashed["extra"]["cases_planned"] - len(crashed["extra"]["crashes"])
-    assert results["verify.double.sticky_error_twin.float32"]["outcome"] == "passed"
+    twin = results["verify.double.sticky_error_twin.float32"]
+    # CuPy's NVRTC build flushes subnormals: the twin is correct apart from the documented `ftz` deviation
+    assert twin["outcome"] in ("passed", "warned"), twin["reason"]
+    assert all(d["class"] == "ftz" for d in twin["extra"].get("deviations", [])), twin["reason"]
+    if twin["outcome"] == "warned":
+        assert twin["extra"]["deviations"], twin["reason"]
 
 
 def test_declared_empty_sizes_are_skipped_for_the_sanitizer():

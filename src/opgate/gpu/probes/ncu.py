@@ -125,8 +125,8 @@ def run_ncu(command: Sequence[str], timeout_s: float = 300.0, launch_count: int 
     and ncu's stderr tail (stdout too when no counters were read: it holds ncu's errors)."""
     ncu = find_ncu()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(opgate.__file__).resolve().parents[1]), env.get("PYTHONPATH", ""))
-                                        if p)
+    package_root = str(Path(__file__).resolve().parents[3])  # src/ (or site-packages/): where `opgate` is
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     started = time.monotonic()
     tail = ""
     for metrics, extra in attempts:

@@ -54,7 +54,7 @@ def hbm_read(device: int, nbytes: int, reps: int = 20) -> TorchFigure:
     samples = time_torch_events(torch, lambda: torch.sum(x, dim=0, out=out), warmup=3, reps=reps)
     if abs(float(out) - n) > 1e-4 * n:  # float32 partial sums of ones: exact to well within this
         raise ProbeError(f"x.sum() returned {float(out)}, not {n}: the figure would be meaningless")
-    del x
+    x = None  # freed before empty_cache (the timed lambda still holds the name, so not `del`)
     torch.cuda.empty_cache()
     return TorchFigure("HBM read, PyTorch x.sum()", n * 4 / (samples.median * 1e-3) / 1e12, "TB/s", samples, "ms",
                        f"torch.sum over {n * 4 / 2**30:.2f} GiB of float32")
@@ -70,7 +70,7 @@ def device_copy(device: int, nbytes: int, reps: int = 20) -> TorchFigure:
         samples = time_torch_events(torch, lambda: dst.copy_(src), warmup=3, reps=reps)
         if not torch.equal(src[:4096], dst[:4096]) or not torch.equal(src[-4096:], dst[-4096:]):
             raise ProbeError("PyTorch's copy_ produced different bytes: the figure would be meaningless")
-        del src, dst
+        src = dst = None  # freed before empty_cache (the timed lambda still holds the names)
         torch.cuda.empty_cache()
     return TorchFigure("D2D copy, PyTorch dst.copy_(src)", 2 * nbytes / (samples.median * 1e-3) / 1e12, "TB/s",
                        samples, "ms", f"torch {torch.__version__}, {nbytes // MiB} MiB dst.copy_(src) on the device")
@@ -86,7 +86,7 @@ def host_copies(device: int, nbytes: int = 256 * MiB, reps: int = 8) -> tuple[To
     d2h = time_torch_events(torch, lambda: back.copy_(dev, non_blocking=True), warmup=2, reps=reps)
     if not torch.equal(back[:4096], host[:4096]) or not torch.equal(back[-4096:], host[-4096:]):
         raise ProbeError("pinned round trip through PyTorch returned different bytes")
-    del dev
+    dev = None  # freed before empty_cache (the timed lambdas still hold the name)
     torch.cuda.empty_cache()
     what = f"{nbytes // MiB} MiB, pinned host tensor, copy_(non_blocking=True)"
     return (TorchFigure("H2D pinned, PyTorch copy_", nbytes / (h2d.median * 1e-3) / 1e9, "GB/s", h2d, "ms", what),
