@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from opgate.checks.base import CheckContext
 from opgate.plugins import VERIFY_STAGES_GROUP, entry_points, load
+from opgate.results import CheckResult, Outcome
 from opgate.runner import CheckTask
 
 if TYPE_CHECKING:
@@ -166,3 +167,27 @@ def stage_names() -> tuple[str, ...]:
 
 def default_stage_names() -> tuple[str, ...]:
     return tuple(name for name, stage in discover_stages().items() if stage.default)
+
+
+def stage_tasks(plan: OperatorPlan, stages: Sequence[Stage], unmet: dict[str, str | None],
+                ) -> tuple[list[tuple[int, CheckTask]], list[CheckResult]]:
+    """Each stage's tasks for one operator, with its scheduling order (the engine calls this; a stage implements
+    `tasks`); a stage whose needs are unmet is one `skipped` result (when it would have checked anything), and a
+    stage's up-front verdicts are results."""
+    items: list[tuple[int, CheckTask]] = []
+    preset: list[CheckResult] = []
+    for stage in stages:
+        if stage.whole_run_group:
+            continue
+        reason = unmet.get(stage.name)
+        if reason is not None:
+            if stage.applies_to(plan) and not plan.replaying:
+                preset.append(CheckResult(f"verify.{plan.op.name}.{stage.name}", f"{plan.op.name}: {stage.name}",
+                                          Outcome.SKIPPED, reason))
+            continue
+        for item in stage.tasks(plan):
+            if isinstance(item, CheckResult):
+                preset.append(item)
+            else:
+                items.append((stage.order, item))
+    return items, preset

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from opgate.errors import InputError
-from opgate.results import CheckResult
-from opgate.runner import CheckTask, TaskFeed
-from opgate.stage_api import OperatorPlan, Stage
-from opgate.verify.calibrate import Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline
+from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.runner import TaskFeed
+from opgate.stage_api import OperatorPlan, Stage, stage_tasks
+from opgate.verify.calibrate import (
+    FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
+)
 from opgate.verify.inputs import Case, inputs_generated_once, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
@@ -56,6 +58,30 @@ def _fatal_empty_cases(spec_file: Path, op_name: str, dtype: str, cases: Sequenc
     return [c for i, c in enumerate(empty) if i not in survived]
 
 
+def calibration_result(op: Any, calibrations: dict[str, Calibration], budget: str, seed: int,
+                       duration: float) -> CheckResult:
+    """The `verify.<op>.calibration` result: the pooled eager-vs-float64 errors each dtype's budgets come from."""
+    figures: list[Figure] = []
+    for dtype, cal in calibrations.items():
+        for o, out_dtype in enumerate(cal.out_dtypes):
+            label = dtype if len(cal.out_dtypes) == 1 else f"{dtype} out{o}"
+            figures.append(Figure(f"{label}: eager baseline RMSE / RMS(truth), median", cal.pooled_rmse[o], "",
+                                  Threshold(f"x{K_RMSE:g} + {FLOOR_EPS.get(out_dtype, 1.0):g} eps", "<=",
+                                            f"calibrated over {cal.n_cases} cases; candidates get "
+                                            f"{K_RMSE:g} x max(baseline here, this median) + floor")))
+            figures.append(Figure(f"{label}: eager baseline p99.9 |error| / p99.9 |truth|, median",
+                                  cal.pooled_quantile[o]))
+        if cal.override:
+            figures.append(Figure(f"{dtype}: user tolerance", f"atol {cal.override['atol']:g}, "
+                                                             f"rtol {cal.override['rtol']:g}"))
+    extra = {"budget": budget, "seed": seed, "calibrations": {d: c.summary() for d, c in calibrations.items()}}
+    n = next(iter(calibrations.values())).n_cases if calibrations else 0
+    reason = (f"budgets calibrated from PyTorch eager vs float64 over {n} cases for "
+              f"{', '.join(calibrations)} ({budget} budget, seed {seed})")
+    return CheckResult(f"verify.{op.name}.calibration", f"{op.name}: calibrated error budgets", Outcome.PASSED,
+                       reason, tuple(figures), "", duration, extra)
+
+
 @dataclass
 class CalibrationJob:
     """One operator's share of the calibration: what the thread needs and what it hands back."""
@@ -71,15 +97,13 @@ class Calibrator(threading.Thread):
     the error, when the reference cannot be evaluated: an InputError, exit 2, as before any check ran).
     `results` gets each operator's calibration result and the stages' up-front verdicts."""
 
-    def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], feed: TaskFeed, spec_file: Path, budget: str, seed: int, workdir: Path,
-                 token: ReplayToken | None, info: dict[str, Any],
-                 result_of: Callable[[Any, dict[str, Calibration], float], CheckResult],
-                 stage_tasks: Callable[[OperatorPlan, Sequence[Stage]], tuple[list[tuple[int, CheckTask]],
-                                                                               list[CheckResult]]]) -> None:
+    def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
+                 feed: TaskFeed, spec_file: Path, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
+                 info: dict[str, Any]) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
-        self.jobs, self.stages, self.feed = list(jobs), list(stages), feed
+        self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
         self.spec_file, self.budget, self.seed, self.workdir, self.token = spec_file, budget, seed, workdir, token
-        self.info, self.result_of, self.stage_tasks = info, result_of, stage_tasks
+        self.info = info
         self.results: list[CheckResult] = []
         self.task_keys: dict[str, tuple[int, int, int]] = {}  # check id -> (stage order, operator, sequence)
         self.stopped = threading.Event()
@@ -163,13 +187,13 @@ class Calibrator(threading.Thread):
             calibrations[dtype] = cal
             self.spans[f"{op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
             self._hand_over(op_index, job.make_plan({dtype: path}), per_dtype)
-        self.results.append(self.result_of(op, calibrations, time.perf_counter() - t0))
+        self.results.append(calibration_result(op, calibrations, self.budget, self.seed, time.perf_counter() - t0))
         self._hand_over(op_index, job.make_plan(plans), per_operator)
 
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:
             return
-        items, preset = self.stage_tasks(plan, stages)
+        items, preset = stage_tasks(plan, stages, self.unmet)
         self.results += preset
         for order, task in items:
             self.task_keys[task.check_id] = (order, op_index, len(self.task_keys))

@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.errors import InputError
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.results import CheckResult, RunReport
 from opgate.checks.base import CheckContext
 from opgate.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
-from opgate.stage_api import OperatorPlan, Stage, StageOptions
+from opgate.stage_api import OperatorPlan, Stage, StageOptions, stage_tasks
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
-from opgate.verify.calibrate import FLOOR_EPS, K_RMSE, Calibration
 from opgate.verify.calibrator import CalibrationJob, Calibrator
 from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan
@@ -141,29 +140,6 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
     if not selections:
         raise InputError("nothing to verify: the --op/--impl/--dtype filters leave no implementation x dtype")
     return selections
-
-
-def _calibration_result(op: Operator, calibrations: dict[str, Calibration], budget: str, seed: int,
-                        duration: float) -> CheckResult:
-    figures: list[Figure] = []
-    for dtype, cal in calibrations.items():
-        for o, out_dtype in enumerate(cal.out_dtypes):
-            label = dtype if len(cal.out_dtypes) == 1 else f"{dtype} out{o}"
-            figures.append(Figure(f"{label}: eager baseline RMSE / RMS(truth), median", cal.pooled_rmse[o], "",
-                                  Threshold(f"x{K_RMSE:g} + {FLOOR_EPS.get(out_dtype, 1.0):g} eps", "<=",
-                                            f"calibrated over {cal.n_cases} cases; candidates get "
-                                            f"{K_RMSE:g} x max(baseline here, this median) + floor")))
-            figures.append(Figure(f"{label}: eager baseline p99.9 |error| / p99.9 |truth|, median",
-                                  cal.pooled_quantile[o]))
-        if cal.override:
-            figures.append(Figure(f"{dtype}: user tolerance", f"atol {cal.override['atol']:g}, "
-                                                             f"rtol {cal.override['rtol']:g}"))
-    extra = {"budget": budget, "seed": seed, "calibrations": {d: c.summary() for d, c in calibrations.items()}}
-    n = next(iter(calibrations.values())).n_cases if calibrations else 0
-    reason = (f"budgets calibrated from PyTorch eager vs float64 over {n} cases for "
-              f"{', '.join(calibrations)} ({budget} budget, seed {seed})")
-    return CheckResult(f"verify.{op.name}.calibration", f"{op.name}: calibrated error budgets", Outcome.PASSED,
-                       reason, tuple(figures), "", duration, extra)
 
 
 def _visible_gpus() -> tuple[int, list[str]]:
@@ -297,10 +273,8 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
     feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0))
-    calibrator = Calibrator(
-        jobs, calibrated, feed, request.spec_file, budget_name, request.seed, workdir, token, info,
-        result_of=lambda op, cals, duration: _calibration_result(op, cals, budget_name, request.seed, duration),
-        stage_tasks=lambda plan, chosen: stage_tasks(plan, chosen, unmet))
+    calibrator = Calibrator(jobs, calibrated, unmet, feed, request.spec_file, budget_name, request.seed, workdir,
+                            token, info)
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2)}
@@ -351,29 +325,6 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
                                 CheckContext(verb="verify", options={"spec_file": str(request.spec_file.resolve()),
                                                                      "backend": name}),
                                 env=env, worker=key))
-
-
-def stage_tasks(plan: OperatorPlan, stages: Sequence[Stage], unmet: dict[str, str | None],
-                ) -> tuple[list[tuple[int, CheckTask]], list[CheckResult]]:
-    """Each stage's tasks for one operator, with its scheduling order; a stage whose needs are unmet is one
-    `skipped` result (when it would have checked anything), and a stage's up-front verdicts are results."""
-    items: list[tuple[int, CheckTask]] = []
-    preset: list[CheckResult] = []
-    for stage in stages:
-        if stage.whole_run_group:
-            continue
-        reason = unmet.get(stage.name)
-        if reason is not None:
-            if stage.applies_to(plan) and not plan.replaying:
-                preset.append(CheckResult(f"verify.{plan.op.name}.{stage.name}", f"{plan.op.name}: {stage.name}",
-                                          Outcome.SKIPPED, reason))
-            continue
-        for item in stage.tasks(plan):
-            if isinstance(item, CheckResult):
-                preset.append(item)
-            else:
-                items.append((stage.order, item))
-    return items, preset
 
 
 def gpu_stage_tasks(sel: Selection, request: VerifyRequest, workdir: Path, gpu: bool = True,

@@ -52,19 +52,12 @@ class ImplementationRef:
 
 
 @dataclass(frozen=True)
-class NumericsPayload(Payload):
-    """One implementation x one dtype over the whole case plan (verify/check.py)."""
+class ImplementationPayload(Payload):
+    """A payload about one implementation: the fields every verify check starts from."""
 
-    kind: ClassVar[str] = "numerics"
-    spec_file: str
+    spec_file: str  # absolute
     op: str
     impl: str
-    plan_path: str  # the plan file: cases, float64 truth, calibrated budgets (verify/planfile.py)
-    artefact_dir: str  # IR per target, checked ONNX models
-    workdir: str  # this task's scratch folder (the case journal of resume.py lives here)
-    extras: bool = True  # opgate's extras (the reference through torch.compile / ONNX Runtime / TVM) exist
-    shrink: bool = True
-    case_timeout_s: float = 300.0
 
     @property
     def ref(self) -> ImplementationRef:
@@ -72,20 +65,26 @@ class NumericsPayload(Payload):
 
 
 @dataclass(frozen=True)
-class GpuStagePayload(Payload):
+class NumericsPayload(ImplementationPayload):
+    """One implementation x one dtype over the whole case plan (verify/check.py)."""
+
+    kind: ClassVar[str] = "numerics"
+    plan_path: str  # the plan file: cases, float64 truth, calibrated budgets (verify/planfile.py)
+    artefact_dir: str  # IR per target, checked ONNX models
+    workdir: str  # this task's scratch folder (the case journal of resume.py lives here)
+    extras: bool = True  # opgate's extras (the reference through torch.compile / ONNX Runtime / TVM) exist
+    shrink: bool = True
+    case_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class GpuStagePayload(ImplementationPayload):
     """One GPU stage check of one implementation: runtime, sanitizer, recovery, ncu, qos."""
 
     kind: ClassVar[str] = "gpu_stage"
-    spec_file: str
-    op: str
-    impl: str
     dtype: str
     seed: int = 0
     tool: str = "memcheck"  # the sanitizer stage's compute-sanitizer tool
     repeats: int = 50  # timed calls of the runtime stage
     trials: int = 3  # out-of-memory trials of the recovery stage
     slo_p95_us: float | None = None  # the qos stage's SLO (else the spec's)
-
-    @property
-    def ref(self) -> ImplementationRef:
-        return ImplementationRef(self.spec_file, self.op, self.impl)
