@@ -305,7 +305,7 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
     more for each implementation of the GPU stages (the recovery check retires its worker)."""
     from opgate.verify.backends import backend
 
-    wanted: list[tuple[float, str, dict[str, str], str, int]] = []
+    wanted: list[tuple[tuple[float, bool], str, dict[str, str], str, int]] = []  # (rank, key, env, backend, count)
     for sel in selections:
         for choice in sel.choices:
             chosen = backend(choice.backend)
@@ -314,9 +314,8 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
             env = child_env(chosen.child_env(gpu), request.jobs)
             key = OperatorPlan.worker_key_for(request.spec_file.resolve(), sel.op.name, choice.name, env)
             on_gpu = gpu and choice.origin == "user" and chosen.gpu_stages
-            rank = chosen.startup_s + (0.5 if on_gpu else 0.0)
-            wanted.append((rank, key, env, choice.backend, len(sel.dtypes) + (1 if on_gpu else 0)))
-    wanted.sort(key=lambda entry: -entry[0])
+            wanted.append(((chosen.startup_s, on_gpu), key, env, choice.backend, len(sel.dtypes) + int(on_gpu)))
+    wanted.sort(key=lambda entry: entry[0], reverse=True)
     order = [(key, env, name) for _, key, env, name, _ in wanted]
     for _, key, env, name, count in wanted:
         order += [(key, env, name)] * (count - 1)
