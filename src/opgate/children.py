@@ -56,3 +56,13 @@ def kill_all_children() -> None:
     """Kill every child opgate started that is still registered (the interrupt path)."""
     for proc in list(_LIVE_CHILDREN):
         kill_process_group(proc)
+
+
+def exit_without_teardown(code: int) -> None:
+    """Flush stdout and stderr and end the process now, skipping the interpreter's teardown: for a process whose
+    results are already on disk (a warm worker at the end of its input, the spec's pre-flight child, the CLI after
+    its reports). Unwinding torch, Triton and a CUDA context costs seconds, and atexit hooks or threads that user
+    code started cannot change what was written."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

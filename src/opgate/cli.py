@@ -558,9 +558,9 @@ def console_main() -> None:
     status = code if isinstance(code, int) else (0 if code is None else 1)
     if not isinstance(code, int) and code is not None:
         print(code, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    from opgate.children import exit_without_teardown
+
+    exit_without_teardown(status)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.errors import InputError
-from opgate.children import die_with_parent, kill_process_group, register_child
+from opgate.children import die_with_parent, exit_without_teardown, kill_process_group, register_child
 
 # Seconds a spec may take to import (torch and Triton alone take a few seconds on a cold CPU machine).
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
@@ -167,9 +167,7 @@ def _child_main(mode: str, spec_path: str, result_path: str) -> None:
     except InputError as exc:
         payload = {"error": str(exc)}
     Path(result_path).write_text(json.dumps(payload))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: atexit hooks or threads the spec started cannot change the verdict
+    exit_without_teardown(0)  # atexit hooks or threads the spec started cannot change the verdict
 
 
 if __name__ == "__main__":

@@ -151,12 +151,9 @@ def serve(stdin: Any | None = None) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) > 1 and argv[1] == "--serve":
-        code = serve()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Every result is on disk already: skip the interpreter's teardown (torch, Triton and a CUDA context take
-        # seconds to unwind), so the parent's run ends when the last check does.
-        os._exit(code)
+        from opgate.children import exit_without_teardown
+
+        exit_without_teardown(serve())  # every result is on disk: the parent's run ends when the last check does
     run_request(json.loads(Path(argv[1]).read_text()))
     return 0
 
