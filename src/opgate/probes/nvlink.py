@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
-NVLINK_DEVICE_TYPE_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
+from opgate.probes.topology import NVLINK_DEVICE_TYPE_SWITCH, NVLINK_MAX_LINKS  # NVML's constants, defined once
 
 
 @dataclass(frozen=True)
