@@ -95,11 +95,12 @@ def run_session(
         bar = progress.add_task(f"opgate {verb}", total=len(tasks))
 
         timeline: dict[str, list[float]] = {}
-        total = {"n": len(tasks)}
+        total = len(tasks)
 
-        def added(count: int) -> None:
-            total["n"] += count
-            progress.update(bar, total=total["n"])
+        def added(count: int) -> None:  # tasks a TaskFeed brought during the run
+            nonlocal total
+            total += count
+            progress.update(bar, total=total)
 
         def started(task: CheckTask) -> None:
             progress.update(bar, description=f"{verb}: {task.check_id}")
