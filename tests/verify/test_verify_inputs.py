@@ -176,6 +176,10 @@ def test_index_inputs_hit_the_argmax_of_their_target():
     generated = make_inputs(op, Case.make({"M": 256, "V": 50}, 3), "float32")
     hit = (generated.values[1] == generated.values[0].argmax(-1)).float().mean()
     assert 0.35 < float(hit) < 0.7
+    # peaked: rows 0, 1 of every 4 hit (a saturated and a moderate row), rows 2, 3 miss
+    peaked = make_inputs(op, Case.make({"M": 256, "V": 50}, 3, regime="peaked"), "float32")
+    hits = peaked.values[1] == peaked.values[0].argmax(-1)
+    assert bool(hits[0::4].all()) and bool(hits[1::4].all())
 
 
 def test_peaked_and_mixed_regimes():
@@ -183,7 +187,9 @@ def test_peaked_and_mixed_regimes():
                          dims={"M": [64], "N": [32]})
     peaked = make_inputs(op, Case.make({"M": 64, "N": 32}, 2, regime="peaked"), "float32").truth[0]
     top2 = peaked.topk(2, dim=-1).values
-    assert bool(((top2[:, 0] - top2[:, 1]) > 10).all())  # one confident entry per row
+    assert bool(((top2[0::2, 0] - top2[0::2, 1]) > 10).all())  # even rows: one saturated entry
+    off_peak = 1 - peaked.softmax(dim=-1).amax(dim=-1)
+    assert torch.allclose(off_peak[1::2], torch.full((32,), math.exp(-7.0), dtype=torch.float64), rtol=1e-3)
     mixed = make_inputs(op, Case.make({"M": 64, "N": 32}, 2, regime="mixed"), "float32").truth[0]
     assert bool((mixed.abs().amax(-1) > 1e7).all()) and bool((mixed.abs().amin(-1) < 10).all())
 

@@ -68,6 +68,14 @@ OVERRIDE_KEYS = ("atol", "rtol")
 PERTURB_UNITS = 4.0
 WORKING_ROUNDOFF = {"float64": 2.0**-53}
 DEFAULT_WORKING_ROUNDOFF = 2.0**-24  # float32: what a well-written kernel computes in
+# The componentwise check (element_allowances): each sampled element on its own may err by
+#   K_ELEMENT x rho x (|y| + sum_j |dy/dx_j x_j|)     the eager baseline's error model, scaled to this element
+#   + 2 x its accumulation bound + 2 x the log-space statistic's expm1(theta) (absolute: a loss carries it so)
+#   + ELEMENT_FLOOR_EPS eps |y| (the output's own rounding) + u_acc x RMS(truth) (an absolute error no user sees)
+# rho is the RMS over the case's sampled elements of eager's |error| / (|y| + sum_j |dy/dx_j x_j|): a correct
+# kernel's worst element over ~20 is within a few times that (uniform rounding: max/RMS ~ sqrt 3), K_ELEMENT 8.
+K_ELEMENT = 8.0
+ELEMENT_FLOOR_EPS = 2.0
 
 
 # What can set a budget, in the words the report uses.
@@ -109,6 +117,9 @@ class OutputBudget:
     rtol: float | None = None
     rmse_source: str = ""
     quantile_source: str = ""
+    # the componentwise check: (flat index, largest |error| allowed there) for the sampled elements (see
+    # element_allowances); empty where it does not apply
+    elements: tuple[tuple[int, float], ...] = ()
 
     @property
     def is_override(self) -> bool:
@@ -319,12 +330,61 @@ def calibrate(
         logspace = case_logspace_bounds(op, case, dtype, truth)
         budget_row = []
         for o, (stats, b) in enumerate(zip(row, baseline)):
-            budget_row.append(_budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n,
-                                          override, _quantized_for(quantized, b), sensitivity[o], accumulation[o],
-                                          logspace[o]))
+            budget = _budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n, override,
+                                 _quantized_for(quantized, b), sensitivity[o], accumulation[o], logspace[o])
+            budget_row.append(_with_elements(budget, truth[o], b, accumulation[o], logspace[o]))
         budgets.append(budget_row)
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
                        masks, override, excluded, notes)
+
+
+def _with_elements(budget: OutputBudget, truth: Any, baseline: Any, accumulation: AccumulationBound,
+                   logspace: LogspaceBound) -> OutputBudget:
+    import dataclasses
+
+    if budget.is_override or budget.exact_mismatches >= 0 or budget.off_by_more_than_one >= 0:
+        return budget  # a user tolerance, an integer or a quantized output: judged their own way
+    return dataclasses.replace(budget, elements=element_allowances(truth, baseline, accumulation, logspace))
+
+
+def element_allowances(truth: Any, baseline: Any, accumulation: AccumulationBound,
+                       logspace: LogspaceBound) -> tuple[tuple[int, float], ...]:
+    """(flat index, allowed |error|) for the componentwise check of every sampled element with a bound.
+
+    The pooled RMSE and p99.9 budgets scale with the case's largest values, so a few elements far smaller than
+    the rest can lose every digit unseen: a cross-entropy row whose label hits a confident logit (loss 1e-4
+    beside losses of 20) computed from a float16 logsumexp, a suffix sum taken as total - prefix after the 1e8 of
+    its row. Each sampled element (random, largest and smallest |truth|) is therefore also judged against its own
+    allowance (see K_ELEMENT)."""
+    import torch
+
+    if not accumulation.elements or not baseline.dtype.is_floating_point or baseline.shape != truth.shape:
+        return ()
+    out_dtype = dt.dtype_name(baseline.dtype)
+    t = truth.reshape(-1).to(torch.float64)
+    b = baseline.reshape(-1).to(torch.float64)
+    eps = dt.eps(out_dtype)
+    floor_eps = max(FLOOR_EPS.get(out_dtype, 1.0), ELEMENT_FLOOR_EPS)
+    spacing = dt.smallest_normal(out_dtype) * eps  # the dtype's subnormal step: 1e-10 is 0 in float16
+    ratios = []
+    for element in accumulation.elements:
+        ti, bi = float(t[element.index]), float(b[element.index])
+        if math.isfinite(ti) and math.isfinite(bi):
+            # what eager loses beyond the output's own rounding (which the floor below allows everywhere)
+            lost = max(0.0, abs(bi - ti) - floor_eps * eps * abs(ti) - spacing)
+            ratios.append(lost / (abs(ti) + element.magnitude))
+    rho = math.sqrt(sum(r * r for r in ratios) / len(ratios)) if ratios else 0.0
+    finite = t[torch.isfinite(t)]
+    rms = float(finite.pow(2).mean().sqrt()) if finite.numel() else 0.0
+    absolute = 2.0 * logspace.relative + accumulation.roundoff * rms + spacing
+    allowances = []
+    for element in accumulation.elements:
+        size = abs(float(t[element.index]))
+        allowed = (K_ELEMENT * rho * (size + element.magnitude) + 2.0 * element.bound + floor_eps * eps * size
+                   + absolute)
+        if math.isfinite(allowed):
+            allowances.append((element.index, allowed))
+    return tuple(allowances)
 
 
 def _quantized_for(quantized: Mapping[str, Any] | None, output: Any) -> Mapping[str, Any] | None:
@@ -511,7 +571,50 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
             reasons.append(f"{label}RMSE {stats.rmse:.3g} > budget {budget.rmse:.3g}")
         if stats.quantile_abs > budget.quantile:
             reasons.append(f"{label}p99.9 |error| {stats.quantile_abs:.3g} > budget {budget.quantile:.3g}")
+        if budget.elements:
+            beyond, worst = _componentwise(cand, truth, budget.elements, extra_atol)
+            if worst is not None:
+                ratios.append(worst.ratio)
+            if beyond and worst is not None:
+                reasons.append(f"{label}{beyond}/{len(budget.elements)} sampled element(s) beyond their own bound; "
+                               f"worst at flat index {worst.index}: error {worst.error:.3g} > budget "
+                               f"{worst.allowed:.3g} (truth {worst.truth:.3g}, componentwise)")
     return CaseVerdict(not reasons, tuple(reasons), tuple(all_stats), tuple(budgets), max(ratios))
+
+
+@dataclass(frozen=True)
+class ElementError:
+    index: int
+    error: float
+    allowed: float
+    truth: float
+
+    @property
+    def ratio(self) -> float:
+        return _ratio(self.error, self.allowed)
+
+
+def _componentwise(candidate: Any, truth: Any, elements: Sequence[Sequence[float]],
+                   extra_atol: float) -> tuple[int, ElementError | None]:
+    """How many sampled elements exceed their allowance, and the worst one (by ratio). Elements where either
+    side is not finite are left to the NaN/Inf checks."""
+    import torch
+
+    c = candidate.detach().reshape(-1).to(torch.float64).cpu()
+    t = truth.reshape(-1).to(torch.float64)
+    beyond, worst = 0, None
+    for index, allowed in elements:
+        index = int(index)
+        if index >= c.numel():
+            continue
+        ci, ti = float(c[index]), float(t[index])
+        if not (math.isfinite(ci) and math.isfinite(ti)):
+            continue
+        element = ElementError(index, abs(ci - ti), float(allowed) + extra_atol, ti)
+        beyond += element.error > element.allowed
+        if worst is None or element.ratio > worst.ratio:
+            worst = element
+    return beyond, worst
 
 
 def _elementwise_ratio(candidate: Any, truth: Any, atol: float, rtol: float,
@@ -551,8 +654,9 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
         stats = compare_output(b, t, out_dtype, name, baseline_lost=mask, quantized=quantized)
         rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
         q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
-        budgets.append(_budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized,
-                                   sensitivity[o], accumulation[o], logspace[o]))
+        budget = _budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized,
+                             sensitivity[o], accumulation[o], logspace[o])
+        budgets.append(_with_elements(budget, t, b, accumulation[o], logspace[o]))
         masks.append(mask if bool(mask.any()) else None)
         out_dtypes.append(out_dtype)
     return budgets, masks, out_dtypes

@@ -145,8 +145,8 @@ class VerifyImplementationCheck(Check):
         if remaining and task.shrink:
             shrunk = self._shrink(op, prepared, plan, remaining)
             clock.lap("shrink")
-        failure_class = classify_failure([(r.case, r.verdict.reasons) for r in self.journal.not_crashed(failing)],
-                                         op.dims) if failing else ""
+        failure_class = classify_failure([(r.case, r.verdict.reasons, r.verdict.stats)
+                                          for r in self.journal.not_crashed(failing)], op.dims) if failing else ""
         if range_note and failure_class in ("nonfinite", "typical") and all(
                 r.case.regime in RANGE_REGIMES for r in failing):
             failure_class = "range"  # the bisection placed the break inside the promised range

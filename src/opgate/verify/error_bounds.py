@@ -38,6 +38,20 @@ EXTRA_OPERATIONS = 16
 SPREAD_SIGMAS = 4.0
 RANDOM_SAMPLES = 12  # output elements drawn at random: their RMS bound scales the RMSE budget
 LARGEST_SAMPLES = 4  # plus the elements of largest |truth|: where p99.9 errors sit
+# plus the elements of smallest |truth|: where a cancellation or a low-precision intermediate loses every digit while
+# the case's RMS hides it (a confident cross-entropy row's loss of 1e-4 beside losses of 20; a suffix sum after the
+# 1e8 of its row). They are judged one by one (the componentwise check, calibrate.element_allowances), not pooled.
+SMALLEST_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class SampledElement:
+    """One sampled output element: its flat index, its accumulation bound, and sum_j |dy/dx_j * x_j| (the
+    magnitude its first-order terms carry, which a cancellation can leave far above |y|)."""
+
+    index: int
+    bound: float
+    magnitude: float
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,9 @@ class AccumulationBound:
     quantile: float = 0.0
     fan_in: int = 0
     roundoff: float = 0.0
+    # every sampled element whose Jacobian row is finite and not zero (an element that no input moves, such as a
+    # rounding or a ReLU's zero, has no componentwise bound); empty when an input is not finite
+    elements: tuple[SampledElement, ...] = ()
 
     @property
     def present(self) -> bool:
@@ -162,6 +179,7 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
     except Exception:  # a reference that cannot run under autograd has no bound; the other terms stay
         return empty
     outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    inputs_finite = all(bool(torch.isfinite(leaf).all()) for leaf in leaves)
     values = [leaf.detach().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) for leaf in leaves]
     bounds = []
     for index, (out, truth) in enumerate(zip(outputs, truths)):
@@ -169,7 +187,7 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
                 or out.numel() == 0):
             bounds.append(AccumulationBound())
             continue
-        samples = _sample_elements(truth, seed * 31 + index)
+        samples, n_smallest = _sample_elements(truth, seed * 31 + index)
         if not samples:
             bounds.append(AccumulationBound())
             continue
@@ -177,33 +195,44 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         if rows is None:
             bounds.append(AccumulationBound())
             continue
-        terms = torch.cat([(grads.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) * value).reshape(len(samples), -1)
-                           for grads, value in zip(rows, values) if grads is not None], dim=1)
+        raw = torch.cat([(grads * value).reshape(len(samples), -1)
+                         for grads, value in zip(rows, values) if grads is not None], dim=1)
+        row_finite = torch.isfinite(raw).all(dim=1)
+        terms = raw.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
         per_element = element_bounds(terms, roundoff)
         fan_in = int((terms != 0).sum(dim=1).max())
         random_part = per_element[:min(RANDOM_SAMPLES, len(per_element))]
         rms = math.sqrt(sum(b * b for b in random_part) / len(random_part)) if random_part else 0.0
-        top = max(per_element)
+        top = max(per_element[:len(samples) - n_smallest])  # the smallest-|truth| samples judge alone
         if not (math.isfinite(rms) and math.isfinite(top)):
             bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff))
             continue
-        bounds.append(AccumulationBound(rms, top, fan_in, roundoff))
+        magnitudes = terms.abs().sum(dim=1)
+        elements = tuple(
+            SampledElement(index, bound, float(magnitudes[k]))
+            for k, (index, bound) in enumerate(zip(samples, per_element))
+            if inputs_finite and bool(row_finite[k]) and float(magnitudes[k]) > 0 and math.isfinite(bound))
+        bounds.append(AccumulationBound(rms, top, fan_in, roundoff, elements))
     return bounds
 
 
-def _sample_elements(truth: Any, seed: int) -> list[int]:
-    """Flat indices: RANDOM_SAMPLES random finite elements, then the LARGEST_SAMPLES of largest |truth|."""
+def _sample_elements(truth: Any, seed: int) -> tuple[list[int], int]:
+    """Flat indices: RANDOM_SAMPLES random finite elements, then the LARGEST_SAMPLES of largest |truth|, then the
+    SMALLEST_SAMPLES of smallest |truth| (not already drawn); and how many of those smallest ones there are."""
     import torch
 
     flat = truth.reshape(-1).to(torch.float64)
     finite = torch.nonzero(torch.isfinite(flat)).reshape(-1)
     if finite.numel() == 0:
-        return []
+        return [], 0
     gen = torch.Generator().manual_seed(seed % (2**63 - 1))
     count = min(RANDOM_SAMPLES, int(finite.numel()))
     chosen = finite[torch.randperm(int(finite.numel()), generator=gen)[:count]].tolist()
-    largest = finite[flat[finite].abs().argsort(descending=True)[:LARGEST_SAMPLES]].tolist()
-    return chosen + [i for i in largest if i not in chosen]
+    order = flat[finite].abs().argsort(descending=True)
+    largest = finite[order[:LARGEST_SAMPLES]].tolist()
+    samples = chosen + [i for i in largest if i not in chosen]
+    smallest = [i for i in finite[order.flip(0)[:SMALLEST_SAMPLES]].tolist() if i not in samples]
+    return samples + smallest, len(smallest)
 
 
 def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int]) -> list[Any] | None:
@@ -262,6 +291,7 @@ class LogspaceBound:
     rmse: float = 0.0
     quantile: float = 0.0
     magnitude: float = 0.0
+    relative: float = 0.0  # expm1(theta): what one element may carry, relative (or absolute, for a log-space value)
 
     @property
     def present(self) -> bool:
@@ -353,7 +383,7 @@ def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequenc
             bounds.append(LogspaceBound())
             continue
         bounds.append(LogspaceBound(relative * float(weight.pow(2).mean().sqrt()),
-                                    relative * float(np.quantile(weight.numpy(), QUANTILE)), magnitude))
+                                    relative * float(np.quantile(weight.numpy(), QUANTILE)), magnitude, relative))
     if len(bounds) < len(truths):
         bounds += [LogspaceBound()] * (len(truths) - len(bounds))
     return bounds

@@ -34,6 +34,7 @@ REGIMES = ("typical", "large", "huge", "tiny", "constant_rows", "ties", "nonfini
 # bisection's probe; never planned by itself). `masked`: logits with whole runs of -inf as attention and padding
 # masks make them (see _mask_rows), at a size past the block caps too.
 PEAK = 30.0
+MODERATE_MARGIN = 7.0  # the peaked regime's odd rows: exp(-7) ~ 1e-3 of the probability mass off the peak
 MIXED_HIGH = 1e8
 MASKED_ROWS = 4  # rows of the masked regime's large case: left padding, right padding, both, and a fully masked row
 ROW_REGIMES = ("masked", "constant_rows")  # regimes whose large case gets up to MASKED_ROWS rows (plan_cases)
@@ -457,7 +458,14 @@ def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int
         if len(shape) == 0 or shape[-1] == 0:
             return base
         peak = torch.randint(0, shape[-1], shape[:-1] + (1,), generator=gen)
-        return base.scatter_add(-1, peak, torch.full(peak.shape, PEAK, dtype=f64))
+        # even rows saturated (+PEAK), odd rows moderately confident: the peak set MODERATE_MARGIN above the
+        # logsumexp of the rest of its row, so 1 - p = exp(-MODERATE_MARGIN) ~ 1e-3, a loss a float16/bfloat16
+        # intermediate rounds away but no absolute budget does
+        others = base.scatter(-1, peak, torch.full(peak.shape, -math.inf, dtype=f64))
+        moderate = (others.logsumexp(dim=-1, keepdim=True) + MODERATE_MARGIN - base.gather(-1, peak)
+                    if shape[-1] > 1 else torch.zeros(peak.shape, dtype=f64))
+        odd = (torch.arange(moderate.numel()) % 2 == 1).reshape(moderate.shape)
+        return base.scatter_add(-1, peak, torch.where(odd, moderate, torch.full_like(moderate, PEAK)))
     if regime == "mixed":
         if len(shape) == 0 or shape[-1] == 0:
             return base
@@ -671,7 +679,7 @@ def _draw_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> Gener
             raw = _mask_rows(raw, _generator(case.seed, index + 101), full_rows)
         tensor = _to_dtype(raw, in_dtype)
         if inp.hits is not None:
-            tensor = _hit_argmax(tensor, tensors.get(inp.hits), gen)
+            tensor = _hit_argmax(tensor, tensors.get(inp.hits), gen, case.regime == "peaked")
         tensors[inp.name] = tensor
         values.append(tensor)
         layout = case.layout if _layout_applies(inp, case.layout) else "contiguous"
@@ -681,10 +689,11 @@ def _draw_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> Gener
     return GeneratedInputs(values, laid_out, truth, applied)
 
 
-def _hit_argmax(indices: Any, target: Any, gen: Any) -> Any:
+def _hit_argmax(indices: Any, target: Any, gen: Any, peaked: bool = False) -> Any:
     """Set about half of `indices` to the argmax (last dim) of `target` at the same leading position.
 
-    The target must be generated first (declare it before the index input); NaN-free rows only."""
+    peaked: rows 0, 1 of every 4 hit, rows 2, 3 miss, so each of the regime's saturated (even) and moderate (odd)
+    rows is met both ways. The target must be generated first (declare it before the index input)."""
     import torch
 
     if target is None or indices.numel() == 0 or target.shape[-1] == 0:
@@ -694,6 +703,8 @@ def _hit_argmax(indices: Any, target: Any, gen: Any) -> Any:
                         "without its last dim")
     argmax = torch.nan_to_num(target.to(torch.float64), nan=-math.inf).argmax(dim=-1).to(indices.dtype)
     chosen = torch.rand(indices.shape, generator=gen) < 0.5
+    if peaked:
+        chosen = (torch.arange(indices.numel()) % 4 < 2).reshape(indices.shape)
     return torch.where(chosen, argmax, indices)
 
 
