@@ -186,6 +186,7 @@ def classify_failure(failing: Failing, declared: Mapping[str, Sequence[int]]) ->
     if not values:
         return "nonfinite"
     failing = values
+    reasons = [r for _, rs, _ in failing for r in rs]
     cases = [c for c, _, _ in failing]
     plain = [f for f in failing if f[0].regime == "typical" and f[0].layout == "contiguous"]
     if not plain:

@@ -1,0 +1,141 @@
+"""The componentwise check (calibrate.element_allowances) and the failure classes by error size (deviations.py).
+
+The pooled RMSE/p99.9 budgets scale with a case's largest values; a few small elements can lose every digit unseen.
+Each case also judges its sampled elements (random, largest and smallest |truth|) one by one. These tests run the
+judge on real cases of the plan, with real implementations (torch on the CPU), no verify process: a few seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+import opgate
+from opgate.verify.calibrate import budgets_for_case, judge_case, truth_and_baseline
+from opgate.verify.compare import OutputStats
+from opgate.verify.deviations import classify_failure
+from opgate.verify.inputs import Case, plan_cases, make_inputs
+
+
+def _verdict(op: opgate.Operator, case: Case, dtype: str, implementation) -> tuple[bool, tuple[str, ...]]:
+    truth, baseline = truth_and_baseline(op, case, dtype)
+    budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, [0.0], [0.0], 32)
+    generated = make_inputs(op, case, dtype)
+    verdict = judge_case([implementation(*generated.values)], truth, budgets, out_dtypes, masks)
+    return verdict.passed, verdict.reasons
+
+
+SUFFIX = opgate.Operator("suffix_sum", reference=lambda x: x.flip(-1).cumsum(-1).flip(-1),
+                         inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [4], "N": [256]})
+
+
+def _suffix_sequential(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    carry = torch.zeros(x.shape[0], dtype=torch.float32)
+    for j in range(x.shape[1] - 1, -1, -1):  # float32 all the way, as a one-pass kernel keeps its carry
+        carry = carry + x[:, j]
+        out[:, j] = carry
+    return out
+
+
+def _suffix_total_minus_prefix(x: torch.Tensor) -> torch.Tensor:
+    inclusive = _suffix_sequential(x.flip(-1)).flip(-1)  # a float32 prefix scan, as a one-pass kernel computes it
+    total = x.sum(-1, keepdim=True)  # the row total from a separate reduction
+    return total - inclusive + x  # the last elements carry the scan's error of the whole row, not of their size
+
+
+def test_total_minus_prefix_fails_componentwise_where_the_rmse_passes():
+    # typical inputs: the last elements of a row are small suffix sums, total - prefix errs by an ulp of the total
+    case = plan_cases(SUFFIX, "quick")[0]
+    passed, reasons = _verdict(SUFFIX, case, "float32", _suffix_total_minus_prefix)
+    assert not passed
+    assert any("componentwise" in r for r in reasons)
+    assert not any(r.startswith("RMSE") for r in reasons)  # the pooled budget alone would pass it
+    assert _verdict(SUFFIX, case, "float32", _suffix_sequential) == (True, ())
+
+
+CE = opgate.Operator(
+    "cross_entropy",
+    reference=lambda logits, labels: F.cross_entropy(logits, labels, reduction="none"),
+    inputs=[opgate.TensorSpec("logits", ("M", "V"), kind="logits"),
+            opgate.TensorSpec("labels", ("M",), dtype="int64", kind="index", high="V", hits="logits")],
+    dims={"M": [8], "V": [128]}, dtypes=["float16"])
+
+
+def _ce_float32_lse(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    lse = torch.logsumexp(logits.float(), dim=-1)  # Liger style: loss = lse - x[label] in float32
+    return (lse - logits.float().gather(-1, labels[:, None])[:, 0]).to(logits.dtype)
+
+
+def _ce_float16_lse(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    lse = torch.logsumexp(logits.float(), dim=-1).to(logits.dtype)  # saved in the I/O dtype: every digit of 1e-3 lost
+    return (lse.float() - logits.float().gather(-1, labels[:, None])[:, 0]).to(logits.dtype)
+
+
+def test_confident_hit_rows_catch_a_float16_logsumexp():
+    case = next(c for c in plan_cases(CE, "quick") if c.regime == "peaked" and dict(c.dims)["M"] == 8)
+    generated = make_inputs(CE, case, "float16")
+    truth = F.cross_entropy(generated.truth[0], generated.truth[1], reduction="none")
+    assert float(truth[1]) < 2e-3 and float(truth[2]) > 1.0  # row 1: moderate and hit; row 2: a miss
+    passed, reasons = _verdict(CE, case, "float16", _ce_float16_lse)
+    assert not passed and any("componentwise" in r for r in reasons)
+    assert _verdict(CE, case, "float16", _ce_float32_lse) == (True, ())
+
+
+def _stats(numel: int = 64, rmse: float = 0.0, truth_rms: float = 1.0, exact_mismatches: int = 0,
+           nonfinite_unexpected: int = 0) -> OutputStats:
+    return OutputStats("out", numel, compared=numel, truth_rms=truth_rms, rmse=rmse,
+                       exact_mismatches=exact_mismatches, nonfinite_unexpected=nonfinite_unexpected)
+
+
+DECLARED = {"M": [4], "N": [256]}
+
+
+def _case(regime: str = "typical", n: int = 256, layout: str = "contiguous") -> Case:
+    return Case.make({"M": 4, "N": n}, 0, regime, layout)
+
+
+def test_failure_class_by_the_size_of_the_error():
+    small = "RMSE 2e-06 > budget 1e-06"
+    large = "RMSE 0.5 > budget 1e-06"
+    # a confident row or a 1e8-row failing far above its budget, yet far inside the output's scale: precision
+    element = "1/20 sampled element(s) beyond their own bound; worst at flat index 3: error 8 > budget 1e-05"
+    assert classify_failure([(_case("mixed"), (element,), (_stats(rmse=1.0, truth_rms=3e7),))], DECLARED) == "precision"
+    # an overflow at large inputs: range
+    assert classify_failure([(_case("large"), ("3 NaN/Inf where the truth is finite",),
+                              (_stats(nonfinite_unexpected=3),))], DECLARED) == "range"
+    # a wrong value at large inputs only: range, as before
+    assert classify_failure([(_case("large"), (large,), (_stats(rmse=0.5),))], DECLARED) == "range"
+    # typical inputs: a rounding error is precision, a wrong formula typical
+    assert classify_failure([(_case(), (small,), (_stats(rmse=2e-6),))], DECLARED) == "precision"
+    assert classify_failure([(_case(), (large,), (_stats(rmse=0.5),))], DECLARED) == "typical"
+    # a quantizer that is off by one quantum on half of its elements: a wrong rounding rule, not precision
+    quantized = (_stats(rmse=0.014, truth_rms=1.0, exact_mismatches=32),)
+    assert classify_failure([(_case(), ("RMSE 0.014 > budget 0.000632",), quantized)], DECLARED) == "typical"
+
+
+def test_nonfinite_class_only_when_nothing_else_fails():
+    nan_only = (_case("nonfinite"), ("1 element(s) where the truth is NaN/Inf (or overflows float16) and the result "
+                                     "is not",), (_stats(),))
+    assert classify_failure([nan_only], DECLARED) == "nonfinite"
+    masked_value = (_case("masked"), ("RMSE 0.000996 > budget 0.000551",), (_stats(rmse=1e-3, truth_rms=0.45),))
+    assert classify_failure([nan_only, masked_value], DECLARED) == "precision"
+
+
+def test_opgate_sizes_only_tail_unless_a_long_row_rounds():
+    tail = (_case(n=17), ("RMSE 0.3 > budget 1e-06",), (_stats(rmse=0.3),))
+    assert classify_failure([tail], DECLARED) == "tail"
+    long_row = (_case(n=65537), ("RMSE 3e-06 > budget 1e-06",), (_stats(rmse=3e-6, truth_rms=256.0),))
+    assert classify_failure([long_row], DECLARED) == "precision"
+    dropped_element = (_case(n=16385), ("RMSE 1 > budget 0.0001",), (_stats(rmse=1.0, truth_rms=128.0),))
+    assert classify_failure([dropped_element], DECLARED) == "tail"  # 10^4 x its budget: not a rounding error
+
+
+def test_every_sampled_element_allowance_is_finite_and_positive():
+    case = plan_cases(SUFFIX, "quick")[0]
+    truth, baseline = truth_and_baseline(SUFFIX, case, "float32")
+    budgets, _, _ = budgets_for_case(SUFFIX, "float32", case, truth, baseline, [0.0], [0.0], 32)
+    assert len(budgets[0].elements) >= 16
+    assert all(math.isfinite(a) and a > 0 for _, a in budgets[0].elements)
