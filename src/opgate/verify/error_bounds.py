@@ -123,36 +123,26 @@ def element_bounds(terms: Any, roundoff: float) -> list[float]:
     (first_inexact_step). A float32 sum of 16385 equal float16 values is exact; charging each addition u|P_i| there
     admitted a per-lane float16 accumulator 11x less accurate than a float32 one (truth corpus, rowsum). For
     float32 inputs (24-bit mantissas) q/u is within a few terms of |c|: nothing changes."""
-    import torch
+    return [row_bound(row[row != 0], roundoff) for row in terms]
 
-    nonzero = terms != 0
-    n = nonzero.sum(dim=1).to(torch.float64)
-    safe_n = n.clamp_min(1.0)
-    magnitude = terms.abs().sum(dim=1)
-    mean = terms.sum(dim=1) / safe_n
-    spread = ((terms.pow(2).sum(dim=1) / safe_n) - mean.pow(2)).clamp_min(0.0).sqrt()
-    modelled = roundoff * (n * (n + 1) / 2 * mean.abs() + SPREAD_SIGMAS * (2.0 / 3.0) * n.pow(1.5) * spread
+
+def row_bound(terms: Any, roundoff: float) -> float:
+    """element_bounds for one element from its non-zero terms only (a row op's element depends on one row: the
+    zeros of the other rows cost nothing, and _quantum is the expensive part)."""
+    count = int(terms.numel())
+    if count == 0:
+        return 0.0
+    magnitude = float(terms.abs().sum())
+    mean = float(terms.sum()) / count
+    spread = math.sqrt(max(float(terms.pow(2).sum()) / count - mean * mean, 0.0))
+    quantum = float(_quantum(terms).min())
+    first = first_inexact_step(count, abs(mean), spread, quantum / roundoff) if math.isfinite(quantum) else 1
+    before = first - 1  # additions 1 .. first-1 are exact: charge only the rest
+    modelled = roundoff * ((count * (count + 1) - before * (before + 1)) / 2 * abs(mean)
+                           + SPREAD_SIGMAS * (2.0 / 3.0) * (count**1.5 - before**1.5) * spread
                            + EXTRA_OPERATIONS * magnitude)
-    quantum = torch.where(nonzero, _quantum(terms), torch.full_like(terms, math.inf)).amin(dim=1)
-    bounds = []
-    for k in range(int(terms.shape[0])):
-        count = int(n[k])
-        if count == 0:
-            bounds.append(0.0)
-            continue
-        first = (first_inexact_step(count, float(mean[k].abs()), float(spread[k]), float(quantum[k]) / roundoff)
-                 if math.isfinite(float(quantum[k])) else 1)
-        if first > 1:  # additions 1 .. first-1 are exact: charge only the rest
-            charged = count - first + 1
-            before = first - 1
-            modelled_k = roundoff * ((count * (count + 1) - before * (before + 1)) / 2 * float(mean[k].abs())
-                                     + SPREAD_SIGMAS * (2.0 / 3.0) * (count**1.5 - before**1.5) * float(spread[k])
-                                     + EXTRA_OPERATIONS * float(magnitude[k]))
-        else:
-            charged, modelled_k = count, float(modelled[k])
-        rigorous = gamma(charged + EXTRA_OPERATIONS, roundoff) * float(magnitude[k])
-        bounds.append(min(modelled_k, rigorous))
-    return bounds
+    rigorous = gamma(count - before + EXTRA_OPERATIONS, roundoff) * magnitude
+    return min(modelled, rigorous)
 
 
 def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str,
@@ -195,24 +185,28 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         if rows is None:
             bounds.append(AccumulationBound())
             continue
-        raw = torch.cat([(grads * value).reshape(len(samples), -1)
-                         for grads, value in zip(rows, values) if grads is not None], dim=1)
-        row_finite = torch.isfinite(raw).all(dim=1)
-        terms = raw.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-        per_element = element_bounds(terms, roundoff)
-        fan_in = int((terms != 0).sum(dim=1).max())
+        per_element: list[float] = []
+        magnitudes: list[float] = []
+        fan_in = 0
+        elements: list[SampledElement] = []
+        for k, sample in enumerate(samples):
+            raw = torch.cat([(grads[k] * value).reshape(-1) for grads, value in zip(rows, values)
+                             if grads is not None])
+            row_finite = bool(torch.isfinite(raw).all())
+            nonzero = raw.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+            nonzero = nonzero[nonzero != 0]
+            per_element.append(row_bound(nonzero, roundoff))
+            magnitudes.append(float(nonzero.abs().sum()))
+            fan_in = max(fan_in, int(nonzero.numel()))
+            if inputs_finite and row_finite and magnitudes[-1] > 0 and math.isfinite(per_element[-1]):
+                elements.append(SampledElement(sample, per_element[-1], magnitudes[-1]))
         random_part = per_element[:min(RANDOM_SAMPLES, len(per_element))]
         rms = math.sqrt(sum(b * b for b in random_part) / len(random_part)) if random_part else 0.0
         top = max(per_element[:len(samples) - n_smallest])  # the smallest-|truth| samples judge alone
         if not (math.isfinite(rms) and math.isfinite(top)):
             bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff))
             continue
-        magnitudes = terms.abs().sum(dim=1)
-        elements = tuple(
-            SampledElement(index, bound, float(magnitudes[k]))
-            for k, (index, bound) in enumerate(zip(samples, per_element))
-            if inputs_finite and bool(row_finite[k]) and float(magnitudes[k]) > 0 and math.isfinite(bound))
-        bounds.append(AccumulationBound(rms, top, fan_in, roundoff, elements))
+        bounds.append(AccumulationBound(rms, top, fan_in, roundoff, tuple(elements)))
     return bounds
 
 
@@ -228,10 +222,11 @@ def _sample_elements(truth: Any, seed: int) -> tuple[list[int], int]:
     gen = torch.Generator().manual_seed(seed % (2**63 - 1))
     count = min(RANDOM_SAMPLES, int(finite.numel()))
     chosen = finite[torch.randperm(int(finite.numel()), generator=gen)[:count]].tolist()
-    order = flat[finite].abs().argsort(descending=True)
-    largest = finite[order[:LARGEST_SAMPLES]].tolist()
+    magnitude = flat[finite].abs()
+    largest = finite[magnitude.topk(min(LARGEST_SAMPLES, int(magnitude.numel()))).indices].tolist()
     samples = chosen + [i for i in largest if i not in chosen]
-    smallest = [i for i in finite[order.flip(0)[:SMALLEST_SAMPLES]].tolist() if i not in samples]
+    smallest = finite[(-magnitude).topk(min(SMALLEST_SAMPLES, int(magnitude.numel()))).indices].tolist()
+    smallest = [i for i in smallest if i not in samples]
     return samples + smallest, len(smallest)
 
 
