@@ -230,6 +230,18 @@ def tabulate(records: list[dict[str, Any]], device: str) -> str:
     return "\n".join(lines)
 
 
+def tabulate_by_class(records: list[dict[str, Any]]) -> str:
+    """Per expected verdict (pass, warn:<deviation>, fail:<class>): how many, how many got it, what the rest got."""
+    header = "| expected verdict | implementations | right | other verdicts seen |"
+    lines = [header, "|---|---|---|---|"]
+    for expected in sorted({r["expected"] for r in records}, key=lambda e: (e.split(":")[0] != "pass", e)):
+        mine = [r for r in records if r["expected"] == expected]
+        right = sum(r["agrees"] for r in mine)
+        others = sorted({r["observed"] for r in mine if not r["agrees"]})
+        lines.append(f"| {expected} | {len(mine)} | {right} | {', '.join(others) or '-'} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -298,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## Truth corpus, device {args.device}, budget {args.budget}: {len(rows)} implementations in "
           f"{len(by_file)} spec files, {total_s:.0f} s\n")
     print(tabulate(records, args.device))
+    print(f"\n### By expected verdict\n\n{tabulate_by_class(records)}")
     disagreements = [r for r in records if not r["agrees"]]
     print(f"\n### Disagreements ({len(disagreements)})\n")
     for r in disagreements:
