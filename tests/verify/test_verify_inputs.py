@@ -243,3 +243,23 @@ def test_no_masked_regime_when_the_op_does_not_take_nonfinite_inputs():
     assert "masked" not in applicable_regimes(op)
     assert "masked" not in applicable_regimes(opgate.Operator(
         "n", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [8]}))  # normal kind
+
+
+def test_no_case_leaves_an_index_input_without_values():
+    # an embedding table fuzzed to V = 0 cannot be indexed; a lengths input in [1, L + 1) has no value at L = 0
+    embedding = opgate.Operator(
+        "embedding", reference=lambda w, i: w[i],
+        inputs=[opgate.TensorSpec("w", ("V", "D")), opgate.TensorSpec("i", ("M",), dtype="int64", kind="index",
+                                                                      high="V")],
+        dims={"V": [100, 37], "D": [64], "M": [7]})
+    lengths = opgate.Operator(
+        "masked_mean", reference=lambda x, n: x.sum(-1) / n,
+        inputs=[opgate.TensorSpec("x", ("B", "L")),
+                opgate.TensorSpec("n", ("B",), dtype="int64", kind="index", low=1, high="L1")],
+        dims={"B": [4], "L": [7, 33]}, derived_dims={"L1": lambda L: L + 1})
+    for op in (embedding, lengths):
+        for budget in ("quick", "standard"):
+            cases = plan_cases(op, budget)
+            assert cases
+            for case in cases:
+                make_inputs(op, case, "float32")  # raised SpecError ("low must be below high") for V = 0, L = 0

@@ -257,6 +257,8 @@ def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Ca
     def add(dims: Mapping[str, int], regime: str, layout: str, origin: str, capped: bool = True) -> bool:
         if capped and _largest_input(op, dims) > plan.max_elements:
             return False
+        if origin != "declared" and not _indices_drawable(op, dims):
+            return False  # opgate's own size left an index input no value (V = 0 under high="V")
         key = (tuple(dims.items()), regime, layout, origin if origin == "declared" else "")
         if key in seen and origin != "declared":
             return False
@@ -476,6 +478,24 @@ def _draw_float(spec: TensorSpec, shape: tuple[int, ...], dims: Mapping[str, int
         high_value = min(MIXED_HIGH, dt.max_finite(dtype) / 64)
         return torch.where(high, torch.sign(base) * high_value + base, base)
     return base
+
+
+def _indices_drawable(op: Operator, dims: Mapping[str, int]) -> bool:
+    """Every non-empty index/integer input has a value to draw at these sizes: an empty table (V = 0) cannot be
+    indexed, so a size-0 case of a bound's dim is only a case where the indices are empty too."""
+    sizes = op.with_derived({k: v for k, v in dims.items() if k not in op.derived_dims})
+    for spec in op.tensor_inputs:
+        if spec.kind not in ("index", "integer") or spec.dtype == "bool":
+            continue
+        if not isinstance(spec.low, str) and not isinstance(spec.high, str):
+            continue  # literal bounds: checked once for the spec
+        if math.prod(spec.concrete_shape(sizes)) == 0:
+            continue
+        low = _bound(spec.low, sizes, 0.0 if spec.kind == "index" else -128.0)
+        high = _bound(spec.high, sizes, 128.0)
+        if high <= low:
+            return False
+    return True
 
 
 def _int_bounds(spec: TensorSpec, dims: Mapping[str, int], dtype: str) -> tuple[float, float]:
