@@ -3,6 +3,8 @@
 # runs scripts/truth_corpus.py --device gpu (CUDA C kernels through CuPy/NVRTC and nvcc cubins on PyTorch tensors)
 # and prints its table last. Everything it produces goes into ONE file, $OUT/corpus.log (the JSON summary of every
 # row is appended to it). Budget: at most 120 s (cubins ~10 s, spec files in parallel, each capped at 95 s).
+# CORPUS_WITH_CPU=1 also runs the rows marked device="cpu" (the Triton kernels, compiled for the GPU);
+# CORPUS_DEADLINE_S starts no spec file after that many seconds.
 # Run from the repo root:  OUT=/some/dir bash scripts/gpu/corpus.sh
 set -u
 OUT="${OUT:-/tmp/opgate-corpus-out}"
@@ -39,12 +41,14 @@ done
 
 step "truth corpus, device gpu, budget quick"
 timeout "${CORPUS_GUARD_S:-112}" env PYTHONPATH=src "$PY" scripts/truth_corpus.py --device gpu --budget quick \
-  --parallel "${CORPUS_PARALLEL:-6}" --jobs "${CORPUS_JOBS:-3}" --timeout "${CORPUS_FILE_TIMEOUT_S:-95}" --json-dir "$WORK/json" --summary "$WORK/summary.json" > "$WORK/table.txt" 2>&1
+  --parallel "${CORPUS_PARALLEL:-6}" --jobs "${CORPUS_JOBS:-3}" --timeout "${CORPUS_FILE_TIMEOUT_S:-95}" --json-dir "$WORK/json" --summary "$WORK/summary.json" \
+  ${CORPUS_WITH_CPU:+--with-cpu-corpus} ${CORPUS_DEADLINE_S:+--deadline "$CORPUS_DEADLINE_S"} > "$WORK/table.txt" 2>&1
 rc=$?
 cat "$WORK/table.txt" >> "$LOG"
 [ "$rc" -ne 0 ] && echo "runner exit code $rc (124: killed by the guard)" | tee -a "$LOG"
 step "summary JSON"
 cat "$WORK/summary.json" >> "$LOG" 2>/dev/null || echo "(no summary JSON)" >> "$LOG"
-rm -rf "$WORK"
 # The short result table, last.
-sed -n '/^## Truth corpus/,$p' "$LOG" | sed '/^== summary JSON/,$d' | head -60
+tar -czf "$OUT/corpus_json.tar.gz" -C "$WORK" json 2>/dev/null || true
+sed -n '/^## Truth corpus/,$p' "$LOG" | sed '/^== summary JSON/,$d' | head -90
+rm -rf "$WORK"
