@@ -263,3 +263,19 @@ def test_no_case_leaves_an_index_input_without_values():
             assert cases
             for case in cases:
                 make_inputs(op, case, "float32")  # raised SpecError ("low must be below high") for V = 0, L = 0
+
+
+def test_mixed_layout_strides_every_second_input():
+    # a kernel that reads u through g's strides is right whenever both share a layout (vllm-project/vllm#3324)
+    op = opgate.Operator("swiglu", reference=lambda g, u: torch.nn.functional.silu(g) * u,
+                         inputs=[opgate.TensorSpec("g", ("M", "N")), opgate.TensorSpec("u", ("M", "N"))],
+                         dims={"M": [4], "N": [64]})
+    assert "mixed" in applicable_layouts(op)
+    mixed = [c for c in plan_cases(op, "quick") if c.layout == "mixed"]
+    assert mixed
+    generated = make_inputs(op, mixed[0], "float32")
+    g, u = generated.laid_out
+    assert g.is_contiguous() and not u.is_contiguous()
+    assert generated.layout_applied == ["contiguous", "strided"]
+    single = opgate.Operator("neg", reference=lambda x: -x, inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [8]})
+    assert "mixed" not in applicable_layouts(single)

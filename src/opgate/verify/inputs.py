@@ -38,7 +38,9 @@ MODERATE_MARGIN = 7.0  # the peaked regime's odd rows: exp(-7) ~ 1e-3 of the pro
 MIXED_HIGH = 1e8
 MASKED_ROWS = 4  # rows of the masked regime's large case: left padding, right padding, both, and a fully masked row
 ROW_REGIMES = ("masked", "constant_rows")  # regimes whose large case gets up to MASKED_ROWS rows (plan_cases)
-LAYOUTS = ("contiguous", "transposed", "strided")
+# `mixed`: every second tensor input strided, the others contiguous: a kernel that reads one input through
+# another's strides (vLLM's silu_and_mul, vllm-project/vllm#3324) is right whenever all inputs share a layout
+LAYOUTS = ("contiguous", "transposed", "strided", "mixed")
 
 # Which value regimes make sense for which kind. Bounded kinds (uniform with low/high, probability,
 # index, integer, constant) keep their domain: scaling them would test inputs the op never sees.
@@ -229,7 +231,8 @@ def _with_more_rows(op: Operator, dims: Mapping[str, int], fuzzed: Sequence[str]
 def applicable_layouts(op: Operator) -> list[str]:
     layouts = []
     for layout in LAYOUTS[1:]:
-        if any(_layout_applies(t, layout) for t in op.tensor_inputs):
+        takers = sum(_layout_applies(t, layout) for t in op.tensor_inputs)
+        if takers >= (2 if layout == "mixed" else 1):
             layouts.append(layout)
     return layouts
 
@@ -244,7 +247,7 @@ def _layout_applies(spec: TensorSpec, layout: str) -> bool:
     if spec.contiguous or layout == "contiguous":
         return layout == "contiguous"
     ndim = len(spec.shape)
-    return ndim >= 2 if layout == "transposed" else ndim >= 1
+    return ndim >= 2 if layout == "transposed" else ndim >= 1  # strided and mixed: any rank
 
 
 def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Case]:
@@ -684,6 +687,7 @@ def _draw_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> Gener
     truth: list[Any] = []
     applied: list[str] = []
     injected = False
+    mixed_takers = 0
     tensors: dict[str, Any] = {}
     for index, inp in enumerate(op.inputs):
         if isinstance(inp, Scalar):
@@ -708,6 +712,9 @@ def _draw_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> Gener
         tensors[inp.name] = tensor
         values.append(tensor)
         layout = case.layout if _layout_applies(inp, case.layout) else "contiguous"
+        if layout == "mixed":  # the first taker contiguous, the second strided, ...
+            layout = "strided" if mixed_takers % 2 == 1 else "contiguous"
+            mixed_takers += 1
         laid_out.append(apply_layout(tensor, layout))
         applied.append(layout)
         truth.append(tensor.to(torch.float64) if tensor.dtype.is_floating_point else tensor.clone())
