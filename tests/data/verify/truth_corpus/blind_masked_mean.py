@@ -22,8 +22,9 @@ import opgate
 
 def _reference(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     L = x.shape[1]
-    keep = (torch.arange(L, device=x.device)[None, :] < lengths[:, None]).to(x.dtype)
-    return (x * keep[:, :, None]).sum(dim=1) / lengths[:, None].to(x.dtype)
+    keep = torch.arange(L, device=x.device)[None, :] < lengths[:, None]
+    # where, not x * keep: padding is not data, and NaN * 0 would carry a padded NaN into the mean.
+    return torch.where(keep[:, :, None], x, 0).sum(dim=1) / lengths[:, None].to(x.dtype)
 
 
 masked_mean = opgate.Operator(
