@@ -233,6 +233,10 @@ class VerifyImplementationCheck(Check):
 
     def _explained_by_ftz(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
                           record: CaseRecord) -> bool:
+        if record.case.regime in ("large", "huge"):
+            # huge inputs make tiny outputs only through an overflow (x^2 -> inf, rstd -> 0): a range question, and
+            # the FTZ allowance ((fan-in + 1) x 2^-126) would excuse any output below 1e-34 there
+            return False
         truth = ftz_truth(op, record.case, plan.dtype)
         if truth is None:
             return False
