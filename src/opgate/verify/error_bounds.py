@@ -369,14 +369,19 @@ def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequenc
     relative = math.expm1(theta)  # p~ = p exp(theta): theta relative while small
     bounds = []
     for k, (truth, candidate) in enumerate(zip(truths, candidates)):
-        if not candidate or k >= len(after_scale) or _relative_change(after_scale[k], truth) <= INVARIANCE_RTOL:
+        zero = bool(candidate) and not bool(truth[torch.isfinite(truth)].ne(0).any())  # 0 is scale-invariant too
+        if not candidate or k >= len(after_scale) or (
+                not zero and _relative_change(after_scale[k], truth) <= INVARIANCE_RTOL):
             bounds.append(LogspaceBound())  # not shift-invariant, or scale-invariant too (a normalisation)
             continue
         t = truth.to(torch.float64)
-        weight = t[torch.isfinite(t)].abs().clamp_max(1.0)
-        if weight.numel() == 0:
+        finite = t[torch.isfinite(t)].abs()
+        if finite.numel() == 0:
             bounds.append(LogspaceBound())
             continue
+        # min(|y|, 1) per element; an output that is 0 everywhere (a log-softmax of one column, where a fast-math
+        # log2 returns 1e-8 for log 1) carries theta absolute, as a log-space value does
+        weight = finite.clamp_max(1.0) if float(finite.max()) > 0.0 else torch.ones_like(finite)
         bounds.append(LogspaceBound(relative * float(weight.pow(2).mean().sqrt()),
                                     relative * float(np.quantile(weight.numpy(), QUANTILE)), magnitude, relative))
     if len(bounds) < len(truths):
