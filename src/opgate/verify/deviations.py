@@ -164,8 +164,12 @@ def input_magnitude(op: Operator, case: Case, dtype: str) -> float:
 NONFINITE_REGIMES = ("nonfinite", "masked")
 MAGNITUDE_REGIMES = ("large", "huge", "magnitude", "mixed", "peaked")
 # A failing case whose error stays within this share of the output's RMS is a rounding problem (a float16 or
-# bfloat16 intermediate, a cancellation), not a wrong formula: 2^-6, four bfloat16 roundings.
-PRECISION_RELATIVE_RMSE = 2.0**-6
+# bfloat16 intermediate, a cancellation), not a wrong formula: 2^-7, two bfloat16 roundings. With PRECISION_RATIO:
+# a logsumexp that drops a 1024-column tile at N = 8192 is 1% low, 34x its budget: a wrong formula (blind corpus);
+# float16 atomics of a split row sum drift 10.8x their budget on constant rows: a rounding. Re-judged offline on
+# the 113 failed results of the eighth session's CPU and H200 corpus runs, only the former changed class.
+PRECISION_RELATIVE_RMSE = 2.0**-7
+PRECISION_RATIO = 20.0  # over budget by less than this everywhere: a rounding, not a wrong formula
 # Integer and quantized outputs: a rounding problem flips the elements next to a rounding boundary only; a rule
 # that differs on more than this share of them (round half up for negatives: half of them) is a wrong formula.
 PRECISION_MISMATCH_SHARE = 0.1
@@ -221,7 +225,8 @@ def _above_declared(case: Case, declared: Mapping[str, Sequence[int]]) -> bool:
 
 
 def _precision_sized(failing: Failing) -> bool:
-    """A rounding problem: every failing case within 50x its budget, or its error within PRECISION_RELATIVE_RMSE
+    """A rounding problem: every failing case within PRECISION_RATIO x its budget, or its error within
+    PRECISION_RELATIVE_RMSE
     of the output's RMS; and no integer output that differs on many elements."""
     return _few_mismatches(failing) and (_small_errors(failing) or _relatively_small(failing))
 
@@ -246,7 +251,7 @@ def _beyond_declared(case: Case, declared: Mapping[str, Sequence[int]]) -> bool:
 
 
 def _small_errors(failing: Failing) -> bool:
-    """Over-budget but within 50x of it everywhere: an accumulation-precision problem, not a wrong formula."""
+    """Over-budget but within PRECISION_RATIO x of it everywhere: an accumulation-precision problem."""
     import re
 
     ratios = []
@@ -256,4 +261,4 @@ def _small_errors(failing: Failing) -> bool:
             if match:
                 value, budget = float(match.group(1)), float(match.group(2))
                 ratios.append(value / budget if budget > 0 else math.inf)
-    return bool(ratios) and max(ratios) < 50.0
+    return bool(ratios) and max(ratios) < PRECISION_RATIO
