@@ -201,39 +201,67 @@ def truth_and_baseline(op: Operator, case: Case, dtype: str) -> tuple[list[Any],
     return [t.detach().cpu() for t in truth], [b.detach().cpu() for b in baseline]
 
 
-def perturbation_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[tuple[float, float]]:
-    """Per output: RMS and p99.9 of how far the float64 truth moves when every float input is perturbed
-    elementwise by a relative amount uniform in +-PERTURB_UNITS x the working roundoff (seeded by the case)."""
-    import numpy as np
+def _perturbation_steps(generated_truth: Sequence[Any], scale: float, seed: int) -> list[Any]:
+    """Per input: a relative step uniform in +-scale for float64 tensors (None for the rest), seeded."""
     import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.rand(v.shape, generator=gen, dtype=torch.float64) * 2 - 1) * scale
+            if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else None for v in generated_truth]
+
+
+def _reference_moved(op: Operator, generated_truth: Sequence[Any], steps: Sequence[Any],
+                     sign: float) -> list[Any] | None:
+    """The reference on the inputs moved by sign x steps (relative), as CPU float64 outputs; None if it raises
+    (it ran on these inputs' values once already: a failure here adds no budget)."""
+    import torch
+
+    args = [v * (1 + sign * step) if step is not None else v for v, step in zip(generated_truth, steps)]
+    try:
+        with torch.no_grad():
+            outputs = as_outputs(op.reference(*args))
+    except Exception:
+        return None
+    return [o.detach().cpu().to(torch.float64) if isinstance(o, torch.Tensor) else o for o in outputs]
+
+
+def _comparable(truth: Any, *moved: Any) -> Any | None:
+    """The mask of elements finite in the truth and every moved output; None where they cannot be compared."""
+    import torch
+
+    if not truth.dtype.is_floating_point or any(not isinstance(m, torch.Tensor) or m.shape != truth.shape
+                                                for m in moved):
+        return None
+    both = torch.isfinite(truth)
+    for m in moved:
+        both &= torch.isfinite(m)
+    return both if bool(both.any()) else None
+
+
+def _rms_and_quantile(values: Any) -> tuple[float, float]:
+    import numpy as np
 
     from opgate.verify.compare import QUANTILE
 
+    return float(values.pow(2).mean().sqrt()), float(np.quantile(values.numpy(), QUANTILE))
+
+
+def perturbation_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[tuple[float, float]]:
+    """Per output: RMS and p99.9 of how far the float64 truth moves when every float input is perturbed
+    elementwise by a relative amount uniform in +-PERTURB_UNITS x the working roundoff (seeded by the case)."""
+    import torch
+
     generated = make_inputs(op, case, dtype)
-    roundoff = WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF) * PERTURB_UNITS
-    gen = torch.Generator().manual_seed(case.seed * 7 + 3)
-    perturbed = [
-        value * (1 + (torch.rand(value.shape, generator=gen, dtype=torch.float64) * 2 - 1) * roundoff)
-        if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else value
-        for value in generated.truth
-    ]
-    try:
-        with torch.no_grad():
-            moved = as_outputs(op.reference(*perturbed))
-    except Exception:  # the reference ran on these inputs once already; a failure here adds no budget
+    steps = _perturbation_steps(generated.truth, WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF)
+                                * PERTURB_UNITS, case.seed * 7 + 3)
+    moved = _reference_moved(op, generated.truth, steps, 1.0)
+    if moved is None:
         return [(0.0, 0.0)] * len(truth)
     figures = []
     for t, m in zip(truth, moved):
-        if not isinstance(m, torch.Tensor) or not t.dtype.is_floating_point or m.shape != t.shape:
-            figures.append((0.0, 0.0))
-            continue
-        t64, m64 = t.to(torch.float64), m.detach().cpu().to(torch.float64)
-        both = torch.isfinite(t64) & torch.isfinite(m64)
-        if not bool(both.any()):
-            figures.append((0.0, 0.0))
-            continue
-        diff = (m64 - t64).abs()[both]
-        figures.append((float(diff.pow(2).mean().sqrt()), float(np.quantile(diff.numpy(), QUANTILE))))
+        t64 = t.to(torch.float64)
+        both = _comparable(t64, m)
+        figures.append(_rms_and_quantile((m - t64).abs()[both]) if both is not None else (0.0, 0.0))
     return figures
 
 
@@ -246,48 +274,28 @@ def curvature_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[
     variance of a constant row is (mean's rounding)^2, 5.7e-14 where the truth is 0 and the 4u perturbation
     above gives 2.7e-14 (blind corpus, blind_variance.py). Away from one the first-order change dominates and this
     adds nothing (a softmax at large logits keeps its budget)."""
-    import numpy as np
     import torch
 
-    from opgate.verify.compare import QUANTILE
-
     generated = make_inputs(op, case, dtype)
-    tensors = [v for v in generated.truth if isinstance(v, torch.Tensor) and v.dtype == torch.float64]
-    longest = max((int(v.shape[-1]) for v in tensors if v.dim() > 0), default=1)
+    longest = max((int(v.shape[-1]) for v in generated.truth
+                   if isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.dim() > 0), default=1)
     scale = WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF) * PERTURB_UNITS * math.sqrt(max(longest, 1))
-    gen = torch.Generator().manual_seed(case.seed * 7 + 5)
-    steps = [(torch.rand(v.shape, generator=gen, dtype=torch.float64) * 2 - 1) * scale
-             if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else None for v in generated.truth]
-
-    def moved(sign: float) -> list[Any] | None:
-        args = [v * (1 + sign * step) if step is not None else v for v, step in zip(generated.truth, steps)]
-        try:
-            with torch.no_grad():
-                return as_outputs(op.reference(*args))
-        except Exception:  # the reference ran on these inputs' values once already
-            return None
-
-    up, down = moved(1.0), moved(-1.0)
+    steps = _perturbation_steps(generated.truth, scale, case.seed * 7 + 5)
+    up = _reference_moved(op, generated.truth, steps, 1.0)
+    down = _reference_moved(op, generated.truth, steps, -1.0)
     if up is None or down is None:
         return [(0.0, 0.0)] * len(truth)
     figures = []
     for t, a, b in zip(truth, up, down):
-        if (not t.dtype.is_floating_point or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor)
-                or a.shape != t.shape or b.shape != t.shape):
+        t64 = t.to(torch.float64)
+        both = _comparable(t64, a, b)
+        if both is None:
             figures.append((0.0, 0.0))
             continue
-        t64, a64, b64 = t.to(torch.float64), a.detach().cpu().to(torch.float64), b.detach().cpu().to(torch.float64)
-        both = torch.isfinite(t64) & torch.isfinite(a64) & torch.isfinite(b64)
-        if not bool(both.any()):
-            figures.append((0.0, 0.0))
-            continue
-        second = ((a64 + b64) / 2 - t64).abs()[both]
-        first = ((a64 - b64) / 2).abs()[both]
-        rms_second, rms_first = float(second.pow(2).mean().sqrt()), float(first.pow(2).mean().sqrt())
-        if rms_second <= rms_first:
-            figures.append((0.0, 0.0))
-            continue
-        figures.append((rms_second, float(np.quantile(second.numpy(), QUANTILE))))
+        second = ((a + b) / 2 - t64).abs()[both]
+        first = ((a - b) / 2).abs()[both]
+        stationary = float(second.pow(2).mean()) > float(first.pow(2).mean())
+        figures.append(_rms_and_quantile(second) if stationary else (0.0, 0.0))
     return figures
 
 
@@ -391,26 +399,40 @@ def calibrate(
     n = len(cases)
     budgets: list[list[OutputBudget]] = []
     for case, truth, row, baseline in zip(cases, truths, baseline_stats, baselines):
-        sensitivity = input_sensitivity(op, case, dtype, truth)
-        accumulation = case_accumulation_bounds(op, case, dtype, truth)
-        logspace = case_logspace_bounds(op, case, dtype, truth)
-        budget_row = []
-        for o, (stats, b) in enumerate(zip(row, baseline)):
-            budget = _budget_for(stats, dt.dtype_name(b.dtype), pooled_rmse[o], pooled_q[o], n, override,
-                                 _quantized_for(quantized, b), sensitivity[o], accumulation[o], logspace[o])
-            budget_row.append(_with_elements(budget, truth[o], b, accumulation[o], logspace[o]))
-        budgets.append(budget_row)
+        bounds = CaseBounds.of(op, case, dtype, truth)
+        budgets.append([bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
+                                      _quantized_for(quantized, b))
+                        for o, (stats, b) in enumerate(zip(row, baseline))])
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
                        masks, override, excluded, notes)
 
 
-def _with_elements(budget: OutputBudget, truth: Any, baseline: Any, accumulation: AccumulationBound,
-                   logspace: LogspaceBound) -> OutputBudget:
-    import dataclasses
+@dataclass(frozen=True)
+class CaseBounds:
+    """What one case's float64 reference says a correct implementation may cost, per output: the input-perturbation
+    sensitivity, the accumulation bound (with its sampled elements) and the log-space bound."""
 
-    if budget.is_override or budget.exact_mismatches >= 0 or budget.off_by_more_than_one >= 0:
-        return budget  # a user tolerance, an integer or a quantized output: judged their own way
-    return dataclasses.replace(budget, elements=element_allowances(truth, baseline, accumulation, logspace))
+    sensitivity: list[tuple[float, float]]
+    accumulation: list[AccumulationBound]
+    logspace: list[LogspaceBound]
+
+    @classmethod
+    def of(cls, op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> "CaseBounds":
+        return cls(input_sensitivity(op, case, dtype, truth), case_accumulation_bounds(op, case, dtype, truth),
+                   case_logspace_bounds(op, case, dtype, truth))
+
+    def budget(self, o: int, stats: OutputStats, truth: Any, baseline: Any, pooled_rmse: float, pooled_q: float,
+               n_cases: int, override: Mapping[str, float] | None,
+               quantized: Mapping[str, Any] | None) -> OutputBudget:
+        """Output o's budget, with the componentwise allowances of its sampled elements."""
+        import dataclasses
+
+        budget = _budget_for(stats, dt.dtype_name(baseline.dtype), pooled_rmse, pooled_q, n_cases, override,
+                             quantized, self.sensitivity[o], self.accumulation[o], self.logspace[o])
+        if budget.is_override:
+            return budget  # a user tolerance: |e| <= atol + rtol |truth| everywhere already
+        return dataclasses.replace(budget, elements=element_allowances(truth, baseline, self.accumulation[o],
+                                                                       self.logspace[o]))
 
 
 def element_allowances(truth: Any, baseline: Any, accumulation: AccumulationBound,
@@ -707,9 +729,7 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
     names = output_names(len(truth))
     override = user_override(op, dtype)
     budgets, masks, out_dtypes = [], [], []
-    sensitivity = input_sensitivity(op, case, dtype, truth)
-    accumulation = case_accumulation_bounds(op, case, dtype, truth)
-    logspace = case_logspace_bounds(op, case, dtype, truth)
+    bounds = CaseBounds.of(op, case, dtype, truth)
     for o, (name, t, b) in enumerate(zip(names, truth, baseline)):
         out_dtype = dt.dtype_name(b.dtype)
         quantized = _quantized_for(op.quantized, b)
@@ -717,9 +737,7 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
         stats = compare_output(b, t, out_dtype, name, baseline_lost=mask, quantized=quantized)
         rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
         q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
-        budget = _budget_for(stats, out_dtype, rmse_pool, q_pool, n_cases, override, quantized,
-                             sensitivity[o], accumulation[o], logspace[o])
-        budgets.append(_with_elements(budget, t, b, accumulation[o], logspace[o]))
+        budgets.append(bounds.budget(o, stats, t, b, rmse_pool, q_pool, n_cases, override, quantized))
         masks.append(mask if bool(mask.any()) else None)
         out_dtypes.append(out_dtype)
     return budgets, masks, out_dtypes

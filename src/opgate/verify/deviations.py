@@ -226,8 +226,7 @@ def _above_declared(case: Case, declared: Mapping[str, Sequence[int]]) -> bool:
 
 def _precision_sized(failing: Failing) -> bool:
     """A rounding problem: every failing case within PRECISION_RATIO x its budget, or its error within
-    PRECISION_RELATIVE_RMSE
-    of the output's RMS; and no integer output that differs on many elements."""
+    PRECISION_RELATIVE_RMSE of the output's RMS; and no integer output that differs on many elements."""
     return _few_mismatches(failing) and (_small_errors(failing) or _relatively_small(failing))
 
 
@@ -237,7 +236,7 @@ def _few_mismatches(failing: Failing) -> bool:
 
 
 def _relatively_small(failing: Failing) -> bool:
-    for _, reasons, stats in failing:
+    for _, _, stats in failing:
         if not stats or any(s.problem or s.nonfinite_unexpected or s.nonfinite_missed or s.unwritten for s in stats):
             return False
         if any(s.rmse > PRECISION_RELATIVE_RMSE * s.truth_rms for s in stats):

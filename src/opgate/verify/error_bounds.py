@@ -186,7 +186,6 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
             bounds.append(AccumulationBound())
             continue
         per_element: list[float] = []
-        magnitudes: list[float] = []
         fan_in = 0
         elements: list[SampledElement] = []
         for k, sample in enumerate(samples):
@@ -196,10 +195,10 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
             nonzero = raw.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
             nonzero = nonzero[nonzero != 0]
             per_element.append(row_bound(nonzero, roundoff))
-            magnitudes.append(float(nonzero.abs().sum()))
+            magnitude = float(nonzero.abs().sum())
             fan_in = max(fan_in, int(nonzero.numel()))
-            if inputs_finite and row_finite and magnitudes[-1] > 0 and math.isfinite(per_element[-1]):
-                elements.append(SampledElement(sample, per_element[-1], magnitudes[-1]))
+            if inputs_finite and row_finite and magnitude > 0 and math.isfinite(per_element[-1]):
+                elements.append(SampledElement(sample, per_element[-1], magnitude))
         random_part = per_element[:min(RANDOM_SAMPLES, len(per_element))]
         rms = math.sqrt(sum(b * b for b in random_part) / len(random_part)) if random_part else 0.0
         top = max(per_element[:len(samples) - n_smallest])  # the smallest-|truth| samples judge alone

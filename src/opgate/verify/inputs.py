@@ -493,15 +493,11 @@ def _indices_drawable(op: Operator, dims: Mapping[str, int]) -> bool:
     indexed, so a size-0 case of a bound's dim is only a case where the indices are empty too."""
     sizes = op.with_derived({k: v for k, v in dims.items() if k not in op.derived_dims})
     for spec in op.tensor_inputs:
-        if spec.kind not in ("index", "integer") or spec.dtype == "bool":
+        if spec.kind not in ("index", "integer") or math.prod(spec.concrete_shape(sizes)) == 0:
             continue
-        if not isinstance(spec.low, str) and not isinstance(spec.high, str):
-            continue  # literal bounds: checked once for the spec
-        if math.prod(spec.concrete_shape(sizes)) == 0:
-            continue
-        low = _bound(spec.low, sizes, 0.0 if spec.kind == "index" else -128.0)
-        high = _bound(spec.high, sizes, 128.0)
-        if high <= low:
+        try:
+            _int_bounds(spec, sizes, resolve_dtype(spec, "int64"))
+        except SpecError:
             return False
     return True
 
@@ -734,9 +730,10 @@ def _hit_argmax(indices: Any, target: Any, gen: Any, peaked: bool = False) -> An
         raise SpecError(f"hits=: index shape {list(indices.shape)} is not the target's {list(target.shape)} "
                         "without its last dim")
     argmax = torch.nan_to_num(target.to(torch.float64), nan=-math.inf).argmax(dim=-1).to(indices.dtype)
-    chosen = torch.rand(indices.shape, generator=gen) < 0.5
     if peaked:
         chosen = (torch.arange(indices.numel()) % 4 < 2).reshape(indices.shape)
+    else:
+        chosen = torch.rand(indices.shape, generator=gen) < 0.5
     return torch.where(chosen, argmax, indices)
 
 
