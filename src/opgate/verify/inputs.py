@@ -511,7 +511,10 @@ def _int_bounds(spec: TensorSpec, dims: Mapping[str, int], dtype: str) -> tuple[
     low = _bound(spec.low, dims, lo_default)
     high = _bound(spec.high, dims, hi_default)
     if high <= low:
-        raise SpecError(f"input {spec.name!r}: low={spec.low!r} must be below high={spec.high!r}")
+        bound = ", ".join(f"{d}={dims[d]}" for d in (spec.low, spec.high) if isinstance(d, str) and d in dims)
+        raise SpecError(f"input {spec.name!r}: low={spec.low!r} must be below high={spec.high!r}, but its range "
+                        f"[{low:g}, {high:g}) is empty{f' at {bound}' if bound else ''}; declare sizes where it "
+                        "holds (an empty table cannot be indexed)")
     return low, high
 
 
