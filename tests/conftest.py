@@ -6,6 +6,15 @@ import pytest
 from opgate_testing import child_pythonpath, gpu_available
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # opgate verify's disk cache of bound terms (verify/bounds_cache.py): one fresh folder per test session, so no
+    # test reads what an earlier session (or the developer's own runs) left, and children inherit it
+    if "OPGATE_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["OPGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="opgate-test-cache-")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     ok, reason = gpu_available()
     if ok:

@@ -230,7 +230,8 @@ def _verify_stage_names() -> list[str]:
 @app.command()
 @interruptible
 def verify(
-    spec: Path = typer.Argument(..., metavar="FILE.py", help="Python spec file that defines opgate.Operator objects."),
+    specs: List[Path] = typer.Argument(..., metavar="PATH", help="Spec files (Python files that define "
+                                       "opgate.Operator objects) or folders of them: one run, one report."),
     op: Optional[List[str]] = typer.Option(None, "--op", help="Verify only this operator (repeatable)."),
     impl: Optional[List[str]] = typer.Option(None, "--impl", help="Verify only this implementation (repeatable), "
                                              "e.g. --impl triton --impl torch.compile."),
@@ -273,9 +274,13 @@ def verify(
     fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
     require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
                                      "and fail every stage skipped for want of one: for GPU hosts' CI."),
+    changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="GIT_REF", help="Verify only "
+                                                "the spec files whose file, or a module inside the repository it "
+                                                "imports, changed since this git ref (e.g. origin/main): for CI."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
     from opgate.verify.engine import VerifyRequest, parse_sanitizer_tools, parse_stages, run_verify
+    from opgate.verify.spec_files import changed_specs, expand_spec_paths
 
     console = make_console()
     chosen_stages = parse_stages(stages)
@@ -283,10 +288,18 @@ def verify(
     tools = parse_sanitizer_tools(sanitizer_tools)
     _check_outputs(json_path, junit_path, out)
     _check_more(html_path, history_db)
+    files = expand_spec_paths(specs)
+    if changed_since is not None:
+        files, _ = changed_specs(files, changed_since)
+        if not files:
+            console.print(f"no spec file, and no module inside the repository one imports, changed since "
+                          f"{changed_since}: nothing to verify — exit code 0", highlight=False)
+            raise typer.Exit(0)
     request = VerifyRequest(
-        spec_file=spec, ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
+        spec_file=files[0], ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
         timeout_s=timeout, stages=chosen_stages, sanitizer_tools=tools, case_timeout_s=case_timeout,
+        spec_files=tuple(files) if len(files) > 1 else (),
     )
     report = run_verify(request, console)
     if fail_on_skip or require_gpu:

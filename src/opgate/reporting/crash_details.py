@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from opgate.results import Outcome, RunReport
+from opgate.results import CheckResult, Outcome, RunReport
 
 
 def render_crash_details(report: RunReport, console: Console) -> None:
@@ -23,7 +23,7 @@ def render_crash_details(report: RunReport, console: Console) -> None:
                                    f"{crash.get('label', '?')}{shrinking}", style="bold red"), soft_wrap=True, crop=False,
                               overflow="ignore")  # one line, whole: people grep and copy it
                 if crash.get("replay"):
-                    console.print(Text(f"  replay: opgate {report.verb} {_spec_name(report)} --replay "
+                    console.print(Text(f"  replay: opgate {report.verb} {_spec_name(report, result)} --replay "
                                        f"{crash['replay']}"), soft_wrap=True, crop=False, overflow="ignore")
                 _print_tail(console, crash.get("stderr_excerpt") or [])
         elif result.outcome is Outcome.ERROR and result.extra.get("stderr_tail"):
@@ -33,8 +33,10 @@ def render_crash_details(report: RunReport, console: Console) -> None:
             _print_tail(console, stderr_excerpt(str(result.extra["stderr_tail"])))
 
 
-def _spec_name(report: RunReport) -> str:
-    spec = report.extra.get("spec") if isinstance(report.extra, dict) else None
+def _spec_name(report: RunReport, result: CheckResult | None = None) -> str:
+    """The spec file to replay a result with: its own (several spec files in one run), else the run's."""
+    own = result.extra.get("spec_file") if result is not None and isinstance(result.extra, dict) else None
+    spec = own or (report.extra.get("spec") if isinstance(report.extra, dict) else None)
     return str(spec) if spec else "SPEC.py"
 
 

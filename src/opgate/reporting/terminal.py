@@ -55,8 +55,9 @@ def replay_commands(report: RunReport) -> list[tuple[str, str]]:
     commands = []
     for result in report.results:
         token = result.extra.get("replay") if result.extra else None
+        own = result.extra.get("spec_file") if result.extra else None  # several spec files in one run
         if isinstance(token, str) and token and result.outcome in (Outcome.FAILED, Outcome.ERROR):
-            commands.append((result.check_id, f"opgate verify {spec or 'SPEC.py'} --replay {token}"))
+            commands.append((result.check_id, f"opgate verify {own or spec or 'SPEC.py'} --replay {token}"))
     return commands
 
 

@@ -407,6 +407,10 @@ def calibrate(
                        masks, override, excluded, notes)
 
 
+# How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).
+CACHE_COUNTS = {"hit": 0, "computed": 0}
+
+
 @dataclass(frozen=True)
 class CaseBounds:
     """What one case's float64 reference says a correct implementation may cost, per output: the input-perturbation
@@ -418,8 +422,23 @@ class CaseBounds:
 
     @classmethod
     def of(cls, op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> "CaseBounds":
-        return cls(input_sensitivity(op, case, dtype, truth), case_accumulation_bounds(op, case, dtype, truth),
-                   case_logspace_bounds(op, case, dtype, truth))
+        """The case's bounds, from the disk cache when the same inputs, truth, reference and judging code met
+        before (verify/bounds_cache.py), else computed and stored."""
+        from opgate.verify import bounds_cache
+
+        key = None
+        if bounds_cache.cache_root() is not None:
+            key = bounds_cache.entry_key(op.reference, case, dtype, make_inputs(op, case, dtype).truth, truth)
+            cached = bounds_cache.load(key)
+            if cached is not None and len(cached.sensitivity) == len(truth):
+                CACHE_COUNTS["hit"] += 1
+                return cached
+        bounds = cls(input_sensitivity(op, case, dtype, truth), case_accumulation_bounds(op, case, dtype, truth),
+                     case_logspace_bounds(op, case, dtype, truth))
+        CACHE_COUNTS["computed"] += 1
+        if key is not None:
+            bounds_cache.store(key, bounds)
+        return bounds
 
     def budget(self, o: int, stats: OutputStats, truth: Any, baseline: Any, pooled_rmse: float, pooled_q: float,
                n_cases: int, override: Mapping[str, float] | None,

@@ -21,7 +21,7 @@ from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.runner import TaskFeed
 from opgate.stage_api import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (
-    FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
+    CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
 )
 from opgate.verify.inputs import Case, inputs_generated_once, plan_cases
 from opgate.verify.planfile import PlanFile
@@ -89,21 +89,158 @@ class CalibrationJob:
     op: Any  # opgate.core.spec.Operator
     dtypes: list[str]
     make_plan: Callable[[dict[str, Path]], OperatorPlan]  # the engine's OperatorPlan for these plan files
+    spec_file: Path  # the spec file that defines `op`, as the user gave it
     cases: list[Case] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class PlanOutcome:
+    """What calibrating one operator x dtype hands back (from this thread or a calibration process): where its plan
+    file is and the figures the calibration result reports (the attributes calibration_result reads)."""
+
+    dtype: str
+    path: str
+    out_dtypes: list[str]
+    pooled_rmse: list[float]
+    pooled_quantile: list[float]
+    n_cases: int
+    override: dict[str, float] | None
+    summary_data: dict[str, Any]
+    offered: int  # cases offered (the plan less the empty cases that kill a process)
+    fatal: list[str]  # labels of the opgate-added empty cases whose reference kills a process
+    cache: dict[str, int] = field(default_factory=dict)  # cases whose bounds came from the disk cache / computed
+
+    def summary(self) -> dict[str, Any]:
+        return self.summary_data
+
+
+def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Callable[[], list[Case]],
+                          ) -> tuple[list[Case], list[Any], list[Any], list[Case]]:
+    """(kept cases, truths, baselines, fatal empty cases). The opgate-added empty cases go last, and
+    `fatal_cases()` (the empty-case probe's verdict) is asked for only when they are reached; an empty case the
+    reference refuses is dropped, a declared case it refuses raises CalibrationError. Call inside
+    inputs_generated_once()."""
+    fatal: list[Case] | None = None
+    computed: dict[int, tuple[Any, Any]] = {}
+    for k in sorted(range(len(cases)), key=lambda k: is_added_empty_case(cases[k])):
+        case = cases[k]
+        if is_added_empty_case(case):
+            if fatal is None:
+                fatal = fatal_cases()
+            if case in fatal:
+                continue
+        try:
+            computed[k] = truth_and_baseline(op, case, dtype)
+        except CalibrationError:
+            if is_added_empty_case(case):
+                continue  # the reference refuses empty tensors: so may the implementations
+            raise
+    kept = sorted(computed)
+    return ([cases[k] for k in kept], [computed[k][0] for k in kept], [computed[k][1] for k in kept],
+            list(fatal or []))
+
+
+def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Callable[[], list[Case]], budget: str,
+                   seed: int, path: Path) -> PlanOutcome:
+    """Truth, eager baseline and budgets of one operator x dtype over its cases; writes the plan file to `path`.
+    A reference that fails on a declared case raises CalibrationError."""
+    from opgate.verify.memory_guard import refuse_oversized_cases
+
+    refuse_oversized_cases(op, cases, dtype)
+    before = dict(CACHE_COUNTS)
+    with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
+        kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases)
+        cal = calibrate(op, dtype, kept, truths, baselines)
+        PlanFile(op.name, dtype, budget, seed, kept, truths, cal.budgets, cal.masks, cal.out_dtypes,
+                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary()).save(path)
+    return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
+                       cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
+                       len(cases) - len(fatal), [c.label() for c in fatal],
+                       {k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS})
+
+
+# -- calibration processes (hosts with many cores) ---------------------------------------------------------------
+
+def calibration_processes(jobs: int) -> int:
+    """How many processes calibrate side by side: 0 (this thread) on small machines, where a process would only
+    add its start-up to the same cores; a quarter of the CPUs (at most `jobs`, the number of operator x dtype
+    plans) on larger ones. OPGATE_CALIBRATION_PROCESSES overrides it."""
+    import os
+
+    override = os.environ.get("OPGATE_CALIBRATION_PROCESSES", "").strip()
+    if override.isdigit():
+        wanted = int(override)
+    else:
+        cpus = os.cpu_count() or 1
+        wanted = cpus // 4 if cpus >= 8 else 0
+    return max(0, min(wanted, jobs)) if jobs > 1 else 0
+
+
+def _process_start() -> None:
+    """Initializer of a calibration process: die with opgate, the calibration's torch threads, the imports."""
+    from opgate.children import die_with_parent
+
+    die_with_parent()
+    import torch
+
+    torch.set_num_threads(calibration_threads())
+    import opgate.verify.calibrate  # noqa: F401  (paid while the parent still loads the specs)
+
+
+def _warm() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _calibrate_in_process(spec_file: str, op_name: str, dtype: str, cases: list[dict[str, Any]],
+                          fatal: list[dict[str, Any]], budget: str, seed: int, path: str) -> PlanOutcome:
+    from opgate.verify.loaded_specs import loaded_operators
+
+    op = next(o for o in loaded_operators(spec_file) if o.name == op_name)
+    fatal_cases = [Case.from_dict(c) for c in fatal]
+    return calibrate_plan(op, dtype, [Case.from_dict(c) for c in cases], lambda: fatal_cases, budget, seed,
+                          Path(path))
+
+
+class CalibrationPool:
+    """Processes that calibrate operators x dtypes side by side (each loads the spec files it is given once).
+    Started before the specs are loaded, so their imports overlap the parent's."""
+
+    def __init__(self, processes: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.processes = processes
+        self.executor = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_process_start)
+        self._warming = [self.executor.submit(_warm) for _ in range(processes)]
+
+    def submit(self, *args: Any) -> "Future[PlanOutcome]":
+        return self.executor.submit(_calibrate_in_process, *args)
+
+    def close(self) -> None:
+        processes = list((getattr(self.executor, "_processes", None) or {}).values())
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # an interrupted run leaves no calibration behind
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=5.0)
+
+
 class Calibrator(threading.Thread):
-    """Calibrates every job in turn; puts the tasks of the stages that need plans into `feed` and closes it (with
-    the error, when the reference cannot be evaluated: an InputError, exit 2, as before any check ran).
-    `results` gets each operator's calibration result and the stages' up-front verdicts."""
+    """Calibrates every job (in this thread, or in a CalibrationPool's processes side by side); puts the tasks of
+    the stages that need plans into `feed` as each operator x dtype is done and closes it (with the error, when a
+    reference cannot be evaluated: an InputError, exit 2, as before any check ran). `results` gets each operator's
+    calibration result and the stages' up-front verdicts."""
 
     def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
-                 feed: TaskFeed, spec_file: Path, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
-                 info: dict[str, Any]) -> None:
+                 feed: TaskFeed, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
+                 info: dict[str, Any], pool: CalibrationPool | None = None) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
         self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
-        self.spec_file, self.budget, self.seed, self.workdir, self.token = spec_file, budget, seed, workdir, token
-        self.info = info
+        self.budget, self.seed, self.workdir, self.token = budget, seed, workdir, token
+        self.info, self.pool = info, pool
         self.results: list[CheckResult] = []
         self.task_keys: dict[str, tuple[int, int, int]] = {}  # check id -> (stage order, operator, sequence)
         self.stopped = threading.Event()
@@ -116,79 +253,108 @@ class Calibrator(threading.Thread):
 
         torch.set_num_threads(calibration_threads())
         try:
-            with ThreadPoolExecutor(max_workers=max(1, len(self.jobs)), thread_name_prefix="opgate-empty") as pool:
-                probes = {}
-                for job in self.jobs:
-                    job.cases = plan_cases(job.op, self.budget, self.seed)
-                    probes[job.op.name] = pool.submit(_fatal_empty_cases, self.spec_file, job.op.name,
-                                                      job.dtypes[0], job.cases)
+            with ThreadPoolExecutor(max_workers=max(1, len(self.jobs)), thread_name_prefix="opgate-empty") as probes:
+                fatal: dict[int, Future[list[Case]]] = {}
                 for index, job in enumerate(self.jobs):
-                    if self.stopped.is_set():
-                        break
-                    self._calibrate(index, job, probes[job.op.name])
+                    job.cases = plan_cases(job.op, self.budget, self.seed)
+                    fatal[index] = probes.submit(_fatal_empty_cases, job.spec_file, job.op.name, job.dtypes[0],
+                                                 job.cases)
+                if self.pool is not None and self.token is None:
+                    self._calibrate_in_pool(self.pool, fatal)
+                else:
+                    for index, job in enumerate(self.jobs):
+                        if self.stopped.is_set():
+                            break
+                        self._calibrate(index, job, fatal[index])
         except BaseException as exc:  # noqa: BLE001 - handed to the runner, re-raised in the main thread
             self.feed.close(exc)
             return
         self.feed.close()
 
-    def _calibrate(self, op_index: int, job: CalibrationJob, probe: "Future[list[Case]]") -> None:
-        from opgate.verify.memory_guard import refuse_oversized_cases
+    def _plan_path(self, op_index: int, dtype_index: int, op: Any, dtype: str) -> Path:
+        return self.workdir / f"plan-{op_index}-{dtype_index}-{op.name}-{dtype}.pt".replace("/", "_")
 
-        op, t0 = job.op, time.perf_counter()
-        calibrations: dict[str, Calibration] = {}
-        plans: dict[str, Path] = {}
-        fatal: list[Case] | None = None
-        per_dtype = [s for s in self.stages if s.needs.calibration and s.per_dtype_plans]
-        per_operator = [s for s in self.stages if s.needs.calibration and not s.per_dtype_plans]
+    def _input_error(self, job: CalibrationJob, exc: Exception) -> InputError:
+        # The reference is the user's input: one line, exit 2 (never "a bug in opgate").
+        return InputError(f"spec file {job.spec_file}: {exc}; fix the reference (it defines the operator's "
+                          "meaning) or the dims/dtypes it is given")
+
+    def _calibrate(self, op_index: int, job: CalibrationJob, probe: "Future[list[Case]]") -> None:
+        """One operator's dtypes in turn, in this thread."""
+        t0 = time.perf_counter()
+        outcomes: dict[str, Any] = {}
         for dtype in job.dtypes:
             if self.stopped.is_set():  # the run ended (Ctrl-C, an error): no more plans
                 return
             begin = time.perf_counter() - self.started_at
-            refuse_oversized_cases(op, [self.token.case] if self.token else job.cases, dtype)
             try:
-                with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
-                    computed: dict[int, tuple[Any, Any]] = {}
-                    order = sorted(range(len(job.cases)), key=lambda k: is_added_empty_case(job.cases[k]))
-                    for k in order:
-                        case = job.cases[k]
-                        if is_added_empty_case(case):
-                            if fatal is None:  # the child's verdict on the empty cases, needed only now
-                                fatal = probe.result()
-                                if fatal:
-                                    self.info.setdefault("fatal_empty_cases", {})[op.name] = [
-                                        c.label() for c in fatal]
-                            if case in fatal:
-                                continue
-                        try:
-                            computed[k] = truth_and_baseline(op, case, dtype)
-                        except CalibrationError:
-                            if is_added_empty_case(case):
-                                continue  # the reference refuses empty tensors: so may the implementations
-                            raise
-                    kept = [job.cases[k] for k in sorted(computed)]
-                    truths = [computed[k][0] for k in sorted(computed)]
-                    baselines = [computed[k][1] for k in sorted(computed)]
-                    offered = len(job.cases) - len(fatal or [])
-                    self.info["case_counts"][op.name] = offered
-                    if len(kept) < offered:
-                        self.info.setdefault("dropped_empty_cases", {})[f"{op.name}.{dtype}"] = offered - len(kept)
-                    cal = calibrate(op, dtype, kept, truths, baselines)
-                    plan = (self._replay_plan(op, dtype, cal) if self.token else
-                            PlanFile(op.name, dtype, self.budget, self.seed, kept, truths, cal.budgets, cal.masks,
-                                     cal.out_dtypes, cal.pooled_rmse, cal.pooled_quantile, cal.n_cases,
-                                     cal.summary()))
+                if self.token:
+                    outcome: Any = self._replay_plan(job, dtype, self._plan_path(op_index, len(outcomes), job.op,
+                                                                                 dtype), probe.result)
+                else:
+                    outcome = calibrate_plan(job.op, dtype, job.cases, probe.result, self.budget, self.seed,
+                                             self._plan_path(op_index, len(outcomes), job.op, dtype))
             except CalibrationError as exc:
-                # The reference is the user's input: one line, exit 2 (never "a bug in opgate").
-                raise InputError(f"spec file {self.spec_file}: {exc}; fix the reference (it defines the "
-                                 "operator's meaning) or the dims/dtypes it is given") from None
-            path = self.workdir / f"plan-{op_index}-{len(plans)}-{op.name}-{dtype}.pt".replace("/", "_")
-            plan.save(path)
-            plans[dtype] = path
-            calibrations[dtype] = cal
-            self.spans[f"{op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
-            self._hand_over(op_index, job.make_plan({dtype: path}), per_dtype)
-        self.results.append(calibration_result(op, calibrations, self.budget, self.seed, time.perf_counter() - t0))
-        self._hand_over(op_index, job.make_plan(plans), per_operator)
+                raise self._input_error(job, exc) from None
+            self.spans[f"{job.op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
+            self._done_dtype(op_index, job, outcome, outcomes)
+        self._done_operator(op_index, job, outcomes, time.perf_counter() - t0)
+
+    def _calibrate_in_pool(self, pool: CalibrationPool, fatal: dict[int, "Future[list[Case]]"]) -> None:
+        """Every operator x dtype in the pool's processes; each is handed over the moment it is done."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        pending: dict[Future[PlanOutcome], tuple[int, str, float]] = {}
+        outcomes: dict[int, dict[str, Any]] = {index: {} for index in range(len(self.jobs))}
+        first_start: dict[int, float] = {}
+        try:
+            for index, job in enumerate(self.jobs):
+                fatal_cases = [c.to_dict() for c in fatal[index].result()]
+                for k, dtype in enumerate(job.dtypes):
+                    future = pool.submit(str(job.spec_file.resolve()), job.op.name, dtype,
+                                         [c.to_dict() for c in job.cases], fatal_cases, self.budget, self.seed,
+                                         str(self._plan_path(index, k, job.op, dtype)))
+                    pending[future] = (index, dtype, time.perf_counter())
+            while pending and not self.stopped.is_set():
+                done, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    index, dtype, submitted = pending.pop(future)
+                    job = self.jobs[index]
+                    try:
+                        outcome = future.result()
+                    except CalibrationError as exc:
+                        raise self._input_error(job, exc) from None
+                    first_start.setdefault(index, submitted)
+                    self.spans[f"{job.op.name} {dtype}"] = [round(submitted - self.started_at, 2),
+                                                            round(time.perf_counter() - self.started_at, 2)]
+                    self._done_dtype(index, job, outcome, outcomes[index])
+                    if len(outcomes[index]) == len(job.dtypes):
+                        self._done_operator(index, job, {d: outcomes[index][d] for d in job.dtypes},
+                                            time.perf_counter() - first_start[index])
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def _done_dtype(self, op_index: int, job: CalibrationJob, outcome: Any, outcomes: dict[str, Any]) -> None:
+        """Record one operator x dtype's plan and hand its per-dtype tasks (numerics) to the run."""
+        op = job.op
+        self.info["case_counts"][op.name] = outcome.offered
+        if outcome.fatal:
+            self.info.setdefault("fatal_empty_cases", {})[op.name] = outcome.fatal
+        if outcome.n_cases < outcome.offered:
+            self.info.setdefault("dropped_empty_cases", {})[f"{op.name}.{outcome.dtype}"] = (
+                outcome.offered - outcome.n_cases)
+        outcomes[outcome.dtype] = outcome
+        counts = self.info.setdefault("bounds_cache", {"hit": 0, "computed": 0})
+        for key, count in outcome.cache.items():
+            counts[key] = counts.get(key, 0) + count
+        per_dtype = [s for s in self.stages if s.needs.calibration and s.per_dtype_plans]
+        self._hand_over(op_index, job.make_plan({outcome.dtype: Path(outcome.path)}), per_dtype)
+
+    def _done_operator(self, op_index: int, job: CalibrationJob, outcomes: dict[str, Any], seconds: float) -> None:
+        per_operator = [s for s in self.stages if s.needs.calibration and not s.per_dtype_plans]
+        self.results.append(calibration_result(job.op, outcomes, self.budget, self.seed, seconds))
+        self._hand_over(op_index, job.make_plan({d: Path(o.path) for d, o in outcomes.items()}), per_operator)
 
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:
@@ -199,12 +365,22 @@ class Calibrator(threading.Thread):
             self.task_keys[task.check_id] = (order, op_index, len(self.task_keys))
         self.feed.put([task for _, task in sorted(items, key=lambda item: item[0])])
 
-    def _replay_plan(self, op: Any, dtype: str, cal: Calibration) -> PlanFile:
+    def _replay_plan(self, job: CalibrationJob, dtype: str, path: Path, fatal_cases: Callable[[], list[Case]],
+                     ) -> PlanOutcome:
         """A plan of one case (from a replay token) judged with the full plan's pooled calibration."""
+        from opgate.verify.memory_guard import refuse_oversized_cases
+
         assert self.token is not None
-        case = self.token.case
-        truth, baseline = truth_and_baseline(op, case, dtype)
-        budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
-                                                      cal.pooled_quantile, cal.n_cases)
-        return PlanFile(op.name, dtype, self.budget, self.seed, [case], [truth], [budgets], [masks], out_dtypes,
-                        cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary())
+        op, case = job.op, self.token.case
+        refuse_oversized_cases(op, [case], dtype)
+        with inputs_generated_once():
+            kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, job.cases, fatal_cases)
+            cal = calibrate(op, dtype, kept, truths, baselines)
+            truth, baseline = truth_and_baseline(op, case, dtype)
+            budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
+                                                          cal.pooled_quantile, cal.n_cases)
+        PlanFile(op.name, dtype, self.budget, self.seed, [case], [truth], [budgets], [masks], out_dtypes,
+                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary()).save(path)
+        return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
+                           cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
+                           len(job.cases) - len(fatal), [c.label() for c in fatal])

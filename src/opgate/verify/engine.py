@@ -31,7 +31,7 @@ from opgate.checks.base import CheckContext
 from opgate.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
 from opgate.stage_api import OperatorPlan, Stage, StageOptions, stage_tasks
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
-from opgate.verify.calibrator import CalibrationJob, Calibrator
+from opgate.verify.calibrator import CalibrationJob, CalibrationPool, Calibrator, calibration_processes
 from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan
 from opgate.verify.replay import ReplayToken
@@ -47,7 +47,7 @@ SPARE_WORKERS_MAX = 12
 
 @dataclass(frozen=True)
 class VerifyRequest:
-    spec_file: Path
+    spec_file: Path  # the first (or only) spec file; `spec_files` lists them all when several are verified at once
     ops: Sequence[str] = ()
     impls: Sequence[str] = ()
     dtypes: Sequence[str] = ()
@@ -69,6 +69,14 @@ class VerifyRequest:
     # Seconds one call of the implementation on one case may run before it counts as a hang (a `crash` of that
     # case; the other cases still run). None: resume.CASE_TIMEOUT_S; at most 90% of timeout_s.
     case_timeout_s: float | None = None
+    # Several spec files in one run (`opgate verify a.py b.py DIR`): one report, one worker pool, one calibration
+    # queue. Empty: just `spec_file`.
+    spec_files: Sequence[Path] = ()
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every spec file of the run, as the user gave them."""
+        return tuple(self.spec_files) or (self.spec_file,)
 
 
 def parse_stages(text: str) -> list[str]:
@@ -105,15 +113,20 @@ class Selection:
     choices: list[ImplementationChoice]
     dtypes: list[str]
     cases: dict[str, list[Case]] = field(default_factory=dict)  # dtype -> cases to judge (replay: one)
+    spec_file: Path = Path()  # the spec file that defines `op`, as the user gave it
 
 
-def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken | None) -> list[Selection]:
-    """Apply --op/--impl/--dtype (or a replay token) to the spec; unknown names are input errors."""
+def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken | None,
+           shown: dict[Path, Path] | None = None) -> list[Selection]:
+    """Apply --op/--impl/--dtype (or a replay token) to the spec files' operators; unknown names are input errors.
+    `shown`: each operator's resolved spec file -> the path as the user gave it."""
     names = [token.op] if token else list(request.ops)
     by_name = {op.name: op for op in ops}
+    where = (str(request.spec_file) if len(request.files) == 1
+             else f"any of the {len(request.files)} spec files")
     for name in names:
         if name not in by_name:
-            raise InputError(f"--op {name!r} is not defined in {request.spec_file}; choose from: {', '.join(by_name)}")
+            raise InputError(f"--op {name!r} is not defined in {where}; choose from: {', '.join(by_name)}")
     chosen_ops = [by_name[n] for n in names] if names else list(ops)
     wanted_impls = [token.impl] if token else list(request.impls)
     wanted_dtypes = [token.dtype] if token else list(request.dtypes)
@@ -132,7 +145,9 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
                                  f"({', '.join(op.dtypes)}); add it to the spec's dtypes or pick one of those")
             dtypes = [d for d in op.dtypes if d in wanted_dtypes]
         if choices and dtypes:
-            selections.append(Selection(op, choices, dtypes))
+            spec_file = op.spec_file or request.spec_file
+            selections.append(Selection(op, choices, dtypes,
+                                        spec_file=(shown or {}).get(Path(spec_file), Path(spec_file))))
     missing = [i for i in wanted_impls if i not in all_impls]
     if missing:
         raise InputError(f"--impl {missing[0]!r} is not an implementation of the selected operator(s); "
@@ -214,29 +229,66 @@ class PreparedRun:
     feed: TaskFeed
     calibrator: Calibrator
     task_keys: dict[str, tuple[int, int, int]]  # check id -> (stage order, operator, sequence): the report's order
+    spec_of_op: dict[str, str]  # operator name -> its spec file as the user gave it (results name it: replays)
 
     def finish(self, report: RunReport) -> RunReport:
-        """The session's report with the calibration's results first and every check in stage order."""
+        """The session's report with the calibration's results first and every check in stage order, each result
+        naming the spec file of its operator (extra["spec_file"]: the replay command's file)."""
         keys = {**self.task_keys, **self.calibrator.task_keys}
         late = len(keys)
-        checks = sorted(report.results, key=lambda r: keys.get(r.check_id, (10**6, late, 0)))
-        engine = {**self.info["engine"], "calibration_spans_s": self.calibrator.spans}
+        checks = sorted((self._with_spec(r) for r in report.results),
+                        key=lambda r: keys.get(r.check_id, (10**6, late, 0)))
+        engine = {**self.info["engine"], "calibration_spans_s": self.calibrator.spans,
+                  "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0})}
         extra = {**report.extra, **self.info, "engine": engine}
-        calibrated = list(self.calibrator.results)  # a snapshot: after an interrupt the thread may still append
-        return dataclasses.replace(report, results=tuple(calibrated) + tuple(self.preset) + tuple(checks),
-                                   extra=extra)
+        calibrated = [self._with_spec(r) for r in list(self.calibrator.results)]  # a snapshot: after an interrupt
+        preset = [self._with_spec(r) for r in self.preset]                         # the thread may still append
+        return dataclasses.replace(report, results=tuple(calibrated) + tuple(preset) + tuple(checks), extra=extra)
+
+    def _with_spec(self, result: CheckResult) -> CheckResult:
+        op = result.extra.get("op") if isinstance(result.extra, dict) else None
+        spec = self.spec_of_op.get(str(op)) if op is not None else None
+        if spec is None:  # calibration and GPU-stage results: the longest operator name their id starts with
+            named = [name for name in self.spec_of_op if result.check_id.startswith(f"verify.{name}.")]
+            spec = self.spec_of_op[max(named, key=len)] if named else None
+        if spec is None or (isinstance(result.extra, dict) and "spec_file" in result.extra):
+            return result
+        return dataclasses.replace(result, extra={**(result.extra or {}), "spec_file": spec})
 
 
-def _load_spec(request: VerifyRequest) -> list[Operator]:
-    """The spec's operators (pre-flight import in a child, then here: specload.py) with their `<op>.grad` twins
-    (verify/gradients.py); torch is imported here while the child imports the spec."""
-    from opgate.specload import load_spec_isolated
+def _load_specs(request: VerifyRequest) -> tuple[list[Operator], dict[Path, Path]]:
+    """Every spec file's operators (pre-flight imports in isolated children, side by side, then here:
+    specload.py) with their `<op>.grad` twins (verify/gradients.py), and each resolved spec path -> the path as
+    given. torch is imported here while the children import the specs. An operator name defined by two spec files
+    is an input error: check ids, replay tokens and reports name operators, not files."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    return with_gradient_operators(load_spec_isolated(request.spec_file, request.timeout_s,
-                                                      import_meanwhile=("torch",)))
+    from opgate.specload import import_spec_guarded, preflight_spec
+
+    files = request.files
+    timeout = request.timeout_s or None
+    with ThreadPoolExecutor(max_workers=max(1, min(len(files), request.jobs))) as pool:
+        # the first pre-flight also imports torch here meanwhile; the others only wait
+        futures = [pool.submit(preflight_spec, path, *([timeout] if timeout else []),
+                               import_meanwhile=("torch",) if k == 0 else ()) for k, path in enumerate(files)]
+        for future in futures:
+            future.result()  # the first failing file's InputError, in the order given
+    ops: list[Operator] = []
+    shown: dict[Path, Path] = {}
+    defined_in: dict[str, Path] = {}
+    for path in files:
+        for op in with_gradient_operators(import_spec_guarded(path)):
+            if op.name in defined_in:
+                raise InputError(f"operator {op.name!r} is defined in both {defined_in[op.name]} and {path}; "
+                                 "operator names must be unique in one run: rename one, or verify the files apart")
+            defined_in[op.name] = path
+            ops.append(op)
+        shown[Path(path).resolve()] = Path(path)
+    return ops, shown
 
 
-def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = None) -> PreparedRun:
+def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = None,
+                calibration_pool: CalibrationPool | None = None) -> PreparedRun:
     """Everything before the checks start: the spec, the selection, the tasks that need no calibration, and the
     calibration thread (not yet started) with the feed that will bring the numerics tasks."""
     t0 = time.perf_counter()
@@ -244,13 +296,18 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     budget_name = token.budget if token else request.budget
     budget_plan(budget_name)  # validates the name
     if token:
+        if len(request.files) > 1:
+            raise InputError("--replay re-runs one case of one operator: give only the spec file that defines "
+                             f"operator {token.op!r}, not {len(request.files)} files")
         request = dataclasses.replace(request, seed=token.plan_seed, shrink=False)
-    ops = _load_spec(request)
+    ops, shown = _load_specs(request)
     spec_loaded = time.perf_counter()
-    selections = select(ops, request, token)
+    selections = select(ops, request, token, shown)
     gpu = _gpu_present()
     info: dict[str, Any] = {"budget": budget_name, "seed": request.seed, "spec": str(request.spec_file),
                             "gpu": gpu, "case_counts": {}, "replay": token.encode() if token else None}
+    if len(request.files) > 1:
+        info["specs"] = [str(path) for path in request.files]
     timeout = request.timeout_s or TIMEOUT_BY_BUDGET[budget_name]
     if pool is not None and token is None:
         _prestart_workers(pool, selections, request, gpu)
@@ -268,17 +325,19 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
         items, stage_preset = stage_tasks(make_plan({}), at_once, unmet)
         keyed += [((order, op_index, len(keyed) + k), task) for k, (order, task) in enumerate(items)]
         preset += stage_preset
-        jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan))
+        jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file))
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
     feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0))
-    calibrator = Calibrator(jobs, calibrated, unmet, feed, request.spec_file, budget_name, request.seed, workdir,
-                            token, info)
+    plans = sum(len(job.dtypes) for job in jobs)
+    calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,
+                            pool=calibration_pool if plans > 1 else None)
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2)}
-    return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed})
+    spec_of_op = {sel.op.name: str(sel.spec_file) for sel in selections}
+    return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed}, spec_of_op)
 
 
 def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
@@ -305,24 +364,26 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
     more for each implementation of the GPU stages (the recovery check retires its worker)."""
     from opgate.verify.backends import backend
 
-    wanted: list[tuple[tuple[float, bool], str, dict[str, str], str, int]] = []  # (rank, key, env, backend, count)
+    # (rank, key, env, backend, count, spec file)
+    wanted: list[tuple[tuple[float, bool], str, dict[str, str], str, int, str]] = []
     for sel in selections:
         for choice in sel.choices:
             chosen = backend(choice.backend)
             if chosen.unavailable_reason():  # TVM absent: no worker
                 continue
             env = child_env(chosen.child_env(gpu), request.jobs)
-            key = OperatorPlan.worker_key_for(request.spec_file.resolve(), sel.op.name, choice.name, env)
+            spec = str(sel.spec_file.resolve())
+            key = OperatorPlan.worker_key_for(Path(spec), sel.op.name, choice.name, env)
             on_gpu = gpu and choice.origin == "user" and chosen.gpu_stages
-            wanted.append(((chosen.startup_s, on_gpu), key, env, choice.backend, len(sel.dtypes) + int(on_gpu)))
+            wanted.append(((chosen.startup_s, on_gpu), key, env, choice.backend, len(sel.dtypes) + int(on_gpu),
+                           spec))
     wanted.sort(key=lambda entry: entry[0], reverse=True)
-    order = [(key, env, name) for _, key, env, name, _ in wanted]
-    for _, key, env, name, count in wanted:
-        order += [(key, env, name)] * (count - 1)
-    for key, env, name in order[:request.jobs]:
+    order = [(key, env, name, spec) for _, key, env, name, _, spec in wanted]
+    for _, key, env, name, count, spec in wanted:
+        order += [(key, env, name, spec)] * (count - 1)
+    for key, env, name, spec in order[:request.jobs]:
         pool.prestart(CheckTask("verify.warm_up", "warm-up", "opgate.verify.loaded_specs:WarmUpCheck", 600.0,
-                                CheckContext(verb="verify", options={"spec_file": str(request.spec_file.resolve()),
-                                                                     "backend": name}),
+                                CheckContext(verb="verify", options={"spec_file": spec, "backend": name}),
                                 env=env, worker=key))
 
 
@@ -370,7 +431,7 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
     envs = {c.name: child_env(backend(c.backend).child_env(gpu), request.jobs) for c in sel.choices}
     gpu_choices = [c for c in sel.choices if c.origin == "user" and backend(c.backend).gpu_stages]
     return OperatorPlan(
-        op=sel.op, choices=list(sel.choices), dtypes=list(sel.dtypes), spec_file=request.spec_file.resolve(),
+        op=sel.op, choices=list(sel.choices), dtypes=list(sel.dtypes), spec_file=sel.spec_file.resolve(),
         budget=budget_name, seed=request.seed, gpu=gpu, jobs=request.jobs, workdir=workdir, out_dir=request.out_dir,
         timeout_s=timeout, replaying=replaying, plans=plans, child_envs=envs, gpu_choices=gpu_choices,
         options=StageOptions(extras=request.extras or replaying, shrink=request.shrink,
@@ -388,14 +449,18 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
         (workdir / "workers").mkdir()
         pool = WarmPool(workdir / "workers", warm_worker_limit(request.jobs))
         prepared: PreparedRun | None = None
+        # processes that calibrate operators x dtypes side by side on hosts with many cores, started now so their
+        # imports overlap the spec load (at most one per operator x dtype: a bound refined once the specs are read)
+        processes = 0 if request.replay else calibration_processes(1 << 16)
+        calibration_pool = CalibrationPool(processes) if processes else None
         try:
             if not request.replay:
                 _start_spare_workers(pool, request)
             if console.is_terminal:
                 with console.status("loading the spec"):
-                    prepared = prepare_run(request, workdir, pool)
+                    prepared = prepare_run(request, workdir, pool, calibration_pool)
             else:
-                prepared = prepare_run(request, workdir, pool)
+                prepared = prepare_run(request, workdir, pool, calibration_pool)
             prepared.calibrator.start()
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
@@ -410,6 +475,8 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
                 if prepared.calibrator.is_alive():  # interrupted: let it leave the work folder before it goes
                     prepared.calibrator.join(timeout=5.0)
             closing = time.perf_counter()
+            if calibration_pool is not None:
+                calibration_pool.close()
             pool.close()
         engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2)}
         report = dataclasses.replace(report, extra={**report.extra, "engine": engine})
@@ -426,8 +493,11 @@ def _with_whole_run_stages(report: RunReport, request: VerifyRequest, console: A
         if stage.whole_run_group:
             groups.setdefault(stage.whole_run_group, []).append(stage)
     for group, members in groups.items():
-        whole = members[0].run_whole(request.spec_file.resolve(), [m.name for m in members], request, console)
-        report = dataclasses.replace(report, results=report.results + whole.results,
-                                     duration_s=report.duration_s + whole.duration_s,
-                                     extra={**report.extra, group: whole.extra})
+        for spec_file in request.files:  # once per spec file: each is its own analyze run
+            whole = members[0].run_whole(Path(spec_file).resolve(), [m.name for m in members], request, console)
+            extra = whole.extra if len(request.files) == 1 else {
+                **report.extra.get(group, {}), str(spec_file): whole.extra}
+            report = dataclasses.replace(report, results=report.results + whole.results,
+                                         duration_s=report.duration_s + whole.duration_s,
+                                         extra={**report.extra, group: extra})
     return report
