@@ -19,12 +19,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.verify.tasks import GpuStagePayload, ImplementationRef
+
+if TYPE_CHECKING:
+    from opgate.gpu.judge.graphs import GraphMismatchCause
+    from opgate.gpu.probes.graphs import GraphCaptureReport
 
 SANITIZER_TIMEOUT_S = 420.0
 
@@ -110,6 +114,17 @@ def rotating_input_sets(first: tuple[Any, ...], count: int) -> list[tuple[Any, .
                           (value.clone() if hasattr(value, "clone") else value))
         sets.append(tuple(rolled))
     return sets
+
+
+def graph_mismatch(graph: GraphCaptureReport) -> GraphMismatchCause:
+    """The measured cause of a replay that differs from eager (opgate.gpu.judge.graphs), from the probe's report."""
+    from opgate.gpu.judge.graphs import GraphMismatchFacts, graph_mismatch_cause
+
+    facts = GraphMismatchFacts(replay_diff=float(graph.max_abs_diff or 0.0), tolerance=float(graph.tolerance or 0.0),
+                               eager_calls=graph.eager_calls, eager_spread=graph.eager_spread, replays=graph.replays,
+                               replay_spread=graph.replay_spread, unwritten=graph.unwritten, elements=graph.elements,
+                               eager_reuses_outputs=graph.eager_reuses_outputs)
+    return graph_mismatch_cause(facts)
 
 
 class GpuStageCheck(Check):
@@ -203,11 +218,16 @@ class VerifyRuntimeCheck(GpuStageCheck):
             Figure("launch overhead saved by a graph", round(graph.saved_us_per_call or 0, 3), "us/call"),
         ]
         if not graph.matches_eager:
-            return self.failed(f"{timing_text}; CUDA graph replay differs from eager (max |diff| "
-                               f"{graph.max_abs_diff:.3g}): the implementation depends on state a graph freezes",
-                               figures=figures, remediation="Look for host-side values baked in at capture time "
-                               "(Python scalars from tensors, cached pointers, allocator-dependent buffers).",
-                               extra=extra)
+            mismatch = graph_mismatch(graph)
+            figures.append(Figure("CUDA graph mismatch cause", mismatch.kind))
+            extra["graph"]["mismatch_cause"] = mismatch.kind
+            prefix = ""
+            if mismatch.failure_class:
+                extra["failure_class"] = mismatch.failure_class
+                prefix = f"[{mismatch.failure_class}] "
+            return self.failed(f"{prefix}{timing_text}; CUDA graph replay differs from eager (max |diff| "
+                               f"{graph.max_abs_diff:.3g}): {mismatch.cause}",
+                               figures=figures, remediation=mismatch.remedy, extra=extra)
         saved = graph.saved_us_per_call or 0.0
         # A replay can measure slower than eager (seen on the H200 for the torch attention example at
         # 4.3 ms per call): say so plainly instead of printing a negative saving.
