@@ -5,6 +5,7 @@ wait, and turns a wait past the limit into an error; the CUDA-index-to-UUID mapp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -172,3 +173,32 @@ def test_on_a_gpu_host_verify_tasks_take_the_guard_and_measuring_ones_take_it_al
     modes = {t.check_id.rsplit(".", 1)[-1]: (t.uses_gpu, t.exclusive) for t in tasks}
     assert modes["runtime"] == (True, True) and modes["recovery"] == (True, True)
     assert modes["sanitizer"] == (True, False)  # shared: side by side with the numerics
+
+
+def test_a_warm_up_holds_the_gpu_shared_until_it_ends_and_is_skipped_while_another_run_has_it(tmp_path: Path) -> None:
+    """A CUDA context created while another run's recovery stage fills the card fails and spoils its worker."""
+    from opgate.runner import WarmPool
+
+    guard = GpuGuard(keys_for=lambda device: (KEY,), wait_s=60, directory=tmp_path / "locks")
+    (tmp_path / "work").mkdir()
+    warm_up = dataclasses.replace(guarded_task(), check_id="planted.spare_warm_up")
+    pool = WarmPool(tmp_path / "work", limit=4, guard=guard)
+    try:
+        with hold(tmp_path / "locks", EXCLUSIVE, 30):
+            pool.start_spare(warm_up)
+            assert pool.spares == []  # skipped: only a head start, not worth a wait
+        pool.start_spare(warm_up)
+        assert len(pool.spares) == 1
+        writer = GpuLockRequest((KEY,), EXCLUSIVE, "another run's recovery", tmp_path / "locks")
+        assert not writer.poll()  # the warm-up (a fresh interpreter) is still starting, and holds it shared
+        started = time.monotonic()
+        while not writer.poll():  # ... until its result is written
+            pool.settle()
+            assert time.monotonic() - started < 60
+            time.sleep(0.02)
+        writer.release()
+        pool.start_spare(warm_up)
+        [mine] = run_checks([guarded_task(exclusive=True)], pool=pool, gpu_guard=guard)
+        assert mine.outcome is Outcome.PASSED and "gpu_guard" not in mine.extra  # its own run's warm-up gave way
+    finally:
+        pool.close()

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
 from opgate.children import die_with_parent, kill_process_group, register_child, unregister_child
-from opgate.gpu_guard import GpuGuard, Waiting
+from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
 # How much of a dead child's stderr to keep as evidence.
@@ -354,8 +354,13 @@ class WarmPool:
     """Idle warm workers by key; at most `limit` alive at once (the least recently used idle one goes).
     `run_checks` makes its own, or takes one the caller made (and closes) to start workers early."""
 
-    def __init__(self, workdir: Path, limit: int) -> None:
+    def __init__(self, workdir: Path, limit: int, guard: GpuGuard | None = None) -> None:
         self.workdir, self.limit = workdir, max(1, limit)
+        # A warm-up that touches the GPU (a CUDA context, a compile) holds its GPU's lock shared until it has
+        # finished: a context created while another opgate run's recovery stage fills the card would fail, and
+        # leave the worker unusable for the checks that adopt it. (result file, its lock) per warm-up in flight.
+        self.guard = guard or GpuGuard()
+        self._warm_ups: list[tuple[Path, _WarmWorker, GpuLockRequest]] = []
         self.idle: list[_WarmWorker] = []
         self.busy: set[_WarmWorker] = set()
         # Spares: started before anyone knows which key they will serve (verify starts them before it has read
@@ -380,18 +385,45 @@ class WarmPool:
 
     def start_spare(self, task: CheckTask) -> None:
         """Start a worker with `task`'s environment that runs `task` (a generic warm-up: imports, a CUDA context)
-        and waits to be adopted by a key (prestart or take). Over the limit, nothing is started."""
+        and waits to be adopted by a key (prestart or take). Over the limit, or while another opgate run has the
+        GPU to itself, nothing is started (a warm-up is only a head start)."""
         if self._alive() >= self.limit:
+            return
+        lock = self._warm_up_lock(task)
+        if lock is False:
             return
         self.started += 1
         worker = _WarmWorker(dataclasses.replace(task, worker=""), self.workdir, self.started)
-        self._send_warm_up(worker, task)
+        self._send_warm_up(worker, task, lock)
         self.spares.append(worker)
 
-    def _send_warm_up(self, worker: _WarmWorker, task: CheckTask) -> None:
+    def _warm_up_lock(self, task: CheckTask) -> GpuLockRequest | None | bool:
+        """The shared GPU lock a warm-up of `task` holds (None: it needs none); False when another run holds the
+        GPU exclusively now (the warm-up is skipped, not waited for)."""
+        if not task.uses_gpu:
+            return None
+        request = self.guard.request(task.device, False, task.check_id)
+        if request.poll():
+            return request
+        request.release()
+        return False
+
+    def _send_warm_up(self, worker: _WarmWorker, task: CheckTask, lock: GpuLockRequest | None = None) -> None:
+        result_path = self.workdir / f"warmup-{self.started}-{worker.tasks_run}.result.json"
         worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
-                     "context": asdict(task.context),
-                     "result_path": str(self.workdir / f"warmup-{self.started}-{worker.tasks_run}.result.json")})
+                     "context": asdict(task.context), "result_path": str(result_path)})
+        if lock is not None:
+            self._warm_ups.append((result_path, worker, lock))
+
+    def settle(self, yield_all: bool = False) -> None:
+        """Release the GPU locks of warm-ups that have finished (their result is written, or their worker died);
+        `yield_all`: of every warm-up, before an exclusive task of this run (the guard keeps *other* runs out: this
+        run's own measurements overlapped its warm-ups before the guard too, and must not wait for them)."""
+        for entry in list(self._warm_ups):
+            result_path, worker, lock = entry
+            if yield_all or result_path.is_file() or not worker.alive():
+                lock.release()
+                self._warm_ups.remove(entry)
 
     def take(self, task: CheckTask) -> _WarmWorker:
         for worker in list(self.idle):
@@ -422,14 +454,20 @@ class WarmPool:
     def prestart(self, task: CheckTask) -> None:
         """Start a worker for `task`'s key now and have it run `task` (a warm-up: imports, the spec) while the
         caller does other work; it joins the idle workers at once, and the first real task of its key queues
-        behind the warm-up in its input. Over the limit, nothing is started."""
+        behind the warm-up in its input. Over the limit, or while another opgate run has the GPU to itself, nothing
+        is started."""
+        lock = self._warm_up_lock(task)
+        if lock is False:
+            return
         worker = self._adopt_spare(task)
         if worker is None:
             if self._alive() >= self.limit:
+                if lock is not None:
+                    lock.release()
                 return
             self.started += 1
             worker = _WarmWorker(task, self.workdir, self.started)
-        self._send_warm_up(worker, task)
+        self._send_warm_up(worker, task, lock)
         self.idle.append(worker)
 
     def give_back(self, worker: _WarmWorker, healthy: bool) -> None:
@@ -457,6 +495,9 @@ class WarmPool:
             except subprocess.TimeoutExpired:
                 pass
             worker.discard()
+        for _, _, lock in self._warm_ups:
+            lock.release()
+        self._warm_ups.clear()
         self.idle.clear()
         self.busy.clear()
         self.spares.clear()
@@ -504,11 +545,11 @@ def run_checks(
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = list(enumerate(tasks))
     running: list[Any] = []  # _Running | _WarmRunning
-    claims = _GpuClaims(gpu_guard or GpuGuard())
+    claims = _GpuClaims(gpu_guard or (pool.guard if pool is not None else GpuGuard()))
     with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
         workdir = Path(tmp)
         own_pool = pool is None
-        workers = WarmPool(workdir, warm_worker_limit(jobs)) if pool is None else pool
+        workers = WarmPool(workdir, warm_worker_limit(jobs), claims.guard) if pool is None else pool
         try:
             _schedule(pending, running, results, workdir, workers, jobs, on_start, on_done, follow_up, feed,
                       on_added, claims)
@@ -630,12 +671,15 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
               on_added: Callable[[int], None] | None = None, claims: "_GpuClaims | None" = None) -> None:
     claims = claims or _GpuClaims(GpuGuard())
     while pending or running or (feed is not None and feed.is_open):
+        pool.settle()  # warm-ups that finished give their GPU lock back
         if feed is not None:
             _take_arrivals(feed, pending, results, running, on_added)
         while pending and len(running) < max(1, jobs):
             index, task = pending[0]
             if _must_wait(task, running) or (feed is not None and feed.holds(task)):
                 break
+            if task.uses_gpu and task.exclusive:
+                pool.settle(yield_all=True)
             go, refused = claims.admit(index, task)  # its GPU's host-wide lock (another opgate run may hold it)
             if not go and refused is None:
                 break  # it keeps its place at the head of the queue
