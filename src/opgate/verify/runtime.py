@@ -116,6 +116,11 @@ def rotating_input_sets(first: tuple[Any, ...], count: int) -> list[tuple[Any, .
     return sets
 
 
+def _json_number(value: Any) -> Any:
+    """JSON has no inf/NaN (a spread is inf where NaN positions differ): keep them readable, as figures do."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def graph_mismatch(graph: GraphCaptureReport) -> GraphMismatchCause:
     """The measured cause of a replay that differs from eager (opgate.gpu.judge.graphs), from the probe's report."""
     from opgate.gpu.judge.graphs import GraphMismatchFacts, graph_mismatch_cause
@@ -202,7 +207,8 @@ class VerifyRuntimeCheck(GpuStageCheck):
         phase("graph")
         extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
                                  "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,
-                                 "graph": {**graph.__dict__, "saved_us_per_call": graph.saved_us_per_call}}
+                                 "graph": {**{k: _json_number(v) for k, v in graph.__dict__.items()},
+                                           "saved_us_per_call": graph.saved_us_per_call}}
         timing_text = f"{stats.median_us:.1f} us median (p95 {stats.p95_us:.1f}) at {label} on {gpu_name}"
         if roof_text:
             timing_text += f", {roof_text}"
