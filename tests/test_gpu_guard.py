@@ -202,3 +202,39 @@ def test_a_warm_up_holds_the_gpu_shared_until_it_ends_and_is_skipped_while_anoth
         assert mine.outcome is Outcome.PASSED and "gpu_guard" not in mine.extra  # its own run's warm-up gave way
     finally:
         pool.close()
+
+
+def test_physical_gpus_come_from_nvml_with_their_mig_instances(monkeypatch) -> None:
+    import opgate.probes.gpu_identity as identity
+
+    class FakeNvml:
+        def nvmlDeviceGetCount(self) -> int:
+            return 2
+
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[str, int]:
+            return ("gpu", index)
+
+        def nvmlDeviceGetUUID(self, handle: tuple[str, int]) -> bytes:
+            return f"{'GPU' if handle[0] == 'gpu' else 'MIG'}-{handle[1]}abc".encode()
+
+        def nvmlDeviceGetName(self, handle: tuple[str, int]) -> str:
+            return "NVIDIA H200"
+
+        def nvmlDeviceGetMaxMigDeviceCount(self, handle: tuple[str, int]) -> int:
+            return 1 if handle[1] == 1 else 0
+
+        def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: tuple[str, int], slot: int) -> tuple[str, int]:
+            return ("mig", 7)
+
+    monkeypatch.setattr(identity, "nvml_session", lambda: contextlib.nullcontext(FakeNvml()))
+    assert identity.physical_gpus() == [PhysicalGpu(0, "GPU-0abc", "NVIDIA H200"),
+                                        PhysicalGpu(1, "GPU-1abc", "NVIDIA H200", ("MIG-7abc",))]
+
+
+def test_without_nvml_every_run_locks_one_common_key(monkeypatch) -> None:
+    import opgate.probes.gpu_identity as identity
+    from opgate.gpu_guard import UNIDENTIFIED, keys_from_nvml
+    from opgate.probes.nvml import NotAvailable
+
+    monkeypatch.setattr(identity, "physical_gpus", lambda: NotAvailable("no NVIDIA driver"))
+    assert keys_from_nvml(0) == keys_from_nvml(None) == (UNIDENTIFIED,)

@@ -28,10 +28,13 @@ def physical_gpus() -> list[PhysicalGpu] | NotAvailable:
     """Every GPU NVML sees, in its order; NotAvailable with the reason when NVML cannot tell."""
     try:
         with nvml_session() as nv:
+            count = query(nv.nvmlDeviceGetCount)
+            if not is_available(count):
+                return NotAvailable(f"NVML cannot count the GPUs: {count.reason}")
             gpus = []
-            for index in range(nv.nvmlDeviceGetCount()):
-                handle = nv.nvmlDeviceGetHandleByIndex(index)
-                uuid = query(nv.nvmlDeviceGetUUID, handle)
+            for index in range(int(count)):
+                handle = query(nv.nvmlDeviceGetHandleByIndex, index)
+                uuid = query(nv.nvmlDeviceGetUUID, handle) if is_available(handle) else handle
                 if not is_available(uuid):
                     return NotAvailable(f"NVML gives GPU {index} no UUID: {uuid.reason}")
                 gpus.append(PhysicalGpu(index, str(uuid), str(query(nv.nvmlDeviceGetName, handle)),
