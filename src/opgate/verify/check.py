@@ -432,9 +432,11 @@ class VerifyImplementationCheck(Check):
         not_judged = (f"{len(unjudged)}/{n} case(s) not judged, first {unjudged[0].case.label()}: "
                       f"{unjudged[0].verdict.not_judged}") if unjudged else ""
         if not failing and unjudged:
-            return self.result(
-                Outcome.ERROR, f"could not judge: {not_judged}; the other {n - len(unjudged)} case(s) are within "
-                               "budget", figures=figures, extra=extra, remediation=NOT_JUDGED_REMEDIATION)
+            judged = (f"the other {n - len(unjudged)} case(s) are within budget" if not deviations else
+                      f"the other {n - len(unjudged)} case(s) are within budget or documented deviations "
+                      f"({', '.join(sorted({d.kind for d in deviations}))})")
+            return self.result(Outcome.ERROR, f"could not judge: {not_judged}; {judged}", figures=figures, extra=extra,
+                               remediation=NOT_JUDGED_REMEDIATION)
         if not failing:
             passing = [r for r in records if r.verdict.passed] or records
             ratio = max(r.verdict.worst_ratio for r in passing)
