@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "data" / "verify" / "truth_corpus"
 MANIFEST = CORPUS / "manifest.toml"
 FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
-                   "gradient", "memory")
+                   "stream", "gradient", "memory")
 DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "undefined")
 NEEDS = ("gradients", "hits", "derived_dims", "zero_sizes", "nan_policy", "peaked", "mixed", "gaming")
 OUTCOME_RANK = {"skipped": 0, "passed": 1, "warned": 2, "failed": 3, "error": 4}

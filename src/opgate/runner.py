@@ -11,6 +11,9 @@ isolation stays: a worker that dies or hangs fails only the check it was running
 started is the evidence); it is discarded and the next check of its key starts a fresh one. A worker whose
 check left the CUDA context unusable exits by itself (checks/worker.py).
 
+A task that uses a GPU starts only once it holds that GPU's host-wide lock (opgate.gpu_guard): exclusive tasks alone,
+the others shared, so two opgate runs on one host do not starve each other's GPU stages.
+
 Children never outlive opgate: each is its own process group, killed as a group when the run is
 interrupted (Ctrl-C, SIGTERM: `RunInterrupted` carries the results so far), and on Linux each asks the
 kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), so a SIGKILL of opgate kills them too.
@@ -34,7 +37,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
 from opgate.children import die_with_parent, kill_process_group, register_child, unregister_child
-from opgate.results import CheckResult, Outcome
+from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
+from opgate.results import CheckResult, Figure, Outcome, Threshold
 
 # How much of a dead child's stderr to keep as evidence.
 STDERR_TAIL_CHARS = 2000
@@ -62,6 +66,9 @@ class CheckTask:
     device: int | None = None
     # Where a task that arrives through a TaskFeed joins the queue: before every waiting task of a higher order.
     order: int = 0
+    # It runs on its GPU (`device`, else the default one): it starts only once it holds that GPU's host-wide lock
+    # (opgate.gpu_guard), exclusively when `exclusive`, else shared, so other opgate runs on the host cannot starve it.
+    uses_gpu: bool = False
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -347,8 +354,13 @@ class WarmPool:
     """Idle warm workers by key; at most `limit` alive at once (the least recently used idle one goes).
     `run_checks` makes its own, or takes one the caller made (and closes) to start workers early."""
 
-    def __init__(self, workdir: Path, limit: int) -> None:
+    def __init__(self, workdir: Path, limit: int, guard: GpuGuard | None = None) -> None:
         self.workdir, self.limit = workdir, max(1, limit)
+        # A warm-up that touches the GPU (a CUDA context, a compile) holds its GPU's lock shared until it has
+        # finished: a context created while another opgate run's recovery stage fills the card would fail, and
+        # leave the worker unusable for the checks that adopt it. (result file, its lock) per warm-up in flight.
+        self.guard = guard or GpuGuard()
+        self._warm_ups: list[tuple[Path, _WarmWorker, GpuLockRequest]] = []
         self.idle: list[_WarmWorker] = []
         self.busy: set[_WarmWorker] = set()
         # Spares: started before anyone knows which key they will serve (verify starts them before it has read
@@ -373,18 +385,45 @@ class WarmPool:
 
     def start_spare(self, task: CheckTask) -> None:
         """Start a worker with `task`'s environment that runs `task` (a generic warm-up: imports, a CUDA context)
-        and waits to be adopted by a key (prestart or take). Over the limit, nothing is started."""
+        and waits to be adopted by a key (prestart or take). Over the limit, or while another opgate run has the
+        GPU to itself, nothing is started (a warm-up is only a head start)."""
         if self._alive() >= self.limit:
+            return
+        lock = self._warm_up_lock(task)
+        if lock is False:
             return
         self.started += 1
         worker = _WarmWorker(dataclasses.replace(task, worker=""), self.workdir, self.started)
-        self._send_warm_up(worker, task)
+        self._send_warm_up(worker, task, lock)
         self.spares.append(worker)
 
-    def _send_warm_up(self, worker: _WarmWorker, task: CheckTask) -> None:
+    def _warm_up_lock(self, task: CheckTask) -> GpuLockRequest | None | bool:
+        """The shared GPU lock a warm-up of `task` holds (None: it needs none); False when another run holds the
+        GPU exclusively now (the warm-up is skipped, not waited for)."""
+        if not task.uses_gpu:
+            return None
+        request = self.guard.request(task.device, False, task.check_id)
+        if request.poll():
+            return request
+        request.release()
+        return False
+
+    def _send_warm_up(self, worker: _WarmWorker, task: CheckTask, lock: GpuLockRequest | None = None) -> None:
+        result_path = self.workdir / f"warmup-{self.started}-{worker.tasks_run}.result.json"
         worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
-                     "context": asdict(task.context),
-                     "result_path": str(self.workdir / f"warmup-{self.started}-{worker.tasks_run}.result.json")})
+                     "context": asdict(task.context), "result_path": str(result_path)})
+        if lock is not None:
+            self._warm_ups.append((result_path, worker, lock))
+
+    def settle(self, yield_all: bool = False) -> None:
+        """Release the GPU locks of warm-ups that have finished (their result is written, or their worker died);
+        `yield_all`: of every warm-up, before an exclusive task of this run (the guard keeps *other* runs out: this
+        run's own measurements overlapped its warm-ups before the guard too, and must not wait for them)."""
+        for entry in list(self._warm_ups):
+            result_path, worker, lock = entry
+            if yield_all or result_path.is_file() or not worker.alive():
+                lock.release()
+                self._warm_ups.remove(entry)
 
     def take(self, task: CheckTask) -> _WarmWorker:
         for worker in list(self.idle):
@@ -415,14 +454,20 @@ class WarmPool:
     def prestart(self, task: CheckTask) -> None:
         """Start a worker for `task`'s key now and have it run `task` (a warm-up: imports, the spec) while the
         caller does other work; it joins the idle workers at once, and the first real task of its key queues
-        behind the warm-up in its input. Over the limit, nothing is started."""
+        behind the warm-up in its input. Over the limit, or while another opgate run has the GPU to itself, nothing
+        is started."""
+        lock = self._warm_up_lock(task)
+        if lock is False:
+            return
         worker = self._adopt_spare(task)
         if worker is None:
             if self._alive() >= self.limit:
+                if lock is not None:
+                    lock.release()
                 return
             self.started += 1
             worker = _WarmWorker(task, self.workdir, self.started)
-        self._send_warm_up(worker, task)
+        self._send_warm_up(worker, task, lock)
         self.idle.append(worker)
 
     def give_back(self, worker: _WarmWorker, healthy: bool) -> None:
@@ -450,6 +495,9 @@ class WarmPool:
             except subprocess.TimeoutExpired:
                 pass
             worker.discard()
+        for _, _, lock in self._warm_ups:
+            lock.release()
+        self._warm_ups.clear()
         self.idle.clear()
         self.busy.clear()
         self.spares.clear()
@@ -484,28 +532,101 @@ def run_checks(
     pool: "WarmPool | None" = None,
     feed: TaskFeed | None = None,
     on_added: Callable[[int], None] | None = None,
+    gpu_guard: GpuGuard | None = None,
 ) -> list[CheckResult]:
     """Run every task in a child process, at most `jobs` at once; results keep task order (tasks from `feed`
     after the given ones, in their order of arrival).
 
     Exclusive tasks wait for an empty slot table and run alone. Tasks with a `worker` key share warm workers
     (at most 2 x jobs of them alive at once). `feed`: more tasks that arrive during the run (`on_added` is told
-    how many each time); the run ends when the feed is closed and every task has finished.
+    how many each time); the run ends when the feed is closed and every task has finished. Tasks that use a GPU
+    start once they hold its host-wide lock (`gpu_guard`, default: by the GPUs' UUIDs in /tmp/opgate-gpu-locks).
     """
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = list(enumerate(tasks))
     running: list[Any] = []  # _Running | _WarmRunning
+    claims = _GpuClaims(gpu_guard or (pool.guard if pool is not None else GpuGuard()))
     with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
         workdir = Path(tmp)
         own_pool = pool is None
-        workers = WarmPool(workdir, warm_worker_limit(jobs)) if pool is None else pool
+        workers = WarmPool(workdir, warm_worker_limit(jobs), claims.guard) if pool is None else pool
         try:
             _schedule(pending, running, results, workdir, workers, jobs, on_start, on_done, follow_up, feed,
-                      on_added)
+                      on_added, claims)
         finally:
+            claims.release_all()
             if own_pool:
                 workers.close()
     return [r for r in results if r is not None]
+
+
+class _GpuClaims:
+    """The GPU locks of one run's tasks: claims of tasks still waiting at the head of the queue, and of running ones
+    (by their result index), released when the task ends or the run stops."""
+
+    def __init__(self, guard: GpuGuard) -> None:
+        self.guard = guard
+        self.waiting: dict[int, Waiting] = {}
+        self.held: dict[int, Waiting] = {}
+
+    def admit(self, index: int, task: CheckTask) -> tuple[bool, CheckResult | None]:
+        """(start it now, or the error result of a wait past the limit); (False, None): keep it waiting."""
+        if not task.uses_gpu:
+            return True, None
+        claim = self.waiting.get(index)
+        if claim is None:
+            claim = self.waiting[index] = Waiting(self.guard.request(task.device, task.exclusive, task.check_id),
+                                                  limit_s=self.guard.wait_s)
+        if claim.request.poll():
+            claim.granted_after_s = claim.waited_s()
+            self.held[index] = self.waiting.pop(index)
+            return True, None
+        claim.blocked = True
+        if claim.waited_s() <= self.guard.wait_s:
+            return False, None
+        del self.waiting[index]
+        holder = claim.request.who_holds()
+        claim.request.release()
+        return False, gpu_wait_error(task, claim, holder)
+
+    def finished(self, index: int, result: CheckResult) -> CheckResult:
+        """Release the task's lock; a result of a task that had to wait says how long."""
+        claim = self.held.pop(index, None)
+        if claim is None:
+            return result
+        claim.request.release()
+        return with_gpu_wait(result, claim) if claim.blocked else result
+
+    def release_all(self) -> None:
+        for claim in [*self.waiting.values(), *self.held.values()]:
+            claim.request.release()
+        self.waiting.clear()
+        self.held.clear()
+
+
+def with_gpu_wait(result: CheckResult, claim: Waiting) -> CheckResult:
+    """The result with the seconds its task waited for its GPU (held by another opgate run) before it started."""
+    waited = round(claim.granted_after_s or 0.0, 2)
+    figure = Figure("waited for the GPU (another opgate run held it)", waited, "s",
+                    Threshold(claim.limit_s, "<=", "the GPU guard's limit (OPGATE_GPU_WAIT_S)"))
+    extra = {**result.extra, "gpu_guard": {"waited_s": waited, "mode": claim.request.mode,
+                                          "gpus": list(claim.request.keys)}}
+    return dataclasses.replace(result, figures=(*result.figures, figure), extra=extra)
+
+
+def gpu_wait_error(task: CheckTask, claim: Waiting, holder: str) -> CheckResult:
+    """The `error` of a task whose GPU stayed held past the guard's limit: not run, never a hang."""
+    by = f" by {holder}" if holder else " by another opgate run"
+    return CheckResult(
+        task.check_id, task.title, Outcome.ERROR,
+        f"not run: its GPU ({', '.join(claim.request.keys)}) stayed held{by} for {claim.waited_s():.0f} s, past the "
+        f"GPU guard's limit of {claim.limit_s:g} s (lock files in {claim.request.directory})",
+        figures=(Figure("waited for the GPU (another opgate run held it)", round(claim.waited_s(), 1), "s",
+                        Threshold(claim.limit_s, "<=", "the GPU guard's limit (OPGATE_GPU_WAIT_S)")),),
+        remediation="Run the opgate verify runs of one GPU one after another or give each its own GPU "
+                    "(CUDA_VISIBLE_DEVICES), or wait longer: OPGATE_GPU_WAIT_S=<seconds>.",
+        extra={"gpu_guard": {"waited_s": round(claim.waited_s(), 1), "mode": claim.request.mode,
+                             "gpus": list(claim.request.keys), "holder": holder}})
 
 
 def _take_arrivals(feed: TaskFeed, pending: list[tuple[int, CheckTask]], results: list[CheckResult | None],
@@ -547,22 +668,34 @@ def _must_wait(task: CheckTask, running: Sequence[Any]) -> bool:
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
               workdir: Path, pool: WarmPool, jobs: int, on_start: ProgressHook | None,
               on_done: DoneHook | None, follow_up: FollowUpHook | None, feed: TaskFeed | None = None,
-              on_added: Callable[[int], None] | None = None) -> None:
+              on_added: Callable[[int], None] | None = None, claims: "_GpuClaims | None" = None) -> None:
+    claims = claims or _GpuClaims(GpuGuard())
     while pending or running or (feed is not None and feed.is_open):
+        pool.settle()  # warm-ups that finished give their GPU lock back
         if feed is not None:
             _take_arrivals(feed, pending, results, running, on_added)
         while pending and len(running) < max(1, jobs):
             index, task = pending[0]
             if _must_wait(task, running) or (feed is not None and feed.holds(task)):
                 break
+            if task.uses_gpu and task.exclusive:
+                pool.settle(yield_all=True)
+            go, refused = claims.admit(index, task)  # its GPU's host-wide lock (another opgate run may hold it)
+            if not go and refused is None:
+                break  # it keeps its place at the head of the queue
             pending.pop(0)
+            if refused is not None:
+                results[index] = refused
+                if on_done:
+                    on_done(task, refused)
+                continue
             if on_start:
                 on_start(task)
             try:
                 running.append(_start(task, index, workdir, pool))
             except OSError as exc:
-                result = CheckResult(task.check_id, task.title, Outcome.ERROR,
-                                     f"could not start the check process: {exc}")
+                result = claims.finished(index, CheckResult(task.check_id, task.title, Outcome.ERROR,
+                                                            f"could not start the check process: {exc}"))
                 results[index] = result
                 if on_done:
                     on_done(task, result)
@@ -589,6 +722,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             if isinstance(slot, _WarmRunning):
                 pool.give_back(slot.worker, healthy)
             running.remove(slot)
+            result = claims.finished(slot.index, result)
             if follow_up is not None:
                 after = follow_up(slot.task, result)
                 if isinstance(after, CheckTask):

@@ -103,10 +103,12 @@ class OperatorPlan:
              choice: "ImplementationChoice", exclusive: bool = False, retire: bool = False,
              warm: bool = True) -> CheckTask:
         env = self.env(choice)
+        # On a GPU host every verify task may touch the GPU (numerics run torch, CuPy, ORT on CUDA): all take the
+        # GPU guard's lock, measuring ones exclusively (opgate.gpu_guard)
         return CheckTask(check_id, title, target, timeout_s,
                          CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
                          exclusive=exclusive, worker=self.worker_key(choice, env) if warm else "",
-                         retire=retire, order=stage.order)
+                         retire=retire, order=stage.order, uses_gpu=self.gpu)
 
 
 class Stage:

@@ -25,6 +25,63 @@ def synchronizes(x):
     return y
 
 
+# CuPy kernels for the replay-mismatch causes: y = 2x, and a row sum whose threads add into out[row] without atomics
+# (a read-modify-write race: lost updates differ from call to call).
+CUPY_SOURCE = r"""
+extern "C" __global__ void twice(const float* x, float* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+extern "C" __global__ void racy_rowsum(const float* x, float* out, long long rows, long long cols) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < rows * cols) out[i / cols] = out[i / cols] + x[i];
+}
+"""
+_MODULE = []
+
+
+def _kernel(name):
+    import cupy
+
+    if not _MODULE:
+        _MODULE.append(cupy.RawModule(code=CUPY_SOURCE))
+    return _MODULE[0].get_function(name)
+
+
+def legacy_stream(x):
+    """CuPy's default stream is the legacy default stream: under capture the launch runs eagerly, uncaptured."""
+    import cupy
+    import numpy
+    import torch
+
+    y = torch.empty_like(x)
+    with cupy.cuda.Stream.null:
+        _kernel("twice")(((x.numel() + 255) // 256,), (256,), (cupy.asarray(x), cupy.asarray(y), numpy.int64(x.numel())))
+    return y
+
+
+def racy(x):
+    import cupy
+    import numpy
+    import torch
+
+    rows = x.view(64, -1)
+    out = torch.zeros(64, device=x.device)
+    with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        _kernel("racy_rowsum")(((x.numel() + 255) // 256,), (256,),
+                               (cupy.asarray(rows), cupy.asarray(out), numpy.int64(64), numpy.int64(rows.shape[1])))
+    return out
+
+
+_CACHE = {}
+
+
+def cached_by_pointer(x):
+    """A result cache keyed by the input's address: the capture (on the warmed-up buffers) records no work, and a
+    replay returns the stored result whatever the buffers hold now."""
+    return _CACHE.setdefault(x.data_ptr(), x * 2)
+
+
 def main(case: str) -> None:
     import torch
 
@@ -36,7 +93,8 @@ def main(case: str) -> None:
         sets = [(torch.randn(1 << 24, device="cuda"),) for _ in range(3)]
         print(json.dumps(time_cuda(clean, sets, repeats=20).to_dict()))
         return
-    fn = {"clean": clean, "reads_item": reads_item, "synchronizes": synchronizes}[case]
+    fn = {"clean": clean, "reads_item": reads_item, "synchronizes": synchronizes, "legacy_stream": legacy_stream,
+          "racy": racy, "cached_by_pointer": cached_by_pointer}[case]
     report = check_graph_capture(fn, (x,), (torch.randn_like(x),))
     print(json.dumps(dataclasses.asdict(report)))
 

@@ -44,3 +44,21 @@ def test_time_cuda_reports_median_and_p95() -> None:
     stats = run_case("timing")
     assert 0 < stats["min_us"] <= stats["median_us"] <= stats["p95_us"]
     assert stats["l2_flushed"] and stats["input_sets"] == 3
+
+
+@pytest.mark.parametrize(("case", "kind", "needs_cupy"), [("legacy_stream", "outside_capture", True),
+                                                          ("racy", "nondeterministic", True),
+                                                          ("cached_by_pointer", "frozen_state", False)])
+def test_a_replay_mismatch_is_explained_by_the_cause_measured(case: str, kind: str, needs_cupy: bool) -> None:
+    """The runtime stage used to say "depends on state a graph freezes" for each of these (issue: part 5)."""
+    from opgate.gpu.judge.graphs import GraphMismatchFacts, graph_mismatch_cause
+
+    if needs_cupy:
+        pytest.importorskip("cupy")
+    report = run_case(case)
+    assert report["captured"] and report["matches_eager"] is False, report
+    fields = ("eager_calls", "eager_spread", "replays", "replay_spread", "unwritten", "elements",
+              "eager_reuses_outputs")
+    facts = GraphMismatchFacts(replay_diff=report["max_abs_diff"], tolerance=report["tolerance"],
+                               **{name: report[name] for name in fields})
+    assert graph_mismatch_cause(facts).kind == kind, report

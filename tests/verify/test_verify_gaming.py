@@ -14,8 +14,10 @@ import sys
 import pytest
 import torch
 
+from opgate.results import CheckResult, Outcome
 from opgate.verify.gaming import (
-    aliasing_pairs, probe_alias, probe_cached, probe_mutation, probe_side_stream, same_bits,
+    GamingFinding, GamingProbe, aliasing_pairs, apply_probe, probe_alias, probe_cached, probe_mutation,
+    probe_side_stream, same_bits,
 )
 from tests_verify_support import DATA, ROOT, SRC
 
@@ -127,6 +129,30 @@ def test_a_fast_kernel_on_a_private_stream_that_never_waits_for_the_callers_stre
 
     assert [f.trick for f in probe_side_stream(private_stream, [x], right)] == ["side_stream"]
     assert probe_side_stream(lambda args: [args[0] * 2], [x], right) == []
+
+
+def _probed(*tricks: str) -> CheckResult:
+    passed = CheckResult("verify.scale.k.float32", "scale", Outcome.PASSED, "18/18 cases within budget")
+    findings = [GamingFinding(trick, f"{trick} finding") for trick in tricks]
+    return apply_probe(passed, GamingProbe(findings, ["mutation", "alias", "cached", "side_stream"], {}, "M=4"))
+
+
+def test_work_on_another_stream_is_class_stream_with_the_interop_fix_not_gaming():
+    """A CuPy kernel on the legacy default stream is a common interop mistake: named `stream`, never `gaming`."""
+    result = _probed("side_stream")
+    assert result.outcome is Outcome.FAILED and result.extra["failure_class"] == "stream"
+    assert result.reason.startswith("[stream] side_stream finding (on M=4); the case plan alone: 18/18")
+    assert "torch.cuda.current_stream()" in result.remediation
+    assert "cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)" in result.remediation
+    assert "wait_stream" in result.remediation
+
+
+def test_a_gaming_trick_beside_a_stream_finding_keeps_the_gaming_class_and_both_reasons():
+    result = _probed("cached", "side_stream")
+    assert result.extra["failure_class"] == "gaming" and result.reason.startswith("[gaming] cached finding; "
+                                                                                  "side_stream finding")
+    assert "no result cache" in result.remediation and "ExternalStream" in result.remediation
+    assert _probed().outcome is Outcome.PASSED
 
 
 # -- end to end ----------------------------------------------------------------------------------------------------

@@ -593,6 +593,9 @@ class CaseVerdict:
     stats: tuple[OutputStats, ...]
     budgets: tuple[OutputBudget, ...]
     ratio: float = math.inf  # worst candidate/budget ratio over the judged figures (inf: structural failure)
+    # Why the case could not be judged ('' when it was): out of memory while another process held the GPU
+    # (opgate.gpu.judge.oom). Such a case neither passes nor fails; `passed` is False so nothing counts it as passing.
+    not_judged: str = ""
 
     @property
     def worst_ratio(self) -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult, Figure, Threshold
+from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.core import dtypes as dt
 from opgate.verify.backends import PreparedImplementation, prepare
 from opgate.verify.backends.base import ImplementationChoice, find_choice
@@ -30,6 +30,8 @@ from opgate.verify.deviations import (
     FLUSH_THRESHOLD, Deviation, bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
+from opgate.gpu.judge.oom import OomFacts, is_out_of_memory, judge_oom, requested_bytes
+from opgate.gpu.probes.device_memory import device_memory_snapshot, free_cached_memory
 from opgate.verify.gaming import apply_probe, probe_implementation
 from opgate.verify.gradients import gradient_failure_class, gradient_remediation
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
@@ -42,6 +44,11 @@ from opgate.verify.loaded_specs import loaded_operators
 from opgate.verify.tasks import NumericsPayload
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
+NOT_JUDGED_REMEDIATION = ("Not a verdict on the implementation: opgate could not show the out-of-memory error was "
+                          "its own demand (the reason says who held the GPU's memory; nvidia-smi lists the "
+                          "processes). Run again when the memory is free, or give this run a GPU of its own "
+                          "(CUDA_VISIBLE_DEVICES); opgate verify runs on one GPU already wait for each other's "
+                          "recovery stage (docs/verify-engine.md, the GPU guard).")
 
 
 @dataclass
@@ -52,6 +59,8 @@ class CaseRecord:
     def compact(self) -> dict[str, Any]:
         row: dict[str, Any] = {"case": self.case.label(), "passed": self.verdict.passed,
                                "budget_ratio": _num(self.verdict.ratio)}
+        if self.verdict.not_judged:
+            row["not_judged"] = self.verdict.not_judged
         if self.verdict.reasons:
             row["reasons"] = list(self.verdict.reasons)
         outputs = []
@@ -85,6 +94,21 @@ def _interpreter_bf16_limitations() -> list[str]:
     if probe is None:  # no probe: the interpreter's bfloat16 arithmetic is not known to be fixed
         return ["bfloat16 arithmetic (acts on the 16-bit patterns)"]
     return list(probe())
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """torch's or CuPy's OutOfMemoryError, or an error whose message (or its cause's) says CUDA ran out of memory."""
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain and len(chain) < 4:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return is_out_of_memory([type(e).__name__ for e in chain], " ".join(str(e) for e in chain))
 
 
 def _find_op(ops: Sequence[Operator], name: str) -> Operator:
@@ -121,6 +145,7 @@ class VerifyImplementationCheck(Check):
         clock = _PhaseClock()
         # a crash on a case becomes that case's verdict (resume.py)
         self.journal = CaseJournal(Path(task.workdir) / "journal", task.case_timeout_s)
+        self.oom_events: list[dict[str, Any]] = []  # out-of-memory errors met in cases, and what became of them
         plan = PlanFile.load(Path(task.plan_path))
         op = _find_op(loaded_operators(task.spec_file), task.op)
         choice = find_choice(op, task.impl, task.extras)
@@ -136,7 +161,7 @@ class VerifyImplementationCheck(Check):
         if prepared.finish is not None:
             prepared.finish()
         artefacts = self._artefacts(prepared, Path(task.artefact_dir))
-        failing = [r for r in records if not r.verdict.passed]
+        failing = [r for r in records if not r.verdict.passed and not r.verdict.not_judged]
         kept, rerunnable = self.journal.split_failing(failing)  # a crashed case is never run again in-process
         remaining, deviations, range_note = self._explain_deviations(op, prepared, plan, rerunnable)
         failing = kept + remaining
@@ -154,7 +179,8 @@ class VerifyImplementationCheck(Check):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
         result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, task,
                                           deviations, failure_class, range_note), gaming)
-        result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps})
+        result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps,
+                                                    **({"out_of_memory": self.oom_events} if self.oom_events else {})})
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
@@ -271,16 +297,31 @@ class VerifyImplementationCheck(Check):
     # -- running ------------------------------------------------------------------------------------
     def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,
                   truth: Sequence[Any], budgets: Sequence[OutputBudget], out_dtypes: Sequence[str],
-                  masks: Sequence[Any], extra_atol: float = 0.0, index: int | None = None) -> CaseVerdict:
+                  masks: Sequence[Any], extra_atol: float = 0.0, index: int | None = None,
+                  oom_retry: bool = True) -> CaseVerdict:
         generated = make_inputs(op, case, dtype)
         out_specs = [(tuple(t.shape), out_dtype) for t, out_dtype in zip(truth, out_dtypes)]
+        oom_message = ""
         try:
             with self.journal.implementation_call(case, index):
                 output = prepared.run(generated.values, generated.layout_applied, out_specs)
         except Exception as exc:
             lines = traceback.format_exception_only(type(exc), exc)
             message = " ".join(lines[-1].split())[:300]
-            return CaseVerdict(False, (f"raised {message}",), (), tuple(budgets))
+            if not out_of_memory(exc):
+                return CaseVerdict(False, (f"raised {message}",), (), tuple(budgets))
+            oom_message = message  # handled below, outside this block: its traceback holds the call's tensors
+        if oom_message:
+            del generated
+            if oom_retry:  # once, with this process's cached memory given back
+                event: dict[str, Any] = {"case": case.label(), "error": oom_message}
+                self.oom_events.append(event)
+                free_cached_memory(_torch())
+                verdict = self._run_case(op, prepared, dtype, case, truth, budgets, out_dtypes, masks, extra_atol,
+                                         index, oom_retry=False)
+                event.setdefault("retry", "ran: the case was judged")
+                return verdict
+            return self._judge_out_of_memory(case, budgets, oom_message)
         return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,
                           undefined=undefined_masks(op, case, dtype, out_dtypes), nan_policy=op.nan_policy,
                           extra_atol=extra_atol, unwritten_spans=output.unwritten_spans)
@@ -292,7 +333,34 @@ class VerifyImplementationCheck(Check):
             return False  # the reference cannot do this case: not a smaller failure of the candidate
         budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline, plan.pooled_rmse,
                                                       plan.pooled_quantile, plan.n_calibration_cases)
-        return not self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks).passed
+        verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks)
+        return not verdict.passed and not verdict.not_judged  # a case opgate could not judge shows no failure
+
+    def _judge_out_of_memory(self, case: Case, budgets: Sequence[OutputBudget], message: str) -> CaseVerdict:
+        """The retry ran out of memory too: a failure only where the demand was the implementation's own
+        (opgate.gpu.judge.oom), else a case opgate could not judge."""
+        torch = _torch()
+        try:
+            snapshot = device_memory_snapshot(torch)
+            unmeasured = "" if snapshot is not None else "no CUDA device is visible to torch in this process"
+        except Exception as exc:  # the memory query itself failed: nothing to show the demand was the implementation's
+            snapshot, unmeasured = None, f"{type(exc).__name__}: {exc}"
+        facts = None if snapshot is None else OomFacts(
+            snapshot.free_bytes, snapshot.total_bytes, snapshot.own_bytes, requested_bytes(message),
+            tuple(p.pid for p in snapshot.other_processes),
+            sum(p.used_bytes or 0 for p in snapshot.other_processes) if snapshot.other_processes else None)
+        verdict = judge_oom(facts, unmeasured)
+        event = {"case": case.label(), "error": message, "retry": "out of memory again", "cause": verdict.cause,
+                 "detail": verdict.detail, "memory": snapshot.to_dict() if snapshot is not None else None}
+        if self.oom_events and self.oom_events[-1]["case"] == case.label() and "retry" not in self.oom_events[-1]:
+            self.oom_events[-1].update(event)
+        else:
+            self.oom_events.append(event)
+        if verdict.judged:
+            return CaseVerdict(False, (f"raised {message} (out of memory again after a retry; {verdict.detail})",),
+                               (), tuple(budgets))
+        return CaseVerdict(False, (), (), tuple(budgets), not_judged=f"out of memory twice ({message[:160]}); "
+                                                                     f"{verdict.detail}")
 
     def _shrink(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
                 failing: list[CaseRecord]) -> dict[str, Any]:
@@ -326,9 +394,14 @@ class VerifyImplementationCheck(Check):
                 artefacts: list[str], task: NumericsPayload, deviations: Sequence[Deviation] = (),
                 failure_class: str = "", range_note: str = "") -> CheckResult:
         n = len(records)
-        worst = max(records, key=lambda r: r.verdict.worst_ratio)
+        unjudged = [r for r in records if r.verdict.not_judged]
+        worst = max([r for r in records if not r.verdict.not_judged] or records, key=lambda r: r.verdict.worst_ratio)
         figures = [Figure("failing cases", len(failing), "",
                           Threshold(0, "==", f"{n} cases of the {plan.budget} plan (seed {plan.base_seed})"))]
+        if unjudged:
+            figures.append(Figure("cases not judged (out of memory not shown to be the implementation's)", len(unjudged),
+                                  "", Threshold(0, "==", "opgate judges an out-of-memory error only when the demand "
+                                                         "is the implementation's own")))
         figures += _side_by_side(worst, plan, n)
         figures += _aggregate_figures(records, plan.out_dtypes, op)
         figures += prepared.figures
@@ -354,6 +427,16 @@ class VerifyImplementationCheck(Check):
                  "outputs": [s.to_dict() for s in r.verdict.stats]}
                 for r in failing[:MAX_CASE_RECORDS_WITH_STATS]
             ]
+        if unjudged:
+            extra["cases_not_judged"] = [{"case": r.case.label(), "why": r.verdict.not_judged} for r in unjudged]
+        not_judged = (f"{len(unjudged)}/{n} case(s) not judged, first {unjudged[0].case.label()}: "
+                      f"{unjudged[0].verdict.not_judged}") if unjudged else ""
+        if not failing and unjudged:
+            judged = (f"the other {n - len(unjudged)} case(s) are within budget" if not deviations else
+                      f"the other {n - len(unjudged)} case(s) are within budget or documented deviations "
+                      f"({', '.join(sorted({d.kind for d in deviations}))})")
+            return self.result(Outcome.ERROR, f"could not judge: {not_judged}; {judged}", figures=figures, extra=extra,
+                               remediation=NOT_JUDGED_REMEDIATION)
         if not failing:
             passing = [r for r in records if r.verdict.passed] or records
             ratio = max(r.verdict.worst_ratio for r in passing)
@@ -388,6 +471,8 @@ class VerifyImplementationCheck(Check):
             reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
                       f"replay: opgate verify {Path(task.spec_file).name} --replay {token}")
         reason = f"[{failure_class}] {reason}"
+        if not_judged:
+            reason = f"{reason}; {not_judged}"
         if range_note:
             reason = f"{reason}; {range_note}"
         if deviations:

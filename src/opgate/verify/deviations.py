@@ -30,7 +30,7 @@ from opgate.verify.inputs import Case, make_inputs
 from opgate.core.spec import Operator
 
 FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
-                   "gradient", "memory")
+                   "stream", "gradient", "memory")
 DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "undefined")
 FLUSH_THRESHOLD = 2.0**-126  # float32's smallest normal: what -ftz=true flushes (float16 maths does not flush)
 FTZ_DTYPES = ("float32", "bfloat16")  # dtypes whose values a float32 FTZ kernel can see as subnormal

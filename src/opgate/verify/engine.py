@@ -353,7 +353,7 @@ def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
     for _ in range(min(request.jobs, SPARE_WORKERS_MAX)):
         pool.start_spare(CheckTask("verify.spare_warm_up", "spare warm-up",
                                    "opgate.verify.loaded_specs:SpareWarmUpCheck", 600.0, CheckContext(verb="verify"),
-                                   env=env))
+                                   env=env, uses_gpu=True))  # a CUDA context: under the GPU guard
 
 
 def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: VerifyRequest, gpu: bool) -> None:
@@ -384,7 +384,7 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
     for key, env, name, spec in order[:request.jobs]:
         pool.prestart(CheckTask("verify.warm_up", "warm-up", "opgate.verify.loaded_specs:WarmUpCheck", 600.0,
                                 CheckContext(verb="verify", options={"spec_file": spec, "backend": name}),
-                                env=env, worker=key))
+                                env=env, worker=key, uses_gpu=gpu))
 
 
 def gpu_stage_tasks(sel: Selection, request: VerifyRequest, workdir: Path, gpu: bool = True,

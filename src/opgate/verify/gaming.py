@@ -21,7 +21,10 @@ declared case (typical values, contiguous), with the implementation's own functi
               the copy is even enqueued; only the busy caller's stream makes the missing wait visible.
 
 Only the user's own Python implementations (torch, triton) are probed: opgate's extras are the reference.
-Every finding fails the implementation with failure class `gaming` and names the trick.
+Every finding fails the implementation and names what was measured. Cached, alias and mutation are failure class
+`gaming` (the result is not what the caller asked for); side-stream work is class `stream`: a kernel launched on
+the legacy default stream or on a library's own stream (CuPy's default) is a common interop mistake, not a cheat,
+and the reason says how to launch on the caller's stream instead.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any, Callable, Sequence
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
 FAILURE_CLASS = "gaming"
+STREAM_CLASS = "stream"
 PROBED_BACKENDS = ("torch", "triton")
 SIDE_STREAM_TRIALS = 3
 # torch.cuda._sleep cycles on the caller's stream before its inputs are written: ~10 ms at the H200's 1.98 GHz,
@@ -45,9 +49,18 @@ REMEDIES = {
              "the caller reuses that input",
     "mutation": "do not write into the inputs; work on a copy (or declare the input as mutated once the spec "
                 "supports it)",
-    "side_stream": "launch on torch.cuda.current_stream(), or make it wait on your stream "
-                   "(torch.cuda.current_stream().wait_stream(side)) before returning",
+    "side_stream": "launch on the caller's stream, torch.cuda.current_stream() (CuPy: launch inside `with "
+                   "cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):`; CuPy's default is the legacy "
+                   "default stream, which PyTorch's non-blocking streams never wait for), or order both ways: "
+                   "other.wait_stream(torch.cuda.current_stream()) before the launch and "
+                   "torch.cuda.current_stream().wait_stream(other) before returning",
 }
+# The failure class a finding gives the result: a trick that returns something other than what was asked is gaming;
+# work on another stream is a stream-ordering bug, named for what it is.
+CLASS_OF_TRICK = {"cached": FAILURE_CLASS, "alias": FAILURE_CLASS, "mutation": FAILURE_CLASS,
+                  "side_stream": STREAM_CLASS}
+# What a side-stream finding says first: the measured fact, then how it showed.
+OTHER_STREAM = "runs on a stream other than the caller's current stream"
 
 
 @dataclass(frozen=True)
@@ -216,13 +229,13 @@ def probe_side_stream(call: Callable[[Sequence[Any]], list[Any]], inputs: Sequen
         for o, (a, b) in enumerate(zip(early, late)):
             if _is_tensor(a) and not same_bits(a, b):
                 label = "its result" if len(outputs) == 1 else f"output {o}"
-                return [GamingFinding("side_stream", f"does its work on a stream the caller's stream never waits "
-                                                     f"for: {label} read on the caller's stream differs from the "
-                                                     "result after a device-wide synchronize")]
+                return [GamingFinding("side_stream", f"{OTHER_STREAM}, one the caller's stream never waits for: "
+                                                     f"{label} read on the caller's stream differs from the result "
+                                                     "after a device-wide synchronize (the result arrives late)")]
         if right is not None and not right(_to_cpu(late)):
-            return [GamingFinding("side_stream", "does its work on a stream that never waits for the caller's "
-                                                 "stream: with the caller's stream busy until it writes the inputs, "
-                                                 "the result is wrong (the work read the inputs before they were "
+            return [GamingFinding("side_stream", f"{OTHER_STREAM}, one that never waits for the caller's stream: "
+                                                 "with the caller's stream busy until it writes the inputs, the "
+                                                 "result is wrong (the work read the inputs before they were "
                                                  "written), while the same call on idle streams is right")]
     return []
 
@@ -313,8 +326,16 @@ def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any) -> Gami
     return probe
 
 
+def finding_class(findings: Sequence[GamingFinding]) -> str:
+    """The result's one failure class: `gaming` when any finding is a gaming trick (the stronger statement, and the
+    stream finding stays in the reason), else `stream`."""
+    classes = {CLASS_OF_TRICK[f.trick] for f in findings}
+    return FAILURE_CLASS if FAILURE_CLASS in classes else STREAM_CLASS
+
+
 def apply_probe(result: CheckResult, probe: GamingProbe | None) -> CheckResult:
-    """The check's result with the probes' figures, failed with failure class `gaming` on any finding."""
+    """The check's result with the probes' figures, failed with failure class `gaming` (or `stream`, for work on
+    another stream only) on any finding."""
     if probe is None:
         return result
     figures = tuple(result.figures) + (
@@ -325,13 +346,14 @@ def apply_probe(result: CheckResult, probe: GamingProbe | None) -> CheckResult:
     if not probe.findings:
         return dataclasses.replace(result, figures=figures, extra=extra)
     tricks = "; ".join(f.reason for f in probe.findings)
-    extra["failure_class"] = FAILURE_CLASS
+    failure_class = finding_class(probe.findings)
+    extra["failure_class"] = failure_class
     remedies = "; ".join(dict.fromkeys(REMEDIES[f.trick] for f in probe.findings))
     if result.outcome == Outcome.FAILED:
-        reason = f"[{FAILURE_CLASS}] {tricks} (on {probe.case}); the case plan fails too: {result.reason}"
+        reason = f"[{failure_class}] {tricks} (on {probe.case}); the case plan fails too: {result.reason}"
         remediation = f"{remedies}; {result.remediation}" if result.remediation else remedies
     else:
-        reason = f"[{FAILURE_CLASS}] {tricks} (on {probe.case}); the case plan alone: {result.reason}"
+        reason = f"[{failure_class}] {tricks} (on {probe.case}); the case plan alone: {result.reason}"
         remediation = remedies
     return dataclasses.replace(result, outcome=Outcome.FAILED, reason=reason, figures=figures,
                                remediation=remediation, extra=extra)

@@ -19,12 +19,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.verify.tasks import GpuStagePayload, ImplementationRef
+
+if TYPE_CHECKING:
+    from opgate.gpu.judge.graphs import GraphMismatchCause
+    from opgate.gpu.probes.graphs import GraphCaptureReport
 
 SANITIZER_TIMEOUT_S = 420.0
 
@@ -112,6 +116,22 @@ def rotating_input_sets(first: tuple[Any, ...], count: int) -> list[tuple[Any, .
     return sets
 
 
+def _json_number(value: Any) -> Any:
+    """JSON has no inf/NaN (a spread is inf where NaN positions differ): keep them readable, as figures do."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def graph_mismatch(graph: GraphCaptureReport) -> GraphMismatchCause:
+    """The measured cause of a replay that differs from eager (opgate.gpu.judge.graphs), from the probe's report."""
+    from opgate.gpu.judge.graphs import GraphMismatchFacts, graph_mismatch_cause
+
+    facts = GraphMismatchFacts(replay_diff=float(graph.max_abs_diff or 0.0), tolerance=float(graph.tolerance or 0.0),
+                               eager_calls=graph.eager_calls, eager_spread=graph.eager_spread, replays=graph.replays,
+                               replay_spread=graph.replay_spread, unwritten=graph.unwritten, elements=graph.elements,
+                               eager_reuses_outputs=graph.eager_reuses_outputs)
+    return graph_mismatch_cause(facts)
+
+
 class GpuStageCheck(Check):
     """What the GPU stages share: they run under `opgate verify`, take their id from the engine, need CUDA."""
 
@@ -187,7 +207,8 @@ class VerifyRuntimeCheck(GpuStageCheck):
         phase("graph")
         extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
                                  "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,
-                                 "graph": {**graph.__dict__, "saved_us_per_call": graph.saved_us_per_call}}
+                                 "graph": {**{k: _json_number(v) for k, v in graph.__dict__.items()},
+                                           "saved_us_per_call": graph.saved_us_per_call}}
         timing_text = f"{stats.median_us:.1f} us median (p95 {stats.p95_us:.1f}) at {label} on {gpu_name}"
         if roof_text:
             timing_text += f", {roof_text}"
@@ -203,11 +224,16 @@ class VerifyRuntimeCheck(GpuStageCheck):
             Figure("launch overhead saved by a graph", round(graph.saved_us_per_call or 0, 3), "us/call"),
         ]
         if not graph.matches_eager:
-            return self.failed(f"{timing_text}; CUDA graph replay differs from eager (max |diff| "
-                               f"{graph.max_abs_diff:.3g}): the implementation depends on state a graph freezes",
-                               figures=figures, remediation="Look for host-side values baked in at capture time "
-                               "(Python scalars from tensors, cached pointers, allocator-dependent buffers).",
-                               extra=extra)
+            mismatch = graph_mismatch(graph)
+            figures.append(Figure("CUDA graph mismatch cause", mismatch.kind))
+            extra["graph"]["mismatch_cause"] = mismatch.kind
+            prefix = ""
+            if mismatch.failure_class:
+                extra["failure_class"] = mismatch.failure_class
+                prefix = f"[{mismatch.failure_class}] "
+            return self.failed(f"{prefix}{timing_text}; CUDA graph replay differs from eager (max |diff| "
+                               f"{graph.max_abs_diff:.3g}): {mismatch.cause}",
+                               figures=figures, remediation=mismatch.remedy, extra=extra)
         saved = graph.saved_us_per_call or 0.0
         # A replay can measure slower than eager (seen on the H200 for the torch attention example at
         # 4.3 ms per call): say so plainly instead of printing a negative saving.

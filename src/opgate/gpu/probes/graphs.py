@@ -11,6 +11,10 @@ launch overhead does it save; if not, why, in the user's terms, and what to do a
 The cause is found two ways: a dry run under PyTorch's sync-debug mode names every synchronizing call
 (`.item()`, `.cpu()`, `nonzero`, `torch.cuda.synchronize`) with the user's file and line; the capture
 error itself (cudaErrorStreamCaptureUnsupported and friends) is classified from its message.
+
+A replay that differs from eager is measured further (`GraphCaptureReport`'s mismatch facts): repeated eager calls
+and repeated replays on the same inputs (do they differ among themselves?), and a replay into poisoned outputs (does
+the graph write them at all?). opgate.gpu.judge.graphs names the cause from those facts.
 """
 
 from __future__ import annotations
@@ -139,12 +143,27 @@ class GraphCaptureReport:
     remedy: str = ""
     error: str = ""
     sync_points: list[str] = field(default_factory=list)
+    # Measured after a replay that differs from eager (None: not measured); judged by opgate.gpu.judge.graphs.
+    tolerance: float | None = None  # the largest |replay - eager| that counted as a match
+    eager_calls: int = 0
+    eager_spread: float | None = None  # max |difference| among eager_calls calls on the same inputs
+    replays: int = 0
+    replay_spread: float | None = None  # max |difference| among replays on the same inputs
+    unwritten: int | None = None  # output elements a replay into poisoned outputs left poisoned (eager writes them)
+    elements: int = 0
+    eager_reuses_outputs: bool = False  # two eager calls returned the same output storage (a result cache)
 
     @property
     def saved_us_per_call(self) -> float | None:
         if self.eager_us_per_call is None or self.graph_us_per_call is None:
             return None
         return self.eager_us_per_call - self.graph_us_per_call
+
+
+# After a mismatch: eager calls and replays repeated on the same inputs, to see whether results differ among
+# themselves. A race shows within a few calls; a graph replay is cheap, an eager call at timing sizes is too.
+MISMATCH_EAGER_CALLS = 4
+MISMATCH_REPLAYS = 3
 
 
 HOST_READS = (".item(", ".tolist(", ".cpu(", ".numpy(", "local_scalar_dense", "bool(", "float(", "int(")
@@ -219,6 +238,89 @@ def _as_tensors(value: Any) -> list[Any]:
     return [value] if hasattr(value, "shape") else []
 
 
+def max_spread(runs: Sequence[Sequence[Any]]) -> float:
+    """The largest |difference| between the first run's output tensors and any later run's: 0 when every run is
+    bit-identical in value, inf where shapes or NaN positions differ."""
+    import torch
+
+    spread = 0.0
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run):
+            if a.shape != b.shape or not torch.equal(a.isnan(), b.isnan()):
+                return float("inf")
+            if not a.numel():
+                continue
+            same = (a == b) | a.isnan()  # NaN positions agree (checked above); equal infinities are no difference
+            gap = torch.where(same, torch.zeros((), dtype=torch.float64, device=a.device),
+                              (a.double() - b.double()).abs())
+            spread = max(spread, float(gap.max()))
+    return spread
+
+
+def _poison_value(tensor: Any) -> Any:
+    """NaN for floating outputs, the dtype's largest value for integers; None where opgate cannot poison (bool)."""
+    import torch
+
+    if tensor.is_floating_point():
+        return float("nan")
+    if tensor.dtype == torch.bool or tensor.is_complex():
+        return None
+    return torch.iinfo(tensor.dtype).max
+
+
+def poison_(tensors: Sequence[Any]) -> None:
+    """Fill each output tensor with its poison in place (what a replay must overwrite)."""
+    for tensor in tensors:
+        value = _poison_value(tensor)
+        if value is not None:
+            tensor.fill_(value)
+
+
+def poisoned_left(after: Sequence[Any], expected: Sequence[Any]) -> tuple[int, int]:
+    """(elements still holding the poison where eager writes something else, elements in all)."""
+    unwritten = total = 0
+    for got, want in zip(after, expected):
+        total += got.numel()
+        value = _poison_value(got)
+        if value is None or got.shape != want.shape:
+            continue
+        if got.is_floating_point():
+            left = got.isnan() & ~want.isnan()
+        else:
+            left = (got == value) & (want != value)
+        unwritten += int(left.sum())
+    return unwritten, total
+
+
+def mismatch_facts(fn: Callable[..., Any], static: tuple, graph: Any, captured: Sequence[Any],
+                   expected: Sequence[Any]) -> dict[str, Any]:
+    """After a replay differed from eager: eager calls and replays repeated on the inputs in `static` (they differ
+    among themselves: nondeterminism), then one replay into poisoned outputs (left poisoned: the graph does not hold
+    that work). `captured`: the graph's output tensors; `expected`: eager's outputs on the same inputs."""
+    import torch
+
+    eager_runs, returned = [], []
+    for _ in range(MISMATCH_EAGER_CALLS):
+        outputs = _as_tensors(fn(*[a.clone() if torch.is_tensor(a) else a for a in static]))
+        torch.cuda.synchronize()
+        returned.append(outputs)  # held, so a fresh result cannot land in a freed one's memory
+        eager_runs.append([o.clone() for o in outputs])
+    pointers = [o.data_ptr() for outputs in returned for o in outputs if o.numel()]
+    replay_runs = []
+    for _ in range(MISMATCH_REPLAYS):
+        graph.replay()
+        torch.cuda.synchronize()
+        replay_runs.append([o.clone() for o in captured])
+    poison_(captured)
+    torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
+    unwritten, elements = poisoned_left(captured, expected)
+    return {"eager_calls": MISMATCH_EAGER_CALLS, "eager_spread": max_spread(eager_runs),
+            "replays": MISMATCH_REPLAYS, "replay_spread": max_spread(replay_runs), "unwritten": unwritten,
+            "elements": elements, "eager_reuses_outputs": len(set(pointers)) < len(pointers)}
+
+
 def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
                         calls_for_timing: int = 20) -> GraphCaptureReport:
     """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
@@ -264,9 +366,11 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         same = len(got_tensors) == len(want_tensors) and all(
             g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) for g, w in zip(got_tensors, want_tensors))
         diff["max"] = max(diffs) if diffs else 0.0
+        diff["expected"] = want_tensors
         scale = max((float(w.double().abs().max()) for w in want_tensors if w.numel()), default=1.0)
         # Replays run the same kernels on the same data: only atomics-order rounding may differ.
-        matches = same and diff["max"] <= 1e-6 * max(scale, 1e-30)
+        diff["tolerance"] = 1e-6 * max(scale, 1e-30)
+        matches = same and diff["max"] <= diff["tolerance"]
         return "" if matches else f"the replay differs from eager by up to {diff['max']:.3g}"
 
     replayed = capture_and_replay(capture, replay, check)
@@ -279,7 +383,10 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         return GraphCaptureReport(False, cause=cause, remedy=remedy, error=replayed.error, sync_points=sync_points)
     max_diff = diff["max"]
     matches = not replayed.problem
+    facts = ({} if matches else
+             mismatch_facts(fn, static, graph, _as_tensors(outputs[0]), diff["expected"]))
     eager_us = time_torch_batches(torch, lambda: fn(*static), calls_for_timing).median
     graph_us = time_torch_batches(torch, graph.replay, calls_for_timing).median
     return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,
-                              graph_us_per_call=graph_us, sync_points=sync_points)
+                              graph_us_per_call=graph_us, sync_points=sync_points, tolerance=diff.get("tolerance"),
+                              **facts)

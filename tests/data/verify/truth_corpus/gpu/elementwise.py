@@ -12,7 +12,10 @@ Buggy
   elements is never written.
 - bad_scale2_stride: the kernel indexes x as contiguous (x[i]): wrong on transposed or sliced views.
 - bad_scale2_side_stream: right values, but launched on a private CuPy stream that the caller's stream never waits
-  for: the result may be read before it is written (gaming: "work on an unsynchronised side stream").
+  for: the result may be read before it is written (stream: "runs on a stream other than the caller's current stream").
+- bad_scale2_legacy_stream: right values, launched on CuPy's default stream, the legacy default stream. Right while
+  the caller's stream is PyTorch's default (the same legacy stream); under a caller's non-blocking stream the kernel
+  neither waits for its inputs nor is waited for (stream). The common interop mistake: no ExternalStream.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ _SIDE_STREAM = []
 
 
 def _run(x: torch.Tensor, module, kernel: str = "scale2", round_grid_down: bool = False,
-         side_stream: bool = False) -> torch.Tensor:
+         side_stream: bool = False, legacy_stream: bool = False) -> torch.Tensor:
     g = _glue()
     M, N = x.shape
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
@@ -66,6 +69,11 @@ def _run(x: torch.Tensor, module, kernel: str = "scale2", round_grid_down: bool 
         if not _SIDE_STREAM:
             _SIDE_STREAM.append(cupy.cuda.Stream(non_blocking=True))
         with _SIDE_STREAM[0]:
+            g.launch(module, kernel, (blocks,), (THREADS,), args, on_torch_stream=False)
+    elif legacy_stream:
+        import cupy
+
+        with cupy.cuda.Stream.null:  # CuPy's default without CUPY_CUDA_PER_THREAD_DEFAULT_STREAM: the legacy stream
             g.launch(module, kernel, (blocks,), (THREADS,), args, on_torch_stream=False)
     else:
         g.launch(module, kernel, (blocks,), (THREADS,), args)
@@ -110,3 +118,8 @@ def bad_scale2_stride(x):
 @scale2.implementation("bad_scale2_side_stream", backend="torch")
 def bad_scale2_side_stream(x):
     return _run(x, _glue().nvrtc_module("corpus_f32"), side_stream=True)
+
+
+@scale2.implementation("bad_scale2_legacy_stream", backend="torch")
+def bad_scale2_legacy_stream(x):
+    return _run(x, _glue().nvrtc_module("corpus_f32"), legacy_stream=True)

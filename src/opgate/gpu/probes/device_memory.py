@@ -1,0 +1,120 @@
+"""Who holds a GPU's memory right now: this process, and the others NVML sees (a snapshot, judged elsewhere).
+
+Taken when an implementation runs out of memory during a numerics case: opgate.gpu.judge.oom decides from it
+whether the implementation's own demand or another process's memory (another `opgate verify` run's recovery stage
+filling the card, a training job on a shared CI GPU) made the allocation fail. torch is passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    pid: int
+    used_bytes: int | None  # None: NVML does not report it (some containers, MIG without privileges)
+
+
+@dataclass(frozen=True)
+class DeviceMemorySnapshot:
+    """One device's memory as this process sees it (cudaMemGetInfo) and as NVML sees its processes."""
+
+    device: int  # torch's index in this process
+    free_bytes: int
+    total_bytes: int
+    own_bytes: int  # what this process's allocators hold: torch reserved + CuPy's pools (not the context itself)
+    own_detail: str  # "torch 1.2 GiB reserved, CuPy pool 0.0 GiB"
+    other_processes: tuple[ProcessMemory, ...] = ()  # NVML's compute processes on this device, this pid left out
+    others_note: str = ""  # why NVML's list is missing or partial ('' when read)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "free_bytes": self.free_bytes, "total_bytes": self.total_bytes,
+                "own_bytes": self.own_bytes, "own_detail": self.own_detail,
+                "other_processes": [{"pid": p.pid, "used_bytes": p.used_bytes} for p in self.other_processes],
+                "others_note": self.others_note}
+
+
+def free_cached_memory(torch: Any) -> None:
+    """Give back what this process's allocators cache but no tensor uses (PyTorch's caching allocator, CuPy's
+    pools): before a case is retried after an out-of-memory error."""
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    cupy = sys.modules.get("cupy")  # only when the implementation imported it: never initialise CuPy here
+    if cupy is not None:
+        try:
+            cupy.get_default_memory_pool().free_all_blocks()
+            cupy.get_default_pinned_memory_pool().free_all_blocks()
+        except Exception:  # a CuPy without a usable device: it holds nothing to free
+            pass
+
+
+def _own_bytes(torch: Any, device: int) -> tuple[int, str]:
+    reserved = int(torch.cuda.memory_reserved(device))
+    parts, total = [f"torch {reserved / 2**30:.2f} GiB reserved"], reserved
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            pool = int(cupy.get_default_memory_pool().total_bytes())
+        except Exception:
+            pool = 0
+        total += pool
+        parts.append(f"CuPy pool {pool / 2**30:.2f} GiB")
+    return total, ", ".join(parts)
+
+
+def _nvml_handle(pynvml: Any, torch: Any, device: int) -> Any:
+    """NVML's handle of torch's device `device`: by UUID, else by PCI bus id (NVML counts every GPU of the host,
+    CUDA only the visible ones, so the indices differ)."""
+    from opgate.gpu.probes.device import GpuUnavailable, nvml_handle_for
+
+    props = torch.cuda.get_device_properties(device)
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}")
+        except pynvml.NVMLError:
+            pass
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        raise GpuUnavailable("torch reports neither the device's UUID nor its PCI bus id")
+    domain, slot = int(getattr(props, "pci_domain_id", 0)), int(getattr(props, "pci_device_id", 0))
+    return nvml_handle_for(pynvml, f"{domain:04x}:{int(bus):02x}:{slot:02x}.0")
+
+
+def _other_processes(torch: Any, device: int) -> tuple[tuple[ProcessMemory, ...], str]:
+    from opgate.gpu.probes.device import GpuUnavailable
+    from opgate.probes.nvml import NvmlUnavailable, nvml_session
+
+    try:
+        with nvml_session() as pynvml:
+            handle = _nvml_handle(pynvml, torch, device)
+            running = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            mine = os.getpid()
+            # NVML reports host pids; inside a container this process may be listed under another pid
+            others = tuple(ProcessMemory(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+                           for p in running if int(p.pid) != mine)
+            note = "" if any(int(p.pid) == mine for p in running) or not running else (
+                "this process is not among NVML's pids (a container's pid namespace?): the list may include it")
+            return others, note
+    except (NvmlUnavailable, GpuUnavailable) as exc:
+        return (), f"NVML: {exc}"
+    except Exception as exc:  # an NVML call this driver lacks: the snapshot still has cudaMemGetInfo's figures
+        return (), f"NVML: {type(exc).__name__}: {exc}"
+
+
+def device_memory_snapshot(torch: Any, device: int | None = None) -> DeviceMemorySnapshot | None:
+    """The current device's memory now; None when this process has no CUDA device (nothing to measure)."""
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device() if device is None else device
+    free, total = torch.cuda.mem_get_info(device)
+    own, detail = _own_bytes(torch, device)
+    others, note = _other_processes(torch, device)
+    return DeviceMemorySnapshot(device, int(free), int(total), own, detail, others, note)
