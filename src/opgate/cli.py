@@ -274,6 +274,11 @@ def verify(
     fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
     require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
                                      "and fail every stage skipped for want of one: for GPU hosts' CI."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", min=0.0, help="Seconds of numerics per "
+                                                "operator: cases that do not fit the backend's measured speed are "
+                                                "not run, and the report names them (declared sizes always run). "
+                                                "Default: 90/150/900 s by budget without a GPU, 120/240/1200 s "
+                                                "with one; 0: no cap."),
     changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="GIT_REF", help="Verify only "
                                                 "the spec files whose file, or a module inside the repository it "
                                                 "imports, changed since this git ref (e.g. origin/main): for CI."),
@@ -299,7 +304,7 @@ def verify(
         spec_file=files[0], ops=list(op or []), impls=list(impl or []), dtypes=dtypes, seed=seed,
         budget=budget.value, replay=replay, out_dir=out, extras=extras, shrink=shrink, jobs=jobs,
         timeout_s=timeout, stages=chosen_stages, sanitizer_tools=tools, case_timeout_s=case_timeout,
-        spec_files=tuple(files) if len(files) > 1 else (),
+        spec_files=tuple(files) if len(files) > 1 else (), time_budget_s=time_budget,
     )
     report = run_verify(request, console)
     if fail_on_skip or require_gpu:

@@ -55,6 +55,8 @@ class StageOptions:
     shrink: bool = True  # shrink a numerics failure to its smallest failing case
     case_timeout_s: float | None = None  # one call on one case before it counts as a hang; None: the default
     sanitizer_tools: tuple[str, ...] = ("memcheck", "racecheck", "initcheck", "synccheck")
+    # seconds of numerics per operator (--time-budget); None: the default for the budget level and the device
+    time_budget_s: float | None = None
 
 
 @dataclass

@@ -24,7 +24,12 @@ class NumericsStage(Stage):
         from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 
         out: list[CheckTask | CheckResult] = []
+        from opgate.verify.time_budget import check_seconds, operator_seconds
+
         case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.case_timeout_s or CASE_TIMEOUT_S)
+        checks = len(plan.choices) * len(plan.dtypes)
+        share = 0.0 if plan.replaying else check_seconds(
+            operator_seconds(plan.budget, plan.gpu, plan.options.time_budget_s), checks, plan.jobs)
         # the slowest-starting implementations first (torch.compile compiles for seconds): they set the wall time
         for choice in sorted(plan.choices, key=lambda c: -backend(c.backend).startup_s):
             unavailable = backend(choice.backend).unavailable_reason()
@@ -44,7 +49,7 @@ class NumericsStage(Stage):
                     plan_path=str(plan.plans[dtype]), artefact_dir=str(artefacts.resolve()),
                     workdir=str(plan.scratch_dir("work")),
                     extras=plan.options.extras, shrink=plan.options.shrink,
-                    case_timeout_s=case_timeout)
+                    case_timeout_s=case_timeout, time_budget_s=share)
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
                                      plan.timeout_s, payload, choice))
         return out

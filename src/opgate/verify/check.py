@@ -42,6 +42,7 @@ from opgate.verify.shrink import shrink_case
 from opgate.core.spec import Operator
 from opgate.verify.loaded_specs import loaded_operators
 from opgate.verify.tasks import NumericsPayload
+from opgate.verify.time_budget import CasePlanFitter, CaseSize
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
 NOT_JUDGED_REMEDIATION = ("Not a verdict on the implementation: opgate could not show the out-of-memory error was "
@@ -55,10 +56,11 @@ NOT_JUDGED_REMEDIATION = ("Not a verdict on the implementation: opgate could not
 class CaseRecord:
     case: Case
     verdict: CaseVerdict
+    seconds: float = 0.0  # the implementation's call and the judging of this case
 
     def compact(self) -> dict[str, Any]:
         row: dict[str, Any] = {"case": self.case.label(), "passed": self.verdict.passed,
-                               "budget_ratio": _num(self.verdict.ratio)}
+                               "budget_ratio": _num(self.verdict.ratio), "seconds": round(self.seconds, 4)}
         if self.verdict.not_judged:
             row["not_judged"] = self.verdict.not_judged
         if self.verdict.reasons:
@@ -74,6 +76,22 @@ class CaseRecord:
             })
         row["outputs"] = outputs
         return row
+
+
+def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter) -> CheckResult:
+    """Say which cases the time budget left out, and their predicted cost, in the reason and the figures."""
+    capped = fitter.summary()
+    if capped is None:
+        return result
+    listed = ", ".join(f"{c['case']} (~{c['predicted_s']:g} s)" for c in capped["capped"][:3])
+    more = f" and {len(capped['capped']) - 3} more" if len(capped["capped"]) > 3 else ""
+    note = (f"; {len(capped['capped'])} case(s) not run: they did not fit the {capped['budget_s']:g} s time budget "
+            f"at this backend's measured speed ({listed}{more}; --time-budget raises it)")
+    figure = Figure("cases capped by the time budget", len(capped["capped"]), "",
+                    Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype may take "
+                                                        "(a share of the operator's --time-budget)"))
+    return dataclasses.replace(result, reason=result.reason + note, figures=tuple(result.figures) + (figure,),
+                               extra={**result.extra, "time_budget": capped})
 
 
 def _num(value: float) -> Any:
@@ -151,7 +169,8 @@ class VerifyImplementationCheck(Check):
         choice = find_choice(op, task.impl, task.extras)
         prepared = prepare(choice, op, plan.dtype, Path(task.workdir))
         clock.lap("load and prepare")
-        records = self._run_plan(op, prepared, plan)
+        fitter = self._fitter(op, plan, task.time_budget_s)
+        records = self._run_plan(op, prepared, plan, fitter)
         clock.lap("cases")
         # verify/gaming.py: cache, alias, mutation, stream. Not after a crash: the probe calls the implementation
         # outside any case, and a second death there would read as opgate's own.
@@ -181,26 +200,42 @@ class VerifyImplementationCheck(Check):
                                           deviations, failure_class, range_note), gaming)
         result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps,
                                                     **({"out_of_memory": self.oom_events} if self.oom_events else {})})
+        result = _with_capped_cases(result, fitter)
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
             Path(task.spec_file).name)
 
-    def _run_plan(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile) -> list[CaseRecord]:
-        """Every case of the plan; cases an earlier (crashed) child finished or crashed on come from the journal."""
+    def _run_plan(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                  fitter: CasePlanFitter) -> list[CaseRecord]:
+        """Every case of the plan that fits the time budget (verify/time_budget.py); cases an earlier (crashed)
+        child finished or crashed on come from the journal."""
         records: list[CaseRecord] = []
         for index, (case, truth, budgets, masks) in enumerate(zip(plan.cases, plan.truths, plan.budgets,
                                                                   plan.masks)):
             state, earlier = self.journal.state_of(index)
             if state == "done":
                 records.append(earlier)
+                fitter.observe(index, getattr(earlier, "seconds", 0.0))
             elif state == "crashed":
                 records.append(CaseRecord(case, CaseVerdict(False, (earlier,), (), tuple(budgets))))
             elif state == "run":
-                records.append(CaseRecord(case, self._run_case(op, prepared, plan.dtype, case, truth, budgets,
-                                                               plan.out_dtypes, masks, index=index)))
+                if not fitter.runs(index):
+                    continue
+                began = time.perf_counter()
+                verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
+                                         index=index)
+                records.append(CaseRecord(case, verdict, time.perf_counter() - began))
+                fitter.observe(index, records[-1].seconds)
                 self.journal.save(index, records[-1])
         return records
+
+    def _fitter(self, op: Operator, plan: PlanFile, budget_s: float) -> CasePlanFitter:
+        sizes = []
+        for case in plan.cases:
+            dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
+            sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs]))
+        return CasePlanFitter(budget_s, plan.cases, sizes, time.perf_counter)
 
     # -- deviations -----------------------------------------------------------------------------------
     def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,

@@ -72,6 +72,9 @@ class VerifyRequest:
     # Several spec files in one run (`opgate verify a.py b.py DIR`): one report, one worker pool, one calibration
     # queue. Empty: just `spec_file`.
     spec_files: Sequence[Path] = ()
+    # Seconds of numerics per operator (the cases that do not fit the backend's measured speed are not run, and the
+    # report says which: verify/time_budget.py). None: the default for the budget level and the device; 0: no cap.
+    time_budget_s: float | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -435,7 +438,7 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
         budget=budget_name, seed=request.seed, gpu=gpu, jobs=request.jobs, workdir=workdir, out_dir=request.out_dir,
         timeout_s=timeout, replaying=replaying, plans=plans, child_envs=envs, gpu_choices=gpu_choices,
         options=StageOptions(extras=request.extras or replaying, shrink=request.shrink,
-                             case_timeout_s=request.case_timeout_s,
+                             case_timeout_s=request.case_timeout_s, time_budget_s=request.time_budget_s,
                              sanitizer_tools=tuple(request.sanitizer_tools) or StageOptions().sanitizer_tools))
 
 

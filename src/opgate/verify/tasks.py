@@ -75,6 +75,7 @@ class NumericsPayload(ImplementationPayload):
     extras: bool = True  # opgate's extras (the reference through torch.compile / ONNX Runtime / TVM) exist
     shrink: bool = True
     case_timeout_s: float = 300.0
+    time_budget_s: float = 0.0  # seconds of cases this check may spend (verify/time_budget.py); 0: no cap
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,149 @@
+"""Fit one implementation x dtype's case plan to a time budget, keeping the cases that cover distinct code paths.
+
+Under Triton's CPU interpreter one case can cost 10^3-10^5 times what it costs compiled: every program instance is
+emulated in Python, so a case with 16385 rows (16385 programs) took minutes where its GPU run takes microseconds.
+The plan is shared by every implementation (its truths are computed once), so the numerics check fits it to its own
+backend's speed as it runs:
+
+- the cost of a case is predicted from the cases already run, conservatively: the larger of its element count and
+  its row count (the element count over the last dim of its largest input: one program per row in row kernels)
+  times the slowest rate seen per element / per row, plus the fixed cost of a call;
+- before each case the remaining cases are ranked: declared cases first (always run: the user asked for those
+  sizes), then the cheapest case of every (regime, layout) not yet covered, then the rest cheapest first; a case
+  runs if it fits, with every higher-ranked case, in the time left;
+- a case that does not fit is not run, and the result says which sizes were capped and their predicted cost.
+
+The budget is a share of the operator's `--time-budget` (verify/engine.py: its default depends on the budget level
+and on whether the checks run on a GPU). Nothing is capped on a budget of 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+# Seconds of numerics per operator by budget level: without a GPU (Triton's interpreter, torch on the CPU) and with
+# one. The CPU figures make a default run of one operator finish in about three minutes on a 2-core CI machine
+# beside its calibration (docs/benchmarks.md); on a GPU the caps rarely bind and only guard against a runaway case.
+DEFAULT_OPERATOR_SECONDS = {
+    ("quick", False): 90.0, ("standard", False): 150.0, ("thorough", False): 900.0,
+    ("quick", True): 120.0, ("standard", True): 240.0, ("thorough", True): 1200.0,
+}
+# Never less per implementation x dtype: a check needs a few cases to say anything.
+MIN_CHECK_SECONDS = 15.0
+
+
+def operator_seconds(budget: str, gpu: bool, given: float | None) -> float:
+    """The operator's numerics time budget: the user's --time-budget, else the default for the budget level."""
+    if given is not None:
+        return float(given)
+    return DEFAULT_OPERATOR_SECONDS.get((budget, gpu), DEFAULT_OPERATOR_SECONDS[("standard", gpu)])
+
+
+def check_seconds(operator_budget: float, checks: int, jobs: int) -> float:
+    """One implementation x dtype's share: the operator's checks run `jobs` at a time, so each gets its share of
+    `jobs` x the budget (never less than MIN_CHECK_SECONDS). 0 means no cap."""
+    if operator_budget <= 0:
+        return 0.0
+    share = operator_budget * max(1, min(jobs, checks)) / max(1, checks)
+    return max(MIN_CHECK_SECONDS, share)
+
+
+@dataclass(frozen=True)
+class CaseSize:
+    """What a case's cost scales with: its elements and its rows (programs of a row kernel)."""
+
+    elements: int
+    rows: int
+
+    @classmethod
+    def of(cls, shapes: Sequence[Sequence[int]]) -> "CaseSize":
+        if not shapes:
+            return cls(1, 1)
+        largest = max(shapes, key=lambda shape: math.prod(shape))
+        elements = max(1, math.prod(largest))
+        rows = max(1, elements // max(1, largest[-1])) if largest and largest[-1] else 1
+        return cls(elements, rows)
+
+
+@dataclass
+class CaseTimer:
+    """Measured costs so far, and the prediction of a case's cost from them."""
+
+    overhead: float = math.inf  # the cheapest call seen: what a call costs whatever its size
+    per_element: float = 0.0
+    per_row: float = 0.0
+    observed: int = 0
+
+    def observe(self, size: CaseSize, seconds: float) -> None:
+        self.observed += 1
+        self.overhead = min(self.overhead, seconds)
+        beyond = max(0.0, seconds - self.overhead)
+        self.per_element = max(self.per_element, beyond / size.elements)
+        self.per_row = max(self.per_row, beyond / size.rows)
+
+    def predict(self, size: CaseSize) -> float:
+        if not self.observed:
+            return 0.0
+        return self.overhead + max(self.per_element * size.elements, self.per_row * size.rows)
+
+
+@dataclass
+class CasePlanFitter:
+    """Decides, case by case, whether the next case fits the time left (see the module docstring)."""
+
+    budget_s: float
+    cases: Sequence[Any]  # verify.inputs.Case
+    sizes: Sequence[CaseSize]
+    clock: Callable[[], float]
+    timer: CaseTimer = field(default_factory=CaseTimer)
+    capped: list[tuple[int, float]] = field(default_factory=list)  # (case index, predicted seconds)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+        self.done: set[int] = set()
+
+    def observe(self, index: int, seconds: float) -> None:
+        self.done.add(index)
+        self.timer.observe(self.sizes[index], seconds)
+
+    def runs(self, index: int) -> bool:
+        """Whether case `index` (the next one in plan order) is run; False records it as capped."""
+        case = self.cases[index]
+        if self.budget_s <= 0 or case.origin == "declared" or not self.timer.observed:
+            return True
+        left = self.budget_s - (self.clock() - self.started)
+        pending = [k for k in range(len(self.cases)) if k not in self.done and k not in self._capped_indices()]
+        spent = 0.0
+        for k in self._ranked(pending):
+            spent += self.timer.predict(self.sizes[k])
+            if k == index:
+                if spent <= left:
+                    return True
+                break
+        self.capped.append((index, self.timer.predict(self.sizes[index])))
+        return False
+
+    def _capped_indices(self) -> set[int]:
+        return {k for k, _ in self.capped}
+
+    def _ranked(self, pending: Sequence[int]) -> list[int]:
+        declared = [k for k in pending if self.cases[k].origin == "declared"]
+        rest = sorted((k for k in pending if self.cases[k].origin != "declared"),
+                      key=lambda k: (self.timer.predict(self.sizes[k]), k))
+        covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
+        first_of_kind: list[int] = []
+        for k in rest:
+            kind = (self.cases[k].regime, self.cases[k].layout)
+            if kind not in covered:
+                covered.add(kind)
+                first_of_kind.append(k)
+        return declared + first_of_kind + [k for k in rest if k not in first_of_kind]
+
+    def summary(self) -> dict[str, Any] | None:
+        """What the result reports: the budget, and each capped case with its predicted cost."""
+        if not self.capped:
+            return None
+        return {"budget_s": round(self.budget_s, 1),
+                "capped": [{"case": self.cases[k].label(), "predicted_s": round(p, 1)} for k, p in self.capped]}
