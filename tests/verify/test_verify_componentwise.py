@@ -152,3 +152,85 @@ def test_an_all_zero_log_space_output_allows_a_fast_log():
     passed, reasons = _verdict(op, case, "float32", lambda x: torch.full_like(x, 1.08e-8))
     assert passed, reasons
     assert not _verdict(op, case, "float32", lambda x: torch.full_like(x, 1e-3))[0]
+
+
+# -- the intermediates' rounding and pooled eager loss (issue #26's false alarms) ---------------------------------
+
+SOFTCAP = 30.0
+Z = 1e-4
+
+
+def _capped(x: torch.Tensor) -> torch.Tensor:
+    return SOFTCAP * torch.tanh(x / SOFTCAP)
+
+
+def _z_loss_reference(x: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    logits = _capped(x)
+    lse = torch.logsumexp(logits, dim=-1)
+    return lse - logits.gather(-1, label[:, None]).squeeze(-1) + Z * lse * lse
+
+
+def _z_loss_kernel(x: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """float32 throughout, the capping computed once per path as a fused kernel does (x / c in the lse path,
+    x * (1 / c) at the label): lse - x_label is then not 0 at V = 1, by about an ulp of |x|."""
+    x = x.float()
+    capped_lse_path = SOFTCAP * torch.tanh(x / SOFTCAP)
+    m = capped_lse_path.amax(-1, keepdim=True)
+    lse = (m + torch.log(torch.exp(capped_lse_path - m).sum(-1, keepdim=True))).squeeze(-1)
+    at_label = torch.tanh(x.gather(-1, label[:, None]).squeeze(-1) * (1.0 / SOFTCAP)) * SOFTCAP
+    return lse - at_label + Z * lse * lse
+
+
+Z_LOSS = opgate.Operator(
+    "z_loss", reference=_z_loss_reference,
+    inputs=[opgate.TensorSpec("x", ("M", "V"), kind="logits"), opgate.TensorSpec("label", ("M",), dtype="int64",
+                                                                                   kind="index", high="V")],
+    dims={"M": [8], "V": [1, 64]})
+
+
+def test_an_exact_cancellation_at_one_class_admits_the_rounding_of_its_intermediates():
+    # V = 1: the loss is z lse^2 after lse - x_label cancels exactly in eager; a float32 kernel that rounds lse and
+    # x_label apart is off by ~u|x|, many times eager's error, and right (issue #26)
+    case = Case.make({"M": 8, "V": 1}, 5, origin="edge")
+    passed, reasons = _verdict(Z_LOSS, case, "float32", _z_loss_kernel)
+    assert passed, reasons
+    # a float16 logsumexp is still far beyond that rounding
+    def lse_in_half(x, label):
+        logits = _capped(x.float())
+        lse = torch.logsumexp(logits.half(), dim=-1).float()
+        return lse - logits.gather(-1, label[:, None]).squeeze(-1) + Z * lse * lse
+
+    wider = Case.make({"M": 8, "V": 64}, 6, origin="declared")
+    assert not _verdict(Z_LOSS, wider, "float32", lse_in_half)[0]
+
+
+def test_a_nan_truth_at_a_size_opgate_added_is_undefined_not_a_failure():
+    from opgate.verify.deviations import undefined_masks
+
+    batch_mean = opgate.Operator("batch_mean", reference=lambda x: x.sum(-1).mean(),
+                                 inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [4], "N": [8]})
+
+    def zero_when_empty(x):
+        return x.sum(-1).mean() if x.shape[0] else torch.zeros((), dtype=x.dtype)
+
+    for origin, judged in (("edge", False), ("declared", True)):
+        case = Case.make({"M": 0, "N": 8}, 1, origin=origin)
+        truth, baseline = truth_and_baseline(batch_mean, case, "float32")
+        assert bool(truth[0].isnan())  # the mean of nothing
+        budgets, masks, out_dtypes = budgets_for_case(batch_mean, "float32", case, truth, baseline, [0.0], [0.0], 8)
+        generated = make_inputs(batch_mean, case, "float32")
+        verdict = judge_case([zero_when_empty(*generated.values)], truth, budgets, out_dtypes, masks,
+                             undefined=undefined_masks(batch_mean, case, "float32", out_dtypes, truth))
+        assert verdict.passed is not judged, verdict.reasons  # a user who declares M = 0 asked for it
+
+
+def test_a_case_where_eager_is_exact_gets_the_eager_loss_pooled_over_the_plan():
+    from opgate.verify.calibrate import element_allowances
+    from opgate.verify.error_bounds import AccumulationBound, LogspaceBound, SampledElement
+
+    truth = torch.tensor([0.043, 3.0], dtype=torch.float64)
+    exact = truth.to(torch.bfloat16)  # eager rounds once: no loss beyond its output rounding
+    accumulation = AccumulationBound(1e-7, 1e-7, 2, 2.0**-24, (SampledElement(0, 1e-8, 6.0),))
+    alone = element_allowances(truth, exact, accumulation, LogspaceBound())
+    pooled = element_allowances(truth, exact, accumulation, LogspaceBound(), pooled_rho=5e-4)
+    assert pooled[0][1] - alone[0][1] > 8 * 5e-4 * 6.0 * 0.99  # K_ELEMENT x rho x (|y| + m)

@@ -279,3 +279,43 @@ def test_mixed_layout_strides_every_second_input():
     assert generated.layout_applied == ["contiguous", "strided"]
     single = opgate.Operator("neg", reference=lambda x: -x, inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [8]})
     assert "mixed" not in applicable_layouts(single)
+
+
+# -- defaults a user does not ask for by name (issue #26) --------------------------------------------------------
+
+def _ce_op(**label_options):
+    import torch
+
+    return opgate.Operator(
+        "ce", reference=lambda x, y: torch.nn.functional.cross_entropy(x, y, reduction="none"),
+        inputs=[opgate.TensorSpec("x", ("M", "V"), kind="logits"),
+                opgate.TensorSpec("y", ("M",), dtype="int64", kind="index", high="V", **label_options)],
+        dims={"M": [64], "V": [1000, 32000]})
+
+
+def test_labels_beside_their_logits_hit_the_argmax_by_default_and_hits_false_turns_it_off():
+    from opgate.verify.inputs import Case, make_inputs
+
+    case = Case.make({"M": 64, "V": 1000}, 3)
+    for options, low, high in (({}, 0.3, 0.7), ({"hits": False}, 0.0, 0.05)):
+        op = _ce_op(**options)
+        x, y = make_inputs(op, case, "float32").values
+        share = float((x.argmax(-1) == y).float().mean())
+        assert low <= share <= high, (options, share)
+    assert _ce_op().hits_target(_ce_op().inputs[1]) == "x"
+
+
+def test_hits_true_or_a_number_is_a_spec_error():
+    with pytest.raises(SpecError, match="hits="):
+        opgate.TensorSpec("y", ("M",), kind="index", high="V", hits=True)
+
+
+def test_the_masked_regime_meets_every_multi_tile_row_size_of_the_plan():
+    from opgate.verify.inputs import MASKED_TILE_SIZE, plan_cases
+
+    op = _ce_op()
+    for budget in ("quick", "standard"):
+        cases = plan_cases(op, budget)
+        row_sizes = {c.dims_dict["V"] for c in cases if c.dims_dict["V"] > MASKED_TILE_SIZE}
+        masked = {c.dims_dict["V"] for c in cases if c.regime == "masked"}
+        assert row_sizes <= masked, (budget, row_sizes - masked)

@@ -68,6 +68,8 @@ class TensorSpec:
         implementation that breaks only above it has a range limit (warned), below it a range bug (failed).
     hits: for kind="index": the name of another input (e.g. logits of shape (M, V)) whose argmax along its last
         dim about half of these indices equal, at the same leading position (labels that meet confident logits).
+        By default an index input whose `high` names the last dim of an earlier float input of its shape plus that
+        dim (labels with high="V" beside logits (M, V)) hits that input's argmax; hits=False turns it off.
     """
 
     name: str
@@ -79,7 +81,7 @@ class TensorSpec:
     contiguous: bool = False
     requires_grad: bool = False
     max_magnitude: float | None = None
-    hits: str | None = None
+    hits: str | bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
@@ -87,7 +89,10 @@ class TensorSpec:
                                                    and self.max_magnitude > 0):
             raise SpecError(f"TensorSpec {self.name!r}: max_magnitude must be a positive number, "
                             f"not {self.max_magnitude!r}")
-        if self.hits is not None and self.kind != "index":
+        if self.hits is True or (self.hits is not None and not isinstance(self.hits, (str, bool))):
+            raise SpecError(f"TensorSpec {self.name!r}: hits= takes the name of another input (or False to turn the "
+                            f"default off), not {self.hits!r}")
+        if isinstance(self.hits, str) and self.kind != "index":
             raise SpecError(f"TensorSpec {self.name!r}: hits= applies to kind='index' inputs only")
         if self.kind not in VALUE_KINDS:
             raise SpecError(f"TensorSpec {self.name!r}: kind {self.kind!r} is not one of {', '.join(VALUE_KINDS)}")
@@ -225,7 +230,7 @@ class Operator:
                         f"operator {self.name!r}: input {inp.name!r} has {bound_name}={bound!r}, "
                         "which is neither a number nor a dim listed in `dims`"
                     )
-            if inp.hits is not None:
+            if isinstance(inp.hits, str):
                 target = next((t for t in self.tensor_inputs if t.name == inp.hits), None)
                 if target is None or target is inp:
                     raise SpecError(f"operator {self.name!r}: input {inp.name!r} has hits={inp.hits!r}, which is "
@@ -246,6 +251,21 @@ class Operator:
     @property
     def tensor_inputs(self) -> list[TensorSpec]:
         return [i for i in self.inputs if isinstance(i, TensorSpec)]
+
+    def hits_target(self, inp: TensorSpec) -> str | None:
+        """The input whose argmax `inp`'s indices partly hit: hits= as given, else (kind "index", high a dim name)
+        the first earlier float input whose shape is `inp`'s plus that dim (labels beside their logits): a
+        confident-label bug is then found without the spec author knowing to ask. hits=False: none."""
+        if isinstance(inp.hits, str):
+            return inp.hits
+        if inp.hits is False or inp.kind != "index" or not isinstance(inp.high, str):
+            return None
+        inputs = self.tensor_inputs
+        for target in inputs[:inputs.index(inp)]:
+            if (target.kind in ("normal", "logits", "uniform", "positive") and target.shape
+                    and target.shape[-1] == inp.high and tuple(target.shape[:-1]) == tuple(inp.shape)):
+                return target.name
+        return None
 
     def implementation(self, name: str, backend: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register an implementation. `backend` defaults to `name` when `name` is a known backend."""

@@ -154,6 +154,7 @@ class Calibration:
     override: Mapping[str, float] | None = None
     excluded_cases: int = 0  # cases where the baseline was non-finite and excused
     notes: list[str] = field(default_factory=list)
+    pooled_element_rho: list[float] = field(default_factory=list)  # per output: median eager loss (element_allowances)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -161,6 +162,7 @@ class Calibration:
             "pooled_rmse_rel": self.pooled_rmse, "pooled_quantile_rel": self.pooled_quantile,
             "k_rmse": K_RMSE, "k_quantile": K_QUANTILE, "floor_eps": FLOOR_EPS.get(self.dtype),
             "override": dict(self.override) if self.override else None, "notes": self.notes,
+            "pooled_element_rho": self.pooled_element_rho,
         }
 
 
@@ -397,14 +399,19 @@ def calibrate(
 
     override = user_override(op, dtype)
     n = len(cases)
+    case_bounds = [CaseBounds.of(op, case, dtype, truth) for case, truth in zip(cases, truths)]
+    # what eager loses at the componentwise check's elements, pooled over the cases like the RMSE: a case where eager
+    # happens to be exact (a bfloat16 q cos - q' sin on constant rows) must not demand exactness of everyone
+    pooled_rho = [_median([rho for bounds, truth, baseline in zip(case_bounds, truths, baselines)
+                           if (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
+                  for o in range(n_outputs)]
     budgets: list[list[OutputBudget]] = []
-    for case, truth, row, baseline in zip(cases, truths, baseline_stats, baselines):
-        bounds = CaseBounds.of(op, case, dtype, truth)
+    for bounds, truth, row, baseline in zip(case_bounds, truths, baseline_stats, baselines):
         budgets.append([bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
-                                      _quantized_for(quantized, b))
+                                      _quantized_for(quantized, b), pooled_rho[o])
                         for o, (stats, b) in enumerate(zip(row, baseline))])
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
-                       masks, override, excluded, notes)
+                       masks, override, excluded, notes, pooled_rho)
 
 
 # How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).
@@ -442,7 +449,7 @@ class CaseBounds:
 
     def budget(self, o: int, stats: OutputStats, truth: Any, baseline: Any, pooled_rmse: float, pooled_q: float,
                n_cases: int, override: Mapping[str, float] | None,
-               quantized: Mapping[str, Any] | None) -> OutputBudget:
+               quantized: Mapping[str, Any] | None, pooled_rho: float = 0.0) -> OutputBudget:
         """Output o's budget, with the componentwise allowances of its sampled elements."""
         import dataclasses
 
@@ -451,11 +458,34 @@ class CaseBounds:
         if budget.is_override:
             return budget  # a user tolerance: |e| <= atol + rtol |truth| everywhere already
         return dataclasses.replace(budget, elements=element_allowances(truth, baseline, self.accumulation[o],
-                                                                       self.logspace[o]))
+                                                                       self.logspace[o], pooled_rho))
+
+
+def eager_element_loss(truth: Any, baseline: Any, accumulation: AccumulationBound) -> float | None:
+    """rho of element_allowances: the largest, over the case's sampled elements, of what PyTorch eager in the dtype
+    loses beyond its own output rounding, relative to |y_i| + m_i; None where the case has no such element."""
+    import torch
+
+    if not accumulation.elements or not baseline.dtype.is_floating_point or baseline.shape != truth.shape:
+        return None
+    out_dtype = dt.dtype_name(baseline.dtype)
+    t = truth.reshape(-1).to(torch.float64)
+    b = baseline.reshape(-1).to(torch.float64)
+    eps = dt.eps(out_dtype)
+    floor_eps = max(FLOOR_EPS.get(out_dtype, 1.0), ELEMENT_FLOOR_EPS)
+    spacing = dt.smallest_normal(out_dtype) * eps
+    rho = 0.0
+    for element in accumulation.elements:
+        ti, bi = float(t[element.index]), float(b[element.index])
+        if math.isfinite(ti) and math.isfinite(bi):
+            # what eager loses beyond the output's own rounding (which the floor allows everywhere)
+            lost = max(0.0, abs(bi - ti) - floor_eps * eps * abs(ti) - spacing)
+            rho = max(rho, lost / (abs(ti) + element.magnitude))
+    return rho
 
 
 def element_allowances(truth: Any, baseline: Any, accumulation: AccumulationBound,
-                       logspace: LogspaceBound) -> tuple[tuple[int, float], ...]:
+                       logspace: LogspaceBound, pooled_rho: float = 0.0) -> tuple[tuple[int, float], ...]:
     """(flat index, allowed |error|) for the componentwise check of every sampled element with a bound.
 
     The pooled RMSE and p99.9 budgets scale with the case's largest values, so a few elements far smaller than
@@ -469,17 +499,10 @@ def element_allowances(truth: Any, baseline: Any, accumulation: AccumulationBoun
         return ()
     out_dtype = dt.dtype_name(baseline.dtype)
     t = truth.reshape(-1).to(torch.float64)
-    b = baseline.reshape(-1).to(torch.float64)
     eps = dt.eps(out_dtype)
     floor_eps = max(FLOOR_EPS.get(out_dtype, 1.0), ELEMENT_FLOOR_EPS)
     spacing = dt.smallest_normal(out_dtype) * eps  # the dtype's subnormal step: 1e-10 is 0 in float16
-    rho = 0.0
-    for element in accumulation.elements:
-        ti, bi = float(t[element.index]), float(b[element.index])
-        if math.isfinite(ti) and math.isfinite(bi):
-            # what eager loses beyond the output's own rounding (which the floor below allows everywhere)
-            lost = max(0.0, abs(bi - ti) - floor_eps * eps * abs(ti) - spacing)
-            rho = max(rho, lost / (abs(ti) + element.magnitude))
+    rho = max(eager_element_loss(truth, baseline, accumulation) or 0.0, pooled_rho)
     absolute = 2.0 * logspace.relative + spacing
     allowances = []
     for element in accumulation.elements:
@@ -745,7 +768,7 @@ def _elementwise_ratio(candidate: Any, truth: Any, atol: float, rtol: float,
 
 def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any], baseline: Sequence[Any],
                      pooled_rmse: Sequence[float], pooled_quantile: Sequence[float],
-                     n_cases: int) -> tuple[list[OutputBudget], list[Any], list[str]]:
+                     n_cases: int, pooled_rho: Sequence[float] = ()) -> tuple[list[OutputBudget], list[Any], list[str]]:
     """Budget of one case outside the plan (a shrunk or replayed case), using the plan's pooled figures,
     so it is judged exactly like the planned cases. Returns budgets, baseline-non-finite masks, out dtypes."""
     names = output_names(len(truth))
@@ -759,7 +782,8 @@ def budgets_for_case(op: Operator, dtype: str, case: Case, truth: Sequence[Any],
         stats = compare_output(b, t, out_dtype, name, baseline_lost=mask, quantized=quantized)
         rmse_pool = pooled_rmse[o] if o < len(pooled_rmse) else 0.0
         q_pool = pooled_quantile[o] if o < len(pooled_quantile) else 0.0
-        budgets.append(bounds.budget(o, stats, t, b, rmse_pool, q_pool, n_cases, override, quantized))
+        rho_pool = pooled_rho[o] if o < len(pooled_rho) else 0.0
+        budgets.append(bounds.budget(o, stats, t, b, rmse_pool, q_pool, n_cases, override, quantized, rho_pool))
         masks.append(mask if bool(mask.any()) else None)
         out_dtypes.append(out_dtype)
     return budgets, masks, out_dtypes

@@ -378,7 +378,7 @@ class Calibrator(threading.Thread):
             cal = calibrate(op, dtype, kept, truths, baselines)
             truth, baseline = truth_and_baseline(op, case, dtype)
             budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
-                                                          cal.pooled_quantile, cal.n_cases)
+                                                          cal.pooled_quantile, cal.n_cases, cal.pooled_element_rho)
         PlanFile(op.name, dtype, self.budget, self.seed, [case], [truth], [budgets], [masks], out_dtypes,
                  cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary()).save(path)
         return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),

@@ -358,7 +358,7 @@ class VerifyImplementationCheck(Check):
                 return verdict
             return self._judge_out_of_memory(case, budgets, oom_message)
         return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,
-                          undefined=undefined_masks(op, case, dtype, out_dtypes), nan_policy=op.nan_policy,
+                          undefined=undefined_masks(op, case, dtype, out_dtypes, truth), nan_policy=op.nan_policy,
                           extra_atol=extra_atol, unwritten_spans=output.unwritten_spans)
 
     def _case_fails(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile, case: Case) -> bool:
@@ -367,7 +367,8 @@ class VerifyImplementationCheck(Check):
         except CalibrationError:
             return False  # the reference cannot do this case: not a smaller failure of the candidate
         budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline, plan.pooled_rmse,
-                                                      plan.pooled_quantile, plan.n_calibration_cases)
+                                                      plan.pooled_quantile, plan.n_calibration_cases,
+                                                      plan.summary.get("pooled_element_rho", ()))
         verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks)
         return not verdict.passed and not verdict.not_judged  # a case opgate could not judge shows no failure
 
@@ -408,7 +409,8 @@ class VerifyImplementationCheck(Check):
             truth, baseline = truth_and_baseline(op, case, plan.dtype)
             budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline,
                                                           plan.pooled_rmse, plan.pooled_quantile,
-                                                          plan.n_calibration_cases)
+                                                          plan.n_calibration_cases,
+                                                      plan.summary.get("pooled_element_rho", ()))
             verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks)
         token = ReplayToken(op.name, prepared.choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode()
         return {"case": case, "verdict": verdict, "attempts": result.attempts, "steps": result.steps,
@@ -451,7 +453,8 @@ class VerifyImplementationCheck(Check):
         undefined = sum(st.undefined for r in records for st in r.verdict.stats)
         if undefined:
             extra["undefined_elements"] = undefined
-            figures.append(Figure("elements not judged (truth undefined: NaN converted to an integer)", undefined,
+            figures.append(Figure("elements not judged (truth undefined: 0/0 or an empty reduction at a size opgate "
+                                  "added, or a NaN converted to an integer)", undefined,
                                   "elements"))
         dropped = sum(st.nan_dropped for r in records for st in r.verdict.stats)
         if dropped:

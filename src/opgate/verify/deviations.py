@@ -92,13 +92,22 @@ def ftz_allowance(fan_in: int) -> float:
     return (max(fan_in, 1) + 1) * FLUSH_THRESHOLD
 
 
-def undefined_masks(op: Operator, case: Case, dtype: str, out_dtypes: Sequence[str]) -> list[Any] | None:
-    """Per integer output: elements that depend on a non-finite input (their truth is a NaN/Inf converted to an
-    integer: undefined). Found by substituting two different finite values for the non-finite inputs."""
+def undefined_masks(op: Operator, case: Case, dtype: str, out_dtypes: Sequence[str],
+                    truths: Sequence[Any] | None = None) -> list[Any] | None:
+    """Per output, the elements whose truth is undefined, not judged:
+
+    - at a size opgate added (not declared), a float truth that is NaN although every input is finite: an empty
+      reduction or a 0/0 (the mean of an empty batch, the unbiased variance of one element). No user wrote a
+      contract for the mean of nothing; the reference's NaN there is one convention among several (0 is another);
+    - per integer output, elements that depend on a non-finite input (their truth is a NaN/Inf converted to an
+      integer), found by substituting two different finite values for the non-finite inputs."""
     import torch
 
     from opgate.verify.calibrate import as_outputs
 
+    added = _undefined_at_added_size(op, case, dtype, truths)
+    if added is not None:
+        return added
     if case.regime not in ("nonfinite", "masked") or all(dt.is_float(d) for d in out_dtypes):
         return None
     generated = make_inputs(op, case, dtype)
@@ -120,6 +129,22 @@ def undefined_masks(op: Operator, case: Case, dtype: str, out_dtypes: Sequence[s
         else:
             masks.append(a != b)
     return masks if any(m is not None and bool(m.any()) for m in masks) else None
+
+
+def _undefined_at_added_size(op: Operator, case: Case, dtype: str, truths: Sequence[Any] | None) -> list[Any] | None:
+    """NaN truths from finite inputs at a size opgate added (see undefined_masks), or None."""
+    import torch
+
+    if truths is None or case.origin == "declared" or case.regime in ("nonfinite", "masked"):
+        return None
+    masks = [t.isnan() if isinstance(t, torch.Tensor) and t.dtype.is_floating_point else None for t in truths]
+    if not any(m is not None and bool(m.any()) for m in masks):
+        return None
+    generated = make_inputs(op, case, dtype)
+    if not all(bool(torch.isfinite(v).all()) for v in generated.truth
+               if isinstance(v, torch.Tensor) and v.dtype.is_floating_point):
+        return None
+    return masks
 
 
 def bisect_breaking_scale(fails: Callable[[float], bool], near: float, far: float,

@@ -145,6 +145,57 @@ def row_bound(terms: Any, roundoff: float) -> float:
     return min(modelled, rigorous)
 
 
+# --- The intermediates' rounding: what the values an output is formed from imply --------------------------------
+#
+# The first-order terms c_j = dy/dx_j x_j see the inputs only. An output formed from intermediates much larger than
+# itself carries their rounding: a cross-entropy of one class is lse - x_label (+ z lse^2), 0 in exact arithmetic and
+# ~u|x| in any float32 kernel that rounds lse and x_label differently, while dy/dx (through z lse^2 alone) says the
+# element is tiny and well conditioned. The standard first-order analysis charges every operation of the reference's
+# own computation: sum_k u |t_k| |dy_i/dt_k| over its intermediate values t_k (Higham, ch. 2-3). opgate records the
+# reference's intermediates (the outputs of the torch functions it calls, less those that only move or select
+# values: views, copies, indexing, max, where ...) and takes dy_i/dt_k in the same reverse pass as the Jacobian row.
+# A reference written as one op (F.softplus, F.layer_norm, a @ b) has no intermediates: nothing changes there.
+EXACT_FUNCTIONS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "t",
+    "permute", "movedim", "swapaxes", "swapdims", "expand", "expand_as", "broadcast_to", "contiguous", "clone",
+    "detach", "__getitem__", "select", "narrow", "index_select", "gather", "take_along_dim", "masked_select",
+    "cat", "concat", "concatenate", "stack", "hstack", "vstack", "flip", "fliplr", "flipud", "roll", "chunk",
+    "split", "tensor_split", "unbind", "repeat", "repeat_interleave", "tile", "neg", "negative", "__neg__", "abs",
+    "absolute", "max", "amax", "min", "amin", "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "clip", "relu",
+    "where", "masked_fill", "sort", "topk", "to", "type", "float", "double", "half", "bfloat16", "type_as",
+    "zeros_like", "ones_like", "full_like", "empty_like", "diagonal", "tril", "triu", "pad", "__setitem__",
+    "requires_grad_", "argmax", "argmin", "sign", "T", "mT", "real", "contiguous",
+})
+
+
+MAX_INTERMEDIATES = 256
+
+
+def _recording_intermediates() -> Any:
+    """A TorchFunctionMode collecting every differentiable float tensor a torch function returns, except those of
+    EXACT_FUNCTIONS (their values are the inputs', moved or selected: no rounding)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Recorder(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tensors: list[Any] = []
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            result = func(*args, **(kwargs or {}))
+            name = getattr(func, "__name__", "")
+            if name in EXACT_FUNCTIONS or name.endswith("_") and name[:-1] in EXACT_FUNCTIONS:
+                return result
+            for value in (result if isinstance(result, (tuple, list)) else (result,)):
+                if (isinstance(value, torch.Tensor) and value.dtype == torch.float64 and value.grad_fn is not None
+                        and value.numel() > 0):
+                    self.tensors.append(value)
+            return result
+
+    return Recorder()
+
+
 def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str,
                         seed: int) -> list[AccumulationBound]:
     """The bound for every output of one case (zero where the reference has no gradient: integer outputs,
@@ -163,8 +214,9 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         leaf = truth_inputs[i].detach().clone().requires_grad_(True)
         args[i] = leaf
         leaves.append(leaf)
+    recorder = _recording_intermediates()
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), recorder:
             result = reference(*args)
     except Exception:  # a reference that cannot run under autograd has no bound; the other terms stay
         return empty
@@ -181,10 +233,14 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         if not samples:
             bounds.append(AccumulationBound())
             continue
-        rows = _jacobian_rows(out, leaves, samples)
-        if rows is None:
+        # a reference that loops in Python (one small tensor per row) records thousands: their reverse passes would
+        # cost more than the whole calibration, so such a reference gets no intermediates' term
+        intermediates = [t for t in recorder.tensors if t is not out] if len(recorder.tensors) <= MAX_INTERMEDIATES else []
+        found = _jacobian_rows(out, leaves, samples, intermediates)
+        if found is None:
             bounds.append(AccumulationBound())
             continue
+        rows, carried = found
         per_element: list[float] = []
         fan_in = 0
         elements: list[SampledElement] = []
@@ -194,7 +250,7 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
             row_finite = bool(torch.isfinite(raw).all())
             nonzero = raw.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
             nonzero = nonzero[nonzero != 0]
-            per_element.append(row_bound(nonzero, roundoff))
+            per_element.append(row_bound(nonzero, roundoff) + roundoff * carried[k])
             magnitude = float(nonzero.abs().sum())
             fan_in = max(fan_in, int(nonzero.numel()))
             if inputs_finite and row_finite and magnitude > 0 and math.isfinite(per_element[-1]):
@@ -229,8 +285,10 @@ def _sample_elements(truth: Any, seed: int) -> tuple[list[int], int]:
     return samples + smallest, len(smallest)
 
 
-def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int]) -> list[Any] | None:
-    """d out.flat[s] / d leaf for every sample s, per leaf (None where the output does not depend on it).
+def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int], intermediates: Sequence[Any] = (),
+                   ) -> tuple[list[Any], list[float]] | None:
+    """d out.flat[s] / d leaf for every sample s, per leaf (None where the output does not depend on it), and per
+    sample sum_k |t_k| |d out.flat[s] / d t_k| over the intermediates t_k (what their rounding carries to it).
 
     One reverse pass per sample: ten times faster than torch.autograd.grad(is_grads_batched=True) on a
     64 x 1024 softmax (vmap over the backward graph), and it needs no batching rule."""
@@ -239,18 +297,25 @@ def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int]) -> l
     flat = out.reshape(-1)
     per_leaf: list[list[Any]] = [[] for _ in leaves]
     used = [False] * len(leaves)
+    carried: list[float] = []
+    wrt = list(leaves) + list(intermediates)
     try:
         for index in samples:
-            grads = torch.autograd.grad(flat[index], leaves, retain_graph=True, allow_unused=True)
-            for j, g in enumerate(grads):
+            grads = torch.autograd.grad(flat[index], wrt, retain_graph=True, allow_unused=True)
+            for j, g in enumerate(grads[:len(leaves)]):
                 if g is None:
                     per_leaf[j].append(torch.zeros_like(leaves[j]))
                 else:
                     used[j] = True
                     per_leaf[j].append(g.detach())
+            total = 0.0
+            for value, g in zip(intermediates, grads[len(leaves):]):
+                if g is not None:
+                    total += float((value.detach() * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum())
+            carried.append(total)
     except RuntimeError:
         return None
-    return [torch.stack(rows) if used[j] else None for j, rows in enumerate(per_leaf)]
+    return [torch.stack(rows) if used[j] else None for j, rows in enumerate(per_leaf)], carried
 
 
 # --- The log-space statistic: what a float32 max/logsumexp of the inputs' magnitude costs -------------------------

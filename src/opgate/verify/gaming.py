@@ -268,7 +268,8 @@ def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any) -> Gami
     truths = [plan.truths[index], second_truth]
     second_budgets, second_masks, _ = budgets_for_case(op, plan.dtype, second_case, second_truth, second_baseline,
                                                        plan.pooled_rmse, plan.pooled_quantile,
-                                                       plan.n_calibration_cases)
+                                                       plan.n_calibration_cases,
+                                                      plan.summary.get("pooled_element_rho", ()))
     budgets = [plan.budgets[index], second_budgets]
     masks = [plan.masks[index], second_masks]
 

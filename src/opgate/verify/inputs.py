@@ -37,7 +37,10 @@ PEAK = 30.0
 MODERATE_MARGIN = 7.0  # the peaked regime's odd rows: exp(-7) ~ 1e-3 of the probability mass off the peak
 MIXED_HIGH = 1e8
 MASKED_ROWS = 4  # rows of the masked regime's large case: left padding, right padding, both, and a fully masked row
-ROW_REGIMES = ("masked", "constant_rows")  # regimes whose large case gets up to MASKED_ROWS rows (plan_cases)
+ROW_REGIMES = ("masked", "constant_rows")
+# Row sizes above this get a masked case each (_add_masked_at_tile_sizes): row kernels tile columns in blocks of
+# min(next_pow2(N), cap), caps of 1024 and more, so only larger rows span several tiles.
+MASKED_TILE_SIZE = 1024  # regimes whose large case gets up to MASKED_ROWS rows (plan_cases)
 # `mixed`: every second tensor input strided, the others contiguous: a kernel that reads one input through
 # another's strides (vLLM's silu_and_mul, vllm-project/vllm#3324) is right whenever all inputs share a layout
 LAYOUTS = ("contiguous", "transposed", "strided", "mixed")
@@ -228,6 +231,21 @@ def _with_more_rows(op: Operator, dims: Mapping[str, int], fuzzed: Sequence[str]
     return dict(dims)
 
 
+def _add_masked_at_tile_sizes(op: Operator, cases: Sequence[Case], smallest: Mapping[str, int],
+                              fuzzed: Sequence[str], max_elements: int, add: Any) -> None:
+    """A masked case at every size of a row dim the plan reaches past MASKED_TILE_SIZE (declared, edge and big
+    sizes), not only at the one size each regime gets: a kernel's tile depends on the size (BLOCK =
+    min(next_pow2(N), cap)), and a row whose leading tile is wholly masked is where an online softmax's running max
+    is still -inf (exp(-inf - -inf) = NaN: a cross-entropy NaN when a row's first 32768 logits are masked)."""
+    for dim in innermost_dims(op):
+        covered = {c.dims_dict.get(dim) for c in cases if c.regime == "masked"}
+        sizes = sorted({c.dims_dict[dim] for c in cases if dim in c.dims_dict} - covered)
+        for size in sizes:
+            if size > MASKED_TILE_SIZE:
+                add(_with_more_rows(op, {**smallest, dim: size}, fuzzed, max_elements), "masked", "contiguous",
+                    "regime")
+
+
 def applicable_layouts(op: Operator) -> list[str]:
     layouts = []
     for layout in LAYOUTS[1:]:
@@ -354,6 +372,8 @@ def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Ca
             break
         dims = {d: rng.choice(list(op.dims[d]) + (edges.get(d) or [])) for d in dim_names}
         add(dims, rng.choice(regimes), rng.choice(layouts), "random")
+    if "masked" in applicable_regimes(op):
+        _add_masked_at_tile_sizes(op, cases, smallest, fuzzed, plan.max_elements, add)
     return cases
 
 
@@ -706,8 +726,9 @@ def _draw_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> Gener
         if case.regime == "masked" and dt.is_float(in_dtype) and _regime_applies(inp, "masked"):
             raw = _mask_rows(raw, _generator(case.seed, index + 101), full_rows)
         tensor = _to_dtype(raw, in_dtype)
-        if inp.hits is not None:
-            tensor = _hit_argmax(tensor, tensors.get(inp.hits), gen, case.regime == "peaked")
+        target = op.hits_target(inp)
+        if target is not None:
+            tensor = _hit_argmax(tensor, tensors.get(target), gen, case.regime == "peaked")
         tensors[inp.name] = tensor
         values.append(tensor)
         layout = case.layout if _layout_applies(inp, case.layout) else "contiguous"
