@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -155,6 +156,7 @@ class Calibration:
     excluded_cases: int = 0  # cases where the baseline was non-finite and excused
     notes: list[str] = field(default_factory=list)
     pooled_element_rho: list[float] = field(default_factory=list)  # per output: median eager loss (element_allowances)
+    bounds_seconds: float = 0.0  # of the calibration's time, the cases' bound terms (computed or from the cache)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -399,7 +401,9 @@ def calibrate(
 
     override = user_override(op, dtype)
     n = len(cases)
+    began = time.perf_counter()
     case_bounds = [CaseBounds.of(op, case, dtype, truth) for case, truth in zip(cases, truths)]
+    bounds_seconds = time.perf_counter() - began
     # what eager loses at the componentwise check's elements, pooled over the cases like the RMSE: a case where eager
     # happens to be exact (a bfloat16 q cos - q' sin on constant rows) must not demand exactness of everyone
     pooled_rho = [_median([rho for bounds, truth, baseline in zip(case_bounds, truths, baselines)
@@ -411,7 +415,7 @@ def calibrate(
                                       _quantized_for(quantized, b), pooled_rho[o])
                         for o, (stats, b) in enumerate(zip(row, baseline))])
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
-                       masks, override, excluded, notes, pooled_rho)
+                       masks, override, excluded, notes, pooled_rho, bounds_seconds)
 
 
 # How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).

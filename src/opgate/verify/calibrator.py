@@ -109,6 +109,7 @@ class PlanOutcome:
     offered: int  # cases offered (the plan less the empty cases that kill a process)
     fatal: list[str]  # labels of the opgate-added empty cases whose reference kills a process
     cache: dict[str, int] = field(default_factory=dict)  # cases whose bounds came from the disk cache / computed
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: truth and baseline, bound terms, the rest
 
     def summary(self) -> dict[str, Any]:
         return self.summary_data
@@ -148,15 +149,19 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
 
     refuse_oversized_cases(op, cases, dtype)
     before = dict(CACHE_COUNTS)
+    began = time.perf_counter()
     with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
         kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases)
+        truths_done = time.perf_counter()
         cal = calibrate(op, dtype, kept, truths, baselines)
         PlanFile(op.name, dtype, budget, seed, kept, truths, cal.budgets, cal.masks, cal.out_dtypes,
                  cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary()).save(path)
+    phases = {"truth_and_baseline": round(truths_done - began, 3), "bounds": round(cal.bounds_seconds, 3),
+              "budgets_and_plan_file": round(time.perf_counter() - truths_done - cal.bounds_seconds, 3)}
     return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
                        cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
                        len(cases) - len(fatal), [c.label() for c in fatal],
-                       {k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS})
+                       {k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS}, phases)
 
 
 # -- calibration processes (hosts with many cores) ---------------------------------------------------------------
@@ -345,6 +350,8 @@ class Calibrator(threading.Thread):
             self.info.setdefault("dropped_empty_cases", {})[f"{op.name}.{outcome.dtype}"] = (
                 outcome.offered - outcome.n_cases)
         outcomes[outcome.dtype] = outcome
+        if outcome.phases:
+            self.info.setdefault("calibration_phases_s", {})[f"{op.name} {outcome.dtype}"] = outcome.phases
         counts = self.info.setdefault("bounds_cache", {"hit": 0, "computed": 0})
         for key, count in outcome.cache.items():
             counts[key] = counts.get(key, 0) + count

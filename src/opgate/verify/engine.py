@@ -242,6 +242,7 @@ class PreparedRun:
         checks = sorted((self._with_spec(r) for r in report.results),
                         key=lambda r: keys.get(r.check_id, (10**6, late, 0)))
         engine = {**self.info["engine"], "calibration_spans_s": self.calibrator.spans,
+                  "calibration_phases_s": self.info.pop("calibration_phases_s", {}),
                   "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0})}
         extra = {**report.extra, **self.info, "engine": engine}
         calibrated = [self._with_spec(r) for r in list(self.calibrator.results)]  # a snapshot: after an interrupt

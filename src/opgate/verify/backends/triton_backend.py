@@ -77,7 +77,40 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         prepared.facts.update(mend_interpreter_bf16())
     else:
         prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
+        prepared.facts["triton_jit"] = record_compiles()
     return prepared
+
+
+def record_compiles() -> dict[str, Any]:
+    """Count and time every Triton JIT compile from now on in this process (one per distinct signature and
+    constexpr set, autotuning configs included), per kernel, into the dict returned: where a GPU check's first
+    calls spend their time (the report's backend_facts). Uses Triton's knobs.runtime jit hooks when it has them."""
+    import time
+
+    record: dict[str, Any] = {"compiles": 0, "seconds": 0.0, "kernels": {}}
+    try:
+        from triton import knobs
+    except ImportError:  # an older Triton: no hooks, nothing recorded
+        record["unavailable"] = "this Triton has no knobs.runtime jit hooks"
+        return record
+    started: dict[Any, float] = {}
+
+    def before(**kwargs: Any) -> bool:
+        started[repr(kwargs.get("key"))] = time.perf_counter()
+        return False  # compile as usual
+
+    def after(**kwargs: Any) -> None:
+        began = started.pop(repr(kwargs.get("key")), None)
+        info = kwargs.get("fn")
+        name = str(getattr(info, "name", "kernel"))
+        record["compiles"] += 1
+        if began is not None:
+            record["seconds"] = round(record["seconds"] + time.perf_counter() - began, 4)
+        record["kernels"][name] = record["kernels"].get(name, 0) + 1
+
+    knobs.runtime.jit_cache_hook = before
+    knobs.runtime.jit_post_compile_hook = after
+    return record
 
 
 def mend_interpreter_bf16() -> dict[str, Any]:
