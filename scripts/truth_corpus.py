@@ -1,6 +1,7 @@
 """Run opgate verify on the truth corpus and compare every verdict with its manifest row.
 
     PYTHONPATH=src python scripts/truth_corpus.py [--device cpu|gpu] [--budget quick] [--only SUBSTR] [--ci] [--strict]
+        [--corpus DIR]
 
 For every spec file of tests/data/verify/truth_corpus/manifest.toml that runs on the chosen device, it runs
 `python -m opgate verify FILE --budget B --json J --no-extras --stages S` in a subprocess (PYTHONPATH=src;
@@ -10,6 +11,9 @@ buggy kernels / caught / caught with the right class / missed; then every disagr
 
 --ci keeps the rows marked `ci = true` in the manifest: a subset with every bug class and every kind of correct
 twin that CI runs by default (tests/verify/test_truth_corpus.py); the whole corpus stays opt-in.
+
+--corpus DIR runs another corpus in the same format (a folder with manifest.toml and the spec files it names), e.g.
+tests/data/verify/library_corpus (real library kernels; run it with the Python of a venv that has the libraries).
 
 An implementation's verdict is the worst over its dtypes (failed > warned > passed). It exits 0 whatever it finds (it
 is a measurement); --strict exits 1 on any disagreement. --summary PATH writes every row's verdict as JSON (what
@@ -147,6 +151,7 @@ class FileRun:
 
 
 def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Path) -> FileRun:
+    corpus = getattr(args, "corpus", None) or CORPUS
     order = ["numerics", "runtime", "sanitizer", "recovery"]
     wanted = {s for r in rows for s in r.stages.split(",")} | {"numerics"}
     stages = ",".join(sorted(wanted, key=lambda s: order.index(s) if s in order else len(order)))
@@ -155,7 +160,7 @@ def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Pat
         report = json.loads(json_path.read_text())
         return FileRun(file, report.get("exit_code"), float(report.get("duration_s") or 0.0),
                        list(report.get("results", [])))
-    cmd = [sys.executable, "-m", "opgate", "verify", str(CORPUS / file), "--budget", args.budget, "--json",
+    cmd = [sys.executable, "-m", "opgate", "verify", str(corpus / file), "--budget", args.budget, "--json",
            str(json_path), "--no-extras", "--stages", stages, "--jobs", str(args.jobs),
            "--out", str(json_dir / (file.replace("/", "__") + ".out"))]
     if "sanitizer" in stages:
@@ -245,6 +250,8 @@ def tabulate_by_class(records: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the corpus folder: its manifest.toml and spec "
+                        "files (default: the truth corpus)")
     parser.add_argument("--budget", choices=("quick", "standard", "thorough"), default="quick")
     parser.add_argument("--only", default="", help="only rows whose file, op or implementation contains this")
     parser.add_argument("--ci", action="store_true", help="only the rows marked ci = true (every bug class and "
@@ -265,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                         "verifying those files again (re-run one file by deleting its report)")
     args = parser.parse_args(argv)
 
-    rows = load_manifest()
+    args.corpus = args.corpus.resolve()
+    rows = load_manifest(args.corpus / "manifest.toml")
     if args.device == "cpu":
         rows = [r for r in rows if r.device == "cpu"]
     elif not args.with_cpu_corpus:
@@ -307,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                         "agrees": agrees(row, seen, args.device), "reason": seen.reason})
     total_s = time.monotonic() - started
 
-    print(f"\n## Truth corpus, device {args.device}, budget {args.budget}: {len(rows)} implementations in "
+    title = "Truth corpus" if args.corpus == CORPUS.resolve() else f"Corpus {args.corpus.name}"
+    print(f"\n## {title}, device {args.device}, budget {args.budget}: {len(rows)} implementations in "
           f"{len(by_file)} spec files, {total_s:.0f} s\n")
     print(tabulate(records, args.device))
     print(f"\n### By expected verdict\n\n{tabulate_by_class(records)}")
