@@ -182,7 +182,7 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
             bounds.append(AccumulationBound())
             continue
         rows = _jacobian_rows(out, leaves, samples)
-        if rows is None:
+        if rows is None:  # no float input moves this output (a bias gradient, a module's own parameter): no terms
             bounds.append(AccumulationBound())
             continue
         per_element: list[float] = []
@@ -201,7 +201,7 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
                 elements.append(SampledElement(sample, per_element[-1], magnitude))
         random_part = per_element[:min(RANDOM_SAMPLES, len(per_element))]
         rms = math.sqrt(sum(b * b for b in random_part) / len(random_part)) if random_part else 0.0
-        top = max(per_element[:len(samples) - n_smallest])  # the smallest-|truth| samples judge alone
+        top = max(per_element[:len(samples) - n_smallest], default=0.0)  # the smallest-|truth| samples judge alone
         if not (math.isfinite(rms) and math.isfinite(top)):
             bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff))
             continue
@@ -230,7 +230,10 @@ def _sample_elements(truth: Any, seed: int) -> tuple[list[int], int]:
 
 
 def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int]) -> list[Any] | None:
-    """d out.flat[s] / d leaf for every sample s, per leaf (None where the output does not depend on it).
+    """d out.flat[s] / d leaf for every sample s, per leaf (None where the output does not depend on it); None
+    when autograd cannot differentiate it, or when it depends on no leaf at all. An output can have a graph that
+    reaches none of the inputs: the bias gradient of a `.grad` twin (the upstream gradient summed over rows), an
+    nn.Module reference's output computed from its own parameters alone.
 
     One reverse pass per sample: ten times faster than torch.autograd.grad(is_grads_batched=True) on a
     64 x 1024 softmax (vmap over the backward graph), and it needs no batching rule."""
@@ -249,6 +252,8 @@ def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int]) -> l
                     used[j] = True
                     per_leaf[j].append(g.detach())
     except RuntimeError:
+        return None
+    if not any(used):
         return None
     return [torch.stack(rows) if used[j] else None for j, rows in enumerate(per_leaf)]
 
