@@ -20,7 +20,7 @@ from opgate.checks.base import Check, CheckContext
 from opgate.results import CheckResult, Figure, Threshold
 from opgate.core import dtypes as dt
 from opgate.verify.backends import PreparedImplementation, prepare
-from opgate.verify.backends.base import ImplementationChoice, find_choice
+from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
 from opgate.verify.calibrate import (
     K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
     truth_and_baseline,
@@ -85,6 +85,27 @@ def _interpreter_bf16_limitations() -> list[str]:
     if probe is None:  # no probe: the interpreter's bfloat16 arithmetic is not known to be fixed
         return ["bfloat16 arithmetic (acts on the 16-bit patterns)"]
     return list(probe())
+
+
+def _limitations(reasons: Sequence[str]) -> list[BackendLimitation]:
+    """The backend limitations a case's reasons name, when they are all it failed for (else empty)."""
+    found = [BackendLimitation.from_reason(r) for r in reasons]
+    return [f for f in found if f is not None] if found and all(f is not None for f in found) else []
+
+
+def _limitation_deviations(limited: Sequence["CaseRecord"], n_cases: int) -> list[Deviation]:
+    """One deviation per class of backend limitation, naming its first construct and how many cases it stopped."""
+    by_class: dict[str, list[BackendLimitation]] = {}
+    for record in limited:
+        for limitation in _limitations(record.verdict.reasons)[:1]:
+            by_class.setdefault(limitation.deviation, []).append(limitation)
+    deviations = []
+    for kind, found in by_class.items():
+        constructs = list(dict.fromkeys(f.what for f in found))
+        more = f" (and {len(constructs) - 1} other construct(s))" if len(constructs) > 1 else ""
+        deviations.append(Deviation(kind, f"{len(found)}/{n_cases} case(s) cannot be judged here: {constructs[0]}"
+                                          f"{more}; {found[0].remedy}"))
+    return deviations
 
 
 def _find_op(ops: Sequence[Operator], name: str) -> Operator:
@@ -183,6 +204,14 @@ class VerifyImplementationCheck(Check):
         deviations: list[Deviation] = []
         if not failing:
             return failing, deviations, ""
+        # cases the backend cannot run here (a construct Triton's interpreter lacks): not judged, never the verdict;
+        # the other cases' failures, if any, still stand
+        limited = [r for r in failing if _limitations(r.verdict.reasons)]
+        if limited:
+            failing = [r for r in failing if r not in limited]
+            deviations += _limitation_deviations(limited, len(plan.cases))
+        if not failing:
+            return failing, deviations, ""
         limitations = _interpreter_bf16_limitations() if prepared.facts.get("interpreter") else []
         if plan.dtype == "bfloat16" and limitations:
             deviations.append(Deviation("interpreter", (
@@ -278,6 +307,9 @@ class VerifyImplementationCheck(Check):
             with self.journal.implementation_call(case, index):
                 output = prepared.run(generated.values, generated.layout_applied, out_specs)
         except Exception as exc:
+            limitation = prepared.limitation_of(exc) if prepared.limitation_of is not None else None
+            if limitation is not None:  # the backend's limit here (Triton's interpreter), not the implementation's
+                return CaseVerdict(False, (limitation.reason(),), (), tuple(budgets))
             lines = traceback.format_exception_only(type(exc), exc)
             message = " ".join(lines[-1].split())[:300]
             return CaseVerdict(False, (f"raised {message}",), (), tuple(budgets))
@@ -292,7 +324,8 @@ class VerifyImplementationCheck(Check):
             return False  # the reference cannot do this case: not a smaller failure of the candidate
         budgets, masks, out_dtypes = budgets_for_case(op, plan.dtype, case, truth, baseline, plan.pooled_rmse,
                                                       plan.pooled_quantile, plan.n_calibration_cases)
-        return not self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks).passed
+        verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks)
+        return not verdict.passed and not _limitations(verdict.reasons)  # a case not judged here is no failure
 
     def _shrink(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
                 failing: list[CaseRecord]) -> dict[str, Any]:
@@ -358,6 +391,17 @@ class VerifyImplementationCheck(Check):
             passing = [r for r in records if r.verdict.passed] or records
             ratio = max(r.verdict.worst_ratio for r in passing)
             worst_label = max(passing, key=lambda r: r.verdict.worst_ratio).case.label()
+            limited = [r for r in records if _limitations(r.verdict.reasons)]
+            if limited:  # never green on nothing: say how many cases were judged at all
+                judged = [r for r in records if r.verdict.passed and any(s.numel for s in r.verdict.stats)]
+                kinds = ", ".join(sorted({d.kind for d in deviations}))
+                head = (f"no case was judged here [{kinds}]" if not judged else
+                        f"{len(judged)}/{n} cases judged and within budget on {prepared.device}; not judged [{kinds}]")
+                return self.warned(
+                    f"{head}: " + "; ".join(d.detail for d in deviations),
+                    figures=figures, extra=extra,
+                    remediation="run opgate verify where the backend can run these cases (a GPU host compiles the "
+                                "Triton kernels) to judge them; see docs/verify-method.md (Documented deviations)")
             if deviations:
                 kinds = ", ".join(sorted({d.kind for d in deviations}))
                 return self.warned(
