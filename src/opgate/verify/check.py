@@ -27,7 +27,8 @@ from opgate.verify.calibrate import (
 )
 from opgate.verify.compare import OutputStats
 from opgate.verify.deviations import (
-    FLUSH_THRESHOLD, Deviation, bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude,
+    FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, Deviation, PrecisionFinding, bisect_breaking_scale,
+    classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
 from opgate.verify.gaming import apply_probe, probe_implementation
@@ -171,10 +172,16 @@ class VerifyImplementationCheck(Check):
         if range_note and failure_class in ("nonfinite", "typical") and all(
                 r.case.regime in RANGE_REGIMES for r in failing):
             failure_class = "range"  # the bisection placed the break inside the promised range
-        if failing and gradient_failure_class(op):
+        precision = self._precision_finding(op, prepared, plan, failing, failure_class) if failing else None
+        if precision is not None:
+            failure_class = "precision"  # rounding against eager, forward or backward: a finding, not a wrong formula
+        elif failing and gradient_failure_class(op):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
         result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, task,
-                                          deviations, failure_class, range_note), gaming)
+                                          deviations, failure_class, range_note,
+                                          precision.text() if precision else ""), gaming)
+        if precision is not None:
+            result = dataclasses.replace(result, extra={**result.extra, "precision": precision.to_dict()})
         result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps})
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
@@ -297,6 +304,54 @@ class VerifyImplementationCheck(Check):
         promised = promised_magnitude(op, plan.dtype) if side == "high" else PROMISED_MIN_MAGNITUDE
         return input_magnitude(op, at(scale), plan.dtype), promised
 
+    # -- precision ----------------------------------------------------------------------------------
+    def _precision_finding(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                           failing: list[CaseRecord], failure_class: str) -> PrecisionFinding | None:
+        """A finding when every failing case misses its budget by a figure (no NaN, crash or unwritten element) and
+        the miss is rounding: the class rules call it precision, or the same implementation given the same values in
+        float32 passes these cases (its formula is right; the dtype's rounding fails it). None otherwise."""
+        if not all(numeric_failure(r.verdict.reasons) for r in failing) or failure_class == "layout":
+            return None
+        rerun = self._float32_rerun(op, prepared, plan, failing)
+        if failure_class != "precision" and rerun != "passes":
+            return None
+        return precision_finding([(r.case, r.verdict) for r in failing], plan.cases, plan.dtype, plan.out_dtypes,
+                                 op.dims, rerun)
+
+    def _float32_rerun(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                       failing: list[CaseRecord]) -> str:
+        """Run the worst failing case of each regime (MAX_FLOAT32_RERUNS at most) again on the same values upcast to
+        float32, judged against the same budgets: "passes", "fails", "raised <error>", or "" where the dtype is not
+        narrower than float32."""
+        import torch
+
+        if plan.dtype not in LOW_PRECISION_DTYPES:
+            return ""
+        narrow = dt.torch_dtype(plan.dtype)
+        out_dtypes = ["float32" if d == plan.dtype else d for d in plan.out_dtypes]
+        chosen: dict[str, CaseRecord] = {}
+        for record in sorted(failing, key=lambda r: -r.verdict.ratio):
+            if record.case in plan.cases:
+                chosen.setdefault(record.case.regime, record)
+        if not chosen:
+            return ""
+        for record in list(chosen.values())[:MAX_FLOAT32_RERUNS]:
+            index = plan.cases.index(record.case)
+            generated = make_inputs(op, record.case, plan.dtype)
+            values = [v.to(torch.float32) if isinstance(v, torch.Tensor) and v.dtype == narrow else v
+                      for v in generated.values]
+            out_specs = [(tuple(t.shape), d) for t, d in zip(plan.truths[index], out_dtypes)]
+            try:
+                with self.journal.implementation_call(record.case, None):
+                    output = prepared.run(values, generated.layout_applied, out_specs)
+            except Exception as exc:  # a kernel written for the dtype alone: no evidence either way
+                return f"raised {type(exc).__name__}"
+            verdict = judge_case(output.outputs, plan.truths[index], plan.budgets[index], out_dtypes,
+                                 plan.masks[index], op.quantized, output.unwritten, nan_policy=op.nan_policy)
+            if not verdict.passed:
+                return "fails"
+        return "passes"
+
     # -- running ------------------------------------------------------------------------------------
     def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,
                   truth: Sequence[Any], budgets: Sequence[OutputBudget], out_dtypes: Sequence[str],
@@ -357,7 +412,7 @@ class VerifyImplementationCheck(Check):
     def _result(self, op: Operator, choice: ImplementationChoice, prepared: PreparedImplementation, plan: PlanFile,
                 records: list[CaseRecord], failing: list[CaseRecord], shrunk: dict[str, Any] | None,
                 artefacts: list[str], task: NumericsPayload, deviations: Sequence[Deviation] = (),
-                failure_class: str = "", range_note: str = "") -> CheckResult:
+                failure_class: str = "", range_note: str = "", finding: str = "") -> CheckResult:
         n = len(records)
         worst = max(records, key=lambda r: r.verdict.worst_ratio)
         figures = [Figure("failing cases", len(failing), "",
@@ -431,7 +486,7 @@ class VerifyImplementationCheck(Check):
             extra["replay"] = token
             reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
                       f"replay: opgate verify {Path(task.spec_file).name} --replay {token}")
-        reason = f"[{failure_class}] {reason}"
+        reason = f"[{failure_class}] {finding}; {reason}" if finding else f"[{failure_class}] {reason}"
         if range_note:
             reason = f"{reason}; {range_note}"
         if deviations:
@@ -446,7 +501,12 @@ class VerifyImplementationCheck(Check):
                             "or the backend deviates (e.g. computes in the low precision); the case is named so "
                             "it can be replayed")
         remediation = remediation_for(failing)
-        if gradient_failure_class(op):  # a derived <op>.grad (verify/gradients.py): say what to fix in the backward
+        if finding:
+            remediation = ("a precision deficit against PyTorch eager, not a wrong formula: accumulate reductions in "
+                           "float32 (tl.sum(x.to(tl.float32)), or dtype=tl.float32) and round once at the end, or "
+                           f"accept it knowingly; budgets: {K_RMSE:g}x/{K_QUANTILE:g}x the eager baseline "
+                           "(docs/verify-method.md)")
+        elif failure_class == gradient_failure_class(op) != "":  # a derived <op>.grad: what to fix in the backward
             remediation = f"{gradient_remediation(' '.join(' '.join(r.verdict.reasons) for r in failing))}; {remediation}"
         return self.failed(reason, figures=figures, remediation=remediation, extra=extra)
 
