@@ -54,6 +54,20 @@ def test_a_reference_without_gradient_has_no_bound():
     assert not bound.present
 
 
+def test_an_output_whose_graph_reaches_no_input_has_no_bound_and_the_others_keep_theirs():
+    # a bias gradient (the upstream summed over rows) or a module's own parameter: a grad_fn, but no input moves it
+    weight = torch.nn.Parameter(torch.tensor(0.25, dtype=torch.float64))
+    x = torch.randn(4, 8, dtype=torch.float64)
+
+    def reference(t):
+        return t.sum(-1) * weight, weight.expand(t.shape[0]) * 1.0
+
+    truths = [y.detach() for y in reference(x)]
+    depends, alone = accumulation_bounds(reference, [x], truths, "float32", seed=1)
+    assert depends.present and depends.fan_in == 8
+    assert not alone.present and alone.elements == ()
+
+
 def _lanes_sum(x: torch.Tensor, lanes: int, dtype: torch.dtype) -> torch.Tensor:
     """Per-lane partial sums in `dtype` over tiles of `lanes` columns, the lanes combined in float64 at the end."""
     pad = (-x.shape[1]) % lanes

@@ -20,14 +20,15 @@ from opgate.checks.base import Check, CheckContext
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.core import dtypes as dt
 from opgate.verify.backends import PreparedImplementation, prepare
-from opgate.verify.backends.base import ImplementationChoice, find_choice
+from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
 from opgate.verify.calibrate import (
     K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
     truth_and_baseline,
 )
 from opgate.verify.compare import OutputStats
 from opgate.verify.deviations import (
-    FLUSH_THRESHOLD, Deviation, bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude,
+    FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, Deviation, PrecisionFinding, bisect_breaking_scale,
+    classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
 from opgate.gpu.judge.oom import OomFacts, is_out_of_memory, judge_oom, requested_bytes
@@ -129,6 +130,27 @@ def out_of_memory(exc: BaseException) -> bool:
     return is_out_of_memory([type(e).__name__ for e in chain], " ".join(str(e) for e in chain))
 
 
+def _limitations(reasons: Sequence[str]) -> list[BackendLimitation]:
+    """The backend limitations a case's reasons name, when they are all it failed for (else empty)."""
+    found = [BackendLimitation.from_reason(r) for r in reasons]
+    return [f for f in found if f is not None] if found and all(f is not None for f in found) else []
+
+
+def _limitation_deviations(limited: Sequence["CaseRecord"], n_cases: int) -> list[Deviation]:
+    """One deviation per class of backend limitation, naming its first construct and how many cases it stopped."""
+    by_class: dict[str, list[BackendLimitation]] = {}
+    for record in limited:
+        for limitation in _limitations(record.verdict.reasons)[:1]:
+            by_class.setdefault(limitation.deviation, []).append(limitation)
+    deviations = []
+    for kind, found in by_class.items():
+        constructs = list(dict.fromkeys(f.what for f in found))
+        more = f" (and {len(constructs) - 1} other construct(s))" if len(constructs) > 1 else ""
+        deviations.append(Deviation(kind, f"{len(found)}/{n_cases} case(s) cannot be judged here: {constructs[0]}"
+                                          f"{more}; {found[0].remedy}"))
+    return deviations
+
+
 def _find_op(ops: Sequence[Operator], name: str) -> Operator:
     for op in ops:
         if op.name == name:
@@ -194,10 +216,16 @@ class VerifyImplementationCheck(Check):
         if range_note and failure_class in ("nonfinite", "typical") and all(
                 r.case.regime in RANGE_REGIMES for r in failing):
             failure_class = "range"  # the bisection placed the break inside the promised range
-        if failing and gradient_failure_class(op):
+        precision = self._precision_finding(op, prepared, plan, failing, failure_class) if failing else None
+        if precision is not None:
+            failure_class = "precision"  # rounding against eager, forward or backward: a finding, not a wrong formula
+        elif failing and gradient_failure_class(op):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
         result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, task,
-                                          deviations, failure_class, range_note), gaming)
+                                          deviations, failure_class, range_note,
+                                          precision.text() if precision else ""), gaming)
+        if precision is not None:
+            result = dataclasses.replace(result, extra={**result.extra, "precision": precision.to_dict()})
         result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps,
                                                     **({"out_of_memory": self.oom_events} if self.oom_events else {})})
         result = _with_capped_cases(result, fitter)
@@ -242,6 +270,14 @@ class VerifyImplementationCheck(Check):
                             failing: list[CaseRecord]) -> tuple[list[CaseRecord], list[Deviation], str]:
         """Take out of `failing` what a documented deviation explains; say what remains a range bug."""
         deviations: list[Deviation] = []
+        if not failing:
+            return failing, deviations, ""
+        # cases the backend cannot run here (a construct Triton's interpreter lacks): not judged, never the verdict;
+        # the other cases' failures, if any, still stand
+        limited = [r for r in failing if _limitations(r.verdict.reasons)]
+        if limited:
+            failing = [r for r in failing if r not in limited]
+            deviations += _limitation_deviations(limited, len(plan.cases))
         if not failing:
             return failing, deviations, ""
         limitations = _interpreter_bf16_limitations() if prepared.facts.get("interpreter") else []
@@ -329,6 +365,54 @@ class VerifyImplementationCheck(Check):
         promised = promised_magnitude(op, plan.dtype) if side == "high" else PROMISED_MIN_MAGNITUDE
         return input_magnitude(op, at(scale), plan.dtype), promised
 
+    # -- precision ----------------------------------------------------------------------------------
+    def _precision_finding(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                           failing: list[CaseRecord], failure_class: str) -> PrecisionFinding | None:
+        """A finding when every failing case misses its budget by a figure (no NaN, crash or unwritten element) and
+        the miss is rounding: the class rules call it precision, or the same implementation given the same values in
+        float32 passes these cases (its formula is right; the dtype's rounding fails it). None otherwise."""
+        if not all(numeric_failure(r.verdict.reasons) for r in failing) or failure_class == "layout":
+            return None
+        rerun = self._float32_rerun(op, prepared, plan, failing)
+        if failure_class != "precision" and rerun != "passes":
+            return None
+        return precision_finding([(r.case, r.verdict) for r in failing], plan.cases, plan.dtype, plan.out_dtypes,
+                                 op.dims, rerun)
+
+    def _float32_rerun(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
+                       failing: list[CaseRecord]) -> str:
+        """Run the worst failing case of each regime (MAX_FLOAT32_RERUNS at most) again on the same values upcast to
+        float32, judged against the same budgets: "passes", "fails", "raised <error>", or "" where the dtype is not
+        narrower than float32."""
+        import torch
+
+        if plan.dtype not in LOW_PRECISION_DTYPES:
+            return ""
+        narrow = dt.torch_dtype(plan.dtype)
+        out_dtypes = ["float32" if d == plan.dtype else d for d in plan.out_dtypes]
+        chosen: dict[str, CaseRecord] = {}
+        for record in sorted(failing, key=lambda r: -r.verdict.ratio):
+            if record.case in plan.cases:
+                chosen.setdefault(record.case.regime, record)
+        if not chosen:
+            return ""
+        for record in list(chosen.values())[:MAX_FLOAT32_RERUNS]:
+            index = plan.cases.index(record.case)
+            generated = make_inputs(op, record.case, plan.dtype)
+            values = [v.to(torch.float32) if isinstance(v, torch.Tensor) and v.dtype == narrow else v
+                      for v in generated.values]
+            out_specs = [(tuple(t.shape), d) for t, d in zip(plan.truths[index], out_dtypes)]
+            try:
+                with self.journal.implementation_call(record.case, None):
+                    output = prepared.run(values, generated.layout_applied, out_specs)
+            except Exception as exc:  # a kernel written for the dtype alone: no evidence either way
+                return f"raised {type(exc).__name__}"
+            verdict = judge_case(output.outputs, plan.truths[index], plan.budgets[index], out_dtypes,
+                                 plan.masks[index], op.quantized, output.unwritten, nan_policy=op.nan_policy)
+            if not verdict.passed:
+                return "fails"
+        return "passes"
+
     # -- running ------------------------------------------------------------------------------------
     def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,
                   truth: Sequence[Any], budgets: Sequence[OutputBudget], out_dtypes: Sequence[str],
@@ -341,6 +425,9 @@ class VerifyImplementationCheck(Check):
             with self.journal.implementation_call(case, index):
                 output = prepared.run(generated.values, generated.layout_applied, out_specs)
         except Exception as exc:
+            limitation = prepared.limitation_of(exc) if prepared.limitation_of is not None else None
+            if limitation is not None:  # the backend's limit here (Triton's interpreter), not the implementation's
+                return CaseVerdict(False, (limitation.reason(),), (), tuple(budgets))
             lines = traceback.format_exception_only(type(exc), exc)
             message = " ".join(lines[-1].split())[:300]
             if not out_of_memory(exc):
@@ -370,7 +457,8 @@ class VerifyImplementationCheck(Check):
                                                       plan.pooled_quantile, plan.n_calibration_cases,
                                                       plan.summary.get("pooled_element_rho", ()))
         verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, out_dtypes, masks)
-        return not verdict.passed and not verdict.not_judged  # a case opgate could not judge shows no failure
+        # a case opgate could not judge (out of memory not its own, a backend's limitation) shows no failure
+        return not verdict.passed and not verdict.not_judged and not _limitations(verdict.reasons)
 
     def _judge_out_of_memory(self, case: Case, budgets: Sequence[OutputBudget], message: str) -> CaseVerdict:
         """The retry ran out of memory too: a failure only where the demand was the implementation's own
@@ -429,7 +517,7 @@ class VerifyImplementationCheck(Check):
     def _result(self, op: Operator, choice: ImplementationChoice, prepared: PreparedImplementation, plan: PlanFile,
                 records: list[CaseRecord], failing: list[CaseRecord], shrunk: dict[str, Any] | None,
                 artefacts: list[str], task: NumericsPayload, deviations: Sequence[Deviation] = (),
-                failure_class: str = "", range_note: str = "") -> CheckResult:
+                failure_class: str = "", range_note: str = "", finding: str = "") -> CheckResult:
         n = len(records)
         unjudged = [r for r in records if r.verdict.not_judged]
         worst = max([r for r in records if not r.verdict.not_judged] or records, key=lambda r: r.verdict.worst_ratio)
@@ -479,6 +567,17 @@ class VerifyImplementationCheck(Check):
             passing = [r for r in records if r.verdict.passed] or records
             ratio = max(r.verdict.worst_ratio for r in passing)
             worst_label = max(passing, key=lambda r: r.verdict.worst_ratio).case.label()
+            limited = [r for r in records if _limitations(r.verdict.reasons)]
+            if limited:  # never green on nothing: say how many cases were judged at all
+                judged = [r for r in records if r.verdict.passed and any(s.numel for s in r.verdict.stats)]
+                kinds = ", ".join(sorted({d.kind for d in deviations}))
+                head = (f"no case was judged here [{kinds}]" if not judged else
+                        f"{len(judged)}/{n} cases judged and within budget on {prepared.device}; not judged [{kinds}]")
+                return self.warned(
+                    f"{head}: " + "; ".join(d.detail for d in deviations),
+                    figures=figures, extra=extra,
+                    remediation="run opgate verify where the backend can run these cases (a GPU host compiles the "
+                                "Triton kernels) to judge them; see docs/verify-method.md (Documented deviations)")
             if deviations:
                 kinds = ", ".join(sorted({d.kind for d in deviations}))
                 return self.warned(
@@ -508,7 +607,7 @@ class VerifyImplementationCheck(Check):
             extra["replay"] = token
             reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
                       f"replay: opgate verify {Path(task.spec_file).name} --replay {token}")
-        reason = f"[{failure_class}] {reason}"
+        reason = f"[{failure_class}] {finding}; {reason}" if finding else f"[{failure_class}] {reason}"
         if not_judged:
             reason = f"{reason}; {not_judged}"
         if range_note:
@@ -525,7 +624,12 @@ class VerifyImplementationCheck(Check):
                             "or the backend deviates (e.g. computes in the low precision); the case is named so "
                             "it can be replayed")
         remediation = remediation_for(failing)
-        if gradient_failure_class(op):  # a derived <op>.grad (verify/gradients.py): say what to fix in the backward
+        if finding:
+            remediation = ("a precision deficit against PyTorch eager, not a wrong formula: accumulate reductions in "
+                           "float32 (tl.sum(x.to(tl.float32)), or dtype=tl.float32) and round once at the end, or "
+                           f"accept it knowingly; budgets: {K_RMSE:g}x/{K_QUANTILE:g}x the eager baseline "
+                           "(docs/verify-method.md)")
+        elif failure_class == gradient_failure_class(op) != "":  # a derived <op>.grad: what to fix in the backward
             remediation = f"{gradient_remediation(' '.join(' '.join(r.verdict.reasons) for r in failing))}; {remediation}"
         return self.failed(reason, figures=figures, remediation=remediation, extra=extra)
 

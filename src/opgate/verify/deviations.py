@@ -11,17 +11,20 @@ legitimate production choices or limits, and are reported as `warned` with what 
   promises (a float32 layer norm whose x^2 overflows at 1e19). The breaking magnitude is bisected; inside the
   promised range (softmax without max-subtraction breaks at logits of ~89) it is a `range` failure.
 * a known interpreter limitation (`interpreter`): a bfloat16 result of Triton's CPU interpreter where the backend
-  reports arithmetic it could not make exact; the GPU run decides.
+  reports arithmetic it could not make exact, or a case that raised on a construct the interpreter cannot run
+  (backends/triton_interpreter_gaps.py); the GPU run decides.
 * an unsupported size (`size_limit`): the implementation raises (cleanly) only on sizes opgate added above every
   declared size.
 
 Cases whose truth is undefined (a NaN converted to an integer, undefined in C and in PyTorch) are not judged and
-are counted (`undefined_masks`).
+are counted (`undefined_masks`). A `precision` failure carries a finding (`precision_finding`): its factor over
+eager, where its failing cases concentrate and the likely cause.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -286,3 +289,151 @@ def _small_errors(failing: Failing) -> bool:
                 value, budget = float(match.group(1)), float(match.group(2))
                 ratios.append(value / budget if budget > 0 else math.inf)
     return bool(ratios) and max(ratios) < PRECISION_RATIO
+
+
+# --- Precision findings: how far from eager, where, and the likely cause -------------------------------------------
+#
+# A [precision] failure is a true finding about accuracy against PyTorch eager, not a wrong formula: a reviewer may
+# accept it knowingly or fix it. Its line therefore says by how much the implementation misses eager's own error in
+# the same case, where in the plan the failing cases concentrate, and what likely costs the digits.
+
+LOW_PRECISION_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+# Where failing cases concentrate, in words (constant rows and ties make a softmax's rows near-uniform: every
+# y_j ~ 1/N, where a low-precision sum of dy * y loses the most against the row's values).
+REGIME_WORDS = {
+    "constant_rows": "near-uniform rows (constant rows)", "ties": "near-uniform rows (tied values)",
+    "tiny": "tiny values", "peaked": "peaked rows (one dominant entry)", "large": "large magnitudes",
+    "huge": "magnitudes near the dtype's range", "mixed": "rows mixing 1e8 with O(1) values",
+    "masked": "masked rows", "nonfinite": "rows with NaN/Inf", "typical": "typical values",
+    "magnitude": "scaled magnitudes",
+}
+MAX_FLOAT32_RERUNS = 3  # failing cases run again in float32 (the worst of each regime first)
+
+
+def numeric_failure(reasons: Sequence[str]) -> bool:
+    """Every reason is a figure over its budget (RMSE, p99.9, a sampled element): no NaN/Inf, unwritten element,
+    exception, wrong shape or differing integers, which no rounding explains."""
+    return bool(reasons) and all("> budget" in r and not _nonfinite_reason(r) for r in reasons)
+
+
+@dataclass(frozen=True)
+class PrecisionFinding:
+    """What a [precision] failure says beside its class (collected by check.py, rendered by `text`)."""
+
+    failing: int
+    cases: int
+    factor_over_eager: float  # the worst case's figure / eager's same figure there (inf: eager is exact)
+    factor_note: str  # "" (the worst case's factor) or "median over the failing cases" (eager exact in the worst)
+    figure: str  # "RMSE" | "p99.9 |error|": which figure that factor compares ("sampled elements": only those fail)
+    budget_ratio: float  # that figure / its budget
+    relative_rmse: float  # RMSE / RMS(truth) there
+    concentrated: tuple[tuple[str, int, int], ...]  # (regime, failing, planned), highest failure rate first
+    above_declared_only: bool  # every failing case has a dim above its declared sizes
+    cause: str
+    float32_rerun: str  # "passes" | "fails" | "raised <error>" | "" (not tried: the dtype is float32 or wider)
+
+    def text(self) -> str:
+        if self.figure == "sampled elements":
+            return (f"rounding, not a wrong formula: sampled elements up to {self.budget_ratio:.3g}x their own bound, "
+                    f"the RMSE and p99.9 within budget{self._where()}; {self.cause}")
+        if not math.isfinite(self.factor_over_eager):
+            factor = f"eager is exact in the failing cases ({self.budget_ratio:.3g}x the budget"
+        elif self.factor_note:
+            factor = (f"{self.figure} {self.factor_over_eager:.3g}x eager's error in the same case ({self.factor_note}; "
+                      f"the worst case {self.budget_ratio:.3g}x its budget")
+        else:
+            factor = (f"{self.figure} {self.factor_over_eager:.3g}x eager's error in the same case "
+                      f"({self.budget_ratio:.3g}x its budget")
+        return (f"rounding, not a wrong formula: {factor}, RMSE {self.relative_rmse:.2g} of the output's RMS)"
+                f"{self._where()}; {self.cause}")
+
+    def _where(self) -> str:
+        if self.above_declared_only:
+            return "; only at sizes above the declared ones"
+        if not self.concentrated:
+            return ""
+        rates = [(regime, f / n if n else 1.0) for regime, f, n in self.concentrated]
+        top = rates[0][1]
+        counts = ", ".join(f"{regime} {f}/{n}" for regime, f, n in self.concentrated)
+        if top >= 0.5 and any(rate < top / 2 for _, rate in rates) or len(rates) == 1:
+            lead = [REGIME_WORDS.get(regime, regime) for regime, rate in rates if rate >= top / 2]
+            words = ", ".join(dict.fromkeys(w.split(" (")[0] for w in lead))
+            return f"; concentrated in {words} ({counts} cases)"
+        return f"; spread over the plan ({counts} cases)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"failing": self.failing, "cases": self.cases,
+                "factor_over_eager": self.factor_over_eager if math.isfinite(self.factor_over_eager) else "inf",
+                "factor_note": self.factor_note, "figure": self.figure, "budget_ratio": self.budget_ratio, "relative_rmse": self.relative_rmse,
+                "concentrated": [list(c) for c in self.concentrated], "above_declared_only": self.above_declared_only,
+                "cause": self.cause, "float32_rerun": self.float32_rerun}
+
+
+def precision_finding(failing: Sequence[tuple[Case, Any]], planned: Sequence[Case], dtype: str,
+                      out_dtypes: Sequence[str], declared: Mapping[str, Sequence[int]],
+                      float32_rerun: str) -> PrecisionFinding:
+    """The finding of a precision failure from its failing cases (case, CaseVerdict), the plan, and whether the same
+    implementation given the same values in float32 passes these cases (check.py runs it). The factor over eager is
+    that of the RMSE or p99.9 furthest over its budget in any failing case (against eager's same figure there); where
+    eager is exact in that case, the median over the failing figures where it is not."""
+
+    def over_budget(verdict: Any) -> list[tuple[float, str, float, float]]:
+        """(budget ratio, figure, factor over eager, RMSE / RMS(truth)) of every RMSE / p99.9 over its budget."""
+        found = []
+        for stats, budget in zip(verdict.stats, verdict.budgets):
+            if budget.is_override or not math.isfinite(budget.rmse):
+                continue
+            relative = stats.rmse / stats.truth_rms if stats.truth_rms > 0 else 0.0
+            for name, value, allowed, eager in (("RMSE", stats.rmse, budget.rmse, budget.baseline_rmse),
+                                                ("p99.9 |error|", stats.quantile_abs, budget.quantile,
+                                                 budget.baseline_quantile)):
+                if value > allowed:
+                    found.append((value / allowed if allowed > 0 else math.inf, name,
+                                  value / eager if eager > 0 else math.inf, relative))
+        return found
+
+    figures = sorted((f for _, v in failing for f in over_budget(v)), key=lambda f: -f[0])
+    factor_note = ""
+    if figures:
+        ratio, figure, factor, relative = figures[0]
+        if not math.isfinite(factor):  # eager is exact in the worst case: the median over the others says more
+            finite = [f[2] for f in figures if math.isfinite(f[2])]
+            if finite:
+                factor, factor_note = statistics.median(finite), "median over the failing cases"
+    else:  # only sampled elements beyond their own bounds (the componentwise check)
+        worst = max(failing, key=lambda item: item[1].ratio)[1]
+        ratio, figure, factor, relative = worst.ratio, "sampled elements", math.inf, 0.0
+    failing_by_regime: dict[str, int] = {}
+    for case, _ in failing:
+        failing_by_regime[case.regime] = failing_by_regime.get(case.regime, 0) + 1
+    planned_by_regime: dict[str, int] = {}
+    for case in planned:
+        planned_by_regime[case.regime] = planned_by_regime.get(case.regime, 0) + 1
+    concentrated = tuple(sorted(((r, f, planned_by_regime.get(r, f)) for r, f in failing_by_regime.items()),
+                                key=lambda item: (-item[1] / max(item[2], 1), -item[1], item[0])))
+    fan_in = max((b.fan_in for _, v in failing for b in v.budgets), default=0)
+    wider = sorted({d for d in out_dtypes if d != dtype and dt.is_float(d)})
+    return PrecisionFinding(
+        failing=len(failing), cases=len(planned), factor_over_eager=factor, factor_note=factor_note, figure=figure,
+        budget_ratio=ratio, relative_rmse=relative, concentrated=concentrated,
+        above_declared_only=all(_above_declared(c, declared) for c, _ in failing),
+        cause=_likely_cause(dtype, wider, fan_in, float32_rerun), float32_rerun=float32_rerun)
+
+
+def _likely_cause(dtype: str, wider_outputs: Sequence[str], fan_in: int, float32_rerun: str) -> str:
+    if dtype in LOW_PRECISION_DTYPES:
+        what = f"a reduction accumulated in {dtype}" if fan_in > 1 else f"an intermediate rounded to {dtype}"
+        if wider_outputs:
+            what += f" before a {'/'.join(wider_outputs)} output"
+        if float32_rerun == "passes":
+            return (f"likely cause: {what} (eager accumulates in float32); the same implementation on the same values "
+                    "in float32 passes these cases, so its formula is right")
+        if float32_rerun == "fails":
+            return (f"likely cause: an intermediate kept in low precision whatever the input dtype (in float32 the "
+                    f"same implementation still fails these cases), e.g. {what}")
+        return f"likely cause: {what} (eager accumulates in float32)"
+    if dtype == "float32":
+        return ("likely cause: float32 rounding beyond what float32 accumulation in any order costs (a long "
+                "sequential or float16 accumulation, an approximate function); eager's CPU reductions accumulate "
+                "float32 in double")
+    return "likely cause: rounding beyond eager's in this dtype"

@@ -237,7 +237,7 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         # cost more than the whole calibration, so such a reference gets no intermediates' term
         intermediates = [t for t in recorder.tensors if t is not out] if len(recorder.tensors) <= MAX_INTERMEDIATES else []
         found = _jacobian_rows(out, leaves, samples, intermediates)
-        if found is None:
+        if found is None:  # no float input moves this output (a bias gradient, a module's own parameter): no terms
             bounds.append(AccumulationBound())
             continue
         rows, carried = found
@@ -257,7 +257,7 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
                 elements.append(SampledElement(sample, per_element[-1], magnitude))
         random_part = per_element[:min(RANDOM_SAMPLES, len(per_element))]
         rms = math.sqrt(sum(b * b for b in random_part) / len(random_part)) if random_part else 0.0
-        top = max(per_element[:len(samples) - n_smallest])  # the smallest-|truth| samples judge alone
+        top = max(per_element[:len(samples) - n_smallest], default=0.0)  # the smallest-|truth| samples judge alone
         if not (math.isfinite(rms) and math.isfinite(top)):
             bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff))
             continue
@@ -288,7 +288,10 @@ def _sample_elements(truth: Any, seed: int) -> tuple[list[int], int]:
 def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int], intermediates: Sequence[Any] = (),
                    ) -> tuple[list[Any], list[float]] | None:
     """d out.flat[s] / d leaf for every sample s, per leaf (None where the output does not depend on it), and per
-    sample sum_k |t_k| |d out.flat[s] / d t_k| over the intermediates t_k (what their rounding carries to it).
+    sample sum_k |t_k| |d out.flat[s] / d t_k| over the intermediates t_k (what their rounding carries to it); None
+    when autograd cannot differentiate it, or when it depends on no leaf at all. An output can have a graph that
+    reaches none of the inputs: the bias gradient of a `.grad` twin (the upstream gradient summed over rows), an
+    nn.Module reference's output computed from its own parameters alone.
 
     One reverse pass per sample: ten times faster than torch.autograd.grad(is_grads_batched=True) on a
     64 x 1024 softmax (vmap over the backward graph), and it needs no batching rule."""
@@ -314,6 +317,8 @@ def _jacobian_rows(out: Any, leaves: Sequence[Any], samples: Sequence[int], inte
                     total += float((value.detach() * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum())
             carried.append(total)
     except RuntimeError:
+        return None
+    if not any(used):
         return None
     return [torch.stack(rows) if used[j] else None for j, rows in enumerate(per_leaf)], carried
 

@@ -19,6 +19,7 @@ the second poison after the second was never written (not computed as NaN), and 
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
@@ -133,6 +134,27 @@ class RunOutput:
     unwritten_spans: list[tuple[int, int]] = field(default_factory=list)  # per output: first/last flat index
 
 
+@dataclass(frozen=True)
+class BackendLimitation:
+    """An exception of the implementation that is the backend's own limit on this machine, not the implementation's
+    error (a construct Triton's CPU interpreter cannot run): the deviation class it is reported as, what it is, and
+    where it can be judged. A case it stops is not judged here; its reason line round-trips through `reason()`."""
+
+    deviation: str  # a class of opgate.verify.deviations.DEVIATION_CLASSES
+    what: str
+    remedy: str
+
+    PREFIX: ClassVar[str] = "not judged here"
+
+    def reason(self) -> str:
+        return f"{self.PREFIX} [{self.deviation}]: {self.what}; {self.remedy}"
+
+    @classmethod
+    def from_reason(cls, reason: str) -> "BackendLimitation | None":
+        match = re.match(rf"{cls.PREFIX} \[(\w+)\]: (.*); ([^;]*)$", reason, re.S)
+        return cls(match.group(1), match.group(2), match.group(3)) if match else None
+
+
 @dataclass
 class PreparedImplementation:
     """A ready-to-call implementation plus the facts its backend found (device, opset, graph breaks ...)."""
@@ -146,6 +168,8 @@ class PreparedImplementation:
     poisoned_out: bool = False
     collect_artefacts: Callable[[Path], list[str]] | None = None
     finish: Callable[[], None] | None = None  # called after all cases: gather late facts (e.g. recompiles)
+    # the backend's own limit an exception of the implementation shows (None: the implementation's error)
+    limitation_of: Callable[[BaseException], BackendLimitation | None] | None = None
 
 
 def torch_device() -> str:

@@ -26,6 +26,7 @@ from opgate.verify.backends.triton_interpreter_bf16 import (
     REDUCTION_NOTE, interpreter_bf16_limitations, make_interpreter_bf16_arithmetic_exact,
     make_interpreter_bf16_casts_exact,
 )
+from opgate.verify.backends.triton_interpreter_gaps import interpreter_gap
 
 # IR stages kept from a compiled kernel's asm dict, text first; binaries are written as bytes.
 IR_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn", "cubin", "hsaco")
@@ -75,6 +76,7 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         prepared.notes.append(INTERPRETER_NOTE)
         prepared.facts["ir_artefacts"] = INTERPRETER_NOTE
         prepared.facts.update(mend_interpreter_bf16())
+        prepared.limitation_of = interpreter_gap  # a construct the interpreter cannot run: the GPU judges it
     else:
         prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
         prepared.facts["triton_jit"] = record_compiles()
