@@ -33,6 +33,8 @@ MESSAGE = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total cap
 class RaisingImplementation:
     """A prepared implementation whose every call runs out of memory (counts its calls)."""
 
+    limitation_of = None  # no backend limitation explains an out-of-memory error
+
     def __init__(self, message: str = MESSAGE) -> None:
         self.calls = 0
         self.message = message

@@ -69,19 +69,28 @@ class CaseSize:
 
 @dataclass
 class CaseTimer:
-    """Measured costs so far, and the prediction of a case's cost from them."""
+    """Measured costs so far, and the prediction of a case's cost from them.
 
-    overhead: float = math.inf  # the cheapest call seen: what a call costs whatever its size
+    The fixed cost of a call is the cheapest call seen; the cost per element (per row) comes from the case with the
+    most elements (rows) seen, where the size, not the call's overhead or noise, sets the time. The first call is
+    left out of the rates once another has been seen: it pays the process's first-use costs (imports, the
+    interpreter's set-up, a compile), which a 128-element case turns into an absurd cost per element."""
+
+    overhead: float = math.inf
     per_element: float = 0.0
     per_row: float = 0.0
     observed: int = 0
+    _seen: list[tuple[CaseSize, float]] = field(default_factory=list)
 
     def observe(self, size: CaseSize, seconds: float) -> None:
         self.observed += 1
-        self.overhead = min(self.overhead, seconds)
-        beyond = max(0.0, seconds - self.overhead)
-        self.per_element = max(self.per_element, beyond / size.elements)
-        self.per_row = max(self.per_row, beyond / size.rows)
+        self._seen.append((size, seconds))
+        self.overhead = min(s for _, s in self._seen)
+        sample = self._seen[1:] if len(self._seen) > 1 else self._seen
+        by_elements = max(sample, key=lambda seen: (seen[0].elements, seen[1]))
+        by_rows = max(sample, key=lambda seen: (seen[0].rows, seen[1]))
+        self.per_element = max(0.0, by_elements[1] - self.overhead) / by_elements[0].elements
+        self.per_row = max(0.0, by_rows[1] - self.overhead) / by_rows[0].rows
 
     def predict(self, size: CaseSize) -> float:
         if not self.observed:
