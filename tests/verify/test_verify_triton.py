@@ -72,3 +72,23 @@ print(before[0], before[1], ",".join(fixed) or "none", after[0], after[1])
         assert (narrow_before, wide_before) == ("0", "0")
         pytest.skip("this Triton's interpreter already converts bfloat16 exactly")
     assert int(narrow_before) > 100 or int(wide_before) > 100
+
+
+@pytest.mark.slow
+def test_an_autotuned_kernel_runs_its_first_config_under_the_interpreter(tmp_path):
+    """Without opgate's patch Triton's autotuner raises '0 active drivers' on a CPU-only host at the first call."""
+    import json
+
+    from tests_verify_support import DATA, ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop("TRITON_INTERPRET", None)
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(DATA / "autotuned_spec.py"), "--budget",
+                           "quick", "--stages", "numerics", "--no-extras", "--json", str(report)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [result] = [r for r in json.loads(report.read_text())["results"] if r["check_id"] == "verify.scale.triton.float32"]
+    assert result["outcome"] == "passed"
+    if result["extra"]["backend_facts"].get("interpreter"):
+        assert "first config" in result["extra"]["backend_facts"]["autotune"]

@@ -76,11 +76,44 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         prepared.notes.append(INTERPRETER_NOTE)
         prepared.facts["ir_artefacts"] = INTERPRETER_NOTE
         prepared.facts.update(mend_interpreter_bf16())
+        if autotune_first_config_under_interpreter():
+            prepared.notes.append(AUTOTUNE_NOTE)
+            prepared.facts["autotune"] = AUTOTUNE_NOTE
         prepared.limitation_of = interpreter_gap  # a construct the interpreter cannot run: the GPU judges it
     else:
         prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
         prepared.facts["triton_jit"] = record_compiles()
     return prepared
+
+
+AUTOTUNE_NOTE = ("autotuned kernels run their first config left after the autotuner's own pruning: Triton's "
+                 "interpreter has no GPU driver to benchmark configs with (it raises '0 active drivers'); the GPU "
+                 "run judges the config the autotuner picks")
+
+
+def autotune_first_config_under_interpreter() -> bool:
+    """Under TRITON_INTERPRET=1 with no GPU driver, make Triton's Autotuner keep only the first config its pruning
+    leaves (its own single-config path: no benchmark), so autotuned kernels run on the CPU instead of raising
+    "0 active drivers" at their first call; True when patched (once per process). The configs are the kernel's."""
+    try:
+        from triton.runtime import autotuner, driver
+    except ImportError:
+        return False
+    try:
+        driver.active  # noqa: B018  (raises without a driver: the interpreter on a CPU-only host)
+        return False
+    except Exception:
+        pass
+    if getattr(autotuner.Autotuner, "_opgate_first_config", False):
+        return True
+    original = autotuner.Autotuner.prune_configs
+
+    def first_config(self: Any, kwargs: Any, *args: Any, **more: Any) -> Any:
+        return original(self, kwargs, *args, **more)[:1]
+
+    autotuner.Autotuner.prune_configs = first_config  # type: ignore[method-assign]
+    autotuner.Autotuner._opgate_first_config = True  # type: ignore[attr-defined]
+    return True
 
 
 def record_compiles() -> dict[str, Any]:
