@@ -193,5 +193,5 @@ def stage_tasks(plan: OperatorPlan, stages: Sequence[Stage], unmet: dict[str, st
             if isinstance(item, CheckResult):
                 preset.append(item)
             else:
-                items.append((stage.order, item))
+                items.append((item.order or stage.order, item))  # a stage may order its own tasks apart
     return items, preset

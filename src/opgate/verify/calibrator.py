@@ -47,15 +47,26 @@ def is_added_empty_case(case: Case) -> bool:
     return case.origin != "declared" and any(size == 0 for _, size in case.dims)
 
 
-def _fatal_empty_cases(spec_file: Path, op_name: str, dtype: str, cases: Sequence[Case]) -> list[Case]:
-    """The opgate-added empty cases whose reference kills a process (tried in a child: empty_probe.py)."""
-    from opgate.verify.empty_probe import surviving_cases
+def _fatal_empty_cases(spec_file: Path, jobs: Sequence["CalibrationJob"]) -> dict[str, list[Case]]:
+    """Per operator of one spec file: the opgate-added empty cases whose reference kills a process (tried in one
+    child for the whole file: empty_probe.py)."""
+    from opgate.verify.empty_probe import surviving_cases_of_spec
 
-    empty = [c for c in cases if is_added_empty_case(c)]
-    if not empty:
-        return []
-    survived = surviving_cases(spec_file.resolve(), op_name, dtype, empty)
-    return [c for i, c in enumerate(empty) if i not in survived]
+    probes = {job.op.name: (job.dtypes[0], [c for c in job.cases if is_added_empty_case(c)]) for job in jobs}
+    probes = {name: probe for name, probe in probes.items() if probe[1]}
+    fatal: dict[str, list[Case]] = {job.op.name: [] for job in jobs}
+    if probes:
+        survived = surviving_cases_of_spec(spec_file.resolve(), probes)
+        for name, (_, empty) in probes.items():
+            fatal[name] = [c for i, c in enumerate(empty) if i not in survived[name]]
+    return fatal
+
+
+def probe_processes() -> int:
+    """Empty-case probe children at once: each imports torch and a spec's libraries (seconds of CPU)."""
+    import os
+
+    return max(2, (os.cpu_count() or 2) // 4)
 
 
 def calibration_result(op: Any, calibrations: dict[str, Calibration], budget: str, seed: int,
@@ -258,19 +269,22 @@ class Calibrator(threading.Thread):
 
         torch.set_num_threads(calibration_threads())
         try:
-            with ThreadPoolExecutor(max_workers=max(1, len(self.jobs)), thread_name_prefix="opgate-empty") as probes:
-                fatal: dict[int, Future[list[Case]]] = {}
+            with ThreadPoolExecutor(max_workers=probe_processes(), thread_name_prefix="opgate-empty") as probes:
+                by_file: dict[Path, list[int]] = {}
                 for index, job in enumerate(self.jobs):
                     job.cases = plan_cases(job.op, self.budget, self.seed)
-                    fatal[index] = probes.submit(_fatal_empty_cases, job.spec_file, job.op.name, job.dtypes[0],
-                                                 job.cases)
+                    by_file.setdefault(job.spec_file.resolve(), []).append(index)
+                # one probe child per spec file, in the order the files come (the first operators calibrate first)
+                fatal_by_file = {file: probes.submit(_fatal_empty_cases, file, [self.jobs[k] for k in indices])
+                                 for file, indices in by_file.items()}
                 if self.pool is not None and self.token is None:
-                    self._calibrate_in_pool(self.pool, fatal)
+                    self._calibrate_in_pool(self.pool, by_file, fatal_by_file)
                 else:
                     for index, job in enumerate(self.jobs):
                         if self.stopped.is_set():
                             break
-                        self._calibrate(index, job, fatal[index])
+                        found = fatal_by_file[job.spec_file.resolve()]
+                        self._calibrate(index, job, lambda found=found, name=job.op.name: found.result()[name])
         except BaseException as exc:  # noqa: BLE001 - handed to the runner, re-raised in the main thread
             self.feed.close(exc)
             return
@@ -284,7 +298,7 @@ class Calibrator(threading.Thread):
         return InputError(f"spec file {job.spec_file}: {exc}; fix the reference (it defines the operator's "
                           "meaning) or the dims/dtypes it is given")
 
-    def _calibrate(self, op_index: int, job: CalibrationJob, probe: "Future[list[Case]]") -> None:
+    def _calibrate(self, op_index: int, job: CalibrationJob, fatal_cases: Callable[[], list[Case]]) -> None:
         """One operator's dtypes in turn, in this thread."""
         t0 = time.perf_counter()
         outcomes: dict[str, Any] = {}
@@ -295,9 +309,9 @@ class Calibrator(threading.Thread):
             try:
                 if self.token:
                     outcome: Any = self._replay_plan(job, dtype, self._plan_path(op_index, len(outcomes), job.op,
-                                                                                 dtype), probe.result)
+                                                                                 dtype), fatal_cases)
                 else:
-                    outcome = calibrate_plan(job.op, dtype, job.cases, probe.result, self.budget, self.seed,
+                    outcome = calibrate_plan(job.op, dtype, job.cases, fatal_cases, self.budget, self.seed,
                                              self._plan_path(op_index, len(outcomes), job.op, dtype))
             except CalibrationError as exc:
                 raise self._input_error(job, exc) from None
@@ -305,24 +319,31 @@ class Calibrator(threading.Thread):
             self._done_dtype(op_index, job, outcome, outcomes)
         self._done_operator(op_index, job, outcomes, time.perf_counter() - t0)
 
-    def _calibrate_in_pool(self, pool: CalibrationPool, fatal: dict[int, "Future[list[Case]]"]) -> None:
-        """Every operator x dtype in the pool's processes; each is handed over the moment it is done."""
+    def _calibrate_in_pool(self, pool: CalibrationPool, by_file: dict[Path, list[int]],
+                           fatal_by_file: dict[Path, "Future[dict[str, list[Case]]]"]) -> None:
+        """Every operator x dtype in the pool's processes: a spec file's plans are submitted the moment its
+        empty-case probe is back (files in any order), and each plan is handed over the moment it is done."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
         pending: dict[Future[PlanOutcome], tuple[int, str, float]] = {}
+        probing = {future: file for file, future in fatal_by_file.items()}
         outcomes: dict[int, dict[str, Any]] = {index: {} for index in range(len(self.jobs))}
         first_start: dict[int, float] = {}
         try:
-            for index, job in enumerate(self.jobs):
-                fatal_cases = [c.to_dict() for c in fatal[index].result()]
-                for k, dtype in enumerate(job.dtypes):
-                    future = pool.submit(str(job.spec_file.resolve()), job.op.name, dtype,
-                                         [c.to_dict() for c in job.cases], fatal_cases, self.budget, self.seed,
-                                         str(self._plan_path(index, k, job.op, dtype)))
-                    pending[future] = (index, dtype, time.perf_counter())
-            while pending and not self.stopped.is_set():
-                done, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
+            while (pending or probing) and not self.stopped.is_set():
+                done, _ = wait([*probing, *pending], timeout=1.0, return_when=FIRST_COMPLETED)
                 for future in done:
+                    if future in probing:
+                        fatal = future.result()
+                        for index in by_file[probing.pop(future)]:
+                            job = self.jobs[index]
+                            for k, dtype in enumerate(job.dtypes):
+                                submitted = pool.submit(str(job.spec_file.resolve()), job.op.name, dtype,
+                                                        [c.to_dict() for c in job.cases],
+                                                        [c.to_dict() for c in fatal[job.op.name]], self.budget,
+                                                        self.seed, str(self._plan_path(index, k, job.op, dtype)))
+                                pending[submitted] = (index, dtype, time.perf_counter())
+                        continue
                     index, dtype, submitted = pending.pop(future)
                     job = self.jobs[index]
                     try:

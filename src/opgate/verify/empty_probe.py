@@ -3,10 +3,13 @@
 An empty batch is where shipped bugs hide, so the plan adds size-0 cases; but a reference may do worse than raise
 on them: PyTorch 2.11's CPU scaled_dot_product_attention killed the process with SIGFPE on an empty dim (seen on
 the H200 host, 2026-12-01). The parent calibrates with the reference in its own process, so it first evaluates
-every opgate-added empty case here, in a child, and keeps only those that return. The child prints "ok INDEX" for
-each case that returned; a case that kills it is dropped and the child restarted after it.
+every opgate-added empty case here, in a child, and keeps only those that return.
 
-Run as: python -m opgate.verify.empty_probe SPEC OP DTYPE CASES_JSON
+One child serves every operator of a spec file (the spec and its libraries are imported once: a library corpus of
+33 operators had started 33 children importing fla and FlagGems at once). It prints one JSON line per event,
+["start" | "ok" | "raised", operator, index]; a case that kills it is dropped and the child restarted after it.
+
+Run as: python -m opgate.verify.empty_probe SPEC PROBES_JSON   (PROBES_JSON: [[op, dtype, [[index, case], ...]], ...])
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from opgate.verify.inputs import Case
 
@@ -25,27 +28,43 @@ MAX_RESTARTS = 4
 
 def surviving_cases(spec_file: Path, op_name: str, dtype: str, cases: Sequence[Case]) -> set[int]:
     """Indices into `cases` whose reference evaluation returned (or raised: the parent then drops it cleanly)."""
-    survived: set[int] = set()
-    pending = list(range(len(cases)))
+    return surviving_cases_of_spec(spec_file, {op_name: (dtype, cases)})[op_name]
+
+
+def surviving_cases_of_spec(spec_file: Path, probes: Mapping[str, tuple[str, Sequence[Case]]]) -> dict[str, set[int]]:
+    """Per operator of one spec file (operator -> (dtype, cases)): the indices whose reference returned or raised."""
+    survived: dict[str, set[int]] = {op: set() for op in probes}
+    pending = [(op, i) for op, (_, cases) in probes.items() for i in range(len(cases))]
     for _ in range(MAX_RESTARTS + 1):
         if not pending:
             break
-        payload = json.dumps([[i, cases[i].to_dict()] for i in pending])
+        payload = json.dumps([[op, dtype, [[i, cases[i].to_dict()] for o, i in pending if o == op]]
+                              for op, (dtype, cases) in probes.items() if any(o == op for o, _ in pending)])
         try:
-            proc = subprocess.run([sys.executable, "-m", "opgate.verify.empty_probe", str(spec_file), op_name, dtype,
-                                   payload], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+            proc = subprocess.run([sys.executable, "-m", "opgate.verify.empty_probe", str(spec_file), payload],
+                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT_S * max(1, len(probes)))
             stdout = proc.stdout
         except subprocess.TimeoutExpired as exc:
             stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        done = {int(line.split()[1]) for line in stdout.splitlines() if line.startswith(("ok ", "raised "))}
-        survived |= done
-        started = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("start ")]
-        killed = [i for i in started if i not in done]
-        remaining = [i for i in pending if i not in done and i not in killed]
+        events = [_event(line) for line in stdout.splitlines()]
+        done = {(op, i) for kind, op, i in filter(None, events) if kind in ("ok", "raised")}
+        started = [(op, i) for kind, op, i in filter(None, events) if kind == "start"]
+        for op, i in done:
+            survived[op].add(i)
+        killed = [key for key in started if key not in done]
+        remaining = [key for key in pending if key not in done and key not in killed]
         if remaining == pending:  # the child died before any case: give up on them all
             break
         pending = remaining
     return survived
+
+
+def _event(line: str) -> tuple[str, str, int] | None:
+    try:
+        kind, op, index = json.loads(line)
+        return str(kind), str(op), int(index)
+    except (ValueError, TypeError):  # the reference printed something of its own
+        return None
 
 
 def _main(argv: list[str]) -> int:
@@ -55,20 +74,22 @@ def _main(argv: list[str]) -> int:
     from opgate.verify.inputs import make_inputs
     from opgate.core.spec import load_spec_file
 
-    spec, op_name, dtype, payload = argv
-    op = next(o for o in with_gradient_operators(load_spec_file(spec)) if o.name == op_name)
-    for index, data in json.loads(payload):
-        print(f"start {index}", flush=True)
-        case = Case.from_dict(data)
-        try:
-            generated = make_inputs(op, case, dtype)
-            with torch.no_grad():
-                op.reference(*generated.truth)
-                op.reference(*generated.values)
-        except Exception:
-            print(f"raised {index}", flush=True)
-            continue
-        print(f"ok {index}", flush=True)
+    spec, payload = argv
+    operators = {o.name: o for o in with_gradient_operators(load_spec_file(spec))}
+    for op_name, dtype, cases in json.loads(payload):
+        op = operators[op_name]
+        for index, data in cases:
+            print(json.dumps(["start", op_name, index]), flush=True)
+            case = Case.from_dict(data)
+            try:
+                generated = make_inputs(op, case, dtype)
+                with torch.no_grad():
+                    op.reference(*generated.truth)
+                    op.reference(*generated.values)
+            except Exception:
+                print(json.dumps(["raised", op_name, index]), flush=True)
+                continue
+            print(json.dumps(["ok", op_name, index]), flush=True)
     return 0
 
 

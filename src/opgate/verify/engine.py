@@ -171,7 +171,7 @@ def _visible_gpus() -> tuple[int, list[str]]:
 
 def _stage_of(task: CheckTask, gpu_stage_names: set[str]) -> str:
     """The GPU stage a task belongs to, from its check id's last part (sanitizer tools are the sanitizer's)."""
-    last = task.check_id.rsplit(".", 1)[-1]
+    last = task.check_id.rsplit(".", 1)[-1].removesuffix("_warm_up")
     if last in ("racecheck", "initcheck", "synccheck"):
         return "sanitizer"
     return last if last in gpu_stage_names else ""
@@ -239,7 +239,7 @@ class PreparedRun:
         naming the spec file of its operator (extra["spec_file"]: the replay command's file)."""
         keys = {**self.task_keys, **self.calibrator.task_keys}
         late = len(keys)
-        checks = sorted((self._with_spec(r) for r in report.results),
+        checks = sorted((self._with_spec(r) for r in report.results if not _internal(r)),
                         key=lambda r: keys.get(r.check_id, (10**6, late, 0)))
         engine = {**self.info["engine"], "calibration_spans_s": self.calibrator.spans,
                   "calibration_phases_s": self.info.pop("calibration_phases_s", {}),
@@ -258,6 +258,11 @@ class PreparedRun:
         if spec is None or (isinstance(result.extra, dict) and "spec_file" in result.extra):
             return result
         return dataclasses.replace(result, extra={**(result.extra or {}), "spec_file": spec})
+
+
+def _internal(result: CheckResult) -> bool:
+    """A result the engine's own scheduling made (a runtime warm-up), not a verdict to report."""
+    return isinstance(result.extra, dict) and bool(result.extra.get("internal"))
 
 
 def _load_specs(request: VerifyRequest) -> tuple[list[Operator], dict[Path, Path]]:

@@ -151,6 +151,34 @@ def run_once_command(options: GpuStagePayload, profiled: bool = False, sanitized
             options.dtype, *(["--profiled"] if profiled else []), *(["--sanitized"] if sanitized else [])]
 
 
+INTERNAL = "internal"  # a result's extra key: the engine leaves such results out of the report
+
+
+class VerifyRuntimeWarmUpCheck(GpuStageCheck):
+    """One call of the implementation at its timing size, side by side with other work, before its exclusive
+    runtime check: the Triton JIT compiles and autotuning at that size (seconds to a minute per kernel family on a
+    cold machine) then happen while other checks run, not while the GPU is held alone for timing. Its result is
+    internal (not reported): the runtime check judges, and says so itself if the call fails."""
+
+    check_id = "verify.runtime_warm_up"
+    title = "compile at the timing size"
+    timeout_s = 300.0
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        started = time.perf_counter()
+        options, torch = self.begin(ctx)
+        note = "compiled"
+        try:
+            op, implementation = load_implementation(options)
+            inputs = cuda_inputs(op, op.timing_dims(), options.dtype, options.seed)
+            implementation.fn(*inputs)
+            torch.cuda.synchronize()
+        except Exception as exc:  # the runtime check meets it again and reports it in its own words
+            note = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return self.passed(f"warm-up at the timing size: {note}",
+                           extra={INTERNAL: True, "seconds": round(time.perf_counter() - started, 3)})
+
+
 class VerifyRuntimeCheck(GpuStageCheck):
     """Timing, roofline fraction and CUDA-graph capturability of one implementation in one dtype."""
 
