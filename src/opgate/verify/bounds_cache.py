@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import marshal
 import os
-import tempfile
 import types
 from dataclasses import asdict
 from functools import lru_cache
@@ -189,13 +187,12 @@ def store(key: str, bounds: "CaseBounds") -> None:
     root = cache_root()
     if root is None:
         return
+    from opgate.errors import InputError
+    from opgate.reporting.atomic import write_atomically
+
     path = _path(root, key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", suffix=".json",
-                                         delete=False) as handle:
-            json.dump(_encode(bounds), handle)
-            temporary = handle.name
-        os.replace(temporary, path)
-    except OSError:  # a read-only or full disk: the run goes on uncached
+        write_atomically(path, json.dumps(_encode(bounds)), durable=False)  # a lost entry is only recomputed
+    except (OSError, InputError):  # a read-only or full disk: the run goes on uncached
         return

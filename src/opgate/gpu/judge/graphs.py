@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 NONDETERMINISTIC = "nondeterministic"
+ROUNDING_ORDER = "rounding_order"  # nondeterministic, but only by the rounding of an unordered float sum: not a fault
 OUTSIDE_CAPTURE = "outside_capture"
 FROZEN_STATE = "frozen_state"
 
@@ -47,6 +48,8 @@ class GraphMismatchFacts:
     unwritten: int | None = None  # output elements a replay into poisoned outputs left poisoned (eager writes them)
     elements: int = 0  # output elements in all
     eager_reuses_outputs: bool = False  # repeated eager calls returned the same output storage: a result cache
+    # the largest spread that is the rounding of a sum taken in another order (float atomics), absolute; 0: unknown
+    rounding: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,14 @@ def graph_mismatch_cause(facts: GraphMismatchFacts) -> GraphMismatchCause:
     noisy = [(calls, spread, what) for calls, spread, what in
              ((facts.eager_calls, facts.eager_spread, "eager calls"), (facts.replays, facts.replay_spread, "replays"))
              if spread is not None and spread > facts.tolerance]
+    if noisy and facts.rounding > 0 and facts.replay_diff <= facts.rounding and all(
+            spread <= facts.rounding for _, spread, _ in noisy):
+        measured = " and ".join(_spread_text(*entry) for entry in noisy)
+        return GraphMismatchCause(ROUNDING_ORDER, f"nondeterministic only in the last digits (float atomics summing "
+                                                  f"in a varying order): {measured}, within {facts.rounding:.3g}, "
+                                                  "the rounding of such a sum; a replay is as right as an eager call",
+                                  "If results must be bit-reproducible (a regression test, a checkpoint compare), "
+                                  "reduce in a fixed order instead of with atomics.")
     if noisy:
         measured = " and ".join(_spread_text(*entry) for entry in noisy)
         return GraphMismatchCause(NONDETERMINISTIC, f"the implementation is nondeterministic (a race or unordered "

@@ -321,6 +321,9 @@ def mismatch_facts(fn: Callable[..., Any], static: tuple, graph: Any, captured: 
             "elements": elements, "eager_reuses_outputs": len(set(pointers)) < len(pointers)}
 
 
+MATCH_RTOL = 1e-6  # a replay matches eager within this much of the largest |output|
+
+
 def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
                         calls_for_timing: int = 20) -> GraphCaptureReport:
     """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
@@ -369,7 +372,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         diff["expected"] = want_tensors
         scale = max((float(w.double().abs().max()) for w in want_tensors if w.numel()), default=1.0)
         # Replays run the same kernels on the same data: only atomics-order rounding may differ.
-        diff["tolerance"] = 1e-6 * max(scale, 1e-30)
+        diff["tolerance"] = MATCH_RTOL * max(scale, 1e-30)
         matches = same and diff["max"] <= diff["tolerance"]
         return "" if matches else f"the replay differs from eager by up to {diff['max']:.3g}"
 
