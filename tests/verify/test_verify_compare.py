@@ -71,7 +71,12 @@ def test_excused_nonfinite_where_the_baseline_overflows_too():
 def test_shape_and_dtype_mismatch_are_problems_not_numbers():
     truth = torch.zeros(2, 3, dtype=torch.float64)
     assert "shape" in compare_output(torch.zeros(3, 2), truth, "float32").problem
-    assert "dtype float32 != the reference's float16" in compare_output(torch.zeros(2, 3), truth, "float16").problem
+    assert "dtype float16 != the reference's float32" in compare_output(torch.zeros(2, 3).half(), truth,
+                                                                        "float32").problem
+    assert "dtype int32 != the reference's float16" in compare_output(torch.zeros(2, 3, dtype=torch.int32), truth,
+                                                                      "float16").problem
+    # a wider float output is judged by its values (rounded to the reference's dtype) and flagged
+    assert compare_output(torch.zeros(2, 3), truth, "float16").wider_dtype == "float32"
     assert "not a tensor" in compare_output(None, truth, "float32").problem
 
 

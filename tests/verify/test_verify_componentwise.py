@@ -234,3 +234,15 @@ def test_a_case_where_eager_is_exact_gets_the_eager_loss_pooled_over_the_plan():
     alone = element_allowances(truth, exact, accumulation, LogspaceBound())
     pooled = element_allowances(truth, exact, accumulation, LogspaceBound(), pooled_rho=5e-4)
     assert pooled[0][1] - alone[0][1] > 8 * 5e-4 * 6.0 * 0.99  # K_ELEMENT x rho x (|y| + m)
+
+
+def test_a_wider_float_output_is_judged_by_its_values_and_said():
+    """fla documents float32 losses for float16 logits: the values are judged (rounded to the reference's dtype), not
+    failed on the dtype alone; a narrower or integer output still fails on its dtype."""
+    from opgate.verify.compare import compare_output
+
+    truth = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) / 3
+    wider = compare_output(truth.float(), truth, "float16")
+    assert wider.problem == "" and wider.wider_dtype == "float32" and wider.max_abs < 1e-3
+    narrower = compare_output(truth.half(), truth, "float32")
+    assert "dtype float16 != the reference's float32" in narrower.problem

@@ -23,7 +23,7 @@ from opgate.verify.backends import PreparedImplementation, prepare
 from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
 from opgate.verify.calibrate import (
     K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
-    truth_and_baseline,
+    output_names, truth_and_baseline,
 )
 from opgate.verify.compare import OutputStats
 from opgate.verify.deviations import (
@@ -77,6 +77,23 @@ class CaseRecord:
             })
         row["outputs"] = outputs
         return row
+
+
+def _output_dtype_deviations(records: Sequence[CaseRecord], out_dtypes: Sequence[str]) -> list[Deviation]:
+    """An output returned in a wider float dtype than the reference's (fla's float32 losses for float16 logits):
+    judged after rounding to the reference's dtype, and said, since a caller may expect the reference's dtype."""
+    wider: dict[int, str] = {}
+    for record in records:
+        for index, stats in enumerate(record.verdict.stats):
+            if stats.wider_dtype:
+                wider.setdefault(index, stats.wider_dtype)
+    if not wider:
+        return []
+    names = output_names(len(out_dtypes))
+    listed = ", ".join(f"{names[i]} in {got} (the reference: {out_dtypes[i]})" for i, got in sorted(wider.items()))
+    return [Deviation("output_dtype", (
+        f"returns {listed}; judged after rounding to the reference's dtype. If the wider dtype is the contract, make "
+        "the reference return it (e.g. .float()) so its budget is calibrated for it"))]
 
 
 def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter) -> CheckResult:
@@ -206,6 +223,7 @@ class VerifyImplementationCheck(Check):
         kept, rerunnable = self.journal.split_failing(failing)  # a crashed case is never run again in-process
         remaining, deviations, range_note = self._explain_deviations(op, prepared, plan, rerunnable)
         failing = kept + remaining
+        deviations = deviations + _output_dtype_deviations(records, plan.out_dtypes)
         clock.lap("deviations")
         shrunk = None
         if remaining and task.shrink:

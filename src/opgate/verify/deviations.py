@@ -34,7 +34,7 @@ from opgate.core.spec import Operator
 
 FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
                    "stream", "gradient", "memory")
-DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "undefined")
+DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "undefined", "output_dtype")
 FLUSH_THRESHOLD = 2.0**-126  # float32's smallest normal: what -ftz=true flushes (float16 maths does not flush)
 FTZ_DTYPES = ("float32", "bfloat16")  # dtypes whose values a float32 FTZ kernel can see as subnormal
 BISECT_STEPS = 14  # log-space bisection of the breaking magnitude: a factor of ~1.4 at the end
