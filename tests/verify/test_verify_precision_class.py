@@ -87,7 +87,7 @@ def test_a_backward_summing_in_bfloat16_is_precision_with_its_factor_and_near_un
     assert result["outcome"] == "failed" and result["extra"]["failure_class"] == "precision", result["reason"]
     reason = result["reason"]
     assert reason.startswith("[precision] rounding, not a wrong formula: ") and "x eager's error in the same case" in reason
-    assert "concentrated in near-uniform rows" in reason
+    assert "concentrated in" in reason and "near-uniform rows" in reason  # where: constant rows (and tiny values)
     assert "a reduction accumulated in bfloat16 (eager accumulates in float32)" in reason
     finding = result["extra"]["precision"]
     assert finding["float32_rerun"] == "passes" and 1.0 < finding["budget_ratio"] < 20.0

@@ -272,16 +272,21 @@ def _load_specs(request: VerifyRequest) -> tuple[list[Operator], dict[Path, Path
     is an input error: check ids, replay tokens and reports name operators, not files."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from opgate.specload import import_spec_guarded, preflight_spec
+    from opgate.specload import DEFAULT_IMPORT_TIMEOUT_S, import_spec_guarded, preflight_spec
 
     files = request.files
-    timeout = request.timeout_s or None
-    with ThreadPoolExecutor(max_workers=max(1, min(len(files), request.jobs))) as pool:
-        # the first pre-flight also imports torch here meanwhile; the others only wait
-        futures = [pool.submit(preflight_spec, path, *([timeout] if timeout else []),
-                               import_meanwhile=("torch",) if k == 0 else ()) for k, path in enumerate(files)]
-        for future in futures:
+    timeout = request.timeout_s or DEFAULT_IMPORT_TIMEOUT_S
+    # The first file's pre-flight runs here, in the main thread (Ctrl-C stays deliverable while torch is imported
+    # meanwhile); the others' side by side in threads, never waited for once the run is interrupted.
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(files) - 1, request.jobs))) if len(files) > 1 else None
+    try:
+        others = [pool.submit(preflight_spec, path, timeout) for path in files[1:]] if pool is not None else []
+        preflight_spec(files[0], timeout, import_meanwhile=("torch",))
+        for future in others:
             future.result()  # the first failing file's InputError, in the order given
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
     ops: list[Operator] = []
     shown: dict[Path, Path] = {}
     defined_in: dict[str, Path] = {}
