@@ -54,6 +54,26 @@ def test_every_requested_sanitizer_tool_is_one_check_per_implementation(tmp_path
                          "verify.gelu.triton.initcheck": "initcheck", "verify.gelu.triton.synccheck": "synccheck"}
 
 
+def test_each_timing_check_follows_a_warm_up_beside_other_work_in_the_same_worker(tmp_path: Path) -> None:
+    """The compile at the timing size happens in a non-exclusive warm-up of the same worker key (ordered first);
+    the exclusive check only times. The warm-up's result is the engine's own: left out of the report."""
+    from opgate.core.spec import load_spec_file
+    from opgate.results import CheckResult, Outcome
+    from opgate.verify.engine import VerifyRequest, _internal, gpu_stage_tasks, select
+
+    request = VerifyRequest(spec_file=GELU, impls=["triton"], stages=["numerics", "runtime"])
+    [op] = load_spec_file(GELU)
+    [sel] = select([op], request, None)
+    tasks, _ = gpu_stage_tasks(sel, request, tmp_path)
+    timing = {t.check_id: t for t in tasks if t.check_id.endswith(".runtime")}
+    warm = {t.check_id: t for t in tasks if t.check_id.endswith(".runtime_warm_up")}
+    assert set(warm) == {f"{k}_warm_up" for k in timing} and timing
+    for check_id, task in timing.items():
+        twin = warm[f"{check_id}_warm_up"]
+        assert task.exclusive and not twin.exclusive and twin.order < task.order and twin.worker == task.worker
+    assert _internal(CheckResult("x", "x", Outcome.PASSED, "warm-up", extra={"internal": True}))
+
+
 def _op(**kwargs: object) -> opgate.Operator:
     return opgate.Operator("rows", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("M", "N"))],
                            dims={"M": [32, 7], "N": [1024, 77]}, **kwargs)  # type: ignore[arg-type]
