@@ -79,3 +79,10 @@ def test_an_operator_budget_is_shared_by_its_checks_jobs_at_a_time():
     assert check_seconds(150.0, checks=1, jobs=16) == 150.0
     assert check_seconds(30.0, checks=20, jobs=2) == MIN_CHECK_SECONDS
     assert check_seconds(0.0, checks=3, jobs=2) == 0.0
+
+
+def test_slow_backends_take_the_larger_shares():
+    # softmax's example on a CPU: 3 Triton checks (interpreter, weight 1) beside 12 eager ones (weight 0.25)
+    total = 3 * 1.0 + 12 * 0.25
+    assert check_seconds(150.0, checks=15, jobs=2, weight=1.0, total_weight=total) == 50.0
+    assert check_seconds(150.0, checks=15, jobs=2, weight=0.25, total_weight=total) == MIN_CHECK_SECONDS

@@ -28,8 +28,9 @@ class NumericsStage(Stage):
 
         case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.case_timeout_s or CASE_TIMEOUT_S)
         checks = len(plan.choices) * len(plan.dtypes)
-        share = 0.0 if plan.replaying else check_seconds(
-            operator_seconds(plan.budget, plan.gpu, plan.options.time_budget_s), checks, plan.jobs)
+        weights = {c.name: backend(c.backend).case_cost_weight(plan.gpu) for c in plan.choices}
+        total_weight = sum(weights.values()) * len(plan.dtypes)
+        operator_budget = operator_seconds(plan.budget, plan.gpu, plan.options.time_budget_s)
         # the slowest-starting implementations first (torch.compile compiles for seconds): they set the wall time
         for choice in sorted(plan.choices, key=lambda c: -backend(c.backend).startup_s):
             unavailable = backend(choice.backend).unavailable_reason()
@@ -49,7 +50,9 @@ class NumericsStage(Stage):
                     plan_path=str(plan.plans[dtype]), artefact_dir=str(artefacts.resolve()),
                     workdir=str(plan.scratch_dir("work")),
                     extras=plan.options.extras, shrink=plan.options.shrink,
-                    case_timeout_s=case_timeout, time_budget_s=share)
+                    case_timeout_s=case_timeout,
+                    time_budget_s=0.0 if plan.replaying else check_seconds(
+                        operator_budget, checks, plan.jobs, weights[choice.name], total_weight))
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
                                      plan.timeout_s, payload, choice))
         return out

@@ -41,13 +41,16 @@ def operator_seconds(budget: str, gpu: bool, given: float | None) -> float:
     return DEFAULT_OPERATOR_SECONDS.get((budget, gpu), DEFAULT_OPERATOR_SECONDS[("standard", gpu)])
 
 
-def check_seconds(operator_budget: float, checks: int, jobs: int) -> float:
-    """One implementation x dtype's share: the operator's checks run `jobs` at a time, so each gets its share of
-    `jobs` x the budget (never less than MIN_CHECK_SECONDS). 0 means no cap."""
+def check_seconds(operator_budget: float, checks: int, jobs: int, weight: float = 1.0,
+                  total_weight: float | None = None) -> float:
+    """One implementation x dtype's share: the operator's checks run `jobs` at a time, so together they get `jobs`
+    x the budget, shared by weight (a slow backend's case weighs 1, an eager one's 0.25: Backend.case_cost_weight),
+    never less than MIN_CHECK_SECONDS. 0 means no cap."""
     if operator_budget <= 0:
         return 0.0
-    share = operator_budget * max(1, min(jobs, checks)) / max(1, checks)
-    return max(MIN_CHECK_SECONDS, share)
+    total = total_weight if total_weight is not None else float(checks)
+    share = operator_budget * max(1, min(jobs, checks)) * weight / max(total, 1e-9)
+    return max(MIN_CHECK_SECONDS, min(share, operator_budget))
 
 
 @dataclass(frozen=True)

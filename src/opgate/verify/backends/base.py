@@ -43,6 +43,12 @@ class Backend:
     # Rough seconds its first check spends compiling (a scheduling hint: the slowest start first).
     startup_s: ClassVar[float] = 1.0
 
+    def case_cost_weight(self, gpu: bool) -> float:
+        """How heavily one case weighs against the operator's time budget, relative to an emulated or compiling
+        backend (1.0): a check's share of `--time-budget` grows with its weight (verify/time_budget.py). Eager
+        backends run a case in milliseconds and take a small share."""
+        return 0.25
+
     def prepare(self, choice: "ImplementationChoice", op: Operator, dtype: str,
                 workdir: Path) -> "PreparedImplementation":  # pragma: no cover - abstract
         """Runs inside the implementation's own child; raises SkipCheck when the runtime is unusable here."""

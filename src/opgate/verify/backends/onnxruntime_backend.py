@@ -125,7 +125,17 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
             raise RuntimeError(message) from None
         model = onnx.load(str(exported))
         how = "exported with torch.onnx (dynamo exporter)"
-    onnx.checker.check_model(model, full_check=True)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:
+        if choice.origin != "reference":
+            raise
+        # opgate's own extra: torch.onnx exported the reference into a model onnx's checker refuses (an exporter
+        # limit, e.g. cross_entropy's SoftmaxCrossEntropyLoss with a rank the shape inference disagrees with); no
+        # verdict on the user's implementations depends on it
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SkipCheck(f"torch.onnx's export of the reference in {dtype} fails onnx's checker ({text[:200]}); "
+                        "the reference through ONNX Runtime is not checked") from None
     opsets = {imp.domain or "ai.onnx": imp.version for imp in model.opset_import}
     checked = workdir / f"{op.name}.{choice.name}.{dtype}.onnx"
     onnx.save(model, str(checked))

@@ -126,6 +126,9 @@ class TorchCompileBackend(Backend):
     extra = True
     extra_rank = 1
 
+    def case_cost_weight(self, gpu: bool) -> float:
+        return 1.0  # a new shape is a new compile (recompiles), seconds each
+
     def warm_up(self) -> None:
         warm_up_compiler()
 
