@@ -40,7 +40,7 @@ CORPUS = REPO / "tests" / "data" / "verify" / "truth_corpus"
 MANIFEST = CORPUS / "manifest.toml"
 FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
                    "gradient", "memory")
-DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "undefined")
+DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "undefined", "size_limit")
 NEEDS = ("gradients", "hits", "derived_dims", "zero_sizes", "nan_policy", "peaked", "mixed", "gaming")
 OUTCOME_RANK = {"skipped": 0, "passed": 1, "warned": 2, "failed": 3, "error": 4}
 
