@@ -8,19 +8,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch.nn.functional as F
 
 import opgate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus_env import interpreter_autotune_first_config  # noqa: E402
-
-interpreter_autotune_first_config()
-
-from fla.modules.activations import logsigmoid, swiglu, swish  # noqa: E402
+from fla.modules.activations import logsigmoid, swiglu, swish
 
 DTYPES = ["float32", "float16", "bfloat16"]
 DIMS = {"M": [16, 3], "N": [4096, 1000]}

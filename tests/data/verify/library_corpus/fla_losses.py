@@ -25,9 +25,8 @@ import torch.nn.functional as F
 import opgate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus_env import every_third_row_ignored, interpreter_autotune_first_config  # noqa: E402
+from _corpus_env import every_third_row_ignored  # noqa: E402
 
-interpreter_autotune_first_config()
 
 from fla.modules.fused_cross_entropy import cross_entropy_loss  # noqa: E402
 from fla.modules.fused_kl_div import fused_kl_div_loss  # noqa: E402

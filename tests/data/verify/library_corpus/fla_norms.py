@@ -14,22 +14,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
 import opgate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus_env import interpreter_autotune_first_config  # noqa: E402
-
-interpreter_autotune_first_config()
-
-from fla.modules.fused_norm_gate import rms_norm_gated  # noqa: E402
-from fla.modules.l2norm import l2norm  # noqa: E402
-from fla.modules.layernorm import group_norm, layer_norm, rms_norm  # noqa: E402
+from fla.modules.fused_norm_gate import rms_norm_gated
+from fla.modules.l2norm import l2norm
+from fla.modules.layernorm import group_norm, layer_norm, rms_norm
 
 DTYPES = ["float32", "float16", "bfloat16"]
 

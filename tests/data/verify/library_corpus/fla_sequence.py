@@ -11,22 +11,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
 import opgate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus_env import interpreter_autotune_first_config  # noqa: E402
-
-interpreter_autotune_first_config()
-
-from fla.modules.convolution import causal_conv1d  # noqa: E402
-from fla.modules.rotary import rotary_embedding  # noqa: E402
-from fla.modules.token_shift import token_shift  # noqa: E402
+from fla.modules.convolution import causal_conv1d
+from fla.modules.rotary import rotary_embedding
+from fla.modules.token_shift import token_shift
 
 DTYPES = ["float32", "float16", "bfloat16"]
 

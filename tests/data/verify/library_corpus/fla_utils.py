@@ -12,21 +12,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
 import opgate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus_env import interpreter_autotune_first_config  # noqa: E402
-
-interpreter_autotune_first_config()
-
-from fla.ops.utils import chunk_global_cumsum, chunk_local_cumsum, logsumexp_fwd, matmul  # noqa: E402
-from fla.ops.utils import softmax_bwd, softmax_fwd  # noqa: E402
+from fla.ops.utils import chunk_global_cumsum, chunk_local_cumsum, logsumexp_fwd, matmul
+from fla.ops.utils import softmax_bwd, softmax_fwd
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
