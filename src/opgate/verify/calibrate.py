@@ -209,8 +209,8 @@ def _perturbation_steps(generated_truth: Sequence[Any], scale: float, seed: int)
     """Per input: a relative step uniform in +-scale for float64 tensors (None for the rest), seeded."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.rand(v.shape, generator=gen, dtype=torch.float64) * 2 - 1) * scale
+    gen = torch.Generator().manual_seed(seed)  # drawn on the CPU: the same steps wherever the terms run
+    return [((torch.rand(v.shape, generator=gen, dtype=torch.float64) * 2 - 1) * scale).to(v.device)
             if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else None for v in generated_truth]
 
 
@@ -250,15 +250,16 @@ def _rms_and_quantile(values: Any) -> tuple[float, float]:
     return float(values.pow(2).mean().sqrt()), float(np.quantile(values.numpy(), QUANTILE))
 
 
-def perturbation_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[tuple[float, float]]:
-    """Per output: RMS and p99.9 of how far the float64 truth moves when every float input is perturbed
-    elementwise by a relative amount uniform in +-PERTURB_UNITS x the working roundoff (seeded by the case)."""
+def perturbation_sensitivity(op: Operator, inputs: Sequence[Any], dtype: str, seed: int,
+                             truth: Sequence[Any]) -> list[tuple[float, float]]:
+    """Per output: RMS and p99.9 of how far the float64 truth moves when every float input (the case's float64
+    `inputs`) is perturbed elementwise by a relative amount uniform in +-PERTURB_UNITS x the working roundoff
+    (seeded by the case's `seed`)."""
     import torch
 
-    generated = make_inputs(op, case, dtype)
-    steps = _perturbation_steps(generated.truth, WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF)
-                                * PERTURB_UNITS, case.seed * 7 + 3)
-    moved = _reference_moved(op, generated.truth, steps, 1.0)
+    steps = _perturbation_steps(inputs, WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF) * PERTURB_UNITS,
+                                seed * 7 + 3)
+    moved = _reference_moved(op, inputs, steps, 1.0)
     if moved is None:
         return [(0.0, 0.0)] * len(truth)
     figures = []
@@ -269,7 +270,8 @@ def perturbation_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequen
     return figures
 
 
-def curvature_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[tuple[float, float]]:
+def curvature_sensitivity(op: Operator, inputs: Sequence[Any], dtype: str, seed: int,
+                          truth: Sequence[Any]) -> list[tuple[float, float]]:
     """Per output: RMS and p99.9 of the second-order change of the truth, (y(x + d) + y(x - d)) / 2 - y(x), for a
     relative perturbation d uniform in +-PERTURB_UNITS sqrt(n) u (n the longest last dim: what a sum's rounding does
     to the statistic it feeds), where it exceeds the first-order change (y(x + d) - y(x - d)) / 2; else zero.
@@ -280,13 +282,12 @@ def curvature_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[
     adds nothing (a softmax at large logits keeps its budget)."""
     import torch
 
-    generated = make_inputs(op, case, dtype)
-    longest = max((int(v.shape[-1]) for v in generated.truth
+    longest = max((int(v.shape[-1]) for v in inputs
                    if isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.dim() > 0), default=1)
     scale = WORKING_ROUNDOFF.get(dtype, DEFAULT_WORKING_ROUNDOFF) * PERTURB_UNITS * math.sqrt(max(longest, 1))
-    steps = _perturbation_steps(generated.truth, scale, case.seed * 7 + 5)
-    up = _reference_moved(op, generated.truth, steps, 1.0)
-    down = _reference_moved(op, generated.truth, steps, -1.0)
+    steps = _perturbation_steps(inputs, scale, seed * 7 + 5)
+    up = _reference_moved(op, inputs, steps, 1.0)
+    down = _reference_moved(op, inputs, steps, -1.0)
     if up is None or down is None:
         return [(0.0, 0.0)] * len(truth)
     figures = []
@@ -303,23 +304,12 @@ def curvature_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[
     return figures
 
 
-def input_sensitivity(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[tuple[float, float]]:
+def input_sensitivity(op: Operator, inputs: Sequence[Any], dtype: str, seed: int,
+                      truth: Sequence[Any]) -> list[tuple[float, float]]:
     """The larger of the first-order perturbation sensitivity and the second-order one, per output."""
-    first = perturbation_sensitivity(op, case, dtype, truth)
-    second = curvature_sensitivity(op, case, dtype, truth)
+    first = perturbation_sensitivity(op, inputs, dtype, seed, truth)
+    second = curvature_sensitivity(op, inputs, dtype, seed, truth)
     return [(max(a[0], b[0]), max(a[1], b[1])) for a, b in zip(first, second)]
-
-
-def case_accumulation_bounds(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[AccumulationBound]:
-    """error_bounds.accumulation_bounds on this case's float64 inputs (same values the truth was computed from)."""
-    generated = make_inputs(op, case, dtype)
-    return accumulation_bounds(op.reference, generated.truth, truth, dtype, case.seed)
-
-
-def case_logspace_bounds(op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> list[LogspaceBound]:
-    """error_bounds.logspace_bounds on this case's float64 inputs (same values the truth was computed from)."""
-    generated = make_inputs(op, case, dtype)
-    return logspace_bounds(op.reference, generated.truth, truth, dtype)
 
 
 def baseline_lost_mask(truth: Any, baseline: Any) -> Any:
@@ -419,7 +409,7 @@ def calibrate(
 
 
 # How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).
-CACHE_COUNTS = {"hit": 0, "computed": 0}
+CACHE_COUNTS = {"hit": 0, "computed": 0, "on_gpu": 0}
 
 
 @dataclass(frozen=True)
@@ -435,18 +425,22 @@ class CaseBounds:
     def of(cls, op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> "CaseBounds":
         """The case's bounds, from the disk cache when the same inputs, truth, reference and judging code met
         before (verify/bounds_cache.py), else computed and stored."""
-        from opgate.verify import bounds_cache
+        from opgate.verify import bounds_cache, bounds_device
 
         key = None
+        inputs = make_inputs(op, case, dtype).truth  # the float64 values the truth was computed from
         if bounds_cache.cache_root() is not None:
-            key = bounds_cache.entry_key(op.reference, case, dtype, make_inputs(op, case, dtype).truth, truth)
+            key = bounds_cache.entry_key(op.reference, case, dtype, inputs, truth)
             cached = bounds_cache.load(key)
             if cached is not None and len(cached.sensitivity) == len(truth):
                 CACHE_COUNTS["hit"] += 1
                 return cached
-        bounds = cls(input_sensitivity(op, case, dtype, truth), case_accumulation_bounds(op, case, dtype, truth),
-                     case_logspace_bounds(op, case, dtype, truth))
+        with bounds_device.placed(op.reference, inputs, truth) as (where, device):
+            bounds = cls(input_sensitivity(op, where, dtype, case.seed, truth),
+                         accumulation_bounds(op.reference, where, truth, dtype, case.seed),
+                         logspace_bounds(op.reference, where, truth, dtype))
         CACHE_COUNTS["computed"] += 1
+        CACHE_COUNTS["on_gpu"] += int(device == "cuda")
         if key is not None:
             bounds_cache.store(key, bounds)
         return bounds

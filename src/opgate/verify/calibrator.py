@@ -153,11 +153,14 @@ def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_case
 
 
 def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Callable[[], list[Case]], budget: str,
-                   seed: int, path: Path) -> PlanOutcome:
+                   seed: int, path: Path, gpu: bool = False) -> PlanOutcome:
     """Truth, eager baseline and budgets of one operator x dtype over its cases; writes the plan file to `path`.
-    A reference that fails on a declared case raises CalibrationError."""
+    A reference that fails on a declared case raises CalibrationError. `gpu`: the run uses the GPU, so the bound
+    terms of large cases may run there (verify/bounds_device.py)."""
+    from opgate.verify import bounds_device
     from opgate.verify.memory_guard import refuse_oversized_cases
 
+    bounds_device.use_gpu(gpu)
     refuse_oversized_cases(op, cases, dtype)
     before = dict(CACHE_COUNTS)
     began = time.perf_counter()
@@ -210,13 +213,13 @@ def _warm() -> int:
 
 
 def _calibrate_in_process(spec_file: str, op_name: str, dtype: str, cases: list[dict[str, Any]],
-                          fatal: list[dict[str, Any]], budget: str, seed: int, path: str) -> PlanOutcome:
+                          fatal: list[dict[str, Any]], budget: str, seed: int, path: str, gpu: bool) -> PlanOutcome:
     from opgate.verify.loaded_specs import loaded_operators
 
     op = next(o for o in loaded_operators(spec_file) if o.name == op_name)
     fatal_cases = [Case.from_dict(c) for c in fatal]
     return calibrate_plan(op, dtype, [Case.from_dict(c) for c in cases], lambda: fatal_cases, budget, seed,
-                          Path(path))
+                          Path(path), gpu)
 
 
 class CalibrationPool:
@@ -312,7 +315,8 @@ class Calibrator(threading.Thread):
                                                                                  dtype), fatal_cases)
                 else:
                     outcome = calibrate_plan(job.op, dtype, job.cases, fatal_cases, self.budget, self.seed,
-                                             self._plan_path(op_index, len(outcomes), job.op, dtype))
+                                             self._plan_path(op_index, len(outcomes), job.op, dtype),
+                                             bool(self.info.get("gpu")))
             except CalibrationError as exc:
                 raise self._input_error(job, exc) from None
             self.spans[f"{job.op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
@@ -341,7 +345,8 @@ class Calibrator(threading.Thread):
                                 submitted = pool.submit(str(job.spec_file.resolve()), job.op.name, dtype,
                                                         [c.to_dict() for c in job.cases],
                                                         [c.to_dict() for c in fatal[job.op.name]], self.budget,
-                                                        self.seed, str(self._plan_path(index, k, job.op, dtype)))
+                                                        self.seed, str(self._plan_path(index, k, job.op, dtype)),
+                                                        bool(self.info.get("gpu")))
                                 pending[submitted] = (index, dtype, time.perf_counter())
                         continue
                     index, dtype, submitted = pending.pop(future)
@@ -396,8 +401,10 @@ class Calibrator(threading.Thread):
     def _replay_plan(self, job: CalibrationJob, dtype: str, path: Path, fatal_cases: Callable[[], list[Case]],
                      ) -> PlanOutcome:
         """A plan of one case (from a replay token) judged with the full plan's pooled calibration."""
+        from opgate.verify import bounds_device
         from opgate.verify.memory_guard import refuse_oversized_cases
 
+        bounds_device.use_gpu(bool(self.info.get("gpu")))
         assert self.token is not None
         op, case = job.op, self.token.case
         refuse_oversized_cases(op, [case], dtype)

@@ -394,7 +394,8 @@ def _outputs_or_none(reference: Any, args: Sequence[Any]) -> list[Any] | None:
             result = reference(*args)
     except Exception:  # the reference ran on these inputs' values once already
         return None
-    return list(result) if isinstance(result, (tuple, list)) else [result]
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs]  # beside the CPU truth
 
 
 def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str

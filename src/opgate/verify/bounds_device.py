@@ -1,0 +1,118 @@
+"""Where a case's float64 bound terms run: on the GPU, where the run has one, for the cases large enough to gain.
+
+The bound terms (calibrate.CaseBounds: perturbation and curvature sensitivity, the accumulation bound's reverse
+passes, the log-space statistic) call the float64 reference about 25 times per case. On the CPU they were the long
+pole of a library run on the H200 host (docs/benchmarks.md); an H200 runs float64 at tens of TFLOP/s.
+
+A case's terms move to the GPU only when all of these hold, else they stay on the CPU exactly as before:
+- the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any size);
+- its float inputs hold at least MIN_GPU_ELEMENTS elements (below that a reverse pass is launch-bound on the GPU
+  and no faster than the CPU's);
+- the reference runs on the moved inputs and gives the CPU truth back (to AGREEMENT_RTOL): a reference that makes
+  CPU tensors inside, or branches on the device, keeps its terms on the CPU.
+While the terms run, the process holds its GPU's host-wide lock shared (opgate.gpu_guard), so a timing or recovery
+check of this or another run, which holds it exclusively, never measures beside them; the memory the terms cached
+is returned before the lock is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any, Iterator, Sequence
+
+DEVICE_ENV = "OPGATE_BOUNDS_DEVICE"
+MIN_GPU_ELEMENTS = 1 << 17
+# float64 on two devices differs in summation order only: ~1e-15 relative; a reference that disagrees by more than
+# this computes something else on the GPU (another algorithm, a device branch) and keeps its terms on the CPU
+AGREEMENT_RTOL = 1e-9
+LOCK_POLL_S = 0.05
+
+_ENABLED = {"gpu": False}
+
+
+def use_gpu(enabled: bool) -> None:
+    """Set by the calibration (thread or process) from the run's GPU flag, before any case is calibrated."""
+    _ENABLED["gpu"] = enabled
+
+
+def _wanted(inputs: Sequence[Any]) -> bool:
+    import torch
+
+    choice = os.environ.get(DEVICE_ENV, "auto").strip().lower()
+    if choice == "cpu" or not (_ENABLED["gpu"] or choice == "cuda") or not torch.cuda.is_available():
+        return False
+    elements = sum(int(v.numel()) for v in inputs if isinstance(v, torch.Tensor) and v.dtype == torch.float64)
+    return choice == "cuda" or elements >= MIN_GPU_ELEMENTS
+
+
+def _moved(inputs: Sequence[Any], device: str) -> list[Any]:
+    import torch
+
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in inputs]
+
+
+def _agrees(reference: Any, moved: Sequence[Any], truth: Sequence[Any]) -> bool:
+    """Whether the reference runs on the moved inputs and returns the CPU truth (same shapes, same non-finite
+    positions, values within AGREEMENT_RTOL of the largest finite magnitude)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            result = reference(*moved)
+    except Exception:  # a device mismatch inside the reference: the CPU computes its terms
+        return False
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(outputs) != len(truth):
+        return False
+    for out, expected in zip(outputs, truth):
+        if not isinstance(out, torch.Tensor) or out.shape != expected.shape:
+            return False
+        got = out.detach().cpu().to(torch.float64)
+        want = expected.to(torch.float64)
+        if not torch.equal(torch.isfinite(got), torch.isfinite(want)):
+            return False
+        finite = torch.isfinite(want)
+        if bool(finite.any()):
+            scale = float(want[finite].abs().max())
+            if float((got[finite] - want[finite]).abs().max()) > AGREEMENT_RTOL * max(scale, 1e-300):
+                return False
+    return True
+
+
+@contextlib.contextmanager
+def _shared_gpu_lock() -> Iterator[float]:
+    """This process's GPU lock, shared, held while the terms run; yields the seconds waited for it."""
+    from opgate.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml
+
+    request = GpuLockRequest(keys_from_nvml(None), SHARED, holder="calibration bound terms")
+    began = time.perf_counter()
+    try:
+        while not request.poll():
+            time.sleep(LOCK_POLL_S)
+        yield time.perf_counter() - began
+    finally:
+        request.release()
+
+
+@contextlib.contextmanager
+def placed(reference: Any, inputs: Sequence[Any], truth: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
+    """The float64 inputs the bound terms should use, and their device ("cuda" or "cpu"; see the module doc)."""
+    if not _wanted(inputs):
+        yield list(inputs), "cpu"
+        return
+    import torch
+
+    with contextlib.ExitStack() as on_gpu:
+        on_gpu.enter_context(_shared_gpu_lock())
+        on_gpu.callback(torch.cuda.empty_cache)  # memory back before the lock: a recovery check fills the card
+        on_gpu.callback(torch.cuda.synchronize)
+        moved = _moved(inputs, "cuda")
+        try:
+            if _agrees(reference, moved, truth):
+                yield moved, "cuda"
+                return
+        finally:
+            moved.clear()  # the caller's view of the list too: nothing holds GPU memory when the cache is emptied
+    yield list(inputs), "cpu"  # outside the lock: the CPU's terms hold up no one's measurement

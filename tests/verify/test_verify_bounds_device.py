@@ -1,0 +1,94 @@
+"""Where the float64 bound terms run (verify/bounds_device.py): the CPU unless the run has a GPU, the case is large
+and the reference gives the CPU truth back there; the same bounds on either device."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import opgate  # noqa: E402
+from opgate.verify import bounds_device  # noqa: E402
+from opgate.verify.calibrate import CaseBounds  # noqa: E402
+from opgate.verify.inputs import inputs_generated_once, plan_cases  # noqa: E402
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: the terms cannot move there")
+
+
+def _softmax_op(rows: int, cols: int) -> opgate.Operator:
+    return opgate.Operator("softmax", reference=lambda x: torch.softmax(x, dim=-1),
+                           inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [rows], "N": [cols]},
+                           dtypes=["float32"])
+
+
+def test_without_the_runs_gpu_the_terms_stay_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(bounds_device.DEVICE_ENV, raising=False)
+    bounds_device.use_gpu(False)
+    x = torch.randn(512, 512, dtype=torch.float64)
+    with bounds_device.placed(lambda v: v.exp(), [x], [x.exp()]) as (where, device):
+        assert device == "cpu" and where[0] is x
+
+
+def test_cpu_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(bounds_device.DEVICE_ENV, "cpu")
+    bounds_device.use_gpu(True)
+    try:
+        x = torch.randn(1024, 1024, dtype=torch.float64)
+        with bounds_device.placed(lambda v: v.exp(), [x], [x.exp()]) as (_, device):
+            assert device == "cpu"
+    finally:
+        bounds_device.use_gpu(False)
+
+
+def test_agreement_refuses_a_reference_that_computes_something_else() -> None:
+    x = torch.randn(64, 64, dtype=torch.float64)
+    assert bounds_device._agrees(lambda v: v.exp(), [x], [x.exp()])
+    assert not bounds_device._agrees(lambda v: v.exp() * (1 + 1e-6), [x], [x.exp()])
+    assert not bounds_device._agrees(lambda v: v.exp()[:1], [x], [x.exp()])
+    assert not bounds_device._agrees(lambda v: 1 / 0, [x], [x.exp()])
+    nan_where = x.exp().clone()
+    nan_where[0, 0] = float("nan")
+    assert not bounds_device._agrees(lambda v: v.exp(), [x], [nan_where])
+
+
+@needs_gpu
+def test_the_bounds_on_the_gpu_equal_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(bounds_device.DEVICE_ENV, "cuda")  # any size
+    monkeypatch.setenv("OPGATE_CACHE", "0")
+    op = _softmax_op(64, 2048)
+    case = plan_cases(op, "quick", 0)[0]
+    from opgate.verify.calibrate import truth_and_baseline
+
+    with inputs_generated_once():
+        truth, _ = truth_and_baseline(op, case, "float32")
+        bounds_device.use_gpu(False)
+        monkeypatch.setenv(bounds_device.DEVICE_ENV, "cpu")
+        on_cpu = CaseBounds.of(op, case, "float32", truth)
+        monkeypatch.setenv(bounds_device.DEVICE_ENV, "cuda")
+        bounds_device.use_gpu(True)
+        try:
+            on_gpu = CaseBounds.of(op, case, "float32", truth)
+        finally:
+            bounds_device.use_gpu(False)
+    for a, b in zip(on_cpu.sensitivity, on_gpu.sensitivity):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-300)
+    for a, b in zip(on_cpu.accumulation, on_gpu.accumulation):
+        assert (a.rms, a.top, a.fan_in) == pytest.approx((b.rms, b.top, b.fan_in), rel=1e-9)
+    for a, b in zip(on_cpu.logspace, on_gpu.logspace):
+        assert (a.rmse, a.quantile) == pytest.approx((b.rmse, b.quantile), rel=1e-9)
+    assert torch.cuda.memory_allocated() == 0  # nothing held once the terms are done
+
+
+@needs_gpu
+def test_a_reference_that_makes_cpu_tensors_keeps_its_terms_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(bounds_device.DEVICE_ENV, "cuda")
+    bounds_device.use_gpu(True)
+    try:
+        x = torch.randn(256, 256, dtype=torch.float64)
+        bias = torch.ones(256, dtype=torch.float64)  # a CPU tensor the reference closes over
+        with bounds_device.placed(lambda v: v + bias, [x], [x + bias]) as (where, device):
+            assert device == "cpu" and where[0].device.type == "cpu"
+        with bounds_device.placed(lambda v: v * 2, [x], [x * 2]) as (where, device):
+            assert device == "cuda" and where[0].device.type == "cuda"
+    finally:
+        bounds_device.use_gpu(False)
