@@ -181,3 +181,34 @@ def test_ill_conditioned_cases_get_budget_from_input_sensitivity():
     var = ((x - mean) ** 2).sum(-1, keepdim=True) / x.shape[-1]
     two_pass = (x - mean) / torch.sqrt(var + eps) * w + b
     assert _judge(cal, 0, two_pass, [truth]).passed
+
+
+def test_the_floor_scales_with_every_element_not_only_those_eager_kept():
+    """fla's gated RMSNorm gradient in float16 (library corpus): eager overflows to NaN on most of dx, the elements
+    it keeps are small, and a floor scaled by them was a tenth of what a correctly rounded dx errs by."""
+    from opgate.verify.calibrate import _budget_for, baseline_lost_mask
+    from opgate.verify.compare import compare_output
+
+    gen = torch.Generator().manual_seed(0)
+    truth = torch.cat([torch.randn(1000, generator=gen, dtype=torch.float64),
+                       torch.randn(24, generator=gen, dtype=torch.float64) * 1e-2])
+    eager = truth.to(torch.float16)
+    eager[:1000] = float("nan")  # eager keeps only the small elements
+    stats = compare_output(eager, truth, "float16", "out", baseline_lost=baseline_lost_mask(truth, eager))
+    assert stats.truth_rms < 0.02 < 0.9 < stats.truth_rms_all
+    budget = _budget_for(stats, "float16", 0.0, 0.0, 1, None, None)
+    correctly_rounded = compare_output(truth.to(torch.float16), truth, "float16", "out")
+    assert correctly_rounded.rmse <= budget.rmse
+    assert budget.rmse >= FLOOR_EPS["float16"] * dt.eps("float16") * stats.truth_rms_all
+
+
+def test_the_correctly_rounded_truth_passes_any_budget():
+    from opgate.verify.calibrate import OutputBudget
+
+    truth = torch.randn(256, dtype=torch.float64)
+    starved = OutputBudget(rmse=1e-12, quantile=1e-12, scale=1.0, baseline_rmse=0.0, baseline_quantile=0.0)
+    rounded = judge_case([truth.to(torch.float16)], [truth], [starved], ["float16"], [None])
+    assert rounded.passed, rounded.reasons
+    one_ulp_off = truth.to(torch.float16)
+    one_ulp_off[0] = torch.nextafter(one_ulp_off[0], torch.tensor(10.0, dtype=torch.float16))
+    assert not judge_case([one_ulp_off], [truth], [starved], ["float16"], [None]).passed

@@ -110,3 +110,12 @@ def test_a_fully_masked_row_is_judged_where_the_reference_defines_it(report):
     bad = report["verify.logsumexp.unguarded.float32"]
     assert bad["outcome"] == "failed" and bad["extra"]["failure_class"] == "nonfinite", bad["reason"]
     assert any("masked" in c["case"] and not c["passed"] for c in bad["extra"]["cases"])
+
+
+def test_the_bisection_tells_a_break_at_the_start_from_one_scaled_values_never_reach() -> None:
+    from opgate.verify.deviations import NOT_REPRODUCED, bisect_breaking_scale
+
+    assert bisect_breaking_scale(lambda s: s > 1e20, 1.0, 1e36) == pytest.approx(1e20, rel=0.5)
+    assert bisect_breaking_scale(lambda s: True, 1.0, 1e36) is None  # fails unscaled: not a range effect
+    # passes even at `far`: the failing case's own values decide (fla's group norm at a `huge` case, library corpus)
+    assert bisect_breaking_scale(lambda s: False, 1.0, 1e36) == NOT_REPRODUCED

@@ -27,8 +27,8 @@ from opgate.verify.calibrate import (
 )
 from opgate.verify.compare import OutputStats
 from opgate.verify.deviations import (
-    FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, Deviation, PrecisionFinding, bisect_breaking_scale,
-    classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
+    FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED, Deviation, PrecisionFinding,
+    bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
 from opgate.gpu.judge.oom import OomFacts, is_out_of_memory, judge_oom, requested_bytes
@@ -327,21 +327,23 @@ class VerifyImplementationCheck(Check):
             group = [r for r in failing if r.case.regime in regimes]
             if not group or (side == "low" and op.subnormals == "exact"):  # exact: tiny values must be right too
                 continue
-            verdict = self._bisect_range(op, prepared, plan, group[0], side)
+            verdict = self._bisect_range(op, prepared, plan, group, side)
             if verdict is None:
                 continue
-            magnitude, promised = verdict
+            magnitude, promised, bisected = verdict
             outside = magnitude > promised if side == "high" else magnitude < promised
             where = "above" if side == "high" else "below"
+            how = "(bisected)" if bisected else (
+                f"(the failing case{'s' if len(group) > 1 else ''}' own; typical values scaled that far pass)")
             if outside:
                 deviations.append(Deviation("range_limit", (
-                    f"breaks only at inputs of |x| {'>=' if side == 'high' else '<='} {magnitude:.3g} (bisected), far "
+                    f"breaks only at inputs of |x| {'>=' if side == 'high' else '<='} {magnitude:.3g} {how}, far "
                     f"{where} the {promised:.3g} the inputs' kind promises (TensorSpec max_magnitude=); "
                     + ("an intermediate such as x^2 or a long sum overflows float32 there" if side == "high" else
                        "an intermediate such as x^2 underflows to zero there"))))
                 failing = [r for r in failing if r not in group]
             else:
-                notes.append(f"breaks at inputs of |x| {'>=' if side == 'high' else '<='} {magnitude:.3g} (bisected), "
+                notes.append(f"breaks at inputs of |x| {'>=' if side == 'high' else '<='} {magnitude:.3g} {how}, "
                              f"inside the range the inputs' kind promises ({where} {promised:.3g} is outside)")
         range_note = "; ".join(notes)
         return failing, deviations, range_note
@@ -364,10 +366,11 @@ class VerifyImplementationCheck(Check):
         return verdict.passed
 
     def _bisect_range(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
-                      record: CaseRecord, side: str) -> tuple[float, float] | None:
+                      group: Sequence[CaseRecord], side: str) -> tuple[float, float, bool] | None:
         """The input magnitude where the implementation starts failing (typical values scaled up, or down for
-        side "low"), beside the magnitude the inputs promise on that side."""
-        case = record.case
+        side "low"), beside the magnitude the inputs promise on that side, and whether it was bisected (False:
+        scaled typical values never failed, and the magnitude is the failing cases' own)."""
+        case = group[0].case
         if side == "high":
             far = (min(math.sqrt(dt.max_finite(plan.dtype)) / 4, LARGE_CAP) if case.regime == "large"
                    else dt.max_finite(plan.dtype) / 64)
@@ -381,7 +384,10 @@ class VerifyImplementationCheck(Check):
         if scale is None:
             return None
         promised = promised_magnitude(op, plan.dtype) if side == "high" else PROMISED_MIN_MAGNITUDE
-        return input_magnitude(op, at(scale), plan.dtype), promised
+        if scale == NOT_REPRODUCED:  # where the failing cases themselves lie (the nearest of them to the promise)
+            magnitudes = [input_magnitude(op, r.case, plan.dtype) for r in group]
+            return (min(magnitudes) if side == "high" else max(magnitudes)), promised, False
+        return input_magnitude(op, at(scale), plan.dtype), promised, True
 
     # -- precision ----------------------------------------------------------------------------------
     def _precision_finding(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,

@@ -38,6 +38,10 @@ class OutputStats:
     compared: int = 0  # elements where truth (in the dtype) and candidate are both finite
     truth_rms: float = 0.0
     truth_quantile_abs: float = 0.0  # p99.9 of |truth|: the magnitude where the largest errors live
+    # the same over every element whose truth is finite in the dtype (where `compared` leaves out elements the
+    # candidate got non-finite): what a budget scales with, since a candidate is judged on all of them
+    truth_rms_all: float = 0.0
+    truth_quantile_all: float = 0.0
     max_abs: float = 0.0
     max_rel: float = 0.0
     rmse: float = 0.0
@@ -231,9 +235,12 @@ def compare_output(
             cosine = 0.0
         else:
             cosine = float((c * t).sum()) / (norm_c * norm_t)
+        truth_quantile = float(np.quantile(t.abs().numpy(), QUANTILE))
         stats.update(
             truth_rms=truth_rms,
-            truth_quantile_abs=float(np.quantile(t.abs().numpy(), QUANTILE)),
+            truth_quantile_abs=truth_quantile,
+            truth_rms_all=truth_rms,
+            truth_quantile_all=truth_quantile,
             max_abs=float(err.max()),
             max_rel=float(rel.max()),
             rmse=math.sqrt(sum_err2 / n_compared),
@@ -247,6 +254,13 @@ def compare_output(
             stats.update(ulp_max=float(ulps.max()), ulp_median=float(ulps.median()))
         flat_pos = int(torch.nonzero(compared.reshape(-1)).reshape(-1)[int(err.argmax())])
         worst = _worst_at(flat_pos, cand64, truth64)
+    judged = int(td_finite.sum())
+    if judged > n_compared:  # the candidate is non-finite somewhere (eager overflowing, in the calibration)
+        import numpy as np
+
+        everywhere = truth64[td_finite]
+        stats.update(truth_rms_all=float(everywhere.pow(2).mean().sqrt()),
+                     truth_quantile_all=float(np.quantile(everywhere.abs().numpy(), QUANTILE)))
     # A non-finite surprise is the most telling element to show.
     surprise = bad | (special & ~same_class)
     if bool(surprise.any()):

@@ -150,13 +150,21 @@ def _undefined_at_added_size(op: Operator, case: Case, dtype: str, truths: Seque
     return masks
 
 
+# bisect_breaking_scale's answer when the scaled values pass even at `far`: the break needs the failing case's own
+# value pattern (fla's group norm overflows on one group of a `huge` case at 1.7e37, not on typical values scaled
+# to 2.3e37), so the failing case's own magnitude says where it lies
+NOT_REPRODUCED = math.inf
+
+
 def bisect_breaking_scale(fails: Callable[[float], bool], near: float, far: float,
                           steps: int = BISECT_STEPS) -> float | None:
     """The scale between `near` (passes) and `far` (fails), in log space, closest to `near` at which `fails`
     turns true; `far` may lie above `near` (overflow) or below it (underflow). None if it fails at `near`
-    already (not a range effect) or passes at `far` (not reproduced)."""
-    if fails(near) or not fails(far):
+    already (not a range effect); NOT_REPRODUCED if it passes at `far`."""
+    if fails(near):
         return None
+    if not fails(far):
+        return NOT_REPRODUCED
     good, bad = math.log(near), math.log(far)
     for _ in range(steps):
         mid = (good + bad) / 2
