@@ -195,14 +195,16 @@ def calibration_processes(jobs: int) -> int:
     return max(0, min(wanted, jobs)) if jobs > 1 else 0
 
 
-def _process_start() -> None:
-    """Initializer of a calibration process: die with opgate, the calibration's torch threads, the imports."""
+def _process_start(processes: int) -> None:
+    """Initializer of a calibration process: die with opgate, its share of the calibration's torch threads (the
+    processes split calibration_threads(): four processes of four threads each beside 16 busy workers on the H200
+    host were the OpenMP oversubscription calibration_threads() documents), the imports."""
     from opgate.children import die_with_parent
 
     die_with_parent()
     import torch
 
-    torch.set_num_threads(calibration_threads())
+    torch.set_num_threads(max(1, calibration_threads() // max(1, processes)))
     import opgate.verify.calibrate  # noqa: F401  (paid while the parent still loads the specs)
 
 
@@ -232,7 +234,7 @@ class CalibrationPool:
 
         self.processes = processes
         self.executor = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_process_start)
+                                            initializer=_process_start, initargs=(processes,))
         self._warming = [self.executor.submit(_warm) for _ in range(processes)]
 
     def submit(self, *args: Any) -> "Future[PlanOutcome]":
