@@ -246,3 +246,18 @@ def test_a_wider_float_output_is_judged_by_its_values_and_said():
     assert wider.problem == "" and wider.wider_dtype == "float32" and wider.max_abs < 1e-3
     narrower = compare_output(truth.half(), truth, "float32")
     assert "dtype float16 != the reference's float32" in narrower.problem
+
+
+def test_a_cross_entropy_written_as_one_call_admits_its_logsumexp_rounding_at_one_class():
+    # the library corpus's spec of fla's soft-capped z-loss cross-entropy, as a user writes it: F.cross_entropy has
+    # no lse intermediate of its own, and at V = 1 its value is 0; the kernel's lse - z_label is not (H200 run)
+    def reference(x, label):
+        logits = _capped(x)
+        return (torch.nn.functional.cross_entropy(logits, label, reduction="none")
+                + Z * torch.logsumexp(logits, dim=-1) ** 2)
+
+    op = opgate.Operator("z_loss_ce", reference=reference, inputs=Z_LOSS.inputs, dims={"M": [8], "V": [1, 64]})
+    case = Case.make({"M": 8, "V": 1}, 5, origin="edge")
+    passed, reasons = _verdict(op, case, "float32", _z_loss_kernel)
+    assert passed, reasons
+    assert not _verdict(op, case, "float32", lambda x, label: _z_loss_kernel(x, label) + 1e-4)[0]

@@ -86,3 +86,13 @@ def test_slow_backends_take_the_larger_shares():
     total = 3 * 1.0 + 12 * 0.25
     assert check_seconds(150.0, checks=15, jobs=2, weight=1.0, total_weight=total) == 50.0
     assert check_seconds(150.0, checks=15, jobs=2, weight=0.25, total_weight=total) == MIN_CHECK_SECONDS
+
+
+def test_on_a_gpu_a_case_costs_a_call_not_its_size():
+    """fla's kernels on the H200: each new shape compiles and autotunes for seconds, the size costs microseconds; a
+    size-scaled rate from those calls predicted 13251 s for a 65535-wide case and capped most of the plan."""
+    timer = CaseTimer(per_call=True)
+    for size, seconds in (((2, 64), 9.0), ((2, 64), 2.0), ((33, 100), 3.0), ((1, 17), 2.5), ((4, 4), 0.1)):
+        timer.observe(CaseSize.of([size]), seconds)
+    # the first call is left out: the upper quartile of 2.0, 3.0, 2.5, 0.1
+    assert timer.predict(CaseSize.of([(1, 65535)])) == timer.predict(CaseSize.of([(4, 4)])) == 2.5

@@ -208,7 +208,7 @@ class VerifyImplementationCheck(Check):
         choice = find_choice(op, task.impl, task.extras)
         prepared = prepare(choice, op, plan.dtype, Path(task.workdir))
         clock.lap("load and prepare")
-        fitter = self._fitter(op, plan, task.time_budget_s)
+        fitter = self._fitter(op, plan, task.time_budget_s, per_call=prepared.device.startswith("cuda"))
         records = self._run_plan(op, prepared, plan, fitter)
         clock.lap("cases")
         # verify/gaming.py: cache, alias, mutation, stream. Not after a crash: the probe calls the implementation
@@ -276,12 +276,14 @@ class VerifyImplementationCheck(Check):
                 self.journal.save(index, records[-1])
         return records
 
-    def _fitter(self, op: Operator, plan: PlanFile, budget_s: float) -> CasePlanFitter:
+    def _fitter(self, op: Operator, plan: PlanFile, budget_s: float, per_call: bool) -> CasePlanFitter:
+        from opgate.verify.time_budget import CaseTimer
+
         sizes = []
         for case in plan.cases:
             dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
             sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs]))
-        return CasePlanFitter(budget_s, plan.cases, sizes, time.perf_counter)
+        return CasePlanFitter(budget_s, plan.cases, sizes, time.perf_counter, CaseTimer(per_call=per_call))
 
     # -- deviations -----------------------------------------------------------------------------------
     def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,

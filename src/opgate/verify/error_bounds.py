@@ -169,6 +169,12 @@ EXACT_FUNCTIONS = frozenset({
 
 
 MAX_INTERMEDIATES = 256
+# Functions every kernel computes relative to a row logsumexp L of their input (z - L, or L - z_label): their outputs
+# carry about u|L| of rounding even where their value is 0 (a cross-entropy over one class, a log-softmax of one
+# column), which neither the value nor the inputs' terms show. A reference written with F.cross_entropy has no lse
+# intermediate of its own (fla's soft-capped z-loss cross-entropy at V = 1, library corpus): such an output is
+# charged at the magnitude |L| (reduced as the function reduces), not at its own.
+LOGSPACE_FUNCTIONS = frozenset({"cross_entropy", "log_softmax"})
 
 
 def _recording_intermediates() -> Any:
@@ -181,6 +187,7 @@ def _recording_intermediates() -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.tensors: list[Any] = []
+            self.magnitudes: dict[int, Any] = {}  # id(tensor) -> the magnitude its rounding scales with
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             result = func(*args, **(kwargs or {}))
@@ -191,9 +198,39 @@ def _recording_intermediates() -> Any:
                 if (isinstance(value, torch.Tensor) and value.dtype == torch.float64 and value.grad_fn is not None
                         and value.numel() > 0):
                     self.tensors.append(value)
+                    if name in LOGSPACE_FUNCTIONS:
+                        magnitude = _logspace_magnitude(name, value, args, kwargs or {})
+                        if magnitude is not None:
+                            self.magnitudes[id(value)] = magnitude
             return result
 
+        def magnitude_of(self, tensor: Any) -> Any:
+            return self.magnitudes.get(id(tensor), tensor.detach().abs())
+
     return Recorder()
+
+
+def _logspace_magnitude(name: str, output: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any | None:
+    """max(|output|, |L|) per output element, L the logsumexp of the input over its class dim (LOGSPACE_FUNCTIONS);
+    None when the call's shape is not the plain one."""
+    import torch
+
+    logits = args[0] if args else kwargs.get("input")
+    if not isinstance(logits, torch.Tensor) or logits.dim() == 0:
+        return None
+    with torch.no_grad():
+        if name == "log_softmax":
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            if not isinstance(dim, int):
+                return None
+            statistic = torch.logsumexp(logits.detach(), dim, keepdim=True).abs().expand_as(output)
+        else:  # cross_entropy: the class dim is 1 (0 for one unbatched sample), reduced as the loss is
+            statistic = torch.logsumexp(logits.detach(), 1 if logits.dim() > 1 else 0).abs()
+            reduction = kwargs.get("reduction", args[7] if len(args) > 7 else "mean")
+            statistic = statistic.sum() if reduction == "sum" else statistic.mean() if reduction == "mean" else statistic
+        if statistic.shape != output.shape:
+            return None
+        return torch.maximum(statistic, output.detach().abs())
 
 
 def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str,
@@ -236,7 +273,8 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         # a reference that loops in Python (one small tensor per row) records thousands: their reverse passes would
         # cost more than the whole calibration, so such a reference gets no intermediates' term
         intermediates = [t for t in recorder.tensors if t is not out] if len(recorder.tensors) <= MAX_INTERMEDIATES else []
-        found = _sampled_terms(out, leaves, values, samples, intermediates)
+        found = _sampled_terms(out, leaves, values, samples, intermediates,
+                               [recorder.magnitude_of(t) for t in intermediates])
         if found is None:  # no float input moves this output (a bias gradient, a module's own parameter): no terms
             bounds.append(AccumulationBound())
             continue
@@ -280,10 +318,11 @@ def _sample_elements(truth: Any, seed: int) -> tuple[list[int], int]:
 
 
 def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], samples: Sequence[int],
-                   intermediates: Sequence[Any] = ()) -> list[tuple[Any, bool, float]] | None:
+                   intermediates: Sequence[Any] = (), magnitudes: Sequence[Any] | None = None,
+                   ) -> list[tuple[Any, bool, float]] | None:
     """For every sample s: (its non-zero first-order terms c_j = d out.flat[s] / d x_j * x_j over every leaf,
-    whether they are all finite, sum_k |t_k| |d out.flat[s] / d t_k| over the intermediates t_k: what their rounding
-    carries to it). None when autograd cannot differentiate it, or when it depends on no leaf at all: an output can
+    whether they are all finite, sum_k |t_k| |d out.flat[s] / d t_k| over the intermediates t_k (|t_k| or its entry
+    of `magnitudes`): what their rounding carries to it). None when autograd cannot differentiate it, or when it depends on no leaf at all: an output can
     have a graph that reaches none of the inputs (the bias gradient of a `.grad` twin, the upstream gradient summed
     over rows; an nn.Module reference's output computed from its own parameters alone). `values`: the leaves'
     values with non-finite ones zeroed.
@@ -315,7 +354,7 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
             terms = raw.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
             terms = terms[terms != 0]
             carried = 0.0
-            for value, g in zip(intermediates, grads[len(leaves):]):
+            for value, g in zip(magnitudes if magnitudes is not None else intermediates, grads[len(leaves):]):
                 if g is not None:
                     carried += float((value.detach() * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum())
             found.append((terms, finite, carried))
