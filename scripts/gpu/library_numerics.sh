@@ -13,11 +13,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$LOG"; }
 export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 OPGATE_CACHE_DIR=/tmp/opgate-bound-cache
 step bounds_test 120 python3 -m pytest -q -p no:cacheprovider tests/verify/test_verify_bounds_device.py
-for run in cold warm; do
+for run in ${SOFTMAX_RUNS-cold warm}; do
   step "softmax_$run" 120 python3 -m opgate verify examples/ops/softmax.py --json "$OUT/library/softmax_$run.json" \
     --out /tmp/opgate-art-softmax
 done
-step library_numerics "${NUMERICS_TIMEOUT_S:-330}" python3 -m opgate verify tests/data/verify/library_corpus \
+step library_numerics "${NUMERICS_TIMEOUT_S:-330}" python3 -m opgate verify ${NUMERICS_PATHS:-tests/data/verify/library_corpus} \
   --stages numerics --json "$OUT/library/numerics.json" --out /tmp/opgate-art
 for name in "${ORDER[@]}"; do echo "$name: ${STATUS[$name]}"; done | tee -a "$LOG"
 tar -czf "$OUT/library_numerics.tgz" -C "$OUT" library
