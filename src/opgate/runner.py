@@ -478,9 +478,10 @@ class WarmPool:
         else:
             worker.discard()
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 10.0) -> None:
         """End every worker: all inputs closed first, so they exit side by side, then each reaped (or killed
-        after 10 s in all)."""
+        after `grace_s` in all; 0 on an interrupt: a busy worker reads its input only when its task ends, and the
+        run's report is written only once the workers are gone)."""
         workers = self.idle + list(self.busy) + self.spares
         for worker in workers:
             try:
@@ -488,7 +489,7 @@ class WarmPool:
                     worker.proc.stdin.close()
             except OSError:
                 pass
-        deadline = time.perf_counter() + 10
+        deadline = time.perf_counter() + grace_s
         for worker in workers:
             try:
                 worker.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))

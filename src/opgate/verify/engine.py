@@ -463,6 +463,7 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
         (workdir / "workers").mkdir()
         pool = WarmPool(workdir / "workers", warm_worker_limit(request.jobs))
         prepared: PreparedRun | None = None
+        interrupted = False
         # processes that calibrate operators x dtypes side by side on hosts with many cores, started now so their
         # imports overlap the spec load (at most one per operator x dtype: a bound refined once the specs are read)
         processes = 0 if request.replay else calibration_processes(1 << 16)
@@ -480,18 +481,21 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
                                      follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
             except SessionInterrupted as stop:  # the report so far keeps the calibration results that were in
+                interrupted = True
                 raise SessionInterrupted(prepared.finish(stop.report)) from None
             prepared.calibrator.join()
             report = prepared.finish(report)
         finally:
             if prepared is not None:
                 prepared.calibrator.stopped.set()
-                if prepared.calibrator.is_alive():  # interrupted: let it leave the work folder before it goes
-                    prepared.calibrator.join(timeout=5.0)
+                # interrupted: a moment to leave the work folder; a calibration in this thread sees `stopped` only
+                # between dtypes, and waiting longer delayed the report past a CI runner's SIGTERM-to-SIGKILL grace
+                if prepared.calibrator.is_alive():
+                    prepared.calibrator.join(timeout=0.5)
             closing = time.perf_counter()
             if calibration_pool is not None:
                 calibration_pool.close()
-            pool.close()
+            pool.close(grace_s=0.0 if interrupted else 10.0)
         engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2)}
         report = dataclasses.replace(report, extra={**report.extra, "engine": engine})
     if not request.replay:
