@@ -73,11 +73,20 @@ def test_crashing_check_exits_3_and_run_goes_on(plugin_env: dict[str, str], tmp_
 
 @pytest.mark.parametrize("args", [["doctor", "--check", "no_such_check"], ["doctor", "--level", "extreme"],
                                   ["doctor", "--json", "/nonexistent-dir/r.json", "--check", "container"],
-                                  ["frobnicate"]])
+                                  ["frobnicate"], ["verify", "--bogus"], ["verify"], ["doctor", "--jobs", "many"]])
 def test_bad_usage_exits_2_with_one_line(args: list[str]) -> None:
     out = run_opgate(args)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("opgate: error: "), out.stderr  # no four-line usage block
+
+
+def test_version_flag_prints_the_version() -> None:
+    from opgate import __version__
+
+    out = run_opgate(["--version"])
+    assert out.returncode == 0 and out.stdout.strip() == f"opgate {__version__}", out.stdout + out.stderr
 
 
 def test_unknown_check_error_names_it_and_lists_choices() -> None:

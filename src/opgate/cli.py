@@ -501,6 +501,20 @@ def version() -> None:
     print(__version__)
 
 
+def _print_version(value: Optional[bool]) -> None:
+    if value:
+        from opgate import __version__
+
+        print(f"opgate {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _opgate(version: Optional[bool] = typer.Option(None, "--version", callback=_print_version, is_eager=True,
+                                                    help="Print opgate's version and exit.")) -> None:
+    pass
+
+
 from opgate.plan.cli import plan_app  # noqa: E402  (the `plan` verbs; their machinery loads lazily)
 
 app.add_typer(plan_app, name="plan")
@@ -518,6 +532,33 @@ def _verb(argv: Optional[List[str]]) -> str:
     return next((a for a in args if not a.startswith("-")), "")
 
 
+def _is_click(exc: BaseException, name: str) -> bool:
+    """Whether exc is click's (typer vendors its own copy) exception `name` or a subclass of it."""
+    return any(k.__name__ == name and "click" in k.__module__ for k in type(exc).__mro__)
+
+
+def _run_app(argv: Optional[List[str]]) -> None:
+    """The typer app without click's standalone mode: a usage error is one line (its four-line usage block said
+    nothing the line does not), every other exit as click would make it."""
+    try:
+        code = app(args=argv, prog_name="opgate", standalone_mode=False)
+    except Exception as exc:  # noqa: BLE001 - only click's own are handled here, the rest re-raised
+        if _is_click(exc, "NoArgsIsHelpError"):  # bare `opgate` or `opgate plan`: the help, as before
+            print(exc.ctx.get_help())  # type: ignore[attr-defined]
+            sys.exit(int(ExitCode.BAD_INPUT))
+        if _is_click(exc, "UsageError"):
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else "opgate"
+            err_console.print(f"opgate: error: {exc.format_message()} (see '{where} --help')",  # type: ignore[attr-defined]
+                              markup=False)
+            sys.exit(int(ExitCode.BAD_INPUT))
+        if _is_click(exc, "Abort"):  # click's own Ctrl-C outside a verb (at a prompt)
+            raise KeyboardInterrupt from None
+        raise
+    if isinstance(code, int) and code:  # typer.Exit(code) is returned, not raised, outside standalone mode
+        sys.exit(code)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3, an interrupt to 130."""
     from opgate.optional import missing_module_message
@@ -525,7 +566,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
     try:
-        app(args=argv, prog_name="opgate")
+        _run_app(argv)
     except InputError as exc:
         err_console.print(f"opgate: error: {exc}", markup=False)  # [[gpu]] is text, not rich markup
         sys.exit(int(ExitCode.BAD_INPUT))
