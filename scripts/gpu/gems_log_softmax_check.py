@@ -18,6 +18,12 @@ def rows(m: int, n: int, dtype: torch.dtype, regime: str) -> torch.Tensor:
     x = torch.randn(m, n, device="cuda", generator=gen, dtype=torch.float32)
     if regime == "large":
         x *= 60.0
+    if regime == "huge":
+        x *= torch.finfo(dtype).max / 64
+    if regime == "tiny":
+        x *= torch.finfo(dtype).tiny * 2
+    if regime == "nonfinite":
+        x[0, 3], x[2, 5], x[4, 7] = float("nan"), float("inf"), float("-inf")
     if regime == "masked_tail":  # opgate's masked regime: a whole run of -inf from the middle on
         x[:, n // 2 + 1:] = float("-inf")
     if regime == "masked_head":
@@ -31,10 +37,10 @@ def rows(m: int, n: int, dtype: torch.dtype, regime: str) -> torch.Tensor:
 
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for n in (1000, 4096, 32000, 65537):
-        for regime in ("typical", "large", "masked_tail", "masked_head", "one_finite", "all_masked"):
+        for regime in ("typical", "large", "huge", "tiny", "nonfinite", "masked_tail", "masked_head", "one_finite",
+                       "all_masked"):
             x = rows(7, n, dtype, regime)
-            with flag_gems.use_gems():
-                got = F.log_softmax(x, dim=-1)
+            got = F.log_softmax(x, dim=-1)  # flag_gems' kernel: only_enable registered it for CUDA
             want = torch.log_softmax(x.double(), dim=-1)
             fin = torch.isfinite(want)
             bad_nonfinite = int((fin & ~torch.isfinite(got)).sum())
