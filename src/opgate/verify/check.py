@@ -353,7 +353,8 @@ class VerifyImplementationCheck(Check):
             outside = magnitude > promised if side == "high" else magnitude < promised
             where = "above" if side == "high" else "below"
             how = "(bisected)" if bisected else (
-                f"(the failing case{'s' if len(group) > 1 else ''}' own; typical values scaled that far pass)")
+                f"(the median |x| of the failing case{'s' if len(group) > 1 else ''}; typical values scaled to the "
+                "dtype's range pass)")
             if outside:
                 deviations.append(Deviation("range_limit", (
                     f"breaks only at inputs of |x| {'>=' if side == 'high' else '<='} {magnitude:.3g} {how}, far "
@@ -388,7 +389,8 @@ class VerifyImplementationCheck(Check):
                       group: Sequence[CaseRecord], side: str) -> tuple[float, float, bool] | None:
         """The input magnitude where the implementation starts failing (typical values scaled up, or down for
         side "low"), beside the magnitude the inputs promise on that side, and whether it was bisected (False:
-        scaled typical values never failed, and the magnitude is the failing cases' own)."""
+        scaled typical values never failed, and the magnitude is the median |x| of the failing cases' inputs,
+        returned only when it lies outside the promise)."""
         case = group[0].case
         if side == "high":
             far = (min(math.sqrt(dt.max_finite(plan.dtype)) / 4, LARGE_CAP) if case.regime == "large"
@@ -403,9 +405,11 @@ class VerifyImplementationCheck(Check):
         if scale is None:
             return None
         promised = promised_magnitude(op, plan.dtype) if side == "high" else PROMISED_MIN_MAGNITUDE
-        if scale == NOT_REPRODUCED:  # where the failing cases themselves lie (the nearest of them to the promise)
-            magnitudes = [input_magnitude(op, r.case, plan.dtype) for r in group]
-            return (min(magnitudes) if side == "high" else max(magnitudes)), promised, False
+        if scale == NOT_REPRODUCED:  # where the bulk of the failing cases' inputs lies (deviations.NOT_REPRODUCED)
+            magnitudes = [input_magnitude(op, r.case, plan.dtype, typical=True) for r in group]
+            magnitude = min(magnitudes) if side == "high" else max(magnitudes)
+            outside = magnitude > promised if side == "high" else magnitude < promised
+            return (magnitude, promised, False) if outside else None  # inside: not a range effect, as before
         return input_magnitude(op, at(scale), plan.dtype), promised, True
 
     # -- precision ----------------------------------------------------------------------------------
