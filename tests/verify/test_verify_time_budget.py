@@ -96,39 +96,3 @@ def test_on_a_gpu_a_case_costs_a_call_not_its_size():
         timer.observe(CaseSize.of([size]), seconds)
     # the first call is left out: the upper quartile of 2.0, 3.0, 2.5, 0.1
     assert timer.predict(CaseSize.of([(1, 65535)])) == timer.predict(CaseSize.of([(4, 4)])) == 2.5
-
-
-def test_the_calibration_plans_only_the_cases_whose_bound_terms_fit(tmp_path, monkeypatch) -> None:
-    """fla's losses spent 1000 s of a 2-core run on bound terms, also for cases the numerics then capped: the bound
-    terms now fit a budget of their own, in the numerics' rank order; the cases left out leave the plan, named with
-    their predicted cost, and the cases kept get the budgets they would get anyway (pooled over every case)."""
-    import time
-
-    import torch
-
-    import opgate
-    from opgate.verify.calibrator import calibrate_plan
-    from opgate.verify.inputs import plan_cases
-    from opgate.verify.planfile import PlanFile
-
-    monkeypatch.setenv("OPGATE_CACHE", "0")
-
-    def slow_softmax(x):
-        if x.dtype == torch.float64 and x.requires_grad:  # the accumulation bound's pass: cost grows with size
-            time.sleep(min(1.0, x.numel() / 4e5))
-        return torch.softmax(x, dim=-1)
-
-    op = opgate.Operator("slow_softmax", reference=slow_softmax, inputs=[opgate.TensorSpec("x", ("M", "N"))],
-                         dims={"M": [4], "N": [64]}, dtypes=["float32"])
-    cases = plan_cases(op, "quick", 0)
-    capped_run = calibrate_plan(op, "float32", cases, lambda: [], "quick", 0, tmp_path / "capped.pt",
-                                bounds_budget_s=3.0)
-    full_run = calibrate_plan(op, "float32", cases, lambda: [], "quick", 0, tmp_path / "full.pt")
-    capped, full = PlanFile.load(tmp_path / "capped.pt"), PlanFile.load(tmp_path / "full.pt")
-    left_out = capped.summary["bounds_capped"]
-    assert left_out and all(entry["predicted_s"] > 0 for entry in left_out)
-    assert len(capped.cases) + len(left_out) == len(full.cases) and "bounds_capped" not in full.summary
-    assert all(c in capped.cases for c in full.cases if c.origin == "declared")
-    for case, budgets in zip(capped.cases, capped.budgets):
-        assert budgets[0].rmse == full.budgets[full.cases.index(case)][0].rmse
-    assert capped_run.n_cases == full_run.n_cases  # the pooled figures count every case

@@ -354,12 +354,8 @@ def calibrate(
     cases: Sequence[Case],
     truths: Sequence[Sequence[Any]],
     baselines: Sequence[Sequence[Any]],
-    case_bounds: Sequence["CaseBounds | None"] | None = None,
 ) -> Calibration:
-    """Turn the baseline's errors over all cases into a per-case budget (see the module docstring). `case_bounds`:
-    the cases' bound terms when the caller computed them already (the calibration's time budget does); a case
-    with None there gets no budget (an empty list: it leaves the plan), while its eager errors still count in the
-    pooled figures, so a replay of one case, which calibrates every case, pools the same."""
+    """Turn the baseline's errors over all cases into a per-case budget (see the module docstring)."""
     quantized = op.quantized
     n_outputs = len(truths[0]) if truths else 1
     out_dtypes = [dt.dtype_name(b.dtype) for b in baselines[0]] if baselines else [dtype]
@@ -396,20 +392,18 @@ def calibrate(
     override = user_override(op, dtype)
     n = len(cases)
     began = time.perf_counter()
-    if case_bounds is None:
-        case_bounds = [CaseBounds.of(op, case, dtype, truth) for case, truth in zip(cases, truths)]
+    case_bounds = [CaseBounds.of(op, case, dtype, truth) for case, truth in zip(cases, truths)]
     bounds_seconds = time.perf_counter() - began
     # what eager loses at the componentwise check's elements, pooled over the cases like the RMSE: a case where eager
     # happens to be exact (a bfloat16 q cos - q' sin on constant rows) must not demand exactness of everyone
-    pooled_rho = [_median([rho for bounds, truth, baseline in zip(case_bounds, truths, baselines) if bounds is not None
-                           and (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
+    pooled_rho = [_median([rho for bounds, truth, baseline in zip(case_bounds, truths, baselines)
+                           if (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
                   for o in range(n_outputs)]
     budgets: list[list[OutputBudget]] = []
     for bounds, truth, row, baseline in zip(case_bounds, truths, baseline_stats, baselines):
-        budgets.append([] if bounds is None else [
-            bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override, _quantized_for(quantized, b),
-                          pooled_rho[o])
-            for o, (stats, b) in enumerate(zip(row, baseline))])
+        budgets.append([bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
+                                      _quantized_for(quantized, b), pooled_rho[o])
+                        for o, (stats, b) in enumerate(zip(row, baseline))])
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
                        masks, override, excluded, notes, pooled_rho, bounds_seconds)
 

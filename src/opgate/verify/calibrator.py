@@ -21,8 +21,7 @@ from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.runner import TaskFeed
 from opgate.stage_api import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (
-    CACHE_COUNTS, FLOOR_EPS, K_RMSE, CaseBounds, Calibration, CalibrationError, budgets_for_case, calibrate,
-    truth_and_baseline,
+    CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
 )
 from opgate.verify.inputs import Case, inputs_generated_once, plan_cases
 from opgate.verify.planfile import PlanFile
@@ -103,7 +102,6 @@ class CalibrationJob:
     make_plan: Callable[[dict[str, Path]], OperatorPlan]  # the engine's OperatorPlan for these plan files
     spec_file: Path  # the spec file that defines `op`, as the user gave it
     cases: list[Case] = field(default_factory=list)
-    bounds_budget_s: float = 0.0  # seconds of bound terms per dtype's plan (time_budget.bounds_seconds); 0: no cap
 
 
 @dataclass(frozen=True)
@@ -155,11 +153,10 @@ def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_case
 
 
 def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Callable[[], list[Case]], budget: str,
-                   seed: int, path: Path, gpu: bool = False, bounds_budget_s: float = 0.0) -> PlanOutcome:
+                   seed: int, path: Path, gpu: bool = False) -> PlanOutcome:
     """Truth, eager baseline and budgets of one operator x dtype over its cases; writes the plan file to `path`.
     A reference that fails on a declared case raises CalibrationError. `gpu`: the run uses the GPU, so the bound
-    terms of large cases may run there (verify/bounds_device.py). `bounds_budget_s` (0: none): the seconds the
-    cases' bound terms may take; the cases that do not fit leave the plan, named in its summary."""
+    terms of large cases may run there (verify/bounds_device.py)."""
     from opgate.verify import bounds_device
     from opgate.verify.memory_guard import refuse_oversized_cases
 
@@ -170,42 +167,15 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
     with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
         kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases)
         truths_done = time.perf_counter()
-        bounds, capped = _bounds_within(op, dtype, kept, truths, bounds_budget_s)
-        bounds_seconds = time.perf_counter() - truths_done
-        cal = calibrate(op, dtype, kept, truths, baselines, [bounds.get(k) for k in range(len(kept))])
-        chosen = [k for k in range(len(kept)) if k in bounds]  # a capped case leaves the plan (its eager errors pooled)
-        summary = cal.summary()
-        if capped:
-            summary.update(bounds_capped=capped, bounds_budget_s=round(bounds_budget_s, 1))
-        PlanFile(op.name, dtype, budget, seed, [kept[k] for k in chosen], [truths[k] for k in chosen],
-                 [cal.budgets[k] for k in chosen], [cal.masks[k] for k in chosen], cal.out_dtypes,
-                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, summary).save(path)
-    phases = {"truth_and_baseline": round(truths_done - began, 3), "bounds": round(bounds_seconds, 3),
-              "budgets_and_plan_file": round(time.perf_counter() - truths_done - bounds_seconds, 3)}
+        cal = calibrate(op, dtype, kept, truths, baselines)
+        PlanFile(op.name, dtype, budget, seed, kept, truths, cal.budgets, cal.masks, cal.out_dtypes,
+                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary()).save(path)
+    phases = {"truth_and_baseline": round(truths_done - began, 3), "bounds": round(cal.bounds_seconds, 3),
+              "budgets_and_plan_file": round(time.perf_counter() - truths_done - cal.bounds_seconds, 3)}
     return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
-                       cal.n_cases, dict(cal.override) if cal.override else None, summary,
+                       cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
                        len(cases) - len(fatal), [c.label() for c in fatal],
                        {k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS}, phases)
-
-
-def _bounds_within(op: Any, dtype: str, cases: Sequence[Case], truths: Sequence[Any], budget_s: float,
-                   ) -> tuple[dict[int, CaseBounds], list[dict[str, Any]]]:
-    """Each case's bound terms (calibrate.CaseBounds), case by case in plan order while they fit `budget_s` at the
-    speed measured so far, ranked as the numerics' time budget ranks (verify/time_budget.py: declared cases always,
-    then one case of each value regime x layout, then the cheapest); the cases left out with their predicted
-    seconds. A budget of 0 fits everything."""
-    from opgate.verify.time_budget import CasePlanFitter, case_sizes
-
-    fitter = CasePlanFitter(budget_s, cases, case_sizes(op, cases), time.perf_counter)
-    bounds: dict[int, CaseBounds] = {}
-    for index, (case, truth) in enumerate(zip(cases, truths)):
-        if not fitter.runs(index):
-            continue
-        began = time.perf_counter()
-        bounds[index] = CaseBounds.of(op, case, dtype, truth)
-        fitter.observe(index, time.perf_counter() - began)
-    summary = fitter.summary()
-    return bounds, (summary["capped"] if summary else [])
 
 
 # -- calibration processes (hosts with many cores) ---------------------------------------------------------------
@@ -245,14 +215,13 @@ def _warm() -> int:
 
 
 def _calibrate_in_process(spec_file: str, op_name: str, dtype: str, cases: list[dict[str, Any]],
-                          fatal: list[dict[str, Any]], budget: str, seed: int, path: str, gpu: bool,
-                          bounds_budget_s: float) -> PlanOutcome:
+                          fatal: list[dict[str, Any]], budget: str, seed: int, path: str, gpu: bool) -> PlanOutcome:
     from opgate.verify.loaded_specs import loaded_operators
 
     op = next(o for o in loaded_operators(spec_file) if o.name == op_name)
     fatal_cases = [Case.from_dict(c) for c in fatal]
     return calibrate_plan(op, dtype, [Case.from_dict(c) for c in cases], lambda: fatal_cases, budget, seed,
-                          Path(path), gpu, bounds_budget_s)
+                          Path(path), gpu)
 
 
 class CalibrationPool:
@@ -349,7 +318,7 @@ class Calibrator(threading.Thread):
                 else:
                     outcome = calibrate_plan(job.op, dtype, job.cases, fatal_cases, self.budget, self.seed,
                                              self._plan_path(op_index, len(outcomes), job.op, dtype),
-                                             bool(self.info.get("gpu")), job.bounds_budget_s)
+                                             bool(self.info.get("gpu")))
             except CalibrationError as exc:
                 raise self._input_error(job, exc) from None
             self.spans[f"{job.op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
@@ -379,7 +348,7 @@ class Calibrator(threading.Thread):
                                                         [c.to_dict() for c in job.cases],
                                                         [c.to_dict() for c in fatal[job.op.name]], self.budget,
                                                         self.seed, str(self._plan_path(index, k, job.op, dtype)),
-                                                        bool(self.info.get("gpu")), job.bounds_budget_s)
+                                                        bool(self.info.get("gpu")))
                                 pending[submitted] = (index, dtype, time.perf_counter())
                         continue
                     index, dtype, submitted = pending.pop(future)

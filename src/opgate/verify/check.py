@@ -43,7 +43,7 @@ from opgate.verify.shrink import shrink_case
 from opgate.core.spec import Operator
 from opgate.verify.loaded_specs import loaded_operators
 from opgate.verify.tasks import NumericsPayload
-from opgate.verify.time_budget import CasePlanFitter
+from opgate.verify.time_budget import CasePlanFitter, CaseSize
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
 NOT_JUDGED_REMEDIATION = ("Not a verdict on the implementation: opgate could not show the out-of-memory error was "
@@ -96,40 +96,20 @@ def _output_dtype_deviations(records: Sequence[CaseRecord], out_dtypes: Sequence
         "the reference return it (e.g. .float()) so its budget is calibrated for it"))]
 
 
-def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter, plan: PlanFile) -> CheckResult:
-    """Say which cases the time budget left out (here, or in the calibration's bound terms), and their predicted
-    cost, in the reason and the figures."""
+def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter) -> CheckResult:
+    """Say which cases the time budget left out, and their predicted cost, in the reason and the figures."""
     capped = fitter.summary()
-    at_calibration = plan.summary.get("bounds_capped") or []
-    notes: list[str] = []
-    figures: list[Figure] = []
-    if capped is not None:
-        listed = ", ".join(f"{c['case']} (~{c['predicted_s']:g} s)" for c in capped["capped"][:3])
-        more = f" and {len(capped['capped']) - 3} more" if len(capped["capped"]) > 3 else ""
-        notes.append(f"{len(capped['capped'])} case(s) not run: they did not fit the {capped['budget_s']:g} s time "
-                     f"budget at this backend's measured speed ({listed}{more}; --time-budget raises it)")
-        figures.append(Figure("cases capped by the time budget", len(capped["capped"]), "",
-                              Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype "
-                                                                  "may take (a share of the operator's --time-budget)")))
-    if at_calibration:
-        listed = ", ".join(f"{c['case']} (~{c['predicted_s']:g} s)" for c in at_calibration[:3])
-        more = f" and {len(at_calibration) - 3} more" if len(at_calibration) > 3 else ""
-        notes.append(f"{len(at_calibration)} case(s) not planned: their float64 bound terms did not fit the "
-                     f"calibration's {plan.summary.get('bounds_budget_s', 0):g} s ({listed}{more}; --time-budget "
-                     "raises it)")
-        figures.append(Figure("cases capped in the calibration", len(at_calibration), "",
-                              Threshold(plan.summary.get("bounds_budget_s", 0), ">=",
-                                        "seconds of float64 bound terms per operator x dtype (the operator's "
-                                        "--time-budget shared by its dtypes)")))
-    if not notes:
+    if capped is None:
         return result
-    extra = dict(result.extra)
-    if capped is not None:
-        extra["time_budget"] = capped
-    if at_calibration:
-        extra["calibration_capped"] = at_calibration
-    return dataclasses.replace(result, reason=result.reason + "; " + "; ".join(notes),
-                               figures=tuple(result.figures) + tuple(figures), extra=extra)
+    listed = ", ".join(f"{c['case']} (~{c['predicted_s']:g} s)" for c in capped["capped"][:3])
+    more = f" and {len(capped['capped']) - 3} more" if len(capped["capped"]) > 3 else ""
+    note = (f"; {len(capped['capped'])} case(s) not run: they did not fit the {capped['budget_s']:g} s time budget "
+            f"at this backend's measured speed ({listed}{more}; --time-budget raises it)")
+    figure = Figure("cases capped by the time budget", len(capped["capped"]), "",
+                    Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype may take "
+                                                        "(a share of the operator's --time-budget)"))
+    return dataclasses.replace(result, reason=result.reason + note, figures=tuple(result.figures) + (figure,),
+                               extra={**result.extra, "time_budget": capped})
 
 
 def _num(value: float) -> Any:
@@ -266,7 +246,7 @@ class VerifyImplementationCheck(Check):
             result = dataclasses.replace(result, extra={**result.extra, "precision": precision.to_dict()})
         result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps,
                                                     **({"out_of_memory": self.oom_events} if self.oom_events else {})})
-        result = _with_capped_cases(result, fitter, plan)
+        result = _with_capped_cases(result, fitter)
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
@@ -297,10 +277,13 @@ class VerifyImplementationCheck(Check):
         return records
 
     def _fitter(self, op: Operator, plan: PlanFile, budget_s: float, per_call: bool) -> CasePlanFitter:
-        from opgate.verify.time_budget import CaseTimer, case_sizes
+        from opgate.verify.time_budget import CaseTimer
 
-        return CasePlanFitter(budget_s, plan.cases, case_sizes(op, plan.cases), time.perf_counter,
-                              CaseTimer(per_call=per_call))
+        sizes = []
+        for case in plan.cases:
+            dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
+            sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs]))
+        return CasePlanFitter(budget_s, plan.cases, sizes, time.perf_counter, CaseTimer(per_call=per_call))
 
     # -- deviations -----------------------------------------------------------------------------------
     def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,

@@ -36,7 +36,6 @@ from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import follow_up as resume_after_crash
-from opgate.verify.time_budget import bounds_seconds
 from opgate.core.spec import Operator
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"  # the numerics check (resume.py reads it)
@@ -340,9 +339,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
         items, stage_preset = stage_tasks(make_plan({}), at_once, unmet)
         keyed += [((order, op_index, len(keyed) + k), task) for k, (order, task) in enumerate(items)]
         preset += stage_preset
-        bounds_budget = 0.0 if token is not None else bounds_seconds(budget_name, gpu, request.time_budget_s,
-                                                                     len(sel.dtypes))
-        jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file, bounds_budget_s=bounds_budget))
+        jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file))
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())

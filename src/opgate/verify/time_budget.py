@@ -56,25 +56,6 @@ def check_seconds(operator_budget: float, checks: int, jobs: int, weight: float 
     return max(MIN_CHECK_SECONDS, min(share, operator_budget))
 
 
-def bounds_seconds(budget: str, gpu: bool, given: float | None, dtypes: int) -> float:
-    """The float64 bound terms' time of one operator x dtype plan in the calibration: the operator's budget shared
-    by its dtypes, never less than MIN_CHECK_SECONDS; 0 (no cap) when the operator's budget is 0. The bound terms
-    of every planned case took 1000 s of fla's losses on 2 cores, also for cases the numerics then capped."""
-    operator = operator_seconds(budget, gpu, given)
-    if operator <= 0:
-        return 0.0
-    return max(MIN_CHECK_SECONDS, operator / max(1, dtypes))
-
-
-def case_sizes(op: Any, cases: Sequence[Any]) -> list["CaseSize"]:
-    """Each case's CaseSize from the operator's tensor inputs at the case's dims (derived dims included)."""
-    sizes = []
-    for case in cases:
-        dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
-        sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs]))
-    return sizes
-
-
 @dataclass(frozen=True)
 class CaseSize:
     """What a case's cost scales with: its elements and its rows (programs of a row kernel)."""
