@@ -92,3 +92,23 @@ def test_a_reference_that_makes_cpu_tensors_keeps_its_terms_on_the_cpu(monkeypat
             assert device == "cuda" and where[0].device.type == "cuda"
     finally:
         bounds_device.use_gpu(False)
+
+
+@needs_gpu
+def test_a_gpu_another_run_keeps_past_the_wait_limit_leaves_the_terms_on_the_cpu(monkeypatch, tmp_path) -> None:
+    from opgate.gpu_guard import EXCLUSIVE, GpuLockRequest, keys_from_nvml
+
+    monkeypatch.setenv("OPGATE_GPU_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("OPGATE_GPU_WAIT_S", "0.3")
+    monkeypatch.setenv(bounds_device.DEVICE_ENV, "cuda")
+    other_run = GpuLockRequest(keys_from_nvml(None), EXCLUSIVE, holder="a timing check of another run",
+                               directory=tmp_path)
+    assert other_run.poll()
+    bounds_device.use_gpu(True)
+    try:
+        x = torch.randn(256, 256, dtype=torch.float64)
+        with bounds_device.placed(lambda v: v * 2, [x], [x * 2]) as (where, device):
+            assert device == "cpu" and where[0] is x
+    finally:
+        bounds_device.use_gpu(False)
+        other_run.release()

@@ -82,16 +82,20 @@ def _agrees(reference: Any, moved: Sequence[Any], truth: Sequence[Any]) -> bool:
 
 
 @contextlib.contextmanager
-def _shared_gpu_lock() -> Iterator[float]:
-    """This process's GPU lock, shared, held while the terms run; yields the seconds waited for it."""
-    from opgate.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml
+def _shared_gpu_lock() -> Iterator[bool]:
+    """This process's GPU lock, shared, held while the terms run; yields False (nothing held) when another run
+    kept the GPU past the GPU guard's wait limit: the terms then run on the CPU instead of waiting on."""
+    from opgate.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml, wait_limit_s
 
     request = GpuLockRequest(keys_from_nvml(None), SHARED, holder="calibration bound terms")
-    began = time.perf_counter()
+    deadline = time.perf_counter() + wait_limit_s()
     try:
         while not request.poll():
+            if time.perf_counter() > deadline:
+                yield False
+                return
             time.sleep(LOCK_POLL_S)
-        yield time.perf_counter() - began
+        yield True
     finally:
         request.release()
 
@@ -105,7 +109,10 @@ def placed(reference: Any, inputs: Sequence[Any], truth: Sequence[Any]) -> Itera
     import torch
 
     with contextlib.ExitStack() as on_gpu:
-        on_gpu.enter_context(_shared_gpu_lock())
+        if not on_gpu.enter_context(_shared_gpu_lock()):
+            on_gpu.close()
+            yield list(inputs), "cpu"
+            return
         on_gpu.callback(torch.cuda.empty_cache)  # memory back before the lock: a recovery check fills the card
         on_gpu.callback(torch.cuda.synchronize)
         moved = _moved(inputs, "cuda")
