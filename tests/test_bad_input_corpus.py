@@ -228,6 +228,21 @@ def test_an_unwritable_report_path_is_refused_before_any_work(verb: str, where: 
     assert time.monotonic() - started < 30
 
 
+SAME_FILE_CASES = [("doctor", "--json", "--html"), ("verify", "--json", "--junit"), ("inspect", "--junit", "--html"),
+                   ("analyze", "--html", "--history")]
+
+
+@pytest.mark.parametrize("verb, first, second", SAME_FILE_CASES)
+def test_two_reports_naming_one_file_are_refused_before_any_work(verb: str, first: str, second: str,
+                                                                 tmp_path: Path) -> None:
+    """`--json X --html X` wrote one report over the other and said it wrote both (issue #28)."""
+    path = tmp_path / "report.out"
+    run = opgate(*VERB_ARGS[verb], first, str(path), second, str(path))
+    assert_one_line_error(run, str(path))
+    assert first in run.stderr_lines[0] and second in run.stderr_lines[0]
+    assert run.stdout == "" and not path.exists(), "work started, or a report was written, before the check"
+
+
 def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
     if IS_ROOT:
         pytest.skip("root writes into read-only folders")

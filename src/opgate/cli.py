@@ -80,9 +80,12 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
 
 
 def _check_more(html_path: Optional[Path], history_db: Optional[str]) -> None:
-    """--html and --history are checked before any work, like --json and --junit."""
+    """--html and --history are checked before any work, like --json and --junit (after them: no two name one file)."""
+    from opgate.outputs import check_distinct_outputs
     from opgate.reporting.emit import ReportOutputs, check_outputs
 
+    check_distinct_outputs({"--json": REPORT_PATHS["json"], "--junit": REPORT_PATHS["junit"], "--html": html_path,
+                            "--history": history_db})
     check_outputs(ReportOutputs(html=html_path, history=history_db))
 
 

@@ -58,3 +58,16 @@ def check_output_folder(path: Path | None, option: str) -> None:
                          "pick a folder you can write to") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def check_distinct_outputs(paths: dict[str, Path | str | None]) -> None:
+    """Raise InputError when two report options name the same file: each writer would replace the other's report
+    while the run said it wrote both (`--json X --html X`)."""
+    seen: dict[str, str] = {}
+    for option, path in paths.items():
+        if path is None or "://" in str(path):  # a database URL is not a file here
+            continue
+        key = os.path.realpath(os.path.expanduser(str(path)))
+        if key in seen:
+            raise InputError(f"{seen[key]} and {option} both name {path}; give each report its own file")
+        seen[key] = option
