@@ -243,6 +243,17 @@ def test_two_reports_naming_one_file_are_refused_before_any_work(verb: str, firs
     assert run.stdout == "" and not path.exists(), "work started, or a report was written, before the check"
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+@pytest.mark.parametrize("verb", ["doctor", "inspect", "occupancy"])
+def test_a_terminal_that_cannot_encode_the_output_gets_it_anyway(verb: str, encoding: str) -> None:
+    """PYTHONIOENCODING=ascii made the summary line's dash a UnicodeEncodeError and exit 3 (issue #28)."""
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(), "PYTHONIOENCODING": encoding}
+    proc = subprocess.run([sys.executable, "-m", "opgate", *VERB_ARGS[verb]], capture_output=True, env=env,
+                          timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr.decode(encoding, "replace")[-2000:]
+    assert b"Traceback" not in proc.stderr and b"UnicodeEncodeError" not in proc.stderr
+
+
 def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
     if IS_ROOT:
         pytest.skip("root writes into read-only folders")

@@ -566,6 +566,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3, an interrupt to 130."""
     from opgate.optional import missing_module_message
 
+    for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: a "—" in a summary line is a "?", not a crash
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
     try:
