@@ -32,6 +32,8 @@ def test_yaml_workloads(tmp_path: Path) -> None:
 @pytest.mark.parametrize("entry,message", [
     ({"name": "a"}, "has no memory_gb"),
     ({"name": "a", "memory_gb": "lots"}, "is not a number"),
+    ({"name": "a", "memory_gb": float("nan")}, "not a finite number"),  # TOML's nan was placed (issue #28)
+    ({"name": "a", "memory_gb": float("inf")}, "not a finite number"),
     ({"name": "a", "memory_gb": 5, "isolation": "vgpu"}, "isolation = 'vgpu'"),
     ({"name": "a", "memory_gb": 5, "compute_percent": 150}, "above 100"),
     ({"name": "a", "memory_gb": 5, "replicas": 1.5}, "whole number"),

@@ -26,6 +26,8 @@ Fleet file::
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -108,6 +110,8 @@ def _number(entry: Mapping[str, Any], key: str, where: str, default: Any = None,
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{where}: {key} = {value!r} is not a number; give e.g. {key} = {default or 1}")
+    if not math.isfinite(value):  # TOML's nan and inf are floats: a NaN compares false with every limit
+        raise InputError(f"{where}: {key} = {value} is not a finite number; give e.g. {key} = {default or 1}")
     if value < minimum:
         raise InputError(f"{where}: {key} = {value} is below {minimum}; give a value >= {minimum}")
     if integer and int(value) != value:
