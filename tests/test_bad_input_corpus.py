@@ -243,6 +243,13 @@ def test_two_reports_naming_one_file_are_refused_before_any_work(verb: str, firs
     assert run.stdout == "" and not path.exists(), "work started, or a report was written, before the check"
 
 
+@pytest.mark.parametrize("target", ["sm_999", "sm_5"])
+def test_inspect_refuses_an_architecture_no_toolkit_builds_for(target: str) -> None:
+    """`inspect --targets sm_999` judged a target `analyze` refuses (issue #28)."""
+    run = opgate("inspect", str(INSPECT / "sm89.cubin"), "--targets", target)
+    assert_one_line_error(run, target)
+
+
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
 @pytest.mark.parametrize("verb", ["doctor", "inspect", "occupancy"])
 def test_a_terminal_that_cannot_encode_the_output_gets_it_anyway(verb: str, encoding: str) -> None:

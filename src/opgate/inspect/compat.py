@@ -135,6 +135,12 @@ def parse_targets(text: str) -> list[Target]:
     return targets
 
 
+def _compilable_sm_range() -> tuple[int, int]:
+    """The lowest and highest sm any CUDA release in the cuda_arch_targets table compiles for."""
+    rows = load_table("cuda_arch_targets")
+    return min(int(r["lowest_sm"]) for r in rows), max(int(r["highest_sm"]) for r in rows)
+
+
 def _target(name: str, driver: str | None, count: int | None, where: str, label: str | None = None) -> Target:
     if driver is not None and not _DRIVER.match(driver):
         raise InputError(f"{where}: driver version {driver!r} is not like 550.54.15; use the version "
@@ -142,6 +148,10 @@ def _target(name: str, driver: str | None, count: int | None, where: str, label:
     match = _SM_TOKEN.match(name.lower())
     if match:
         sm = int(match.group(1))
+        lowest, highest = _compilable_sm_range()
+        if not lowest <= sm <= highest:  # sm_999: no toolkit builds for it, so no binary can carry it (as analyze says)
+            raise InputError(f"{where}: sm_{sm} is not an architecture any CUDA release in opgate's tables compiles "
+                             f"for (sm_{lowest} to sm_{highest}); fix the name, e.g. sm_90")
         return Target(label or f"sm_{sm}", sm, None, driver, count)
     from opgate.gpus import lookup_gpu
 
