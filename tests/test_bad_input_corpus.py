@@ -149,6 +149,8 @@ SPEC_CASES = [
     ("spec_no_operator.py", "defines no opgate.Operator"),
     ("empty.bin", "give it a .py name"),
     ("reference_raises.py", "ZeroDivisionError"),
+    ("spec_empty_dtypes.py", "dtypes is empty"),
+    ("spec_dtypes_string.py", "is a string; give a list"),
 ]
 
 
@@ -161,6 +163,14 @@ def test_a_misbehaving_spec_is_exit_2_naming_it(verb: str, name: str, said: str,
     run = opgate(verb, str(BAD / name), *extra, "--json", str(report), "--out", str(tmp_path / "out"))
     assert_one_line_error(run, name)
     assert said in run.stderr_lines[0]
+    assert not report.exists()
+
+
+def test_an_operator_with_no_implementation_is_exit_2_not_a_pass_on_opgates_extras(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    run = opgate("verify", str(BAD / "spec_no_implementation.py"), "--budget", "quick", "--json", str(report))
+    assert_one_line_error(run, "spec_no_implementation.py")
+    assert "'tripled'" in run.stderr_lines[0] and "has no implementation" in run.stderr_lines[0]
     assert not report.exists()
 
 

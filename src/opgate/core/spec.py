@@ -169,7 +169,12 @@ class Operator:
         if not callable(self.reference):
             raise SpecError(f"operator {self.name!r}: reference must be callable")
         self.inputs = list(self.inputs)
+        if isinstance(self.dtypes, str):  # list("float32") would be dtypes 'f', 'l', ...
+            raise SpecError(f"operator {self.name!r}: dtypes={self.dtypes!r} is a string; give a list, e.g. "
+                            f"dtypes=[{self.dtypes!r}]")
         self.dtypes = list(self.dtypes)
+        if not self.dtypes:  # an operator with no dtype would be dropped while the others pass
+            raise SpecError(f"operator {self.name!r}: dtypes is empty; list at least one, e.g. dtypes=['float32']")
         self.dims = {k: list(v) for k, v in dict(self.dims).items()}
         for dtype in self.dtypes:
             if dtype not in KNOWN_DTYPES:

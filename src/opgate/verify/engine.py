@@ -136,6 +136,11 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
     selections: list[Selection] = []
     all_impls: set[str] = set()
     for op in chosen_ops:
+        if not token and not any(c.origin != "reference" for c in implementation_choices(op, False)):
+            # opgate's own extras alone would pass it: nothing of the user's was checked
+            raise InputError(f"operator {op.name!r} in {op.spec_file or request.spec_file} has no implementation; add "
+                             f"one with @{op.name.split('.')[0]}.implementation(name, backend=...), or drop the "
+                             "operator")
         choices = implementation_choices(op, request.extras or bool(token))
         all_impls.update(c.name for c in choices)
         if wanted_impls:
