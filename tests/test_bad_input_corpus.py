@@ -152,6 +152,7 @@ SPEC_CASES = [
     ("spec_empty_dtypes.py", "dtypes is empty"),
     ("spec_dtypes_string.py", "is a string; give a list"),
 ]
+VERIFY_ONLY_SPEC_CASES = [("reference_random.py", "must be deterministic")]
 
 
 @pytest.mark.parametrize("verb", ["verify", "analyze"])
@@ -161,6 +162,15 @@ def test_a_misbehaving_spec_is_exit_2_naming_it(verb: str, name: str, said: str,
     extra = ["--budget", "quick", "--no-extras"] if verb == "verify" else ["--targets", "sm_90", "--stages",
                                                                              "roofline"]
     run = opgate(verb, str(BAD / name), *extra, "--json", str(report), "--out", str(tmp_path / "out"))
+    assert_one_line_error(run, name)
+    assert said in run.stderr_lines[0]
+    assert not report.exists()
+
+
+@pytest.mark.parametrize("name, said", VERIFY_ONLY_SPEC_CASES)
+def test_a_misbehaving_reference_is_exit_2_naming_it(name: str, said: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    run = opgate("verify", str(BAD / name), "--budget", "quick", "--no-extras", "--json", str(report))
     assert_one_line_error(run, name)
     assert said in run.stderr_lines[0]
     assert not report.exists()

@@ -126,6 +126,26 @@ class PlanOutcome:
         return self.summary_data
 
 
+def reference_is_deterministic(op: Any, case: Case, dtype: str, truth: Sequence[Any]) -> None:
+    """The float64 reference called again on the same inputs must return the same values (NaN where NaN): a reference
+    that is random on every call was calibrated to a 19% budget, and everything passed (issue #28). CalibrationError
+    otherwise (the user's input: exit 2)."""
+    import torch
+
+    again, _ = truth_and_baseline(op, case, dtype)
+    for index, (first, second) in enumerate(zip(truth, again)):
+        same = first.shape == second.shape and bool(
+            torch.equal(first, second) or (first.dtype.is_floating_point
+                                           and torch.equal(first.isnan(), second.isnan())
+                                           and torch.equal(first.nan_to_num(), second.nan_to_num())))
+        if not same:
+            differ = (f"largest difference {float((first.double() - second.double()).abs().nan_to_num().max()):.3g}"
+                      if first.shape == second.shape else f"shapes {list(first.shape)} and {list(second.shape)}")
+            raise CalibrationError(f"the reference of {op.name!r} returned different values for output {index} when "
+                                   f"called twice on the same inputs ({case.label()}, {dtype}; {differ}): a "
+                                   "reference must be deterministic; seed or remove its randomness")
+
+
 def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Callable[[], list[Case]],
                           ) -> tuple[list[Case], list[Any], list[Any], list[Case]]:
     """(kept cases, truths, baselines, fatal empty cases). The opgate-added empty cases go last, and
@@ -147,6 +167,8 @@ def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_case
             if is_added_empty_case(case):
                 continue  # the reference refuses empty tensors: so may the implementations
             raise
+        if len(computed) == 1:
+            reference_is_deterministic(op, case, dtype, computed[k][0])
     kept = sorted(computed)
     return ([cases[k] for k in kept], [computed[k][0] for k in kept], [computed[k][1] for k in kept],
             list(fatal or []))
