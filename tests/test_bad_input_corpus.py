@@ -151,6 +151,7 @@ SPEC_CASES = [
     ("reference_raises.py", "ZeroDivisionError"),
     ("spec_empty_dtypes.py", "dtypes is empty"),
     ("spec_dtypes_string.py", "is a string; give a list"),
+    ("spec_dims_not_a_list.py", "dims['N'] = 8 is not a list of sizes"),
 ]
 VERIFY_ONLY_SPEC_CASES = [("reference_random.py", "must be deterministic")]
 

@@ -175,6 +175,10 @@ class Operator:
         self.dtypes = list(self.dtypes)
         if not self.dtypes:  # an operator with no dtype would be dropped while the others pass
             raise SpecError(f"operator {self.name!r}: dtypes is empty; list at least one, e.g. dtypes=['float32']")
+        for dim, sizes in dict(self.dims).items():
+            if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+                raise SpecError(f"operator {self.name!r}: dims[{dim!r}] = {sizes!r} is not a list of sizes; give e.g. "
+                                f"dims={{{dim!r}: [{sizes!r}]}}")
         self.dims = {k: list(v) for k, v in dict(self.dims).items()}
         for dtype in self.dtypes:
             if dtype not in KNOWN_DTYPES:
