@@ -5,13 +5,9 @@
 #   OUT=/tmp/out LIB_TIMEOUT_S=420 RERUN_TIMEOUT_S=150 bash scripts/gpu/library.sh
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
-mkdir -p "$OUT/library"
-LOG="$OUT/library/library.log"
-: > "$LOG"
 source "$(dirname "$0")/step.sh"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$LOG"; }
-export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 OPGATE_CACHE_DIR=/tmp/opgate-bound-cache
+source "$(dirname "$0")/library_env.sh"
+library_env library.log
 step versions 60 python3 -c "import torch, triton, flag_gems, fla; print(torch.__version__, triton.__version__, flag_gems.__version__, fla.__version__, torch.cuda.get_device_name())"
 [[ "${LIB_TIMEOUT_S:-420}" != 0 ]] && step one_run "${LIB_TIMEOUT_S:-420}" python3 -m opgate verify tests/data/verify/library_corpus \
   --json "$OUT/library/one.json" --out /tmp/opgate-art

@@ -5,13 +5,9 @@
 #   OUT=/tmp/out NUMERICS_TIMEOUT_S=330 bash scripts/gpu/library_numerics.sh   (wheels in .whl/, as library.sh)
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
-mkdir -p "$OUT/library"
-LOG="$OUT/library/numerics.log"
-: > "$LOG"
 source "$(dirname "$0")/step.sh"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$LOG"; }
-export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 OPGATE_CACHE_DIR=/tmp/opgate-bound-cache
+source "$(dirname "$0")/library_env.sh"
+library_env numerics.log
 step bounds_test 120 python3 -m pytest -q -p no:cacheprovider tests/verify/test_verify_bounds_device.py
 for run in ${SOFTMAX_RUNS-cold warm}; do
   step "softmax_$run" 120 python3 -m opgate verify examples/ops/softmax.py --json "$OUT/library/softmax_$run.json" \
