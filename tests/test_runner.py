@@ -122,3 +122,26 @@ def test_a_feed_closed_with_an_error_stops_the_run_with_that_error() -> None:
     with pytest.raises(InputError, match="the reference raised"):
         run_checks([task("hang", "HangCheck", timeout=60.0)], jobs=1, feed=feed)
     assert time.perf_counter() - started < 20
+
+
+def test_an_exclusive_task_waits_for_the_side_by_side_tasks_queued_behind_it() -> None:
+    """A measuring (exclusive) task at the head of the queue does not drain the slots before the side-by-side work
+    behind it: on a library, every operator's runtime timings came before any numerics. It starts once no
+    side-by-side task of its GPU waits, and then alone."""
+    measure = dataclasses.replace(task("measure", "PassingCheck"), exclusive=True, order=10)
+    later = [dataclasses.replace(task(f"side{i}", "PassingCheck"), order=40) for i in range(3)]
+    started: list[str] = []
+    results = run_checks([measure, *later], jobs=2, on_start=lambda t: started.append(t.check_id))
+    assert [r.check_id for r in results] == ["planted.measure", "planted.side0", "planted.side1", "planted.side2"]
+    assert started == ["planted.side0", "planted.side1", "planted.side2", "planted.measure"]
+
+
+def test_an_exclusive_task_pinned_to_an_idle_gpu_does_not_wait_for_another_gpus_queue() -> None:
+    from opgate.runner import _next_position
+
+    measure = dataclasses.replace(task("measure", "PassingCheck"), exclusive=True, device=1)
+    other_gpu = dataclasses.replace(task("other", "PassingCheck"), device=0)
+    same_gpu = dataclasses.replace(task("same", "PassingCheck"), device=1)
+    assert _next_position([(0, measure), (1, other_gpu)]) == 0
+    assert _next_position([(0, measure), (1, other_gpu), (2, same_gpu)]) == 1
+    assert _next_position([(0, measure), (1, dataclasses.replace(other_gpu, device=None))]) == 1

@@ -538,7 +538,8 @@ def run_checks(
     """Run every task in a child process, at most `jobs` at once; results keep task order (tasks from `feed`
     after the given ones, in their order of arrival).
 
-    Exclusive tasks wait for an empty slot table and run alone. Tasks with a `worker` key share warm workers
+    Exclusive tasks wait until no task that runs side by side on their GPU is waiting, then for an empty slot
+    table, and run alone. Tasks with a `worker` key share warm workers
     (at most 2 x jobs of them alive at once). `feed`: more tasks that arrive during the run (`on_added` is told
     how many each time); the run ends when the feed is closed and every task has finished. Tasks that use a GPU
     start once they hold its host-wide lock (`gpu_guard`, default: by the GPUs' UUIDs in /tmp/opgate-gpu-locks).
@@ -666,6 +667,25 @@ def _must_wait(task: CheckTask, running: Sequence[Any]) -> bool:
     return any(_shares_gpu(task, slot.task) and (task.exclusive or slot.task.exclusive) for slot in running)
 
 
+def _next_position(pending: Sequence[tuple[int, CheckTask]]) -> int:
+    """Where in the queue the next task to start is: the first one, unless it is an exclusive (measuring) task and
+    tasks that run side by side on its GPU still wait behind it; then the first of those. Measurements go after the
+    side-by-side work instead of draining the slots before it: on a library the runtime stage's exclusive checks
+    of every operator came before any numerics (docs/benchmarks.md, tenth session)."""
+    head = pending[0][1]
+    if not head.exclusive:
+        return 0
+    side_by_side = {task.device for _, task in pending if not task.exclusive}
+    if not side_by_side:
+        return 0
+    for at, (_, task) in enumerate(pending):
+        if not task.exclusive:
+            return at
+        if None not in side_by_side and (task.device is not None and task.device not in side_by_side):
+            return at  # pinned to a GPU with no side-by-side work waiting: it may start now
+    return 0
+
+
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
               workdir: Path, pool: WarmPool, jobs: int, on_start: ProgressHook | None,
               on_done: DoneHook | None, follow_up: FollowUpHook | None, feed: TaskFeed | None = None,
@@ -676,7 +696,8 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
         if feed is not None:
             _take_arrivals(feed, pending, results, running, on_added)
         while pending and len(running) < max(1, jobs):
-            index, task = pending[0]
+            at = _next_position(pending)
+            index, task = pending[at]
             if _must_wait(task, running) or (feed is not None and feed.holds(task)):
                 break
             if task.uses_gpu and task.exclusive:
@@ -684,7 +705,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             go, refused = claims.admit(index, task)  # its GPU's host-wide lock (another opgate run may hold it)
             if not go and refused is None:
                 break  # it keeps its place at the head of the queue
-            pending.pop(0)
+            pending.pop(at)
             if refused is not None:
                 results[index] = refused
                 if on_done:

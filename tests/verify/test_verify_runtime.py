@@ -55,8 +55,9 @@ def test_every_requested_sanitizer_tool_is_one_check_per_implementation(tmp_path
 
 
 def test_each_timing_check_follows_a_warm_up_beside_other_work_in_the_same_worker(tmp_path: Path) -> None:
-    """The compile at the timing size happens in a non-exclusive warm-up of the same worker key (ordered first);
-    the exclusive check only times. The warm-up's result is the engine's own: left out of the report."""
+    """The compile at the timing size happens in a non-exclusive warm-up of the same worker key, queued after the
+    numerics (order 40); the exclusive check, which the runner starts only once no side-by-side task of its GPU
+    waits (tests/test_runner.py), only times. The warm-up's result is the engine's own: left out of the report."""
     from opgate.core.spec import load_spec_file
     from opgate.results import CheckResult, Outcome
     from opgate.verify.engine import VerifyRequest, _internal, gpu_stage_tasks, select
@@ -70,7 +71,7 @@ def test_each_timing_check_follows_a_warm_up_beside_other_work_in_the_same_worke
     assert set(warm) == {f"{k}_warm_up" for k in timing} and timing
     for check_id, task in timing.items():
         twin = warm[f"{check_id}_warm_up"]
-        assert task.exclusive and not twin.exclusive and twin.order < task.order and twin.worker == task.worker
+        assert task.exclusive and not twin.exclusive and twin.order > 40 and twin.worker == task.worker
     assert _internal(CheckResult("x", "x", Outcome.PASSED, "warm-up", extra={"internal": True}))
 
 

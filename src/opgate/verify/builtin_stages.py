@@ -100,15 +100,18 @@ class RuntimeStage(_GpuStage):
     name = "runtime"
     summary = "GPU timing at perf_dims, roofline fraction, CUDA graph capture (GPU)"
     default = True
-    order = 10  # measured while nothing else runs: first, before the side-by-side checks start
+    # Exclusive: measured while nothing else runs on the GPU. The runner starts it once no side-by-side task of its
+    # GPU waits (opgate.runner), so a library's numerics are not queued behind every operator's timing.
+    order = 10
     target = "opgate.verify.runtime:VerifyRuntimeCheck"
     timeout_s = 300.0
     per_dtype = True
     title_text = "in {dtype} on the GPU"
     # Before each exclusive timing check, a warm-up call at the timing size in the same warm worker key, side by
     # side with the others (compiles and autotuning at that size: 15-90 s per fla kernel family on a cold H200,
-    # which held the GPU alone and serialised a library's runtime checks); its result is not reported.
-    warm_up_order = 5
+    # which held the GPU alone and serialised a library's runtime checks); its result is not reported. It queues
+    # after the numerics (order 40), which it must not delay: on a library the warm-ups filled the first minutes.
+    warm_up_order = 42
 
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         import dataclasses
@@ -159,8 +162,8 @@ class RecoveryStage(_GpuStage):
     name = "recovery"
     summary = "out-of-memory, then the same process must compute the same answer (GPU)"
     default = True
-    # Right after the runtime checks, while the parent still calibrates: exclusive (it fills the GPU's memory), and
-    # its worker retires, so the engine prestarts one worker more per implementation (verify/engine.py).
+    # Exclusive (it fills the GPU's memory), after the runtime checks once no side-by-side work waits; its worker
+    # retires, so the engine prestarts one worker more per implementation (verify/engine.py).
     order = 12
     target = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
     retire = True  # it fills the GPU's memory: its worker is not reused

@@ -436,6 +436,10 @@ def child_env(backend_env: dict[str, str], jobs: int) -> dict[str, str]:
         # Inductor's parallel compile pool costs seconds to start and competes with sibling children.
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"),
+        # Autotuning results on disk (Triton's knobs.autotuning.cache, keyed by the kernel's source, the configs,
+        # the tuning key and the target): the workers of one spec file, the runtime check after its warm-up, and a
+        # re-run reuse a kernel's tuning instead of benchmarking every config again in each process.
+        "TRITON_CACHE_AUTOTUNING": os.environ.get("TRITON_CACHE_AUTOTUNING", "1"),
         # The numerics check turns on torch's deterministic mode (so torch.empty() is NaN-poisoned); cuBLAS
         # needs a fixed workspace for that (PyTorch's reproducibility notes), else every GEMM warns.
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
