@@ -145,6 +145,21 @@ def record_compiles() -> dict[str, Any]:
 
     knobs.runtime.jit_cache_hook = before
     knobs.runtime.jit_post_compile_hook = after
+    autotuning = getattr(knobs, "autotuning", None)
+    if autotuning is not None and hasattr(autotuning, "listener"):
+        # every autotuning of a new key: how long benchmarking its configs took (None when the result came from
+        # the disk cache, TRITON_CACHE_AUTOTUNING): with fla's shape-keyed kernels this is where a GPU case goes
+        record["autotune"] = {"runs": 0, "seconds": 0.0, "from_cache": 0}
+
+        def tuned(**kwargs: Any) -> None:
+            entry = record["autotune"]
+            entry["runs"] += 1
+            if kwargs.get("cache_hit") or kwargs.get("duration") is None:
+                entry["from_cache"] += 1
+            else:
+                entry["seconds"] = round(entry["seconds"] + float(kwargs["duration"]), 4)
+
+        autotuning.listener = tuned
     return record
 
 
