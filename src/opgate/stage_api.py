@@ -125,7 +125,8 @@ class Stage:
     summary: ClassVar[str] = ""  # one line for --help
     default: ClassVar[bool] = False  # among the stages run when --stages is not given
     needs: ClassVar[StageNeeds] = StageNeeds()
-    # Scheduling: lower first. Exclusive GPU measurements go first, while nothing else is running.
+    # Scheduling: lower first among the tasks that run side by side; an exclusive GPU measurement starts once no
+    # side-by-side task of its GPU waits (opgate.runner), then alone.
     order: ClassVar[int] = 50
     whole_run_group: ClassVar[str] = ""
     # A stage that needs calibration is asked for its tasks once per operator, with every dtype's plan file; True:

@@ -94,3 +94,23 @@ def test_the_bound_applies_to_shift_invariant_scale_sensitive_ops_only():
     assert _bounds(lambda t: F.layer_norm(t, (64,)), x)[0].quantile == 0.0  # scale-invariant: a normalisation
     assert _bounds(lambda t: t.sum(-1), x)[0].quantile == 0.0  # not shift-invariant
     assert _bounds(lambda a, b: a @ b, x, x.T.contiguous())[0].quantile == 0.0
+
+
+def test_a_cross_entropy_reference_charges_its_own_output_at_the_row_logsumexp() -> None:
+    """A reference that is F.cross_entropy itself has no lse intermediate: a confident row's loss of 2.1e-7 at
+    |L| = 31 is 0 in any float32 kernel forming lse - x_label (a ninth of an ulp of L), and the truth corpus's
+    correct online-softmax kernel failed at 1.12x a budget of 1.9e-7 (standard budget). The bound carries u|L|."""
+    from opgate.verify.error_bounds import accumulation_bounds
+
+    logits = torch.randn(1, 4096, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    logits[0, 7] = 31.0
+    labels = torch.tensor([7])
+    reference = lambda x, y: F.cross_entropy(x, y, reduction="none")  # noqa: E731
+    truth = reference(logits, labels)
+    lse = float(torch.logsumexp(logits, 1))
+    [bound] = accumulation_bounds(reference, [logits, labels], [truth], "float32", seed=0)
+    assert float(truth) < 1e-9 and bound.quantile >= 2.0**-24 * lse
+    # the kernel's float32 answer, 0, is within it
+    x32 = logits.float()
+    kernel = (x32.max() + torch.log(torch.exp(x32 - x32.max()).sum()) - x32[0, 7]).double()
+    assert abs(float(kernel) - float(truth)) <= bound.quantile

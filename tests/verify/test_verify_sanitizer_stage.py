@@ -150,3 +150,23 @@ def test_declared_empty_sizes_are_skipped_for_the_sanitizer():
     op = opgate.Operator("e", reference=lambda x: x, inputs=[opgate.TensorSpec("x", ("M", "N"))],
                          dims={"M": [0, 8], "N": [64]})
     assert runtime.sanitized_sizes(op) == [("first declared", {"M": 8, "N": 64}), ("tail", {"M": 8, "N": 65})]
+
+
+def test_sanitizer_children_yield_the_cpu_and_a_library_calibrates_with_more_processes(monkeypatch) -> None:
+    """The sanitizer's children start niced (their CPU is nothing the report waits for; the calibration is), and a
+    run of several spec files calibrates in half the CPUs' processes instead of a quarter."""
+    from opgate.checks.worker import NICE_ENV
+    from opgate.verify.builtin_stages import SANITIZER_NICE
+    from opgate.verify.calibrator import calibration_processes
+
+    child = subprocess.run([sys.executable, "-c", "import os; from opgate.checks.worker import lower_priority; "
+                            "before = os.nice(0); lower_priority(); print(os.nice(0) - before)"],
+                           env={**os.environ, "PYTHONPATH": str(SRC), NICE_ENV: str(SANITIZER_NICE)},
+                           capture_output=True, text=True, check=True)
+    assert int(child.stdout) == SANITIZER_NICE or os.nice(0) + SANITIZER_NICE > 19
+    monkeypatch.delenv("OPGATE_CALIBRATION_PROCESSES", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert calibration_processes(1 << 16) == 4 and calibration_processes(1 << 16, library=True) == 8
+    assert calibration_processes(3, library=True) == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert calibration_processes(1 << 16, library=True) == 0

@@ -149,7 +149,22 @@ def serve(stdin: Any | None = None) -> int:
     return 0
 
 
+# A child that may yield the CPU to its siblings (verify's sanitizer runs beside the calibration that feeds every
+# numerics check) is started with this many steps of niceness; its own children inherit it.
+NICE_ENV = "OPGATE_CHILD_NICE"
+
+
+def lower_priority() -> None:
+    step = os.environ.get(NICE_ENV, "").strip()
+    if step.isdigit() and int(step) > 0:
+        try:
+            os.nice(int(step))
+        except OSError:  # a platform without nice(): run at the parent's priority
+            pass
+
+
 def main(argv: list[str]) -> int:
+    lower_priority()
     if len(argv) > 1 and argv[1] == "--serve":
         from opgate.children import exit_without_teardown
 

@@ -127,6 +127,9 @@ class RuntimeStage(_GpuStage):
         return warm_ups + measured
 
 
+SANITIZER_NICE = 10
+
+
 class SanitizerStage(_GpuStage):
     name = "sanitizer"
     summary = "compute-sanitizer memcheck, racecheck, initcheck, synccheck, one run each (GPU)"
@@ -156,6 +159,16 @@ class SanitizerStage(_GpuStage):
 
     def suffixes(self, plan: OperatorPlan) -> list[tuple[str, dict[str, object]]]:
         return [("sanitizer" if tool == "memcheck" else tool, {"tool": tool}) for tool in plan.options.sanitizer_tools]
+
+    def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
+        import dataclasses
+
+        from opgate.checks.worker import NICE_ENV
+
+        # a compute-sanitizer run is seconds of CPU (start-up under instrumentation) that nothing waits for: it
+        # yields the cores to the calibration and the numerics checks, which the report waits for
+        return [dataclasses.replace(t, env={**t.env, NICE_ENV: str(SANITIZER_NICE)}) if isinstance(t, CheckTask) else t
+                for t in super().tasks(plan)]
 
 
 class RecoveryStage(_GpuStage):

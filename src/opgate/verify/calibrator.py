@@ -202,10 +202,13 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
 
 # -- calibration processes (hosts with many cores) ---------------------------------------------------------------
 
-def calibration_processes(jobs: int) -> int:
+def calibration_processes(jobs: int, library: bool = False) -> int:
     """How many processes calibrate side by side: 0 (this thread) on small machines, where a process would only
     add its start-up to the same cores; a quarter of the CPUs (at most `jobs`, the number of operator x dtype
-    plans) on larger ones. OPGATE_CALIBRATION_PROCESSES overrides it."""
+    plans) on larger ones, half of them for a `library` (several spec files or a folder): there every numerics
+    check waits for its plan, and a quarter calibrated 19 of a library's ~135 plans in 260 s on the H200 host
+    while the checks' slots idled (docs/benchmarks.md, eleventh session). OPGATE_CALIBRATION_PROCESSES overrides
+    it."""
     import os
 
     override = os.environ.get("OPGATE_CALIBRATION_PROCESSES", "").strip()
@@ -213,7 +216,7 @@ def calibration_processes(jobs: int) -> int:
         wanted = int(override)
     else:
         cpus = os.cpu_count() or 1
-        wanted = cpus // 4 if cpus >= 8 else 0
+        wanted = (cpus // 2 if library else cpus // 4) if cpus >= 8 else 0
     return max(0, min(wanted, jobs)) if jobs > 1 else 0
 
 

@@ -475,7 +475,8 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
         interrupted = False
         # processes that calibrate operators x dtypes side by side on hosts with many cores, started now so their
         # imports overlap the spec load (at most one per operator x dtype: a bound refined once the specs are read)
-        processes = 0 if request.replay else calibration_processes(1 << 16)
+        library = len(request.files) > 1 or any(Path(f).is_dir() for f in request.files)
+        processes = 0 if request.replay else calibration_processes(1 << 16, library)
         calibration_pool = CalibrationPool(processes) if processes else None
         try:
             if not request.replay:
