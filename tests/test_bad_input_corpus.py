@@ -470,3 +470,45 @@ def test_a_missing_optional_dependency_names_its_extra(tmp_path: Path) -> None:
     run = Run(proc.returncode, proc.stdout, proc.stderr, marker)
     assert_one_line_error(run, "'matplotlib'")
     assert "pip install 'opgate[verify]'" in run.stderr_lines[0]
+
+
+def _sqlite(path: Path, *tables: str) -> Path:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        for table in tables:
+            conn.execute(f"create table {table} (a)")
+    return path
+
+
+@pytest.mark.parametrize("verb", ["history", "diff"])
+@pytest.mark.parametrize("db", ["missing", "another_app", "foreign_columns"])
+def test_a_command_that_only_reads_history_never_creates_or_alters_a_database(verb: str, db: str,
+                                                                              tmp_path: Path) -> None:
+    """`opgate history X` created X, and added opgate's tables to another application's SQLite file; a database
+    with opgate's table names but other columns was a traceback (issue #28). One line, exit 2, the file as it was."""
+    path = {"missing": tmp_path / "typo.db", "another_app": _sqlite(tmp_path / "app.db", "orders"),
+            "foreign_columns": _sqlite(tmp_path / "old.db", "opgate_runs", "opgate_figures")}[db]
+    before = path.read_bytes() if path.exists() else None
+    if verb == "history":
+        run = opgate("history", str(path))
+    else:
+        report = tmp_path / "new.json"
+        assert opgate("inspect", str(INSPECT / "sm89.cubin"), "--json", str(report)).returncode in (0, 1)
+        run = opgate("diff", str(report), "--against-last", str(path))
+    assert_one_line_error(run, str(path))
+    assert (path.read_bytes() if path.exists() else None) == before
+
+
+@pytest.mark.parametrize("db", ["not_sqlite", "foreign_columns"])
+def test_a_history_database_that_cannot_take_the_run_is_refused_before_any_work(db: str, tmp_path: Path) -> None:
+    """A --history file opgate cannot store into failed after every check had run (issue #28)."""
+    path = tmp_path / "runs.db"
+    if db == "not_sqlite":
+        path.write_text("not a database\n")
+    else:
+        _sqlite(path, "opgate_runs")
+    before = path.read_bytes()
+    run = opgate("inspect", str(INSPECT / "sm89.cubin"), "--history", str(path))
+    assert_one_line_error(run, str(path))
+    assert run.stdout == "" and path.read_bytes() == before

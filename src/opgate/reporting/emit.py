@@ -35,9 +35,9 @@ def check_outputs(outputs: ReportOutputs) -> None:
 
     check_report_path(outputs.html, "--html")
     if outputs.history:
-        from opgate.reporting.history import database_url
+        from opgate.reporting.history import check_history_target
 
-        database_url(outputs.history)
+        check_history_target(outputs.history)
 
 
 def emit(report: RunReport, outputs: ReportOutputs, say: Printer | None = None) -> None:

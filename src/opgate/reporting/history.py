@@ -77,16 +77,76 @@ def _tables():  # type: ignore[no-untyped-def]
     return meta, runs, figures
 
 
-def _engine(db: str):  # type: ignore[no-untyped-def]
+def _read_only_url(db: str) -> str:
+    """The URL a command that only reads opens: a SQLite file must exist and is opened read-only (a typo must not
+    leave an empty database behind, nor opgate's tables in another application's file)."""
+    if "://" in db:
+        return db
+    path = Path(db).expanduser()
+    if not path.is_file():
+        raise InputError(f"history database {db} does not exist; runs are stored in it by "
+                         f"'opgate ... --history {db}'")
+    return f"sqlite:///file:{path.resolve()}?mode=ro&uri=true"
+
+
+def _check_schema(engine, db: str, meta, read_only: bool) -> None:  # type: ignore[no-untyped-def]
+    """Refuse a database whose opgate tables are missing (read-only) or have other columns than opgate's."""
+    import sqlalchemy as sa
+
+    inspector = sa.inspect(engine)
+    present = set(inspector.get_table_names())
+    for table in meta.sorted_tables:
+        if table.name not in present:
+            if read_only:
+                raise InputError(f"history database {db} has no {table.name} table: it is not one 'opgate ... "
+                                 "--history' wrote; give the database your runs were stored in")
+            continue
+        columns = {column["name"] for column in inspector.get_columns(table.name)}
+        missing = sorted(set(table.columns.keys()) - columns)
+        if missing:
+            raise InputError(f"history database {db}: table {table.name} lacks the column(s) {', '.join(missing)} "
+                             "opgate stores; it belongs to another program or an older opgate: use a new file")
+
+
+def check_history_target(db: str) -> None:
+    """Before any work: the folder of a --history SQLite path exists, and an existing file is SQLite whose opgate
+    tables (if any) have opgate's columns; it is only read here (a run that then fails must not have created it).
+    A database URL is checked when the run is stored."""
+    database_url(db)
+    if "://" in db or not Path(db).expanduser().is_file():
+        return
+    try:
+        import sqlalchemy as sa
+    except ImportError:
+        raise InputError("--history needs SQLAlchemy; install opgate with the reports extra: "
+                         "pip install 'opgate[reports]'") from None
+
+    try:
+        engine = sa.create_engine(_read_only_url(db))
+        _check_schema(engine, db, _tables()[0], read_only=False)
+    except InputError:
+        raise
+    except Exception as exc:  # not a SQLite file, unreadable
+        raise InputError(f"--history {db} cannot be read as a SQLite database ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}); give a new path or opgate's database") \
+            from None
+    engine.dispose()
+
+
+def _engine(db: str, read_only: bool = False):  # type: ignore[no-untyped-def]
+    """(engine, runs, figures); `read_only`: for the commands that only read (history, diff --against-last), which
+    never create a database or a table."""
     try:
         import sqlalchemy as sa
     except ImportError:
         raise InputError("--history needs SQLAlchemy; install opgate with the reports extra: "
                          "pip install 'opgate[reports]'") from None
     try:
-        engine = sa.create_engine(database_url(db))
+        engine = sa.create_engine(_read_only_url(db) if read_only else database_url(db))
         meta, runs, figures = _tables()
-        meta.create_all(engine)
+        _check_schema(engine, db, meta, read_only)
+        if not read_only:
+            meta.create_all(engine)
     except InputError:
         raise
     except Exception as exc:  # a bad URL, a missing driver, a server that is not there: the user's input
@@ -148,7 +208,7 @@ def append_run(db: str, report: RunReport) -> int:
 def list_runs(db: str, verb: str | None = None, subject: str | None = None, limit: int = 50) -> list[RunRow]:
     import sqlalchemy as sa
 
-    engine, runs, _ = _engine(db)
+    engine, runs, _ = _engine(db, read_only=True)
     query = sa.select(runs.c.id, runs.c.verb, runs.c.subject, runs.c.host, runs.c.gpu, runs.c.started_at,
                       runs.c.exit_code, runs.c.counts).order_by(runs.c.id.desc()).limit(limit)
     if verb:
@@ -166,7 +226,7 @@ def figure_trend(db: str, key: str, labels: str | None = None, verb: str | None 
     """Every stored value of one figure key (optionally only labels containing `labels`), oldest first."""
     import sqlalchemy as sa
 
-    engine, runs, figures = _engine(db)
+    engine, runs, figures = _engine(db, read_only=True)
     query = (sa.select(figures.c.run_id, runs.c.started_at, figures.c.labels, figures.c.value, figures.c.unit)
              .join(runs, runs.c.id == figures.c.run_id).where(figures.c.key == key)
              .order_by(figures.c.run_id, figures.c.labels))
@@ -188,7 +248,7 @@ def last_run_like(db: str, report: RunReport) -> tuple[int, RunReport] | None:
 
     from opgate.reporting.json_report import report_from_dict
 
-    engine, runs, _ = _engine(db)
+    engine, runs, _ = _engine(db, read_only=True)
     query = (sa.select(runs.c.id, runs.c.report_json, runs.c.started_at)
              .where(runs.c.verb == report.verb, runs.c.subject == subject_of(report)[:512])
              .order_by(runs.c.id.desc()))
