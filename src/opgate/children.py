@@ -8,12 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
 
 # prctl(2) option: the signal the kernel sends this process when its parent thread exits.
 PR_SET_PDEATHSIG = 1
 _LIVE_CHILDREN: set[subprocess.Popen[Any]] = set()
+STOPPING = threading.Event()  # set once the run is being interrupted: start no more children
 
 
 def die_with_parent() -> None:
@@ -39,23 +41,39 @@ def unregister_child(proc: subprocess.Popen[Any]) -> None:
     _LIVE_CHILDREN.discard(proc)
 
 
-def kill_process_group(proc: subprocess.Popen[Any]) -> None:
-    """SIGKILL a child's whole process group (its grandchildren too) and reap it."""
+def signal_process_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL a child's whole process group (its grandchildren too), without waiting for it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    unregister_child(proc)
+
+
+def kill_process_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL a child's whole process group (its grandchildren too) and reap it."""
+    kill_process_groups([proc])
+
+
+def kill_process_groups(procs: Any) -> None:
+    """SIGKILL every child's group first, then reap them: a process holding a CUDA context takes a moment to die
+    (the driver tears the context down), and killing 30 GPU workers one after another outlasted a CI runner's
+    SIGTERM-to-SIGKILL grace on the H200 host, losing the interrupted run's report."""
+    procs = list(procs)
+    for proc in procs:
+        signal_process_group(proc)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        unregister_child(proc)
 
 
 def kill_all_children() -> None:
-    """Kill every child opgate started that is still registered (the interrupt path)."""
-    for proc in list(_LIVE_CHILDREN):
-        kill_process_group(proc)
+    """Kill every child opgate started that is still registered (the interrupt path); threads that start children
+    see `STOPPING` set and start no more."""
+    STOPPING.set()
+    kill_process_groups(list(_LIVE_CHILDREN))
 
 
 def exit_without_teardown(code: int) -> None:

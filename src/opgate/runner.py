@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.children import die_with_parent, kill_process_group, register_child, unregister_child
+from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, register_child,
+                             unregister_child)
 from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
@@ -495,6 +496,8 @@ class WarmPool:
                 worker.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
             except subprocess.TimeoutExpired:
                 pass
+        kill_process_groups(worker.proc for worker in workers)  # those still running: all signalled, then reaped
+        for worker in workers:
             worker.discard()
         for _, _, lock in self._warm_ups:
             lock.release()
@@ -518,8 +521,7 @@ class _stop_on_interrupt:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
         if kind is None or not issubclass(kind, KeyboardInterrupt) or isinstance(exc, RunInterrupted):
             return False
-        for slot in self.running:
-            slot.kill()
+        kill_process_groups(slot.worker.proc if isinstance(slot, _WarmRunning) else slot.proc for slot in self.running)
         not_run = [slot.task.check_id for slot in self.running] + [task.check_id for _, task in self.pending]
         raise RunInterrupted([r for r in self.results if r is not None], not_run) from None
 

@@ -28,3 +28,34 @@ def test_verify_runs_past_a_reference_that_dies_on_an_empty_batch(tmp_path, opga
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(report.read_text())
     assert data["extra"]["fatal_empty_cases"]["double"]
+
+
+def test_an_interrupted_run_kills_the_probe_child_instead_of_waiting_for_it(tmp_path, opgate_env, monkeypatch):
+    """The probe's thread is joined when the interpreter exits: a probe of a slow reference kept an interrupted
+    library run alive past the CI runner's SIGTERM-to-SIGKILL grace (H200, the report lost). kill_all_children ends
+    it, and no new probe child starts."""
+    import threading
+    import time
+
+    from opgate.children import STOPPING, kill_all_children
+
+    spec = tmp_path / "slow_spec.py"
+    spec.write_text("import time\nimport opgate\n"
+                    "def _slow(x):\n    time.sleep(60)\n    return x\n"
+                    "slow = opgate.Operator('slow', reference=_slow, inputs=[opgate.TensorSpec('x', ('N',))],\n"
+                    "                       dims={'N': [4]}, dtypes=['float32'])\n"
+                    "@slow.implementation('same', backend='torch')\ndef _same(x):\n    return x\n")
+    monkeypatch.setenv("PYTHONPATH", opgate_env["PYTHONPATH"])
+    cases = [Case.make({"N": 0}, 1, origin="edge"), Case.make({"N": 0}, 2, origin="edge")]
+    found: list[set[int]] = []
+    probe = threading.Thread(target=lambda: found.append(surviving_cases(spec, "slow", "float32", cases)))
+    probe.start()
+    time.sleep(4.0)  # the child has imported torch and sits in the reference
+    started = time.perf_counter()
+    try:
+        kill_all_children()
+        probe.join(timeout=20)
+    finally:
+        STOPPING.clear()
+    assert not probe.is_alive() and time.perf_counter() - started < 5
+    assert found == [set()]

@@ -1,8 +1,10 @@
 """Terminal summary a person reads in one screen; everything else behind -v and in the JSON.
 
-One row per check that ran; skipped checks collapse into one line per distinct reason, with a count
-(all of them as rows under -v). Text a person has to copy (replay commands) is never cut in a
-table cell: each failing case's full replay command is printed on its own line under the table.
+By default one line per check that passed (verdict, check, its reason cut to the terminal's width, time), then
+each warning, failure and error with its whole reason, the remedy, and its replay command on one line of its own
+(never wrapped inside a cell: it is text to copy); skipped checks collapse into one line per distinct reason, with
+a count; the summary line last. `-v`: a table with every check's evidence (figures and thresholds), skipped ones
+as rows.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from collections import defaultdict
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -46,7 +49,6 @@ def _figure_lines(result: CheckResult, limit: int) -> str:
 
 # A check's reason may end with "; replay: opgate verify SPEC --replay TOKEN": the token goes under the table.
 _REPLAY_TAIL = re.compile(r";\s*replay: opgate verify \S+ --replay \S+\s*$")
-DEFAULT_FIGURES = 4
 
 
 def replay_commands(report: RunReport) -> list[tuple[str, str]]:
@@ -71,6 +73,39 @@ def skip_groups(results: list[CheckResult]) -> list[tuple[str, list[str]]]:
 
 
 def render_terminal(report: RunReport, console: Console, verbose: bool = False) -> None:
+    if verbose:
+        _render_table(report, console)
+    else:
+        _render_lines(report, console)
+    _render_tail(report, console, verbose)
+
+
+def _render_lines(report: RunReport, console: Console) -> None:
+    """One line per passing check; a warning, failure or error with its reason, remedy and replay command."""
+    replays = dict(replay_commands(report))
+    for result in report.results:
+        if result.outcome is Outcome.SKIPPED:
+            continue
+        label, style = OUTCOME_STYLE[result.outcome]
+        head = Text.assemble((f"{label:5} ", style), (result.check_id, "cyan"))
+        took = f"  {result.duration_s:.1f}s"
+        if result.outcome is Outcome.PASSED:
+            room = max(0, console.width - len(head) - len(took) - 2)
+            reason = result.reason if len(result.reason) <= room else result.reason[:max(0, room - 3)] + "..."
+            console.print(Text.assemble(head, "  ", (reason, "dim"), took), no_wrap=True, overflow="crop",
+                          crop=True)
+            continue
+        console.print(Text.assemble(head, took))
+        reason = _REPLAY_TAIL.sub("", result.reason) if result.check_id in replays else result.reason
+        console.print(Padding(Text(reason), (0, 0, 0, 6)))
+        if result.remediation:
+            console.print(Padding(Text(f"→ {result.remediation}"), (0, 0, 0, 6)))
+        if result.check_id in replays:
+            console.print(Text(f"      {replays[result.check_id]}"), soft_wrap=True, crop=False, overflow="ignore")
+    render_crash_details(report, console)
+
+
+def _render_table(report: RunReport, console: Console) -> None:
     table = Table(title=f"opgate {report.verb}", show_lines=True, expand=False)
     longest_id = max((len(r.check_id) for r in report.results), default=10)
     table.add_column("check", style="cyan", overflow="fold", min_width=min(longest_id, 40))
@@ -79,7 +114,7 @@ def render_terminal(report: RunReport, console: Console, verbose: bool = False) 
     table.add_column("evidence", style="dim", ratio=2, overflow="fold")
     table.add_column("time", justify="right", no_wrap=True)
     replays = dict(replay_commands(report))
-    shown = [r for r in report.results if verbose or r.outcome is not Outcome.SKIPPED]
+    shown = list(report.results)
     for result in shown:
         reason = result.reason
         if result.check_id in replays:
@@ -90,19 +125,23 @@ def render_terminal(report: RunReport, console: Console, verbose: bool = False) 
             result.check_id,
             outcome_text(result.outcome),
             Text(reason),
-            Text(_figure_lines(result, limit=50 if verbose else DEFAULT_FIGURES)),
+            Text(_figure_lines(result, limit=50)),
             f"{result.duration_s:.2f}s",
         )
     if shown:
         console.print(table)
     render_crash_details(report, console)
+    for check_id, command in replays.items():
+        console.print(f"replay {check_id}:", highlight=False)
+        console.print(Text(f"  {command}"), soft_wrap=True, crop=False, overflow="ignore")
+
+
+def _render_tail(report: RunReport, console: Console, verbose: bool) -> None:
+    """The skipped checks grouped by reason (not under -v: they are rows there), then the summary line."""
     if not verbose:
         for reason, ids in skip_groups(list(report.results)):
             label = f"SKIP x{len(ids)}" if len(ids) > 1 else "SKIP"
             console.print(Text.assemble((label, "dim"), f" {', '.join(ids)}: {reason}"), soft_wrap=False)
-    for check_id, command in replays.items():
-        console.print(f"replay {check_id}:", highlight=False)
-        console.print(Text(f"  {command}"), soft_wrap=True, crop=False, overflow="ignore")
     counts = report.counts()
     summary = ", ".join(f"{n} {name}" for name, n in counts.items() if n)
     code = int(report.exit_code)

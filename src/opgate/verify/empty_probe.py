@@ -40,12 +40,7 @@ def surviving_cases_of_spec(spec_file: Path, probes: Mapping[str, tuple[str, Seq
             break
         payload = json.dumps([[op, dtype, [[i, cases[i].to_dict()] for o, i in pending if o == op]]
                               for op, (dtype, cases) in probes.items() if any(o == op for o, _ in pending)])
-        try:
-            proc = subprocess.run([sys.executable, "-m", "opgate.verify.empty_probe", str(spec_file), payload],
-                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT_S * max(1, len(probes)))
-            stdout = proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stdout, killed_from_outside = _run_probe_child(spec_file, payload, PROBE_TIMEOUT_S * max(1, len(probes)))
         events = [_event(line) for line in stdout.splitlines()]
         done = {(op, i) for kind, op, i in filter(None, events) if kind in ("ok", "raised")}
         started = [(op, i) for kind, op, i in filter(None, events) if kind == "start"]
@@ -53,10 +48,31 @@ def surviving_cases_of_spec(spec_file: Path, probes: Mapping[str, tuple[str, Seq
             survived[op].add(i)
         killed = [key for key in started if key not in done]
         remaining = [key for key in pending if key not in done and key not in killed]
-        if remaining == pending:  # the child died before any case: give up on them all
+        if remaining == pending or killed_from_outside:  # died before any case, or the run was interrupted
             break
         pending = remaining
     return survived
+
+
+def _run_probe_child(spec_file: Path, payload: str, timeout_s: float) -> tuple[str, bool]:
+    """(the probe child's stdout, whether the run is being interrupted). It is a registered
+    child in its own process group, so an interrupted run kills it (opgate.children) instead of waiting for it at
+    exit: its thread is joined when the interpreter ends, and a probe of a slow reference outlasted a CI runner's
+    SIGTERM-to-SIGKILL grace."""
+    from opgate.children import STOPPING, die_with_parent, kill_process_group, register_child, unregister_child
+
+    proc = subprocess.Popen([sys.executable, "-m", "opgate.verify.empty_probe", str(spec_file), payload],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                            preexec_fn=die_with_parent)
+    register_child(proc)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_process_group(proc)
+        stdout, _ = proc.communicate()
+    finally:
+        unregister_child(proc)
+    return stdout or "", STOPPING.is_set()
 
 
 def _event(line: str) -> tuple[str, str, int] | None:

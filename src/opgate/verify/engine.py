@@ -467,6 +467,9 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.session import SessionInterrupted, run_session
 
+    from opgate.children import STOPPING
+
+    STOPPING.clear()  # a run in this process after an interrupted one (tests, the pytest plugin) starts afresh
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
         workdir = Path(tmp)
         (workdir / "workers").mkdir()
@@ -496,6 +499,10 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
             prepared.calibrator.join()
             report = prepared.finish(report)
         finally:
+            if interrupted:  # the empty-case probes' children first: their threads are joined at exit
+                from opgate.children import kill_all_children
+
+                kill_all_children()
             if prepared is not None:
                 prepared.calibrator.stopped.set()
                 # interrupted: a moment to leave the work folder; a calibration in this thread sees `stopped` only
