@@ -114,3 +114,22 @@ def test_a_cross_entropy_reference_charges_its_own_output_at_the_row_logsumexp()
     x32 = logits.float()
     kernel = (x32.max() + torch.log(torch.exp(x32 - x32.max()).sum()) - x32[0, 7]).double()
     assert abs(float(kernel) - float(truth)) <= bound.quantile
+
+
+def test_a_cross_entropy_gradient_at_a_confident_row_is_charged_at_the_row_logsumexp() -> None:
+    """The label's gradient g(p - 1) of a confident row is -6e-7 at |L| = 31, and 0 from any float32 kernel
+    forming p = exp(x - lse): u|L| relative to p, not to the element. F.cross_entropy in the reference is formed
+    from an explicit L in the bound's reference pass, so the element's bound carries u|L| |g| p; and the element's
+    share of the RMS is counted, not left to random samples that miss the one label per row (truth corpus
+    ce_backward.py, standard budget, 1.12x on correct kernels)."""
+    from opgate.verify.error_bounds import accumulation_bounds
+
+    twin = _ce_grad_operator()
+    logits = torch.randn(1, 4096, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    logits[0, 7] = 31.0
+    labels = torch.tensor([7])
+    [dx] = twin.reference(logits, labels)
+    [bound] = accumulation_bounds(twin.reference, [logits, labels], [dx], "float32", seed=0)
+    label_bound = max(e.bound for e in bound.elements if e.index == 7)
+    assert abs(float(dx[0, 7])) < 1e-9 < 2.0**-24 * 31 * 0.01 < label_bound
+    assert bound.rmse >= label_bound / 4096**0.5 * 0.99  # the label's share of the RMS
