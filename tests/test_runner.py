@@ -145,3 +145,23 @@ def test_an_exclusive_task_pinned_to_an_idle_gpu_does_not_wait_for_another_gpus_
     assert _next_position([(0, measure), (1, other_gpu)]) == 0
     assert _next_position([(0, measure), (1, other_gpu), (2, same_gpu)]) == 1
     assert _next_position([(0, measure), (1, dataclasses.replace(other_gpu, device=None))]) == 1
+
+
+def test_tasks_over_their_share_of_the_slots_wait_and_leave_the_rest_to_others() -> None:
+    """Work nothing waits for (the runtime stage's warm-ups) holds at most its share of the slots, so the numerics
+    that arrive later find slots free."""
+    from opgate.runner import _next_position
+
+    warm = [(i, dataclasses.replace(task(f"warm{i}", "PassingCheck"), slot_share=0.5)) for i in range(3)]
+    other = (9, task("numerics", "PassingCheck"))
+
+    class Slot:
+        def __init__(self, t: CheckTask) -> None:
+            self.task = t
+
+    running = [Slot(warm[0][1]), Slot(warm[1][1])]
+    assert _next_position(warm, running, jobs=4) is None  # 2 of 4 slots: the share is held
+    assert _next_position([*warm, other], running, jobs=4) == 3
+    assert _next_position(warm, running[:1], jobs=4) == 0
+    measure = (10, dataclasses.replace(task("measure", "PassingCheck"), exclusive=True))
+    assert _next_position([measure, *warm], running, jobs=4) is None  # the measurement waits for the warm-ups

@@ -70,6 +70,9 @@ class CheckTask:
     # It runs on its GPU (`device`, else the default one): it starts only once it holds that GPU's host-wide lock
     # (opgate.gpu_guard), exclusively when `exclusive`, else shared, so other opgate runs on the host cannot starve it.
     uses_gpu: bool = False
+    # The share of the run's slots that tasks of this `target` may hold at once (1: no limit): work that nothing
+    # else waits for must leave slots to the work that does.
+    slot_share: float = 1.0
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -669,23 +672,29 @@ def _must_wait(task: CheckTask, running: Sequence[Any]) -> bool:
     return any(_shares_gpu(task, slot.task) and (task.exclusive or slot.task.exclusive) for slot in running)
 
 
-def _next_position(pending: Sequence[tuple[int, CheckTask]]) -> int:
-    """Where in the queue the next task to start is: the first one, unless it is an exclusive (measuring) task and
-    tasks that run side by side on its GPU still wait behind it; then the first of those. Measurements go after the
-    side-by-side work instead of draining the slots before it: on a library the runtime stage's exclusive checks
-    of every operator came before any numerics (docs/benchmarks.md, tenth session)."""
-    head = pending[0][1]
-    if not head.exclusive:
-        return 0
+def _over_share(task: CheckTask, running: Sequence[Any], jobs: int) -> bool:
+    """Tasks of `task`'s target already hold their share of the slots (CheckTask.slot_share)."""
+    if task.slot_share >= 1.0:
+        return False
+    cap = max(1, int(task.slot_share * max(1, jobs)))
+    return sum(1 for slot in running if slot.task.target == task.target) >= cap
+
+
+def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any] = (), jobs: int = 1) -> int | None:
+    """Where in the queue the next task to start is (None: none may start now): the first one that is not over its
+    share of the slots, unless it is an exclusive (measuring) task and tasks that run side by side on its GPU still
+    wait behind it; then the first of those. Measurements go after the side-by-side work instead of draining the
+    slots before it: on a library the runtime stage's exclusive checks of every operator came before any numerics
+    (docs/benchmarks.md, tenth session)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
-    if not side_by_side:
-        return 0
     for at, (_, task) in enumerate(pending):
-        if not task.exclusive:
+        if _over_share(task, running, jobs):
+            continue
+        if not task.exclusive or not side_by_side:
             return at
         if None not in side_by_side and (task.device is not None and task.device not in side_by_side):
             return at  # pinned to a GPU with no side-by-side work waiting: it may start now
-    return 0
+    return None  # only side-by-side work over its share, or measurements that wait for it
 
 
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
@@ -698,7 +707,9 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
         if feed is not None:
             _take_arrivals(feed, pending, results, running, on_added)
         while pending and len(running) < max(1, jobs):
-            at = _next_position(pending)
+            at = _next_position(pending, running, jobs)
+            if at is None:
+                break
             index, task = pending[at]
             if _must_wait(task, running) or (feed is not None and feed.holds(task)):
                 break

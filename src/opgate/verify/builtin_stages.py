@@ -112,6 +112,9 @@ class RuntimeStage(_GpuStage):
     # which held the GPU alone and serialised a library's runtime checks); its result is not reported. It queues
     # after the numerics (order 40), which it must not delay: on a library the warm-ups filled the first minutes.
     warm_up_order = 42
+    # At most half the slots: before the first plan is written only warm-ups can run, and on the H200 host 16 of
+    # them (30-107 s each, compiling and autotuning fla's kernels) held every slot when the numerics arrived.
+    warm_up_slot_share = 0.5
 
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         import dataclasses
@@ -123,7 +126,7 @@ class RuntimeStage(_GpuStage):
                 warm_ups.append(dataclasses.replace(
                     item, check_id=f"{item.check_id}_warm_up", title=f"{item.title} (warm-up)",
                     target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False,
-                    order=self.warm_up_order))
+                    order=self.warm_up_order, slot_share=self.warm_up_slot_share))
         return warm_ups + measured
 
 
