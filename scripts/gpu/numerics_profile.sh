@@ -10,13 +10,14 @@ source "$(dirname "$0")/library_env.sh"
 library_env profile.log
 SPEC="${PROFILE_SPEC:-tests/data/verify/library_corpus/fla_sequence.py}"
 LIMIT="${PROFILE_TIMEOUT_S:-150}"
-verify() { python3 -m opgate verify "$SPEC" --stages numerics --out /tmp/opgate-art "$@"; }
-TRITON_CACHE_DIR=/tmp/triton-a step a_jobs16_cold "$LIMIT" verify --json "$OUT/library/a.json"
+# an array, not a shell function: `timeout` (inside step) runs programs only
+VERIFY=(python3 -m opgate verify "$SPEC" --stages numerics --out /tmp/opgate-art)
+TRITON_CACHE_DIR=/tmp/triton-a step a_jobs16_cold "$LIMIT" "${VERIFY[@]}" --json "$OUT/library/a.json"
 TRITON_CACHE_DIR=/tmp/triton-b step b_jobs16_profiled "$LIMIT" /tmp/site/bin/py-spy record --subprocesses \
-  --nonblocking --rate 25 --format raw -o "$OUT/library/b.prof" -- python3 -m opgate verify "$SPEC" --stages numerics \
+  --nonblocking --rate 25 --duration $((LIMIT - 20)) --format raw -o "$OUT/library/b.prof" -- python3 -m opgate verify "$SPEC" --stages numerics \
   --out /tmp/opgate-art --json "$OUT/library/b.json"
-[[ -s "$OUT/library/b.prof" ]] || TRITON_CACHE_DIR=/tmp/triton-b2 step b_jobs16 "$LIMIT" verify --json "$OUT/library/b.json"
-TRITON_CACHE_DIR=/tmp/triton-c step c_jobs4 "$LIMIT" verify --jobs 4 --json "$OUT/library/c.json"
+[[ -s "$OUT/library/b.prof" ]] || TRITON_CACHE_DIR=/tmp/triton-b2 step b_jobs16 "$LIMIT" "${VERIFY[@]}" --json "$OUT/library/b.json"
+TRITON_CACHE_DIR=/tmp/triton-c step c_jobs4 "$LIMIT" "${VERIFY[@]}" --jobs 4 --json "$OUT/library/c.json"
 for name in "${ORDER[@]}"; do echo "$name: ${STATUS[$name]}"; done | tee -a "$LOG"
 gzip -f "$OUT/library/b.prof" 2>/dev/null
 tar -czf "$OUT/numerics_profile.tgz" -C "$OUT" library
