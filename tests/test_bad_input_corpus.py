@@ -512,3 +512,56 @@ def test_a_history_database_that_cannot_take_the_run_is_refused_before_any_work(
     run = opgate("inspect", str(INSPECT / "sm89.cubin"), "--history", str(path))
     assert_one_line_error(run, str(path))
     assert run.stdout == "" and path.read_bytes() == before
+
+
+LEAKY_SPEC = '''
+import os
+import opgate
+
+_FORKED = []
+
+
+def _leaky(x):
+    if not _FORKED:  # once per process: a daemon by double fork, in a session of its own
+        _FORKED.append(True)
+        child = os.fork()
+        if child == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["sleep", "987.654"])
+            os._exit(0)
+        os.waitpid(child, 0)
+    return x.clone()
+
+
+copy = opgate.Operator("copy", reference=lambda x: x.clone(), inputs=[opgate.TensorSpec("x", ("N",))],
+                       dims={"N": [64]}, dtypes=["float32"])
+copy.implementation("leaky", backend="torch")(_leaky)
+'''
+
+
+def _sleepers() -> list[int]:
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if (entry / "cmdline").read_bytes() == b"sleep\x00987.654\x00":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers and /proc are Linux's")
+def test_a_process_an_implementation_leaves_behind_is_ended_and_reported(tmp_path: Path) -> None:
+    """An implementation that forks a child which calls setsid() left it running after a PASS (issue #28): opgate
+    adopts such orphans (a child subreaper), ends them, and fails the run naming the process and its check."""
+    spec = tmp_path / "leaky_spec.py"
+    spec.write_text(LEAKY_SPEC)
+    report = tmp_path / "r.json"
+    run = opgate("verify", str(spec), "--budget", "quick", "--no-extras", "--stages", "numerics", "--json",
+                 str(report))
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    [leak] = [r for r in json.loads(report.read_text())["results"] if r["check_id"] == "verify.leaked_processes"]
+    assert leak["outcome"] == "failed" and "sleep 987.654" in leak["reason"]
+    assert "verify.copy.leaky.float32" in leak["reason"]
+    assert not _sleepers(), "the daemon outlived the run"

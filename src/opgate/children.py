@@ -9,11 +9,16 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
-# prctl(2) option: the signal the kernel sends this process when its parent thread exits.
+# prctl(2) options: the signal the kernel sends this process when its parent thread exits; and making this process
+# the "child subreaper" that orphaned descendants are re-parented to (instead of init).
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 _LIVE_CHILDREN: set[subprocess.Popen[Any]] = set()
 STOPPING = threading.Event()  # set once the run is being interrupted: start no more children
 
@@ -84,3 +89,69 @@ def exit_without_teardown(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux): a process an implementation started that left its
+    process group (setsid) and outlived its parent becomes our child, where escaped_processes finds it. False where
+    the platform has no such thing."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass(frozen=True)
+class EscapedProcess:
+    pid: int
+    command: str
+    started_by: str  # the check whose process started it (its OPGATE_CHECK_ID), "" when unknown
+
+
+def escaped_processes(check_env: str = "OPGATE_CHECK_ID") -> list[EscapedProcess]:
+    """Our children that are none of the ones opgate started and that left our session: descendants of a check
+    that escaped its killed process group (setsid) and were re-parented to this subreaper. Linux /proc only."""
+    me, my_session = os.getpid(), os.getsid(0)
+    known = {proc.pid for proc in _LIVE_CHILDREN}
+    found: list[EscapedProcess] = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            parent, session, state = int(fields[1]), int(fields[3]), fields[0]
+            pid = int(entry.name)
+            if parent != me or pid in known or session == my_session or state == "Z":
+                continue
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+        prefix = f"{check_env}=".encode()
+        started_by = next((item[len(prefix):].decode(errors="replace") for item in environ
+                           if item.startswith(prefix)), "")
+        found.append(EscapedProcess(pid, command[:200], started_by))
+    return found
+
+
+def end_processes(processes: Any) -> None:
+    """SIGKILL each escaped process's session (its own descendants too), then reap it."""
+    for process in processes:
+        for kill in (lambda: os.killpg(os.getpgid(process.pid), signal.SIGKILL),
+                     lambda: os.kill(process.pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+    for process in processes:
+        for _ in range(50):
+            try:
+                done, _ = os.waitpid(process.pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            time.sleep(0.02)

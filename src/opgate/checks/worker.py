@@ -60,6 +60,8 @@ def run_request(request: dict[str, Any]) -> bool:
         level=ctx_data.get("level", "basic"),
         options=ctx_data.get("options", {}),
     )
+    previous = os.environ.get(CHECK_ENV)
+    os.environ[CHECK_ENV] = str(request["check_id"])  # processes the check starts inherit it: a leak names its check
     try:
         check_cls = CheckSpec(request["check_id"], request["target"]).load()
         result = check_cls().run(ctx)
@@ -71,6 +73,10 @@ def run_request(request: dict[str, Any]) -> bool:
             reason=f"check could not be loaded: {type(exc).__name__}: {exc}",
             extra={"traceback": traceback.format_exc(limit=12)},
         )
+    if previous is None:
+        os.environ.pop(CHECK_ENV, None)
+    else:
+        os.environ[CHECK_ENV] = previous
     fault = cuda_context_fault()
     if fault and result.outcome is not Outcome.ERROR:
         result = CheckResult(
@@ -148,6 +154,10 @@ def serve(stdin: Any | None = None) -> int:
             return 0
     return 0
 
+
+# The check a worker is running, in its environment while it runs: a process the check starts (the implementation's
+# code) inherits it, so one that outlives the run is reported against its check (opgate.children.escaped_processes).
+CHECK_ENV = "OPGATE_CHECK_ID"
 
 # A child that may yield the CPU to its siblings (verify's sanitizer runs beside the calibration that feeds every
 # numerics check) is started with this many steps of niceness; its own children inherit it.

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.errors import InputError
-from opgate.results import CheckResult, RunReport
+from opgate.results import CheckResult, Outcome, RunReport
 from opgate.checks.base import CheckContext
 from opgate.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
 from opgate.stage_api import OperatorPlan, Stage, StageOptions, stage_tasks
@@ -467,9 +467,10 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.session import SessionInterrupted, run_session
 
-    from opgate.children import STOPPING
+    from opgate.children import STOPPING, become_subreaper
 
     STOPPING.clear()  # a run in this process after an interrupted one (tests, the pytest plugin) starts afresh
+    become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
         workdir = Path(tmp)
         (workdir / "workers").mkdir()
@@ -513,11 +514,42 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
             if calibration_pool is not None:
                 calibration_pool.close()
             pool.close(grace_s=0.0 if interrupted else 10.0)
+            if interrupted:  # nothing a check started outlives the run, reported or not
+                from opgate.children import end_processes, escaped_processes
+
+                end_processes(escaped_processes())
         engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2)}
         report = dataclasses.replace(report, extra={**report.extra, "engine": engine})
+        report = _with_escaped_processes(report)
     if not request.replay:
         report = _with_whole_run_stages(report, request, console)
     return report
+
+
+LEAKED_CHECK_ID = "verify.leaked_processes"
+
+
+def _with_escaped_processes(report: RunReport) -> RunReport:
+    """End every process a check started that outlived the run (it left its killed process group with setsid and
+    was re-parented to opgate, a child subreaper), and report it: a FAIL naming the process and the check."""
+    from opgate.checks.worker import CHECK_ENV
+    from opgate.children import end_processes, escaped_processes
+
+    escaped = escaped_processes(CHECK_ENV)
+    if not escaped:
+        return report
+    end_processes(escaped)
+    named = "; ".join(f"pid {p.pid} ({p.command or '?'})" + (f", started during {p.started_by}" if p.started_by else "")
+                      for p in escaped[:5])
+    result = CheckResult(
+        LEAKED_CHECK_ID, "no process outlives its check", Outcome.FAILED,
+        f"{len(escaped)} process(es) started by the checks were still running after the run, outside the process "
+        f"groups opgate kills (a setsid or a daemon's double fork): {named}; opgate killed them",
+        remediation="An operator's code must not leave processes behind: join or terminate what it starts (a "
+                    "daemon, a server, a multiprocessing pool) before it returns, or keep it in its process group.",
+        extra={"escaped": [{"pid": p.pid, "command": p.command, "started_by": p.started_by} for p in escaped],
+               "failure_class": "leaked_process"})
+    return dataclasses.replace(report, results=(*report.results, result))
 
 
 def _with_whole_run_stages(report: RunReport, request: VerifyRequest, console: Any) -> RunReport:
