@@ -565,3 +565,28 @@ def test_a_process_an_implementation_leaves_behind_is_ended_and_reported(tmp_pat
     assert leak["outcome"] == "failed" and "sleep 987.654" in leak["reason"]
     assert "verify.copy.leaky.float32" in leak["reason"]
     assert not _sleepers(), "the daemon outlived the run"
+
+
+PLAN_ROOT = REPO / "examples" / "plan"
+TRACE = REPO / "tests" / "data" / "plan" / "request_trace.csv"
+PLAN_BAD_CASES = [
+    (["plan", "autoscale", "/bin/true", "--slo-p95-ms", "100", "--service-ms", "10"], "/bin/true"),
+    (["plan", "autoscale", str(TRACE), "--slo-p95-ms", "100", "--service-histogram", "/bin/true"], "/bin/true"),
+    (["plan", "mig", "/bin/true", "--fleet", str(PLAN_ROOT / "fleet.toml")], "/bin/true"),
+    (["plan", "mig", str(PLAN_ROOT / "workloads.toml"), "--fleet", "/bin/true"], "/bin/true"),
+    (["plan", "mig", str(PLAN_ROOT / "workloads.toml"), "--fleet", str(PLAN_ROOT / "fleet.toml"), "--out", "FILE"],
+     "--out"),
+    (["plan", "mps", str(PLAN_ROOT / "workloads.toml"), "--fleet", str(PLAN_ROOT / "fleet.toml"), "--out", "FILE"],
+     "--out"),
+    (["plan", "autoscale", str(TRACE), "--slo-p95-ms", "100", "--service-ms", "10", "--out", "FILE"], "--out"),
+]
+
+
+@pytest.mark.parametrize("args, names", PLAN_BAD_CASES)
+def test_plan_refuses_a_binary_input_or_an_out_that_is_a_file(args: list[str], names: str, tmp_path: Path) -> None:
+    """`plan autoscale` on a binary and `plan mig --out` onto an existing file were tracebacks (issue #28)."""
+    existing = tmp_path / "existing"
+    existing.write_text("keep me\n")
+    run = opgate(*[str(existing) if a == "FILE" else a for a in args])
+    assert_one_line_error(run, names)
+    assert existing.read_text() == "keep me\n"

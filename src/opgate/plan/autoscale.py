@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,21 +55,21 @@ class Trace:
 
 
 def load_trace(path: Path) -> Trace:
-    if not path.is_file():
-        raise InputError(f"trace {path} does not exist; pass a CSV with columns t_s,requests_per_s")
+    from opgate.plan.inputs import read_text_input
+
+    text = read_text_input(path, "a trace CSV with columns t_s,requests_per_s")
     times, rates = [], []
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames or not {"t_s", "requests_per_s"} <= set(reader.fieldnames):
-            raise InputError(f"trace {path} needs the header t_s,requests_per_s (got {reader.fieldnames})")
-        for line, row in enumerate(reader, start=2):
-            try:
-                times.append(float(row["t_s"]))
-                rates.append(float(row["requests_per_s"]))
-            except (TypeError, ValueError):
-                raise InputError(f"trace {path} line {line}: {row} is not two numbers") from None
-            if rates[-1] < 0 or not math.isfinite(rates[-1]):
-                raise InputError(f"trace {path} line {line}: a request rate must be a finite number >= 0")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if not reader.fieldnames or not {"t_s", "requests_per_s"} <= set(reader.fieldnames):
+        raise InputError(f"trace {path} needs the header t_s,requests_per_s (got {reader.fieldnames})")
+    for line, row in enumerate(reader, start=2):
+        try:
+            times.append(float(row["t_s"]))
+            rates.append(float(row["requests_per_s"]))
+        except (TypeError, ValueError):
+            raise InputError(f"trace {path} line {line}: {row} is not two numbers") from None
+        if rates[-1] < 0 or not math.isfinite(rates[-1]):
+            raise InputError(f"trace {path} line {line}: a request rate must be a finite number >= 0")
     if len(times) < 2:
         raise InputError(f"trace {path} has {len(times)} row(s); give at least two")
     steps = {round(b - a, 6) for a, b in zip(times, times[1:])}
@@ -80,10 +81,15 @@ def load_trace(path: Path) -> Trace:
 def service_from_histogram(path: Path) -> float:
     """Mean service time (s) from a Prometheus-style cumulative histogram CSV: le_s,count (the +Inf bucket
     may be written as inf); each bucket's requests are taken at its midpoint."""
+    from opgate.plan.inputs import read_text_input
+
     rows = []
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
+    text = read_text_input(path, "a histogram CSV with columns le_s,count (cumulative)")
+    for line, row in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):
+        try:
             rows.append((float(row["le_s"]), float(row["count"])))
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"histogram {path} line {line}: {row} is not le_s,count numbers") from None
     rows.sort()
     if not rows or rows[-1][1] <= 0:
         raise InputError(f"histogram {path} has no requests; give le_s,count rows with cumulative counts")

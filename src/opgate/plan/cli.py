@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from opgate.outputs import check_output_folder
+
 plan_app = typer.Typer(name="plan", help="Plan GPU sharing (MIG, MPS) and autoscaling; emit the configs "
                        "schedulers read.", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
@@ -47,6 +49,7 @@ def plan_mig_command(
     from opgate.plan.mig_solver import plan_mig
     from opgate.plan.render import render_mig_plan
 
+    check_output_folder(out, "--out")  # before the search: a file there was a traceback after it
     console = _console()
     jobs = load_workloads(workloads)
     gpus = load_fleet(fleet)
@@ -78,6 +81,7 @@ def plan_mps_command(
     from opgate.plan.mps_solver import check_mps_plan, plan_mps
     from opgate.plan.render import render_mps_plan
 
+    check_output_folder(out, "--out")
     console = _console()
     jobs = load_workloads(workloads)
     plan = plan_mps(load_fleet(fleet), jobs, time_limit_s=time_limit, workers=workers, reserve_gb_per_client=reserve_gb)
@@ -119,6 +123,7 @@ def plan_autoscale_command(
 
     if (service_ms is None) == (service_histogram is None):
         raise InputError("give exactly one of --service-ms or --service-histogram")
+    check_output_folder(out, "--out")
     if min_replicas > max_replicas:
         raise InputError(f"--min-replicas {min_replicas} is above --max-replicas {max_replicas}")
     service_s = service_ms / 1000 if service_ms is not None else scale.service_from_histogram(service_histogram)

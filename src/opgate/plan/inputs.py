@@ -79,11 +79,22 @@ class Fleet:
         return tuple(dict.fromkeys(g.node for g in self.gpus))
 
 
+def read_text_input(path: Path, what: str) -> str:
+    """A text input's contents; InputError (one line naming it) when it is missing, unreadable or not UTF-8 text
+    (a binary given by mistake was a UnicodeDecodeError traceback)."""
+    if not path.is_file():
+        raise InputError(f"{path} does not exist; pass {what}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text (a binary?); pass {what}") from None
+    except OSError as exc:
+        raise InputError(f"{path} cannot be read ({exc.strerror or exc}); pass {what}") from None
+
+
 def read_document(path: Path) -> dict[str, Any]:
     """A TOML (.toml) or YAML (.yaml/.yml) file as a dict; InputError when it cannot be read."""
-    if not path.is_file():
-        raise InputError(f"{path} does not exist; pass a TOML or YAML file")
-    text = path.read_text(encoding="utf-8")
+    text = read_text_input(path, "a TOML or YAML file")
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -226,10 +237,9 @@ def load_fleet(path: Path) -> Fleet:
     if path.suffix.lower() == ".json":
         import json
 
-        if not path.is_file():
-            raise InputError(f"{path} does not exist; pass a fleet file or an `opgate doctor --json` report")
+        text = read_text_input(path, "a fleet file or an `opgate doctor --json` report")
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
         return parse_doctor_reports(data, str(path))

@@ -15,10 +15,11 @@ from opgate.errors import InputError
 
 
 def load_topology_facts(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise InputError(f"--topology {path} does not exist; pass the JSON of `opgate doctor --check topology`")
+    from opgate.plan.inputs import read_text_input
+
+    text = read_text_input(path, "the JSON of `opgate doctor --check topology` to --topology")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"--topology {path} is not JSON ({exc.msg} at line {exc.lineno}); fix or re-create it") from None
     if isinstance(data, dict) and "results" in data:  # a doctor report
