@@ -590,3 +590,32 @@ def test_plan_refuses_a_binary_input_or_an_out_that_is_a_file(args: list[str], n
     run = opgate(*[str(existing) if a == "FILE" else a for a in args])
     assert_one_line_error(run, names)
     assert existing.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("verb", ["verify", "inspect"])
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+def test_a_symbolic_link_loop_or_a_dangling_link_is_named_as_such(verb: str, link: str, tmp_path: Path) -> None:
+    """A symlink loop was reported as "no such file" (issue #28): the link is there, what it points to is not."""
+    path = tmp_path / "spec.py"
+    if link == "loop":
+        (tmp_path / "other.py").symlink_to(path)
+        path.symlink_to(tmp_path / "other.py")
+    else:
+        path.symlink_to(tmp_path / "nowhere.py")
+    run = opgate(verb, str(path))
+    assert_one_line_error(run, str(path))
+    assert ("loops back on itself" if link == "loop" else "nowhere.py, which does not exist") in run.stderr
+
+
+@pytest.mark.parametrize("field, value", [("o", "renamed_op"), ("i", "renamed_impl"), ("t", "float8_e4m3fn")])
+def test_a_replay_token_naming_something_renamed_blames_the_token_not_a_filter(field: str, value: str) -> None:
+    """A replay token whose operator was renamed was reported as "--op 'x' is not defined": a filter the user never
+    gave (issue #28)."""
+    import base64
+
+    token = {"b": "quick", "d": {"M": 1, "N": 1}, "i": "triton", "l": "contiguous", "o": "softmax", "p": 0,
+             "r": "typical", "s": 7, "t": "float32", field: value}
+    text = "ogv1." + base64.urlsafe_b64encode(json.dumps(token, separators=(",", ":")).encode()).decode().rstrip("=")
+    run = opgate("verify", str(REPO / "examples" / "ops" / "softmax.py"), "--replay", text)
+    assert_one_line_error(run, value)
+    assert "--replay token" in run.stderr and "--op " not in run.stderr and "--impl " not in run.stderr

@@ -56,7 +56,9 @@ def check_spec_path(path: Path) -> None:
     elif path.exists():
         problem = "is not a regular file"
     else:
-        problem = "does not exist"
+        from opgate.errors import why_missing
+
+        problem = why_missing(path)
     raise InputError(f"spec file {path} {problem}; pass the path of a Python file that defines opgate.Operator "
                      "objects")
 

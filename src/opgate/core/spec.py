@@ -341,7 +341,11 @@ def load_spec_file(path: str | Path) -> list[Operator]:
     """
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"spec file {path} does not exist; pass the path of a Python file that defines opgate.Operator objects")
+        from opgate.errors import why_missing
+
+        reason = why_missing(path) if not path.exists() else "is not a file"
+        raise SpecError(f"spec file {path} {reason}; pass the path of a Python file that defines opgate.Operator "
+                        "objects")
     module_name = f"opgate_spec_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:

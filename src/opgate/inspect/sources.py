@@ -92,7 +92,11 @@ def inspect_paths(paths: Sequence[Path], kernels: bool = False, deep: bool = Fal
 
 def _check_readable(path: Path) -> None:
     if not path.exists():
-        raise InputError(f"{path}: no such file or directory; check the path")
+        from opgate.errors import why_missing
+
+        reason = why_missing(path)
+        raise InputError(f"{path}: no such file or directory; check the path" if reason == "does not exist"
+                         else f"{path} {reason}; fix the link or pass the file itself")
     if path.is_dir():
         if not os.access(path, os.R_OK | os.X_OK):
             raise InputError(f"{path}: directory is not readable (permission denied); fix its permissions")

@@ -127,9 +127,14 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
     by_name = {op.name: op for op in ops}
     where = (str(request.spec_file) if len(request.files) == 1
              else f"any of the {len(request.files)} spec files")
+    # a replay token's names come from the report that printed it: the spec may have renamed them since
+    said = (lambda option: f"the --replay token's {option.lstrip('-')}") if token else (lambda option: option)
+    stale = (" (the token was printed for an older version of the spec: re-run verify without --replay for a new "
+             "one)") if token else ""
     for name in names:
         if name not in by_name:
-            raise InputError(f"--op {name!r} is not defined in {where}; choose from: {', '.join(by_name)}")
+            raise InputError(f"{said('--op')} {name!r} is not defined in {where}; choose from: "
+                             f"{', '.join(by_name)}{stale}")
     chosen_ops = [by_name[n] for n in names] if names else list(ops)
     wanted_impls = [token.impl] if token else list(request.impls)
     wanted_dtypes = [token.dtype] if token else list(request.dtypes)
@@ -149,8 +154,8 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
         if wanted_dtypes:
             unknown = [d for d in wanted_dtypes if d not in op.dtypes]
             if unknown and (token or len(chosen_ops) == 1):
-                raise InputError(f"--dtype {unknown[0]!r} is not among operator {op.name!r}'s dtypes "
-                                 f"({', '.join(op.dtypes)}); add it to the spec's dtypes or pick one of those")
+                raise InputError(f"{said('--dtype')} {unknown[0]!r} is not among operator {op.name!r}'s dtypes "
+                                 f"({', '.join(op.dtypes)}); add it to the spec's dtypes or pick one of those{stale}")
             dtypes = [d for d in op.dtypes if d in wanted_dtypes]
         if choices and dtypes:
             spec_file = op.spec_file or request.spec_file
@@ -158,8 +163,8 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
                                         spec_file=(shown or {}).get(Path(spec_file), Path(spec_file))))
     missing = [i for i in wanted_impls if i not in all_impls]
     if missing:
-        raise InputError(f"--impl {missing[0]!r} is not an implementation of the selected operator(s); "
-                         f"choose from: {', '.join(sorted(all_impls))}")
+        raise InputError(f"{said('--impl')} {missing[0]!r} is not an implementation of the selected operator(s); "
+                         f"choose from: {', '.join(sorted(all_impls))}{stale}")
     if not selections:
         raise InputError("nothing to verify: the --op/--impl/--dtype filters leave no implementation x dtype")
     return selections
