@@ -48,18 +48,23 @@ def _figure_lines(result: CheckResult, limit: int) -> str:
 
 
 # A check's reason may end with "; replay: opgate verify SPEC --replay TOKEN": the token goes under the table.
-_REPLAY_TAIL = re.compile(r";\s*replay: opgate verify \S+ --replay \S+\s*$")
+_REPLAY_TAIL = re.compile(r";\s*replay: opgate verify \S+ --replay (\S+)\s*$")
+
+
+def _spec_as_given(report: RunReport, result: CheckResult) -> str:
+    """The spec file of `result` as the user gave it (several spec files in one run: the result's own)."""
+    spec = report.extra.get("spec") if report.extra else None
+    own = result.extra.get("spec_file") if result.extra else None
+    return str(own or spec or "SPEC.py")
 
 
 def replay_commands(report: RunReport) -> list[tuple[str, str]]:
     """(check id, full replay command) for every result that carries a replay token."""
-    spec = report.extra.get("spec") if report.extra else None
     commands = []
     for result in report.results:
         token = result.extra.get("replay") if result.extra else None
-        own = result.extra.get("spec_file") if result.extra else None  # several spec files in one run
         if isinstance(token, str) and token and result.outcome in (Outcome.FAILED, Outcome.ERROR):
-            commands.append((result.check_id, f"opgate verify {own or spec or 'SPEC.py'} --replay {token}"))
+            commands.append((result.check_id, f"opgate verify {_spec_as_given(report, result)} --replay {token}"))
     return commands
 
 
@@ -96,7 +101,12 @@ def _render_lines(report: RunReport, console: Console) -> None:
                           crop=True)
             continue
         console.print(Text.assemble(head, took))
-        reason = _REPLAY_TAIL.sub("", result.reason) if result.check_id in replays else result.reason
+        reason = result.reason
+        tail = _REPLAY_TAIL.search(reason)
+        if tail is not None:  # a warning's replay (a calibration warning) too, not only a failure's
+            reason = reason[:tail.start()]
+            replays.setdefault(result.check_id, f"opgate verify {_spec_as_given(report, result)} --replay "
+                                                f"{tail.group(1)}")
         console.print(Padding(Text(reason), (0, 0, 0, 6)))
         if result.remediation:
             console.print(Padding(Text(f"→ {result.remediation}"), (0, 0, 0, 6)))
