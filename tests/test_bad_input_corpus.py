@@ -619,3 +619,16 @@ def test_a_replay_token_naming_something_renamed_blames_the_token_not_a_filter(f
     run = opgate("verify", str(REPO / "examples" / "ops" / "softmax.py"), "--replay", text)
     assert_one_line_error(run, value)
     assert "--replay token" in run.stderr and "--op " not in run.stderr and "--impl " not in run.stderr
+
+
+def test_inspect_of_a_folder_without_device_code_is_not_green(tmp_path: Path) -> None:
+    """`inspect` of a folder of empty files said "0 file(s)" with exit 0 while one empty file is exit 2 (#28)."""
+    for k in range(40):
+        (tmp_path / f"empty{k}.so").write_bytes(b"")
+    assert_one_line_error(opgate("inspect", str(tmp_path)), str(tmp_path))
+
+
+def test_explain_refuses_a_gpu_it_does_not_know() -> None:
+    """`explain --gpu` with an unknown GPU ignored it and judged with the report's own (#28)."""
+    run = opgate("explain", str(REPO / "tests" / "data" / "ncu" / "gelu_triton_h200.csv"), "--gpu", "H999 Imaginary")
+    assert_one_line_error(run, "H999 Imaginary")

@@ -17,6 +17,13 @@ def explain_reports(paths: Sequence[Path], gpu: str | None = None, kernel: str |
         pattern = re.compile(kernel) if kernel else None
     except re.error as exc:
         raise InputError(f"--kernel {kernel!r} is not a regular expression ({exc})") from None
+    if gpu:  # a GPU the user names must be one opgate knows: an unknown one was ignored silently
+        from opgate.gpus import lookup_gpu
+
+        try:
+            lookup_gpu(gpu)
+        except InputError as exc:
+            raise InputError(f"--gpu: {exc}") from None
     found: list[Diagnosis] = []
     for path in paths:
         for profile in load_profiles(path):

@@ -78,6 +78,10 @@ def run_inspect(
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     reports = [nothing_read_is_fatal(r) for r in inspect_paths([Path(p) for p in paths], kernels=kernels, deep=deep)]
+    if not reports:  # a folder of files without device code: nothing was judged, so nothing passed
+        raise InputError(f"{', '.join(str(p) for p in paths[:3])}: no file with CUDA device code found (folders are "
+                         "searched for cubins, fatbins, ELF objects, wheels and Triton caches); pass the binaries "
+                         "to inspect")
     verdicts = judge_all(reports, fleet_targets)
     duration = time.perf_counter() - t0
 
