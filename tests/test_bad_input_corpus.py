@@ -632,3 +632,20 @@ def test_explain_refuses_a_gpu_it_does_not_know() -> None:
     """`explain --gpu` with an unknown GPU ignored it and judged with the report's own (#28)."""
     run = opgate("explain", str(REPO / "tests" / "data" / "ncu" / "gelu_triton_h200.csv"), "--gpu", "H999 Imaginary")
     assert_one_line_error(run, "H999 Imaginary")
+
+
+def test_an_implementation_returning_a_one_element_tuple_for_a_one_tensor_op_fails(tmp_path: Path) -> None:
+    """A one-element tuple for a one-tensor op passed (issue #28): `y = op(x)` then holds a tuple. It is a FAIL of
+    class `structure`; the implementation that returns the reference's form passes."""
+    spec = tmp_path / "tuple_spec.py"
+    spec.write_text("import opgate\n"
+                    "double = opgate.Operator('double', reference=lambda x: x * 2, inputs=[opgate.TensorSpec('x', "
+                    "('N',))], dims={'N': [64]}, dtypes=['float32'])\n"
+                    "double.implementation('tuple_of_one', backend='torch')(lambda x: (x * 2,))\n"
+                    "double.implementation('plain', backend='torch')(lambda x: x * 2)\n")
+    report = tmp_path / "r.json"
+    run = opgate("verify", str(spec), "--budget", "quick", "--no-extras", "--stages", "numerics", "--json", str(report))
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    assert results["verify.double.tuple_of_one.float32"]["extra"]["failure_class"] == "structure"
+    assert results["verify.double.plain.float32"]["outcome"] == "passed"

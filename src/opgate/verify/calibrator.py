@@ -23,7 +23,7 @@ from opgate.stage_api import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (
     CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
 )
-from opgate.verify.inputs import Case, inputs_generated_once, plan_cases
+from opgate.verify.inputs import Case, inputs_generated_once, make_inputs, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 
@@ -146,6 +146,25 @@ def reference_is_deterministic(op: Any, case: Case, dtype: str, truth: Sequence[
                                    "reference must be deterministic; seed or remove its randomness")
 
 
+REFERENCE_FORM_KEY = "reference_returns_tensor"
+
+
+def reference_form(op: Any, cases: Sequence[Case], dtype: str) -> dict[str, bool]:
+    """{REFERENCE_FORM_KEY: whether the reference returns one tensor (not a tuple or list)}, from its first case;
+    {} without one. The numerics check holds each implementation to the same form: a one-tensor op whose kernel
+    returned a one-element tuple passed (issue #28), and a caller's `y = op(x)` then holds a tuple."""
+    import torch
+
+    if not cases:
+        return {}
+    try:
+        with torch.no_grad():
+            result = op.reference(*make_inputs(op, cases[0], dtype).truth)
+    except Exception:  # it returned on this case moments ago; nothing to say
+        return {}
+    return {REFERENCE_FORM_KEY: isinstance(result, torch.Tensor)}
+
+
 def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Callable[[], list[Case]],
                           ) -> tuple[list[Case], list[Any], list[Any], list[Case]]:
     """(kept cases, truths, baselines, fatal empty cases). The opgate-added empty cases go last, and
@@ -191,7 +210,8 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
         truths_done = time.perf_counter()
         cal = calibrate(op, dtype, kept, truths, baselines)
         PlanFile(op.name, dtype, budget, seed, kept, truths, cal.budgets, cal.masks, cal.out_dtypes,
-                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary()).save(path)
+                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases,
+                 {**cal.summary(), **reference_form(op, kept, dtype)}).save(path)
     phases = {"truth_and_baseline": round(truths_done - began, 3), "bounds": round(cal.bounds_seconds, 3),
               "budgets_and_plan_file": round(time.perf_counter() - truths_done - cal.bounds_seconds, 3)}
     return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
@@ -442,7 +462,8 @@ class Calibrator(threading.Thread):
             budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
                                                           cal.pooled_quantile, cal.n_cases, cal.pooled_element_rho)
         PlanFile(op.name, dtype, self.budget, self.seed, [case], [truth], [budgets], [masks], out_dtypes,
-                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases, cal.summary()).save(path)
+                 cal.pooled_rmse, cal.pooled_quantile, cal.n_cases,
+                 {**cal.summary(), **reference_form(op, kept, dtype)}).save(path)
         return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
                            cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
                            len(job.cases) - len(fatal), [c.label() for c in fatal])

@@ -36,6 +36,7 @@ from opgate.gpu.probes.device_memory import device_memory_snapshot, free_cached_
 from opgate.verify.gaming import apply_probe, probe_implementation
 from opgate.verify.gradients import gradient_failure_class, gradient_remediation
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
+from opgate.verify.calibrator import REFERENCE_FORM_KEY
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CaseJournal
@@ -188,6 +189,18 @@ class _PhaseClock:
         self.last = now
 
 
+def _form_mismatch(output: Any, reference_returns_tensor: bool | None) -> str:
+    """A reason when the implementation returns another form than the reference (a tuple of one tensor for a
+    one-tensor op, or the reverse); "" when the forms agree or one is not known."""
+    if output.single is None or reference_returns_tensor is None or output.single == reference_returns_tensor:
+        return ""
+    count = len(output.outputs)
+    got = "one tensor" if output.single else f"a tuple or list of {count} output(s)"
+    want = "one tensor" if reference_returns_tensor else "a tuple or list"
+    return (f"returned {got} where the reference returns {want}: a caller's `y = op(x)` gets another type; return "
+            "the form the reference returns")
+
+
 class VerifyImplementationCheck(Check):
     """One implementation of one operator in one dtype, over the whole case plan."""
 
@@ -204,6 +217,7 @@ class VerifyImplementationCheck(Check):
         self.journal = CaseJournal(Path(task.workdir) / "journal", task.case_timeout_s)
         self.oom_events: list[dict[str, Any]] = []  # out-of-memory errors met in cases, and what became of them
         plan = PlanFile.load(Path(task.plan_path))
+        self.reference_returns_tensor = plan.summary.get(REFERENCE_FORM_KEY)  # None: a plan that did not record it
         op = _find_op(loaded_operators(task.spec_file), task.op)
         choice = find_choice(op, task.impl, task.extras)
         prepared = prepare(choice, op, plan.dtype, Path(task.workdir))
@@ -474,6 +488,9 @@ class VerifyImplementationCheck(Check):
                 event.setdefault("retry", "ran: the case was judged")
                 return verdict
             return self._judge_out_of_memory(case, budgets, oom_message)
+        form = _form_mismatch(output, getattr(self, "reference_returns_tensor", None))
+        if form:
+            return CaseVerdict(False, (form,), (), tuple(budgets))
         return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,
                           undefined=undefined_masks(op, case, dtype, out_dtypes, truth), nan_policy=op.nan_policy,
                           extra_atol=extra_atol, unwritten_spans=output.unwritten_spans)

@@ -33,7 +33,7 @@ from opgate.verify.inputs import Case, make_inputs
 from opgate.core.spec import Operator
 
 FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
-                   "stream", "gradient", "memory")
+                   "stream", "gradient", "memory", "structure")
 DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "undefined", "output_dtype")
 FLUSH_THRESHOLD = 2.0**-126  # float32's smallest normal: what -ftz=true flushes (float16 maths does not flush)
 FTZ_DTYPES = ("float32", "bfloat16")  # dtypes whose values a float32 FTZ kernel can see as subnormal
@@ -220,6 +220,9 @@ def classify_failure(failing: Failing, declared: Mapping[str, Sequence[int]]) ->
     reasons = [r for _, rs, _ in failing for r in rs]
     if reasons and all(any(r.startswith("raised") for r in rs) for _, rs, _ in failing):
         return "crash"
+    if reasons and all(any(r.startswith("returned ") and "where the reference returns" in r for r in rs)
+                       for _, rs, _ in failing):
+        return "structure"  # the output's form (one tensor or a tuple) is not the reference's
     if any("never written" in r for r in reasons):
         return "unwritten"
     # NaN/Inf handling (a NaN or Inf input case whose only fault is the NaN/Inf) is the class only when nothing

@@ -138,6 +138,9 @@ class RunOutput:
     outputs: list[Any]  # CPU tensors (or whatever the implementation returned, for the comparator to reject)
     unwritten: list[int]  # per output: elements never written (poisoned out= buffer, or torch.empty's fill)
     unwritten_spans: list[tuple[int, int]] = field(default_factory=list)  # per output: first/last flat index
+    # The implementation returned one tensor (True) or a tuple/list (False); None where the backend's runner
+    # decides the form (ONNX Runtime and TVM return lists, an out= call fills buffers)
+    single: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,6 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
                 kept = mask & _still_poison(second.detach().cpu(), second=True)
                 unwritten.append(int(kept.sum()))
                 spans.append(_span(kept))
-        return RunOutput(outputs, unwritten, spans)
+        return RunOutput(outputs, unwritten, spans, single=isinstance(result, torch.Tensor) if buffers is None else None)
 
     return run
