@@ -112,7 +112,8 @@ def main() -> int:
                         help="also run the naive loop (one opgate verify per spec file)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per opgate call")
     parser.add_argument("extra", nargs="*", help="arguments for every opgate verify (after --)")
-    args = parser.parse_args()
+    args, unknown = parser.parse_known_args()  # `-- --budget quick`: argparse leaves options after -- unknown
+    args.extra = [a for a in [*args.extra, *unknown] if a != "--"]
     from opgate.verify.spec_files import specs_in_folder
 
     specs = [str(p) for p in specs_in_folder(args.folder)]
