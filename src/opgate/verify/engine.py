@@ -540,10 +540,18 @@ def _with_escaped_processes(report: RunReport) -> RunReport:
     from opgate.checks.worker import CHECK_ENV
     from opgate.children import end_processes, escaped_processes
 
-    escaped = escaped_processes(CHECK_ENV)
+    from opgate.probes.processes import MPS_PROCESS_NAMES
+
+    found = escaped_processes(CHECK_ENV)
+    end_processes(found)
+    # the qos stage's own MPS daemon (started and quit by opgate) is opgate's to clean up, not the operator's fault
+    own = [p for p in found if Path(p.command.split(" ")[0]).name in MPS_PROCESS_NAMES]
+    escaped = [p for p in found if p not in own]
+    if own:
+        report = dataclasses.replace(report, extra={**report.extra, "ended_own_processes": [
+            {"pid": p.pid, "command": p.command} for p in own]})
     if not escaped:
         return report
-    end_processes(escaped)
     named = "; ".join(f"pid {p.pid} ({p.command or '?'})" + (f", started during {p.started_by}" if p.started_by else "")
                       for p in escaped[:5])
     result = CheckResult(
