@@ -649,3 +649,95 @@ def test_an_implementation_returning_a_one_element_tuple_for_a_one_tensor_op_fai
     results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
     assert results["verify.double.tuple_of_one.float32"]["extra"]["failure_class"] == "structure"
     assert results["verify.double.plain.float32"]["outcome"] == "passed"
+
+
+SOFTMAX = str(REPO / "examples" / "ops" / "softmax.py")
+CUBIN = str(INSPECT / "sm89.cubin")
+OCC = ["occupancy", "--cc", "9.0", "--threads", "128", "--registers", "32"]
+OPTION_CASES = [  # (arguments, text the one line must name)
+    (["verify", SOFTMAX, "--jobs", "0"], "--jobs"),
+    (["verify", SOFTMAX, "--jobs", "-3"], "--jobs"),
+    (["verify", SOFTMAX, "--timeout", "-5"], "--timeout"),
+    (["verify", SOFTMAX, "--time-budget", "nan"], "--time-budget"),
+    (["verify", SOFTMAX, "--time-budget", "-1"], "--time-budget"),
+    (["verify", SOFTMAX, "--seed", "abc"], "--seed"),
+    (["verify", SOFTMAX, "--budget", "huge"], "--budget"),
+    (["verify", SOFTMAX, "--stages", "nosuch"], "nosuch"),
+    (["verify", SOFTMAX, "--sanitizer-tools", "nosuch"], "nosuch"),
+    (["verify", SOFTMAX, "--case-timeout", "0"], "--case-timeout"),
+    (["verify", SOFTMAX, "--dtype", "float99"], "float99"),
+    (["verify", SOFTMAX, "--op", ""], "--op"),
+    (["verify", SOFTMAX, "--changed-since", "no-such-ref-xyz"], "no-such-ref-xyz"),
+    (["verify", SOFTMAX, "--replay", ""], "--replay"),  # ran the whole plan
+    (["occupancy", "--cc", "99.9", "--threads", "128", "--registers", "32"], "99.9"),
+    (["occupancy", "--cc", "9.0", "--threads", "0", "--registers", "32"], "threads"),
+    ([*OCC, "--dynamic-shared", "-1"], "dynamic shared"),
+    ([*OCC, "--carveout", "150"], "carve-out"),
+    (["occupancy", "--gpu", "nosuchgpu", "--threads", "128", "--registers", "32"], "nosuchgpu"),
+    (["occupancy", "--threads", "128", "--registers", "32"], "--gpu"),
+    (["inspect", CUBIN, "--targets", "sm_abc"], "sm_abc"),
+    (["inspect", CUBIN, "--targets", ""], "--targets"),  # judged nothing and passed
+    (["inspect", CUBIN, "--fleet", "/no/such/fleet.toml"], "/no/such/fleet.toml"),
+    (["explain", "/no/such.csv"], "/no/such.csv"),
+    (["explain", "/dev/null"], "not a regular file"),  # was "no such file"
+    (["explain", str(REPO / "README.md")], "README.md"),
+    (["diff", "/no/such.json", "/no/such2.json"], "/no/such.json"),
+    (["diff", str(REPO / "README.md"), str(REPO / "README.md")], "README.md"),
+    (["history", "/no/such.db", "--limit", "0"], "--limit"),
+    (["plan", "mig", "/no/such.toml", "--fleet", str(PLAN_ROOT / "fleet.toml")], "/no/such.toml"),
+    (["plan", "mps", str(PLAN_ROOT / "workloads.toml"), "--fleet", "/no/such.toml"], "/no/such.toml"),
+    (["plan", "autoscale", str(TRACE), "--slo-p95-ms", "100"], "--service-ms"),
+    (["plan", "autoscale", str(TRACE), "--slo-p95-ms", "100", "--service-ms", "10", "--min-replicas", "5",
+      "--max-replicas", "2"], "--min-replicas"),
+    (["analyze", SOFTMAX, "--targets", "sm_abc"], "sm_abc"),
+    (["analyze", "/no/such.py"], "/no/such.py"),
+    (["doctor", "--check", "nosuch"], "nosuch"),
+    (["doctor", "--level", "nosuch"], "--level"),
+]
+
+
+@pytest.mark.parametrize("args, names", OPTION_CASES, ids=[" ".join(a[:1] + a[2:] if len(a) > 2 else a)[:60]
+                                                           for a, _ in OPTION_CASES])
+def test_a_bad_option_value_is_one_line_and_exit_2_before_any_work(args: list[str], names: str) -> None:
+    run = opgate(*args)
+    assert_one_line_error(run, names)
+
+
+DAMAGED_REPORTS = {
+    "results_not_a_list": {"verb": "doctor", "results": {}},
+    "result_without_check_id": {"verb": "doctor", "results": [{"outcome": "passed"}]},
+    "no_verb": {"results": []},
+    "unknown_outcome": {"verb": "doctor", "results": [{"check_id": "a", "outcome": "bogus"}]},
+    "result_not_an_object": {"verb": "doctor", "results": ["passed"]},
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED_REPORTS))
+def test_diff_of_a_damaged_report_is_one_line(damage: str, tmp_path: Path) -> None:
+    """`diff` of a report whose results is not a list or lacks check_id/verb was a traceback (issue #28)."""
+    path = tmp_path / f"{damage}.json"
+    path.write_text(json.dumps({"tool": "opgate", "schema_version": 2, **DAMAGED_REPORTS[damage]}))
+    assert_one_line_error(opgate("diff", str(path), str(path)), str(path))
+
+
+MORE_INPUT_CASES = [
+    (["history", "/no/such.db", "--figure", "x.y"], "/no/such.db"),
+    (["verify", SOFTMAX, "/no/such_spec.py"], "/no/such_spec.py"),
+    (["explain", str(REPO / "tests" / "data" / "ncu" / "gelu_triton_h200.csv"), "--kernel", "("], "--kernel"),
+    ([*OCC, "--json", "/no/such/dir/x.json"], "/no/such/dir"),
+    (["inspect", CUBIN, "--targets", " , ,"], "--targets"),
+    (["verify", SOFTMAX, "--replay", "   "], "--replay"),
+]
+
+
+@pytest.mark.parametrize("args, names", MORE_INPUT_CASES)
+def test_more_bad_inputs_are_one_line(args: list[str], names: str) -> None:
+    assert_one_line_error(opgate(*args), names)
+
+
+@pytest.mark.parametrize("text, names", [("workload:\n  - name: a\n   bad: [\n", "could not be parsed"),
+                                         ('[[workload]]\nname = "a"\nmemory_gb = -4\nreplicas = 1\n', "memory_gb")])
+def test_plan_names_the_broken_workload_file(text: str, names: str, tmp_path: Path) -> None:
+    path = tmp_path / ("w.yaml" if text.startswith("workload:") else "w.toml")
+    path.write_text(text)
+    assert_one_line_error(opgate("plan", "mig", str(path), "--fleet", str(PLAN_ROOT / "fleet.toml")), names)

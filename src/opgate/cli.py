@@ -294,6 +294,8 @@ def verify(
     chosen_stages = parse_stages(stages)
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
     tools = parse_sanitizer_tools(sanitizer_tools)
+    if replay is not None and not replay.strip():  # an empty token ran the whole plan instead of one case
+        raise InputError("--replay needs a token (ogv1....) from a failing result's replay line")
     _check_outputs(json_path, junit_path, out)
     _check_more(html_path, history_db)
     files = expand_spec_paths(specs)

@@ -47,6 +47,8 @@ STATUS_STYLE = {
 
 def resolve_targets(targets: str | None, fleet: Path | None) -> list[Target]:
     found: list[Target] = []
+    if targets is not None and not targets.strip(" ,"):  # `--targets ""` judged nothing and passed
+        raise InputError("--targets is empty; give GPUs or architectures, e.g. --targets h100,sm_90")
     if targets:
         found.extend(parse_targets(targets))
     if fleet is not None:

@@ -15,7 +15,7 @@ from opgate.errors import InputError
 from opgate.reporting.atomic import write_atomically
 from opgate.reporting.metrics import figure_to_v2
 from opgate.results import SCHEMA_VERSION as SCHEMA_V1
-from opgate.results import RunReport
+from opgate.results import Outcome, RunReport
 
 REPORT_SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (SCHEMA_V1, REPORT_SCHEMA_VERSION)
@@ -63,4 +63,29 @@ def read_report_dict(path: Path) -> dict[str, Any]:
         version = data.get("schema_version") if isinstance(data, dict) else None
         raise InputError(f"report {path} is not an opgate report of schema {READABLE_SCHEMAS} (schema_version "
                          f"{version!r}); read it with the opgate release that wrote it")
+    problem = _structure_problem(data)
+    if problem:
+        raise InputError(f"report {path} is damaged: {problem}; pass a file opgate ... --json wrote, unedited")
     return data
+
+
+OUTCOMES = frozenset(outcome.value for outcome in Outcome)
+
+
+def _structure_problem(data: dict[str, Any]) -> str:
+    """What is wrong with the fields every reader relies on ("" when nothing is): a hand-edited or truncated
+    report was a traceback in `opgate diff`."""
+    if not isinstance(data.get("verb"), str):
+        return "it has no 'verb'"
+    results = data.get("results")
+    if not isinstance(results, list):
+        return f"'results' is {type(results).__name__}, not a list"
+    for index, result in enumerate(results):
+        if not isinstance(result, dict):
+            return f"results[{index}] is {type(result).__name__}, not an object"
+        for key in ("check_id", "outcome"):
+            if not isinstance(result.get(key), str):
+                return f"results[{index}] has no {key!r}"
+        if result["outcome"] not in OUTCOMES:
+            return f"results[{index}] has outcome {result['outcome']!r}, not one of {', '.join(sorted(OUTCOMES))}"
+    return ""

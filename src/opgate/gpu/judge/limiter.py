@@ -244,7 +244,11 @@ def load_profiles(path: Path) -> list[KernelProfile]:
     """Launches of an ncu CSV file or `.ncu-rep` report; InputError when neither gives any."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: no such file; pass an ncu CSV (--csv --page raw) or a .ncu-rep report")
+        from opgate.errors import why_missing
+
+        what = ("is a directory" if path.is_dir() else "is not a regular file" if path.exists()
+                else why_missing(path))
+        raise InputError(f"{path} {what}; pass an ncu CSV (--csv --page raw) or a .ncu-rep report")
     if path.suffix == ".ncu-rep":
         text = import_report(path)
     else:
