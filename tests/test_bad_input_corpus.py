@@ -741,3 +741,13 @@ def test_plan_names_the_broken_workload_file(text: str, names: str, tmp_path: Pa
     path = tmp_path / ("w.yaml" if text.startswith("workload:") else "w.toml")
     path.write_text(text)
     assert_one_line_error(opgate("plan", "mig", str(path), "--fleet", str(PLAN_ROOT / "fleet.toml")), names)
+
+
+@pytest.mark.parametrize("url", ["sqlite:////no/such/dir/runs.db", "postgresql://nobody@nosuchhost.invalid/runs"])
+def test_an_unreachable_history_url_is_refused_before_any_work(url: str, tmp_path: Path) -> None:
+    """A bad --history was opened only after every check ran: the run printed "exit code 0", exited 2 and left a
+    JSON saying 0 (issue #28). A database URL is connected to before any work."""
+    report = tmp_path / "r.json"
+    run = opgate("inspect", CUBIN, "--history", url, "--json", str(report))
+    assert_one_line_error(run, url)
+    assert not report.exists() and run.stdout == ""

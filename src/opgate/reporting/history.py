@@ -113,13 +113,28 @@ def check_history_target(db: str) -> None:
     tables (if any) have opgate's columns; it is only read here (a run that then fails must not have created it).
     A database URL is checked when the run is stored."""
     database_url(db)
-    if "://" in db or not Path(db).expanduser().is_file():
-        return
+    if "://" not in db and not Path(db).expanduser().is_file():
+        return  # a new SQLite file: created when the run is stored
     try:
         import sqlalchemy as sa
     except ImportError:
         raise InputError("--history needs SQLAlchemy; install opgate with the reports extra: "
                          "pip install 'opgate[reports]'") from None
+    if "://" in db:  # a server: reachable now, or the run would end after every check with exit 2 and a JSON of 0
+        try:
+            arguments = {"connect_timeout": 10} if db.startswith("postgresql") else {}
+            engine = sa.create_engine(db, connect_args=arguments)
+            with engine.connect():
+                pass
+            _check_schema(engine, db, _tables()[0], read_only=False)
+        except InputError:
+            raise
+        except Exception as exc:
+            raise InputError(f"--history {db} cannot be opened ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}); pass a SQLite path or a reachable "
+                             "database URL") from None
+        engine.dispose()
+        return
 
     try:
         engine = sa.create_engine(_read_only_url(db))
