@@ -294,6 +294,15 @@ def render_roofline(findings: AnalyzeFindings, console: Console, verbose: bool =
             console.print(f"roofline floors of {analysis.operator} at {points[0].work.shape_label}"
                           + (f" (the largest of {shapes} shapes; all: -v or --json)" if shapes > 1 else ""),
                           highlight=False)
+        if not verbose:  # one shape: a GPU per row, a dtype per column (nine GPU columns clipped at 80 columns)
+            console.print(_floors_by_gpu(analysis.operator, points, gpus))
+            for note in _notes_by_text(analysis.notes):
+                console.print(f"  work: {note}", highlight=False)
+            for skipped in analysis.skipped:
+                console.print(f"  skipped: {skipped}", highlight=False)
+            for chart in analysis.charts:
+                console.print(f"  chart: {chart}", highlight=False)
+            continue
         table = Table(title=f"roofline floors: {analysis.operator} (m = memory-bound, c = compute-bound)",
                       expand=False)
         table.add_column("dtype", no_wrap=True)
@@ -316,3 +325,29 @@ def render_roofline(findings: AnalyzeFindings, console: Console, verbose: bool =
             console.print(f"  skipped: {skipped}", highlight=False)
         for chart in analysis.charts:
             console.print(f"  chart: {chart}", highlight=False)
+
+
+def _floors_by_gpu(operator: str, points: Sequence[Any], gpus: Sequence[str]) -> Any:
+    """The roofline floors of one shape as a table with a row per GPU and a column per dtype (its FLOP/byte in
+    the header): it fits 80 columns where a column per GPU did not."""
+    from rich.table import Table
+
+    dtypes = list(dict.fromkeys(p.work.dtype for p in points))
+    intensity = {p.work.dtype: p.work.intensity for p in points}
+    table = Table(title=f"roofline floors: {operator} (m = memory-bound, c = compute-bound)", expand=False)
+    table.add_column("GPU", no_wrap=True)
+    for dtype in dtypes:
+        table.add_column(f"{dtype}\n{intensity[dtype]:.3g} FLOP/B", justify="right", no_wrap=True)
+    floors = {(p.gpu, p.work.dtype): f"{_duration(p.floor_s)} {p.bound[0]}" for p in points}
+    for gpu in gpus:
+        table.add_row(gpu, *(floors.get((gpu, dtype), "-") for dtype in dtypes))
+    return table
+
+
+def _notes_by_text(notes: Sequence[str]) -> list[str]:
+    """"float32: declared bytes()" for each dtype once: "declared bytes() (float32, float16, bfloat16)"."""
+    grouped: dict[str, list[str]] = {}
+    for note in notes:
+        head, sep, text = note.partition(": ")
+        grouped.setdefault(text if sep else note, []).append(head if sep else "")
+    return [f"{text} ({', '.join(h for h in heads if h)})" if any(heads) else text for text, heads in grouped.items()]
