@@ -96,7 +96,8 @@ def _render_lines(report: RunReport, console: Console) -> None:
         took = f"  {result.duration_s:.1f}s"
         if result.outcome is Outcome.PASSED:
             room = max(0, console.width - len(head) - len(took) - 2)
-            reason = result.reason if len(result.reason) <= room else result.reason[:max(0, room - 3)] + "..."
+            reason = _short_pass(result.reason)
+            reason = reason if len(reason) <= room else reason[:max(0, room - 3)] + "..."
             console.print(Text.assemble(head, "  ", (reason, "dim"), took), no_wrap=True, overflow="crop",
                           crop=True)
             continue
@@ -113,6 +114,20 @@ def _render_lines(report: RunReport, console: Console) -> None:
         if result.check_id in replays:
             console.print(Text(f"      {replays[result.check_id]}"), soft_wrap=True, crop=False, overflow="ignore")
     render_crash_details(report, console)
+
+
+# A numerics PASS: "33/33 cases within budget on cpu; worst at 4% of its budget (M=64,N=17 ...)"
+_NUMERICS_PASS = re.compile(r"^(\d+/\d+) cases within budget on (.+?); worst at (\S+) of its budget")
+
+
+def _short_pass(reason: str) -> str:
+    """A passing numerics check's reason as "33/33 cases, worst 4% of budget (cpu)": the worst case against its
+    budget fits one line at 80 columns, where the full reason was cut before it. Other reasons as they are."""
+    match = _NUMERICS_PASS.match(reason)
+    if match is None:
+        return reason
+    cases, device, worst = match.groups()
+    return f"{cases} cases, worst {worst} of budget ({device})"
 
 
 def _render_table(report: RunReport, console: Console) -> None:
