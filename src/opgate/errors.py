@@ -7,6 +7,8 @@ traceback and exit 3.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class InputError(Exception):
     """Bad usage or input: the message names the input, what is wrong, and what to do."""
@@ -16,7 +18,7 @@ class SkipCheck(Exception):
     """Raised inside a check when it cannot run here; the message is the reason shown to the user."""
 
 
-def why_missing(path: "os.PathLike[str] | str") -> str:
+def why_missing(path: "str | Path") -> str:
     """Why a path the user gave is not there, in a few words: a symbolic-link loop and a dangling link are not
     "no such file" (the link is there; what it points to is not)."""
     import errno

@@ -246,9 +246,11 @@ def load_profiles(path: Path) -> list[KernelProfile]:
     if not path.is_file():
         from opgate.errors import why_missing
 
+        why = why_missing(path)
         what = ("is a directory" if path.is_dir() else "is not a regular file" if path.exists()
-                else why_missing(path))
-        raise InputError(f"{path} {what}; pass an ncu CSV (--csv --page raw) or a .ncu-rep report")
+                else ": no such file" if why == "does not exist" else why)
+        raise InputError(f"{path}{'' if what.startswith(':') else ' '}{what}; pass an ncu CSV (--csv --page raw) or a "
+                         ".ncu-rep report")
     if path.suffix == ".ncu-rep":
         text = import_report(path)
     else:
