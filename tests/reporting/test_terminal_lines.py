@@ -41,7 +41,7 @@ def test_one_line_per_pass_and_whole_reasons_for_the_rest() -> None:
     lines = _render(verbose=False)
     [passed] = [line for line in lines if line.startswith("PASS")]
     assert len(passed) <= 80 and passed.rstrip().endswith("s") and "verify.softmax.torch.float32" in passed
-    assert "33/33 cases, worst 4% of budget (cpu)" in passed  # the worst case against its budget, not cut off
+    assert "33/33 ok, worst 4% of budget" in passed  # the worst case against its budget, not cut off
     commands = [line.strip() for line in lines if line.strip().startswith("opgate verify")]
     assert commands == [f"opgate verify examples/ops/softmax.py --replay {TOKEN}"] * 2  # the path as given
     assert not any("┃" in line or "│" in line for line in lines)  # no table

@@ -121,13 +121,14 @@ _NUMERICS_PASS = re.compile(r"^(\d+/\d+) cases within budget on (.+?); worst at 
 
 
 def _short_pass(reason: str) -> str:
-    """A passing numerics check's reason as "33/33 cases, worst 4% of budget (cpu)": the worst case against its
-    budget fits one line at 80 columns, where the full reason was cut before it. Other reasons as they are."""
+    """A passing numerics check's reason as "33/33 ok, worst 4% of budget": the worst case against its budget fits
+    one line at 80 columns beside a long check id, where the full reason was cut before it (the device and the
+    case are under -v). Other reasons as they are."""
     match = _NUMERICS_PASS.match(reason)
     if match is None:
         return reason
-    cases, device, worst = match.groups()
-    return f"{cases} cases, worst {worst} of budget ({device})"
+    cases, _, worst = match.groups()
+    return f"{cases} ok, worst {worst} of budget"
 
 
 def _render_table(report: RunReport, console: Console) -> None:
