@@ -109,53 +109,46 @@ def _check_schema(engine, db: str, meta, read_only: bool) -> None:  # type: igno
 
 
 def check_history_target(db: str) -> None:
-    """Before any work: the folder of a --history SQLite path exists, and an existing file is SQLite whose opgate
-    tables (if any) have opgate's columns; it is only read here (a run that then fails must not have created it).
-    A database URL is checked when the run is stored."""
+    """Before any work: the folder of a --history SQLite path exists; an existing file, or a database URL, opens
+    (read-only for a file) and its opgate tables, if any, have opgate's columns. Nothing is created here: a run
+    that then fails must not leave a database behind, and an unreachable server found only after every check ran
+    ended the run with exit 2 beside a JSON report saying 0."""
     database_url(db)
     if "://" not in db and not Path(db).expanduser().is_file():
         return  # a new SQLite file: created when the run is stored
+    sa = _sqlalchemy()
     try:
-        import sqlalchemy as sa
-    except ImportError:
-        raise InputError("--history needs SQLAlchemy; install opgate with the reports extra: "
-                         "pip install 'opgate[reports]'") from None
-    if "://" in db:  # a server: reachable now, or the run would end after every check with exit 2 and a JSON of 0
-        try:
-            arguments = {"connect_timeout": 10} if db.startswith("postgresql") else {}
-            engine = sa.create_engine(db, connect_args=arguments)
-            with engine.connect():
-                pass
-            _check_schema(engine, db, _tables()[0], read_only=False)
-        except InputError:
-            raise
-        except Exception as exc:
-            raise InputError(f"--history {db} cannot be opened ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}); pass a SQLite path or a reachable "
-                             "database URL") from None
-        engine.dispose()
-        return
-
-    try:
-        engine = sa.create_engine(_read_only_url(db))
+        arguments = {"connect_timeout": 10} if db.startswith("postgresql") else {}
+        engine = sa.create_engine(_read_only_url(db), connect_args=arguments)
+        with engine.connect():
+            pass
         _check_schema(engine, db, _tables()[0], read_only=False)
     except InputError:
         raise
-    except Exception as exc:  # not a SQLite file, unreadable
-        raise InputError(f"--history {db} cannot be read as a SQLite database ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}); give a new path or opgate's database") \
-            from None
+    except Exception as exc:  # not a SQLite file, a missing driver, a server that is not there
+        raise _cannot_open(db, exc) from None
     engine.dispose()
+
+
+def _sqlalchemy():  # type: ignore[no-untyped-def]
+    try:
+        import sqlalchemy
+    except ImportError:
+        raise InputError("--history needs SQLAlchemy; install opgate with the reports extra: "
+                         "pip install 'opgate[reports]'") from None
+    return sqlalchemy
+
+
+def _cannot_open(db: str, exc: Exception) -> InputError:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return InputError(f"history database {db!r} cannot be opened ({type(exc).__name__}: {first}); pass a SQLite "
+                      "path or a reachable database URL")
 
 
 def _engine(db: str, read_only: bool = False):  # type: ignore[no-untyped-def]
     """(engine, runs, figures); `read_only`: for the commands that only read (history, diff --against-last), which
     never create a database or a table."""
-    try:
-        import sqlalchemy as sa
-    except ImportError:
-        raise InputError("--history needs SQLAlchemy; install opgate with the reports extra: "
-                         "pip install 'opgate[reports]'") from None
+    sa = _sqlalchemy()
     try:
         engine = sa.create_engine(_read_only_url(db) if read_only else database_url(db))
         meta, runs, figures = _tables()
@@ -165,9 +158,7 @@ def _engine(db: str, read_only: bool = False):  # type: ignore[no-untyped-def]
     except InputError:
         raise
     except Exception as exc:  # a bad URL, a missing driver, a server that is not there: the user's input
-        raise InputError(f"history database {db!r} cannot be opened ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}); pass a SQLite path or a reachable "
-                         "database URL") from None
+        raise _cannot_open(db, exc) from None
     return engine, runs, figures
 
 

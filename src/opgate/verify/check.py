@@ -206,6 +206,7 @@ class VerifyImplementationCheck(Check):
 
     check_id = "verify.implementation"
     title = "numerics of one implementation in one dtype"
+    reference_returns_tensor: bool | None = None  # from the plan (calibrator.reference_form); None: not known
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
     timeout_s = 600.0
@@ -488,7 +489,7 @@ class VerifyImplementationCheck(Check):
                 event.setdefault("retry", "ran: the case was judged")
                 return verdict
             return self._judge_out_of_memory(case, budgets, oom_message)
-        form = _form_mismatch(output, getattr(self, "reference_returns_tensor", None))
+        form = _form_mismatch(output, self.reference_returns_tensor)
         if form:
             return CaseVerdict(False, (form,), (), tuple(budgets))
         return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,

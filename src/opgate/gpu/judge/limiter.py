@@ -247,10 +247,9 @@ def load_profiles(path: Path) -> list[KernelProfile]:
         from opgate.errors import why_missing
 
         why = why_missing(path)
-        what = ("is a directory" if path.is_dir() else "is not a regular file" if path.exists()
-                else ": no such file" if why == "does not exist" else why)
-        raise InputError(f"{path}{'' if what.startswith(':') else ' '}{what}; pass an ncu CSV (--csv --page raw) or a "
-                         ".ncu-rep report")
+        problem = ("a directory" if path.is_dir() else "not a regular file" if path.exists()
+                   else "no such file" if why == "does not exist" else why.removeprefix("is "))
+        raise InputError(f"{path}: {problem}; pass an ncu CSV (--csv --page raw) or a .ncu-rep report")
     if path.suffix == ".ncu-rep":
         text = import_report(path)
     else:
