@@ -222,6 +222,15 @@ class VerifyImplementationCheck(Check):
         op = _find_op(loaded_operators(task.spec_file), task.op)
         choice = find_choice(op, task.impl, task.extras)
         prepared = prepare(choice, op, plan.dtype, Path(task.workdir))
+        try:
+            return self._judge(task, clock, plan, op, choice, prepared)
+        finally:
+            if prepared.release is not None:
+                prepared.release()
+
+    def _judge(self, task: NumericsPayload, clock: _PhaseClock, plan: PlanFile, op: Operator,
+               choice: ImplementationChoice, prepared: PreparedImplementation) -> CheckResult:
+        """Run the plan's cases and judge them: the verdict, its class, deviations, a shrunk case."""
         clock.lap("load and prepare")
         fitter = self._fitter(op, plan, task.time_budget_s, per_call=prepared.device.startswith("cuda"))
         records = self._run_plan(op, prepared, plan, fitter)

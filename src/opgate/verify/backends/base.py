@@ -177,6 +177,9 @@ class PreparedImplementation:
     poisoned_out: bool = False
     collect_artefacts: Callable[[Path], list[str]] | None = None
     finish: Callable[[], None] | None = None  # called after all cases: gather late facts (e.g. recompiles)
+    # called when the check is done with the implementation, also after an error: undo what the backend changed
+    # process-wide for the check (the Triton autotuner's config choice), so the next check in the worker is clean
+    release: Callable[[], None] | None = None
     # the backend's own limit an exception of the implementation shows (None: the implementation's error)
     limitation_of: Callable[[BaseException], BackendLimitation | None] | None = None
 

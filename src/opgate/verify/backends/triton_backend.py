@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from opgate.errors import SkipCheck
 from opgate.results import Figure
+from opgate.verify.backends import autotune_choice
 from opgate.verify.backends.base import (
     Backend,
     ImplementationChoice, PreparedImplementation, accepts_out, enable_empty_poisoning, function_runner,
@@ -83,7 +84,25 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
     else:
         prepared.collect_artefacts = lambda folder: save_kernels_of(fn, folder)
         prepared.facts["triton_jit"] = record_compiles()
+        if autotune_choice.wanted():
+            choose_configs(prepared)
     return prepared
+
+
+def choose_configs(prepared: PreparedImplementation) -> None:
+    """Until the check releases the implementation, autotuned kernels run one config per key instead of
+    benchmarking them all (verify/backends/autotune_choice.py); the configs they ran go into the facts."""
+    import contextlib
+
+    scope = contextlib.ExitStack()
+    ran = scope.enter_context(autotune_choice.rotating_configs())
+
+    def finish() -> None:
+        if ran:
+            prepared.facts["autotune"] = {"note": autotune_choice.NOTE, "kernels": ran}
+
+    prepared.finish = finish
+    prepared.release = scope.close
 
 
 AUTOTUNE_NOTE = ("autotuned kernels run their first config left after the autotuner's own pruning: Triton's "

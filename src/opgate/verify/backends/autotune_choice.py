@@ -1,0 +1,161 @@
+"""Which config an autotuned Triton kernel runs while a GPU numerics check judges it.
+
+Triton's Autotuner compiles and benchmarks every config its pruning leaves at each new key before the first call.
+On fla's kernels (18 configs per width, keyed by shape) that was most of a GPU numerics check: 126 compiles in 68 s
+of `fla_token_shift`'s 126 s on the H200. Correctness does not depend on speed, and the config the autotuner keeps
+is the fastest on this GPU at this moment; another GPU, or the same one under load, keeps another. So inside
+`rotating_configs()` each new key runs one config, chosen by a stable hash of the kernel's name and the key: no
+benchmark, a replay of a case runs the config the case ran, and a plan's cases spread over the configs (more of
+them judged than the one the autotuner would keep). A config this GPU cannot run (out of shared memory or
+registers, a compile-time assertion) is skipped, as the autotuner skips it, and the next one runs.
+
+Outside that scope (the runtime stage's warm-ups and timings, in the same warm worker) Triton autotunes as usual:
+the keys the scope chose are taken out of the autotuners' caches when it ends. `OPGATE_AUTOTUNE=benchmark` keeps
+Triton's own autotuning in the numerics too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+AUTOTUNE_ENV = "OPGATE_AUTOTUNE"
+NOTE = ("autotuned kernels run one config per key, chosen by a stable hash of the kernel and the key (no "
+        "benchmark; a replay runs the same config), so a plan's cases spread over the configs; a config this GPU "
+        f"cannot run is skipped as the autotuner skips it; {AUTOTUNE_ENV}=benchmark keeps Triton's autotuning")
+
+
+@dataclass
+class _Scope:
+    """What the patched Autotuner does while a numerics check runs."""
+
+    active: bool = False
+    excluded: dict[tuple[int, str], set[str]] = field(default_factory=dict)  # (tuner, key) -> configs that failed
+    added: list[tuple[Any, Any]] = field(default_factory=list)  # (tuner, key) entries made inside the scope
+    summary: dict[str, Any] = field(default_factory=dict)  # kernel -> {"configs": n, "ran": {key: config}}
+
+
+_SCOPE = _Scope()
+
+
+def tuning_key(tuner: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The key Triton's Autotuner.run caches a choice under: the `key` arguments' values, then every tensor
+    argument's dtype (triton/runtime/autotuner.py)."""
+    named = {k: v for k, v in {**(tuner.nargs or {}), **kwargs}.items() if k in tuner.arg_names}
+    key: list[Any] = [named[k] for k in tuner.keys if k in named]
+    key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+    return tuple(key)
+
+
+def kernel_name(tuner: Any) -> str:
+    return str(getattr(getattr(tuner, "base_fn", None), "__name__", "kernel"))
+
+
+def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
+    """One of `configs` for this call's key: a stable rotation by the kernel's name and the key, skipping configs
+    that already failed to compile or launch at this key."""
+    key = tuning_key(tuner, kwargs)
+    name = kernel_name(tuner)
+    start = zlib.crc32(f"{name}{key!r}".encode()) % len(configs)
+    ordered = configs[start:] + configs[:start]
+    failed = _SCOPE.excluded.get((id(tuner), repr(key)), set())
+    config = next((c for c in ordered if str(c) not in failed), ordered[0])
+    entry = _SCOPE.summary.setdefault(name, {"configs": len(tuner.configs), "ran": {}})
+    if len(entry["ran"]) < 64:  # enough to name the config a failing case ran; a long plan lists the first 64 keys
+        entry["ran"][repr(key)] = str(config)
+    return config
+
+
+def _resource_errors() -> tuple[type[BaseException], ...]:
+    """The errors Triton's autotuner treats as 'this config cannot run here' (Autotuner._bench)."""
+    errors: list[type[BaseException]] = []
+    with contextlib.suppress(ImportError):
+        from triton.runtime.errors import OutOfResources
+
+        errors.append(OutOfResources)
+    with contextlib.suppress(ImportError):
+        from triton.compiler.errors import CompileTimeAssertionFailure
+
+        errors.append(CompileTimeAssertionFailure)
+    with contextlib.suppress(ImportError):
+        from triton.runtime.errors import PTXASError  # type: ignore[attr-defined]
+
+        errors.append(PTXASError)
+    return tuple(errors)
+
+
+def install() -> bool:
+    """Patch triton's Autotuner once per process so that `rotating_configs()` can steer it; False without Triton.
+    Outside the scope every patched method does exactly what Triton's does."""
+    try:
+        from triton.runtime import autotuner
+    except ImportError:
+        return False
+    tuner_class = autotuner.Autotuner
+    if getattr(tuner_class, "_opgate_rotation", False):
+        return True
+    original_prune, original_bench, original_run = tuner_class.prune_configs, tuner_class._bench, tuner_class.run
+    resource_errors = _resource_errors()
+
+    def prune_configs(self: Any, kwargs: Any, *args: Any, **more: Any) -> Any:
+        configs = original_prune(self, kwargs, *args, **more)
+        if not _SCOPE.active or len(configs) <= 1:
+            return configs
+        return [choose(self, kwargs, list(configs))]
+
+    def bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
+        # A Triton without the one-config shortcut benchmarks the single pruned config: no need, it is the choice.
+        if _SCOPE.active:
+            return [0.0, 0.0, 0.0]
+        return original_bench(self, *args, config=config, **meta)
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _SCOPE.active:
+            return original_run(self, *args, **kwargs)
+        for _attempt in range(len(self.configs)):
+            before = set(self.cache)
+            try:
+                result = original_run(self, *args, **kwargs)
+            except resource_errors:
+                added = [key for key in self.cache if key not in before]
+                if not added:  # the choice was made outside the scope: the error is the kernel's to report
+                    raise
+                for key in added:
+                    _SCOPE.excluded.setdefault((id(self), repr(key)), set()).add(str(self.cache.pop(key)))
+                continue
+            _SCOPE.added.extend((self, key) for key in self.cache if key not in before)
+            return result
+        return original_run(self, *args, **kwargs)  # every config failed here: let the last error surface
+
+    tuner_class.prune_configs = prune_configs  # type: ignore[method-assign]
+    tuner_class._bench = bench  # type: ignore[method-assign]
+    tuner_class.run = run  # type: ignore[method-assign]
+    tuner_class._opgate_rotation = True  # type: ignore[attr-defined]
+    return True
+
+
+def wanted() -> bool:
+    return os.environ.get(AUTOTUNE_ENV, "").strip().lower() not in ("benchmark", "triton", "0", "off")
+
+
+@contextlib.contextmanager
+def rotating_configs() -> Iterator[dict[str, Any]]:
+    """Inside: autotuned kernels run one config per key (module docstring); yields the summary (kernel -> its
+    config count and the config each key ran) for the report's facts. On exit the autotuners forget the keys
+    chosen inside, so a timing check in the same process autotunes them as Triton does."""
+    if _SCOPE.active or not install():
+        yield {}
+        return
+    _SCOPE.active = True
+    _SCOPE.summary = {}
+    try:
+        yield _SCOPE.summary
+    finally:
+        _SCOPE.active = False
+        for tuner, key in _SCOPE.added:
+            tuner.cache.pop(key, None)
+        _SCOPE.added.clear()
+        _SCOPE.excluded.clear()

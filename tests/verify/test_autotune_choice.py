@@ -1,0 +1,95 @@
+"""verify/backends/autotune_choice.py on Triton's real Autotuner, under its CPU interpreter (in a child: the
+interpreter is chosen when triton is imported): one config per key, stable, rotated, skipped when it cannot run,
+and Triton's own autotuning back once the scope ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import torch, triton, triton.language as tl
+    from triton.runtime.errors import OutOfResources
+    from opgate.verify.backends import autotune_choice
+
+    def refuse_big(nargs):
+        if nargs["BLOCK"] == 64 and nargs["n"] == 40:  # as a GPU without the shared memory for this config would
+            raise OutOfResources(1 << 20, 1 << 16, "shared memory")
+
+    CONFIGS = [triton.Config({"BLOCK": b}, pre_hook=refuse_big) for b in (8, 16, 32, 64)]
+
+    @triton.autotune(configs=CONFIGS, key=["n"])
+    @triton.jit
+    def write_block(out_ptr, n, BLOCK: tl.constexpr):
+        tl.store(out_ptr + tl.program_id(0), BLOCK)
+
+    def block_for(n):
+        out = torch.zeros(1, dtype=torch.int32)
+        write_block[(1,)](out, n)
+        return int(out[0])
+
+    runs = {}
+    with autotune_choice.rotating_configs() as ran:
+        runs["first"] = {n: block_for(n) for n in range(33, 49)}
+        runs["again"] = {n: block_for(n) for n in range(33, 49)}
+        runs["keys_inside"] = len(write_block.cache)
+    runs["ran"] = ran
+    runs["keys_after"] = len(write_block.cache)
+    try:  # outside the scope: Triton's own path, which must benchmark and has no GPU driver here
+        block_for(33)
+        runs["outside"] = "ran"
+    except Exception as exc:
+        runs["outside"] = type(exc).__name__ + ": " + str(exc)[:80]
+    print(json.dumps(runs))
+""")
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_each_key_runs_one_config_and_the_plan_spreads_over_them(runs: dict) -> None:
+    blocks = set(runs["first"].values())
+    assert blocks <= {"8", "16", "32", "64"} or blocks <= {8, 16, 32, 64}
+    assert len(blocks) >= 3, runs["first"]  # 16 keys over 4 configs: not one config for all
+
+
+def test_the_choice_is_stable_for_a_key(runs: dict) -> None:
+    assert runs["first"] == runs["again"]
+
+
+def test_a_config_that_cannot_run_is_skipped_like_the_autotuner_skips_it(runs: dict) -> None:
+    assert runs["first"]["40"] != 64
+    kernel = runs["ran"]["write_block"]
+    assert kernel["configs"] == 4
+    assert len(kernel["ran"]) == 16
+
+
+def test_the_autotuners_forget_the_scope_and_autotune_as_triton_does_after(runs: dict) -> None:
+    assert runs["keys_inside"] == 16
+    assert runs["keys_after"] == 0
+    assert runs["outside"] != "ran"  # Triton's own autotuning: it benchmarks, and this CPU has no driver for it
+
+
+def test_the_environment_keeps_tritons_autotuning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opgate.verify.backends import autotune_choice
+
+    monkeypatch.setenv(autotune_choice.AUTOTUNE_ENV, "benchmark")
+    assert not autotune_choice.wanted()
+    monkeypatch.delenv(autotune_choice.AUTOTUNE_ENV)
+    assert autotune_choice.wanted()
