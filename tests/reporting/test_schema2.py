@@ -142,3 +142,24 @@ def test_schema1_reports_still_load_and_round_trip_through_schema2() -> None:
         report = read_json(path)
         again = report_from_dict(json.loads(render_json(report)))
         assert again.to_dict() == report.to_dict(), path.name
+
+
+@pytest.mark.parametrize("check_id, key, labels", [
+    ("verify.softmax.triton.qos", "verify.qos.p95_alone", {"op": "softmax", "impl": "triton"}),
+    ("verify.softmax.triton.racecheck", "verify.sanitizer.p95_alone",
+     {"op": "softmax", "impl": "triton", "tool": "racecheck"}),
+    ("verify.softmax.triton.float16.runtime", "verify.runtime.p95_alone",
+     {"op": "softmax", "impl": "triton", "dtype": "float16"}),
+    ("verify.softmax.torch.compile.float16", "verify.numerics.p95_alone",
+     {"op": "softmax", "impl": "torch.compile", "dtype": "float16"}),
+])
+def test_every_gpu_stage_keys_its_own_results(check_id: str, key: str, labels: dict[str, str]) -> None:
+    """A GPU stage's results are keyed by their stage, not read as numerics with the stage name as the dtype
+    (the qos stage's and the sanitizer tools' were, while a fixed tuple listed the stages)."""
+    from opgate.results import CheckResult, Figure
+
+    result = CheckResult(check_id, "t", Outcome.PASSED, "r", (Figure("p95 alone", 1.0, "ms"),))
+    metric = metric_for(result, result.figures[0])
+    assert metric.key == key
+    assert {k: metric.labels.get(k) for k in labels} == labels
+    assert metric.labels.get("dtype") not in ("qos", "racecheck", "runtime")

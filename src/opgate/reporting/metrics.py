@@ -9,11 +9,14 @@ change: a small table for the doctor's figures whose names embed the GPU, and ge
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from opgate.core.dtypes import KNOWN_DTYPES
 from opgate.results import CheckResult, Figure
 
 # Doctor figures whose prose names embed the GPU: name (after the "GPUn " prefix) -> stable key.
@@ -108,6 +111,21 @@ def numeric_value(value: Any) -> tuple[float | int | None, str | None, str]:
     return None, text, "text"
 
 
+# A sanitizer task's id ends in its tool (memcheck's in "sanitizer"): opgate.verify.builtin_stages.SanitizerStage
+SANITIZER_TOOL_SUFFIXES = ("racecheck", "initcheck", "synccheck")
+# Check-id suffixes of other verbs' stages that verify reports carry (analyze's, through the same labels)
+_OTHER_STAGE_SUFFIXES = ("portability", "occupancy", "roofline")
+
+
+@lru_cache(maxsize=1)
+def _stage_suffixes() -> frozenset[str]:
+    """The last part of a verify GPU stage's check id: every registered stage's name (shipped and plugins: a
+    fixed list here missed `qos`, whose results were keyed as numerics with dtype 'qos')."""
+    from opgate.stage_api import stage_names
+
+    return frozenset(stage_names()) | frozenset(_OTHER_STAGE_SUFFIXES)
+
+
 def _check_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
     """The key stem and labels a check id carries: verify.OP.IMPL.DTYPE, analyze.STAGE.OP.IMPL.TARGET, ..."""
     parts = result.check_id.split(".")
@@ -125,13 +143,22 @@ def _check_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
             return "verify.calibration", labels
         impl = extra.get("implementation") or extra.get("impl")
         tail = parts[2:]
-        if not impl:
-            impl = ".".join(tail[:-1]) if len(tail) > 1 else tail[0]
+        staged_dtype = (len(tail) >= 3 and tail[-2] in KNOWN_DTYPES
+                        and (tail[-1] in SANITIZER_TOOL_SUFFIXES or tail[-1] in _stage_suffixes()))
+        if not impl:  # verify.OP.IMPL.DTYPE, or verify.OP.IMPL[.DTYPE].STAGE: IMPL may hold dots (torch.compile)
+            impl = ".".join(tail[:-2] if staged_dtype else tail[:-1]) if len(tail) > 1 else tail[0]
+        if staged_dtype and not extra.get("dtype"):
+            labels["dtype"] = tail[-2]
         labels["impl"] = str(impl)
         last = tail[-1]
         stage = "numerics"
-        if last in ("runtime", "sanitizer", "recovery", "ncu", "portability", "occupancy", "roofline"):
+        if last in SANITIZER_TOOL_SUFFIXES:
+            stage = "sanitizer"  # verify.OP.IMPL.racecheck: the sanitizer stage, its tool in the labels
+            labels["tool"] = last
+        elif last in _stage_suffixes():
             stage = last
+            if last == "sanitizer":
+                labels["tool"] = "memcheck"
         elif len(tail) == 1:
             stage = last
         dtype = extra.get("dtype") or (last if stage == "numerics" else None)
