@@ -253,8 +253,11 @@ def verify(
                              "checked ONNX models."),
     jobs: int = typer.Option(default_jobs(), "--jobs", min=1, max=64, help="Checks run at once, in warm "
                              "worker processes (one pool per implementation); default: one per CPU, 2 to 16."),
-    extras: bool = typer.Option(True, "--extras/--no-extras", help="Also verify the reference through "
-                                "torch.compile, ONNX Runtime (when the op has no ONNX implementation) and TVM."),
+    extras: bool = typer.Option(False, "--extras/--no-extras", help="Also run opgate's cross-check of the "
+                                "calibrated budget: the reference through torch.compile, ONNX Runtime (when the op "
+                                "has no ONNX implementation) and TVM. Off by default: they judge opgate's budget, not "
+                                "your implementations, and cost most of a CPU run (docs/benchmarks.md); naming one "
+                                "with --impl runs it."),
     shrink: bool = typer.Option(True, "--shrink/--no-shrink", help="Shrink a failure to the smallest failing "
                                 "case."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1.0, help="Seconds one implementation x dtype "

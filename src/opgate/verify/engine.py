@@ -55,7 +55,9 @@ class VerifyRequest:
     budget: str = "standard"
     replay: str | None = None
     out_dir: Path = Path("opgate-report")
-    extras: bool = True
+    # opgate's extras (the reference through torch.compile, ONNX Runtime, TVM: a cross-check of the budget) are
+    # opt-in; an --impl naming one runs it
+    extras: bool = False
     shrink: bool = True
     jobs: int = 2  # the CLI's default is default_jobs()
     timeout_s: float | None = None
@@ -146,7 +148,9 @@ def select(ops: Sequence[Operator], request: VerifyRequest, token: ReplayToken |
             raise InputError(f"operator {op.name!r} in {op.spec_file or request.spec_file} has no implementation; add "
                              f"one with @{op.name.split('.')[0]}.implementation(name, backend=...), or drop the "
                              "operator")
-        choices = implementation_choices(op, request.extras or bool(token))
+        extras = request.extras or bool(token) or any(
+            c.name in wanted_impls for c in implementation_choices(op, True) if c.origin == "reference")
+        choices = implementation_choices(op, extras)
         all_impls.update(c.name for c in choices)
         if wanted_impls:
             choices = [c for c in choices if c.name in wanted_impls]
@@ -462,7 +466,8 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
         op=sel.op, choices=list(sel.choices), dtypes=list(sel.dtypes), spec_file=sel.spec_file.resolve(),
         budget=budget_name, seed=request.seed, gpu=gpu, jobs=request.jobs, workdir=workdir, out_dir=request.out_dir,
         timeout_s=timeout, replaying=replaying, plans=plans, child_envs=envs, gpu_choices=gpu_choices,
-        options=StageOptions(extras=request.extras or replaying, shrink=request.shrink,
+        options=StageOptions(extras=request.extras or replaying or any(c.origin == "reference" for c in sel.choices),
+                             shrink=request.shrink,
                              case_timeout_s=request.case_timeout_s, time_budget_s=request.time_budget_s,
                              sanitizer_tools=tuple(request.sanitizer_tools) or StageOptions().sanitizer_tools))
 
