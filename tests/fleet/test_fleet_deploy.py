@@ -17,7 +17,9 @@ k8s_utils = pytest.importorskip("kubernetes_validate.utils")
 
 K8S = REPO / "deploy" / "k8s"
 CHART = REPO / "deploy" / "helm" / "opgate"
-CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "ServiceMonitor")}  # CRDs: no upstream schema
+CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "ServiceMonitor"),  # CRDs: no upstream schema
+                    ("monitoring.coreos.com/v1", "PrometheusRule")}
+RULES = REPO / "deploy" / "prometheus" / "opgate-rules.yaml"
 OLDEST_SUPPORTED = (1, 25)  # Chart.yaml kubeVersion
 
 
@@ -42,6 +44,7 @@ def render_chart(values: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 EVERYTHING_ON = {"nodeLabeller": {"enabled": True}, "serviceMonitor": {"enabled": True},
+                 "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
                  "standardCronJob": {"enabled": True}, "standardJob": {"nodes": ["gpu-node-1", "gpu-node-2"]}}
 
 
@@ -73,8 +76,8 @@ def test_the_rendered_chart_is_valid_for_every_supported_kubernetes(values: dict
     kinds = sorted(d["kind"] for d in docs)
     if values:
         assert kinds == sorted(["ClusterRole", "ClusterRoleBinding", "CronJob", "CronJob", "DaemonSet", "Job", "Job",
-                                "Service", "ServiceAccount", "ServiceMonitor"])
-    else:  # defaults: exporter only, no labeller RBAC, no probe Jobs, no ServiceMonitor
+                                "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"])
+    else:  # defaults: exporter only, no labeller RBAC, no probe Jobs, no ServiceMonitor, no PrometheusRule
         assert kinds == ["DaemonSet", "Service", "ServiceAccount"]
     validate_all(docs)
 
@@ -123,6 +126,17 @@ def test_the_service_monitor_scrapes_the_port_the_service_and_exporter_expose(so
     assert service["spec"]["selector"].items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
     ports = {p["name"]: p["containerPort"] for p in container(daemonset["spec"]["template"]["spec"])["ports"]}
     assert ports["metrics"] == 9478
+    # the alerts of deploy/prometheus name the host by this label (the instance is the pod's IP)
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in endpoint["relabelings"]
+    # and OpgateExporterDown/Missing select job="opgate-exporter": the operator names the job after the Service
+    assert service["metadata"]["name"] == "opgate-exporter" and 'job="opgate-exporter"' in RULES.read_text()
+
+
+def test_the_charts_prometheus_rule_is_the_rules_file() -> None:
+    [rule] = by_kind(render_chart(EVERYTHING_ON), "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())  # files/opgate-rules.yaml links to it
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["metadata"]["namespace"] == "opgate"
 
 
 def test_the_chart_defaults_render_what_the_plain_daemonset_says() -> None:
