@@ -182,6 +182,13 @@ def _check_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
     return ".".join(parts[:2]) if len(parts) > 1 else verb, labels
 
 
+def check_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
+    """The key stem and labels of a whole check, without a figure ("verify.numerics", {"op": ..., "impl": ...,
+    "dtype": ...}): the same derivation as every figure's, for readers that group checks (the Markdown summary)."""
+    stem, labels = _check_labels(result)
+    return stem, dict(labels)
+
+
 _GENERIC_NAMES = {"name", "memory", "compute capability", "buffer", "working set"}
 
 

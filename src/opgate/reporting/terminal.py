@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from opgate.reporting.crash_details import render_crash_details
+from opgate.reporting.replay import REPLAY_TAIL
 from opgate.results import CheckResult, Outcome, RunReport
 
 OUTCOME_STYLE = {
@@ -45,10 +46,6 @@ def _figure_lines(result: CheckResult, limit: int) -> str:
     if len(result.figures) > limit:
         lines.append(f"... {len(result.figures) - limit} more in --json")
     return "\n".join(lines)
-
-
-# A check's reason may end with "; replay: opgate verify SPEC --replay TOKEN": the token goes under the table.
-_REPLAY_TAIL = re.compile(r";\s*replay: opgate verify \S+ --replay (\S+)\s*$")
 
 
 def _spec_as_given(report: RunReport, result: CheckResult) -> str:
@@ -103,7 +100,7 @@ def _render_lines(report: RunReport, console: Console) -> None:
             continue
         console.print(Text.assemble(head, took))
         reason = result.reason
-        tail = _REPLAY_TAIL.search(reason)
+        tail = REPLAY_TAIL.search(reason)
         if tail is not None:  # a warning's replay (a calibration warning) too, not only a failure's
             reason = reason[:tail.start()]
             replays.setdefault(result.check_id, f"opgate verify {_spec_as_given(report, result)} --replay "
@@ -144,7 +141,7 @@ def _render_table(report: RunReport, console: Console) -> None:
     for result in shown:
         reason = result.reason
         if result.check_id in replays:
-            reason = _REPLAY_TAIL.sub("", reason) + "; replay command below the table"
+            reason = REPLAY_TAIL.sub("", reason) + "; replay command below the table"
         if result.remediation and result.outcome in (Outcome.FAILED, Outcome.WARNED, Outcome.ERROR):
             reason += f"\n→ {result.remediation}"
         table.add_row(  # Text(), not markup: reasons and paths may contain [brackets]
