@@ -250,7 +250,22 @@ def test_an_unwritable_report_path_is_refused_before_any_work(verb: str, where: 
 
 
 SAME_FILE_CASES = [("doctor", "--json", "--html"), ("verify", "--json", "--junit"), ("inspect", "--junit", "--html"),
-                   ("analyze", "--html", "--history")]
+                   ("analyze", "--html", "--history"), ("verify", "--html", "--markdown")]
+
+
+# --markdown on every verb that writes reports, `opgate fleet` too (refused before it connects to Ray).
+MARKDOWN_CASES = [(verb, "a missing folder") for verb in ("doctor", "inspect", "verify", "analyze", "fleet")] + [
+    ("verify", "a directory")]
+
+
+@pytest.mark.parametrize("verb, where", MARKDOWN_CASES)
+def test_an_unwritable_markdown_summary_is_refused_before_any_work(verb: str, where: str, tmp_path: Path) -> None:
+    path = report_paths(tmp_path)[where]
+    args = ["fleet", "doctor"] if verb == "fleet" else VERB_ARGS[verb]
+    run = opgate(*args, "--markdown", str(path))
+    assert_one_line_error(run, str(path))
+    assert run.stderr_lines[0].startswith(f"opgate: error: --markdown {path}")
+    assert run.stdout == "", "work started before the summary path was checked"
 
 
 @pytest.mark.parametrize("verb, first, second", SAME_FILE_CASES)
@@ -366,13 +381,16 @@ def _assert_interrupted(run: Run, report: Path, finished: int) -> None:
 
 @pytest.mark.slow
 def test_sigint_during_doctor_stops_every_child_and_writes_the_report_so_far(tmp_path: Path) -> None:
-    report = tmp_path / "r.json"
+    report, summary = tmp_path / "r.json", tmp_path / "summary.md"
     plugin = _plugin(tmp_path)
     # Ready once the slow check's worker and its `sleep` grandchild are both alive.
     run = _interrupt(["doctor", "--check", "planted_slow", "--check", "planted_passing", "--jobs", "2",
-                      "--json", str(report)], _slow_check_alone, extra_path=plugin)
+                      "--json", str(report), "--markdown", str(summary)], _slow_check_alone, extra_path=plugin)
     _assert_interrupted(run, report, finished=1)
     assert "planted.slow" in json.loads(report.read_text())["extra"]["not_run"]
+    # a cancelled CI job still gets its summary
+    assert str(summary) in run.stderr_lines[0]
+    assert summary.read_text().startswith("## opgate doctor: INTERRUPTED\n\n**Exit code 130**")
 
 
 @pytest.mark.slow

@@ -13,8 +13,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from opgate.cli_options import (history_option, html_option, json_report_option, junit_option, strict_option,
-                                verbose_option)
+from opgate.cli_options import (history_option, html_option, json_report_option, junit_option, markdown_option,
+                                strict_option, verbose_option)
 from opgate.errors import InputError
 from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.results import ExitCode, Outcome
@@ -61,7 +61,7 @@ def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] 
     check_report_path(json_path, "--json")
     check_report_path(junit_path, "--junit")
     check_output_folder(out_dir, "--out")
-    REPORT_PATHS.update(json=json_path, junit=junit_path)
+    REPORT_PATHS.update(json=json_path, junit=junit_path, markdown=None)  # --markdown: set by _check_more
 
 
 def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path], console: Console,
@@ -79,21 +79,24 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
         console.print(f"JUnit report: {junit_path}")
 
 
-def _check_more(html_path: Optional[Path], history_db: Optional[str]) -> None:
-    """--html and --history are checked before any work, like --json and --junit (after them: no two name one file)."""
+def _check_more(html_path: Optional[Path], history_db: Optional[str], markdown_path: Optional[Path] = None) -> None:
+    """--html, --markdown and --history are checked before any work, like --json and --junit (after them: no two
+    name one file)."""
     from opgate.outputs import check_distinct_outputs
     from opgate.reporting.emit import ReportOutputs, check_outputs
 
     check_distinct_outputs({"--json": REPORT_PATHS["json"], "--junit": REPORT_PATHS["junit"], "--html": html_path,
-                            "--history": history_db})
-    check_outputs(ReportOutputs(html=html_path, history=history_db))
+                            "--markdown": markdown_path, "--history": history_db})
+    check_outputs(ReportOutputs(html=html_path, history=history_db, markdown=markdown_path))
+    REPORT_PATHS.update(markdown=markdown_path)
 
 
-def _emit_more(report, html_path: Optional[Path], history_db: Optional[str], console: Console) -> None:
-    """--html and --history through the one output layer (opgate.reporting.emit)."""
+def _emit_more(report, html_path: Optional[Path], history_db: Optional[str], console: Console,
+               markdown_path: Optional[Path] = None) -> None:
+    """--html, --markdown and --history through the one output layer (opgate.reporting.emit)."""
     from opgate.reporting.emit import ReportOutputs, emit
 
-    emit(report, ReportOutputs(html=html_path, history=history_db), console.print)
+    emit(report, ReportOutputs(html=html_path, history=history_db, markdown=markdown_path), console.print)
 
 
 @app.command()
@@ -109,6 +112,7 @@ def doctor(
     json_path: Optional[Path] = json_report_option(),
     junit_path: Optional[Path] = junit_option("check"),
     html_path: Optional[Path] = html_option(),
+    markdown_path: Optional[Path] = markdown_option(),
     history_db: Optional[str] = history_option(),
     strict: bool = strict_option(),
     fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
@@ -131,7 +135,7 @@ def doctor(
         _list_checks(specs, console)
         raise typer.Exit(0)
     _check_outputs(json_path, junit_path)
-    _check_more(html_path, history_db)
+    _check_more(html_path, history_db, markdown_path)
     _check_frameworks(framework or [])
     ctx = CheckContext(verb="doctor", level=level.value, options={"frameworks": list(framework or [])})
     tasks, broken = tasks_for(specs, ctx)
@@ -140,7 +144,7 @@ def doctor(
     if fail_on_skip or require_gpu:
         report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
-    _emit_more(report, html_path, history_db, console)
+    _emit_more(report, html_path, history_db, console, markdown_path)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -188,6 +192,7 @@ def inspect(
     json_path: Optional[Path] = json_report_option(),
     junit_path: Optional[Path] = junit_option("binary x target"),
     html_path: Optional[Path] = html_option(),
+    markdown_path: Optional[Path] = markdown_option(),
     history_db: Optional[str] = history_option(),
     deep: bool = typer.Option(False, "--deep", help="Also search data sections for fatbins a library embeds "
                               "and loads itself (cuFFT 12 does; cuobjdump does not list them)."),
@@ -203,19 +208,20 @@ def inspect(
     2 when an input cannot be read.
     """
     from opgate.inspect.command import run_inspect
+    from opgate.reporting.emit import ReportOutputs
 
     _check_outputs(json_path, junit_path)
-    _check_more(html_path, history_db)
+    _check_more(html_path, history_db, markdown_path)
     console = make_console()
+    outputs = ReportOutputs(html=html_path, history=history_db, markdown=markdown_path)
     if compare:
         from opgate.inspect.command import resolve_targets
         from opgate.inspect.compare import run_compare
 
-        raise typer.Exit(run_compare(paths, resolve_targets(targets, fleet), json_path, console, junit_path))
-    from opgate.reporting.emit import ReportOutputs
-
+        raise typer.Exit(run_compare(paths, resolve_targets(targets, fleet), json_path, console, junit_path,
+                                     outputs=outputs))
     raise typer.Exit(run_inspect(paths, targets, fleet, kernels, json_path, console, junit_path, deep=deep,
-                                 verbose=verbose, outputs=ReportOutputs(html=html_path, history=history_db)))
+                                 verbose=verbose, outputs=outputs))
 
 
 class Budget(str, Enum):
@@ -246,6 +252,7 @@ def verify(
     json_path: Optional[Path] = json_report_option(),
     junit_path: Optional[Path] = junit_option("implementation x dtype"),
     html_path: Optional[Path] = html_option(),
+    markdown_path: Optional[Path] = markdown_option(),
     history_db: Optional[str] = history_option(),
     replay: Optional[str] = typer.Option(None, "--replay", help="Re-run exactly one failing case from its "
                                          "replay token (ogv1....), against the same calibrated budget."),
@@ -300,7 +307,7 @@ def verify(
     if replay is not None and not replay.strip():  # an empty token ran the whole plan instead of one case
         raise InputError("--replay needs a token (ogv1....) from a failing result's replay line")
     _check_outputs(json_path, junit_path, out)
-    _check_more(html_path, history_db)
+    _check_more(html_path, history_db, markdown_path)
     files = expand_spec_paths(specs)
     if changed_since is not None:
         files, _ = changed_specs(files, changed_since)
@@ -320,7 +327,7 @@ def verify(
 
         report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
-    _emit_more(report, html_path, history_db, console)
+    _emit_more(report, html_path, history_db, console, markdown_path)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -338,6 +345,7 @@ def analyze(
     json_path: Optional[Path] = json_report_option(),
     junit_path: Optional[Path] = junit_option("check"),
     html_path: Optional[Path] = html_option(),
+    markdown_path: Optional[Path] = markdown_option(),
     history_db: Optional[str] = history_option(),
     out_dir: Path = typer.Option(Path("opgate-report"), "--out", help="Report folder for the roofline charts."),
     jobs: int = typer.Option(max(1, min(4, os.cpu_count() or 1)), "--jobs", min=1, max=64,
@@ -358,7 +366,7 @@ def analyze(
 
     check_spec_path(spec_file)
     _check_outputs(json_path, junit_path, out_dir)
-    _check_more(html_path, history_db)
+    _check_more(html_path, history_db, markdown_path)
     console = make_console()
     required = parse_targets(targets, allow_unknown=allow_unknown_arch)
     optional = [t for t in parse_targets(optional_targets, allow_unknown=allow_unknown_arch)
@@ -383,7 +391,7 @@ def analyze(
     console.print(f"{counts} in {report.duration_s:.1f}s — exit code {int(report.exit_code)}")
     from opgate.reporting.emit import ReportOutputs, emit
 
-    emit(report, ReportOutputs(json_path, junit_path, html_path, history_db), console.print)
+    emit(report, ReportOutputs(json_path, junit_path, html_path, history_db, markdown_path), console.print)
     raise typer.Exit(int(report.exit_code))
 
 

@@ -24,6 +24,11 @@ def html_option() -> Any:
     return typer.Option(None, "--html", help="Write a self-contained HTML report.")
 
 
+def markdown_option() -> Any:
+    return typer.Option(None, "--markdown", help="Write a short Markdown summary (verdict, table, each failure "
+                        "with its replay command) for a CI job page, e.g. then: cat it >> $GITHUB_STEP_SUMMARY.")
+
+
 def history_option() -> Any:
     return typer.Option(None, "--history", help="Append this run to a history database: a SQLite path or a "
                         "SQLAlchemy URL (postgresql://...).")

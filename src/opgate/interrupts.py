@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from opgate.errors import InputError
 
 # Where this invocation writes its reports, set once the paths are checked: an interrupted run still writes there.
-REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None}
+REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None, "markdown": None}
 
 
 class Interrupted(Exception):
@@ -44,16 +44,19 @@ def raise_interrupt(signum: int, frame: object) -> None:
 
 
 def write_interrupted_report(report: Any) -> str:
-    """The report so far, marked interrupted, to the --json/--junit paths; returns what to say about it."""
+    """The report so far, marked interrupted, to the --json/--junit/--markdown paths (a CI job cancelled or timed
+    out still gets its summary); returns what to say about it."""
     from opgate.reporting.json_report import write_json
     from opgate.reporting.junit import write_junit
+    from opgate.reporting.markdown import write_markdown
 
+    writers = {"json": write_json, "junit": write_junit, "markdown": write_markdown}
     written = []
     for kind, path in REPORT_PATHS.items():
         if path is None:
             continue
         try:
-            (write_json if kind == "json" else write_junit)(report, path)
+            writers[kind](report, path)
             written.append(str(path))
         except (OSError, InputError):
             pass

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from opgate.errors import InputError
 
+# The file name the error lines suggest for each report option.
+EXAMPLE_NAMES = {"--junit": "report.xml", "--html": "report.html", "--markdown": "summary.md"}
+
 
 def check_report_path(path: Path | None, option: str) -> None:
     """Raise InputError unless a report file can be written atomically at `path` (None: nothing to check)."""
@@ -20,10 +23,11 @@ def check_report_path(path: Path | None, option: str) -> None:
         return
     path = Path(path)
     where = f"{option} {path}"
+    example = EXAMPLE_NAMES.get(option, "report.json")
     if str(path) in ("", "-"):
-        raise InputError(f"{where}: give a file path for the report, e.g. {option} report.json")
+        raise InputError(f"{where}: give a file path for the report, e.g. {option} {example}")
     if path.is_dir():
-        raise InputError(f"{where} is a directory; give a file path inside it, e.g. {option} {path / 'report.json'}")
+        raise InputError(f"{where} is a directory; give a file path inside it, e.g. {option} {path / example}")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         missing = "is not a directory" if parent.exists() else "does not exist"

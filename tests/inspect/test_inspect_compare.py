@@ -79,13 +79,15 @@ def test_default_targets_are_the_archs_either_build_carries():
 def test_cli_compare_exit_codes(tmp_path, opgate_env):
     base = [sys.executable, "-m", "opgate", "inspect", "--compare"]
     run = subprocess.run([*base, str(NVCC_BUILD), str(CLANG_BUILD), "--targets", FLEET, "--json",
-                          str(tmp_path / "c.json")], capture_output=True, text=True, env=opgate_env, timeout=120)
+                          str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md")], capture_output=True,
+                         text=True, env=opgate_env, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "6 breaking" in run.stdout and "registers 31 (kernels_nvcc.o)" in run.stdout
     import json
 
     report = json.loads((tmp_path / "c.json").read_text())
     assert {r["outcome"] for r in report["results"]} == {"failed"}
+    assert (tmp_path / "c.md").read_text().startswith("## opgate inspect: FAILED")  # --compare writes it too
     ok = subprocess.run([*base, str(NVCC_BUILD), str(CLANG_BUILD), "--targets", "h200,a100"], capture_output=True,
                         text=True, env=opgate_env, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr

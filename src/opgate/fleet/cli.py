@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from opgate.cli_options import json_report_option, junit_option, strict_option, verbose_option
+from opgate.cli_options import json_report_option, junit_option, markdown_option, strict_option, verbose_option
 from opgate.errors import InputError
 
 fleet_app = typer.Typer(
@@ -28,21 +28,23 @@ _ADDRESS_HELP = ("Ray cluster to use: auto, HOST:PORT or ray://HOST:PORT (defaul
 
 def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes_at_once: int,
               node_timeout: float, only_nodes: List[str], json_path: Optional[Path], junit_path: Optional[Path],
-              strict: bool, verbose: bool) -> int:
+              strict: bool, verbose: bool, markdown_path: Optional[Path] = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from opgate.cli import make_console
     from opgate.fleet.cluster import alive_nodes, connect, run_on_nodes
     from opgate.fleet.report import fleet_report, node_outcome, now_iso, render_fleet_terminal
-    from opgate.reporting.json_report import write_json
-    from opgate.reporting.junit import write_junit
+    from opgate.outputs import check_distinct_outputs, check_report_path
+    from opgate.reporting.emit import ReportOutputs, emit
 
-    reserved = {"--json", "--junit"} & set(node_args)
+    reserved = {"--json", "--junit", "--markdown"} & set(node_args)
     if reserved:
         raise InputError(f"{sorted(reserved)[0]} was given twice: it is the fleet's own option (the merged report; "
                          "each node's report is collected for you); give it once, to `opgate fleet`")
     if json_path and not json_path.parent.is_dir():
         raise InputError(f"--json {json_path}: folder {json_path.parent} does not exist; create it first")
+    check_report_path(markdown_path, "--markdown")
+    check_distinct_outputs({"--json": json_path, "--junit": junit_path, "--markdown": markdown_path})
     console = make_console()
     started_at, t0 = now_iso(), time.perf_counter()
     ray = connect(address)
@@ -70,12 +72,7 @@ def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes
                           {"node_args": list(node_args), "address": address or "local",
                            "max_nodes_at_once": max_nodes_at_once})
     render_fleet_terminal(report, console, verbose=verbose)
-    if json_path:
-        write_json(report, json_path)
-        console.print(f"JSON report: {json_path}")
-    if junit_path:
-        write_junit(report, junit_path)
-        console.print(f"JUnit report: {junit_path}")
+    emit(report, ReportOutputs(json=json_path, junit=junit_path, markdown=markdown_path), console.print)
     return int(report.exit_code)
 
 
@@ -91,11 +88,12 @@ def _fleet_command(verb: str, summary: str):  # type: ignore[no-untyped-def]
                                                  "the report)."),
         json_path: Optional[Path] = json_report_option("Write the merged fleet report as JSON (atomically)."),
         junit_path: Optional[Path] = junit_option("node x check"),
+        markdown_path: Optional[Path] = markdown_option(),
         strict: bool = strict_option("Treat warnings (baseline outliers too) as failures (exit 1)."),
         verbose: bool = verbose_option("Show every node's every check."),
     ) -> None:
         raise typer.Exit(run_fleet(verb, list(ctx.args), address, max_nodes_at_once, node_timeout, list(node or []),
-                                   json_path, junit_path, strict, verbose))
+                                   json_path, junit_path, strict, verbose, markdown_path))
 
     command.__doc__ = summary + " Unknown options go to the node verb unchanged."
     command.__name__ = verb

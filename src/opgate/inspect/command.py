@@ -96,8 +96,7 @@ def run_inspect(
     code = exit_code(reports, verdicts)
     from opgate.reporting.emit import ReportOutputs, emit
 
-    wanted = ReportOutputs(json_path, junit_path, outputs.html if outputs else None,
-                           outputs.history if outputs else None)
+    wanted = dataclasses.replace(outputs or ReportOutputs(), json=json_path, junit=junit_path)
     if wanted.wanted:
         emit(to_run_report(reports, fleet_targets, verdicts, started_at, duration, code), wanted, console.print)
     console.print(summary_line(reports, verdicts, duration, code))

@@ -18,12 +18,15 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from opgate.inspect.compat import JIT, NATIVE, UNSUPPORTED, Target, Verdict, judge, min_driver_for_ptx
 from opgate.inspect.fatbin import PayloadError, entry_payload, strip_ptx_padding
 from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport, FatbinEntry, KernelResources
 from opgate.inspect.ptx import parse_ptx
+
+if TYPE_CHECKING:
+    from opgate.reporting.emit import ReportOutputs
 
 # Register use further apart than this (relative to the smaller count) is called out. Not a vendor figure:
 # the issue's margin (#19); 25% more registers is where a 64-warp SM typically loses a block of occupancy.
@@ -384,8 +387,9 @@ def to_run_report(comparison: Comparison, started_at: str, duration: float):
 
 
 def run_compare(paths: Sequence[Path], targets: Sequence[Target], json_path: Path | None, console,
-                junit_path: Path | None = None) -> int:
-    """`opgate inspect --compare A B`: print the comparison, write reports; 0, 1 (a fleet target breaks), 2."""
+                junit_path: Path | None = None, outputs: ReportOutputs | None = None) -> int:
+    """`opgate inspect --compare A B`: print the comparison, write reports (--html, --markdown and --history from
+    `outputs`); 0, 1 (a fleet target breaks), 2."""
     import datetime as _dt
     import time
 
@@ -413,18 +417,11 @@ def run_compare(paths: Sequence[Path], targets: Sequence[Target], json_path: Pat
     duration = time.perf_counter() - t0
     render_comparison(comparison, console)
     code = int(ExitCode.CHECK_FAILED if comparison.breaks else ExitCode.OK)
-    if json_path or junit_path:
-        report = to_run_report(comparison, started_at, duration)
-        if json_path:
-            from opgate.reporting.json_report import write_json
+    from opgate.reporting.emit import ReportOutputs, emit
 
-            write_json(report, json_path)
-            console.print(f"JSON report: {json_path}")
-        if junit_path:
-            from opgate.reporting.junit import write_junit
-
-            write_junit(report, junit_path)
-            console.print(f"JUnit report: {junit_path}")
+    wanted = replace(outputs or ReportOutputs(), json=json_path, junit=junit_path)
+    if wanted.wanted:
+        emit(to_run_report(comparison, started_at, duration), wanted, console.print)
     breaks = sum(1 for f in comparison.findings if f.severity == BREAKS)
     differs = len(comparison.findings) - breaks
     console.print(f"{len(comparison.kernel_names)} kernel(s) compared on {len(comparison.targets)} target(s): "

@@ -1,7 +1,8 @@
-"""One output layer: every verb hands its RunReport here, and this writes JSON, JUnit, HTML and the run history.
+"""One output layer: every verb hands its RunReport here, and this writes JSON, JUnit, HTML, the Markdown summary
+and the run history.
 
 The terminal rendering stays with each verb (`opgate.reporting.terminal`); everything written to a file or a
-database goes through `emit`, so `--json --junit --html --history` mean the same on every verb.
+database goes through `emit`, so `--json --junit --html --markdown --history` mean the same on every verb.
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ class ReportOutputs:
     junit: Optional[Path] = None
     html: Optional[Path] = None
     history: Optional[str] = None  # SQLite path or SQLAlchemy URL (postgresql://...)
+    markdown: Optional[Path] = None
 
     @property
     def wanted(self) -> bool:
-        return any(x is not None for x in (self.json, self.junit, self.html, self.history))
+        return any(x is not None for x in (self.json, self.junit, self.html, self.history, self.markdown))
 
 
 def check_outputs(outputs: ReportOutputs) -> None:
-    """Before any work: --html must be writable and a --history SQLite path's folder must exist (InputError)."""
+    """Before any work: --html and --markdown must be writable and a --history SQLite path's folder must exist
+    (InputError)."""
     from opgate.outputs import check_report_path
 
     check_report_path(outputs.html, "--html")
+    check_report_path(outputs.markdown, "--markdown")
     if outputs.history:
         from opgate.reporting.history import check_history_target
 
@@ -58,6 +62,11 @@ def emit(report: RunReport, outputs: ReportOutputs, say: Printer | None = None) 
 
         write_html(report, outputs.html)
         tell(f"HTML report: {outputs.html}")
+    if outputs.markdown:
+        from opgate.reporting.markdown import write_markdown
+
+        write_markdown(report, outputs.markdown)
+        tell(f"Markdown summary: {outputs.markdown}")
     if outputs.history:
         from opgate.reporting.history import append_run
 
