@@ -98,10 +98,13 @@ def test_the_surviving_fleet_warns_of_its_outlier_and_strict_fails_it(cluster: L
     times: Path = cluster.times  # type: ignore[attr-defined]
     times.write_text("")
     run = fleet(cluster, "--check", "planted_bandwidth", "--strict", "--json", str(tmp_path / "r.json"),
+                "--markdown", str(tmp_path / "r.md"),
                 "--node", "head", "--node", "node-b", "--node", "node-c", "--max-nodes-at-once", "1")
     stdout, stderr = run.communicate(timeout=120)
     assert run.returncode == 1, stdout + stderr
     report = json.loads((tmp_path / "r.json").read_text())
+    summary = (tmp_path / "r.md").read_text()  # the fleet's own --markdown, not passed on to the nodes
+    assert summary.startswith("## opgate fleet doctor: FAILED") and "`node-c:fleet.baseline." in summary
     assert sorted(n["node"] for n in report["extra"]["nodes"]) == ["head", "node-b", "node-c"]
     assert report["counts"] == {"passed": 3, "warned": 1, "failed": 0, "skipped": 0, "error": 0}
     assert "(--strict: warnings fail)" in stdout
