@@ -142,3 +142,18 @@ def test_the_json_report_and_the_summary_agree_on_the_exit_code(tmp_path: Path) 
         data = json.loads((REPORTS / name).read_text())
         text = render_markdown(read_json(REPORTS / name))
         assert f"**Exit code {data['exit_code']}**" in text, name
+
+
+def test_gpu_stages_join_their_implementations_row() -> None:
+    """A recorded H200 run: the runtime stage's result sits in the row of its implementation and dtype; each
+    sanitizer tool is named in that row too."""
+    rows = {(row[1], row[2]): row[3:] for row in table_rows(to_html(render_markdown(
+        read_json(REPORTS / "verify_softmax_h200.v2.json"))))}
+    assert rows[("triton", "float16")] == ["PASS", "numerics PASS, runtime PASS"]
+    labels = {"op": "softmax", "implementation": "triton", "dtype": "float16"}
+    results = [CheckResult(f"verify.softmax.triton.{tool}", "t", Outcome.PASSED, "clean", extra=labels)
+               for tool in ("racecheck", "initcheck")]
+    results.append(CheckResult("verify.softmax.triton.float16.sanitizer", "t", Outcome.FAILED, "1 error", extra=labels))
+    html = to_html(render_markdown(RunReport("verify", tuple(results), "2026-01-01T00:00:00+00:00", 1.0)))
+    assert table_rows(html) == [["softmax", "triton", "float16", "FAIL",
+                                 "sanitizer:racecheck PASS, sanitizer:initcheck PASS, sanitizer:memcheck FAIL"]]

@@ -126,6 +126,8 @@ def _verify_rows(results: Sequence[CheckResult]) -> list[str]:
         impl = labels.get("impl", "")
         if impl == stage:  # verify.OP.STAGE: the stage of the whole operator, not an implementation
             impl = ""
+        if impl and labels.get("tool"):  # an implementation's sanitizer results: one per tool
+            stage = f"{stage}:{labels['tool']}"
         groups[(labels.get("op", result.check_id), impl, labels.get("dtype", ""))].append((stage, result.outcome))
     rows = []
     for (op, impl, dtype), stages in groups.items():
