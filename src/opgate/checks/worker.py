@@ -147,12 +147,27 @@ def serve(stdin: Any | None = None) -> int:
         state = _ProcessState()
         healthy = run_request(request)
         state.restore()
+        if healthy:
+            give_back_gpu_memory()
         sys.stdout.flush()
         sys.stderr.write(f"\n[opgate worker] finished {request['check_id']}\n")
         sys.stderr.flush()
         if not healthy or request.get("retire"):
             return 0
     return 0
+
+
+def give_back_gpu_memory() -> None:
+    """Return the GPU memory PyTorch's allocator cached for the check that just ended: on the H200 a library run's
+    workers held 15-24 GiB each (five of them) beside dozens holding 0.5-8 GiB, the card filled, and a calibration's
+    bound terms ran out of memory (docs/benchmarks.md, twelfth session). The next check allocates again."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is not None and cuda.is_initialized():
+            cuda.empty_cache()
+    except Exception:  # a context the check broke: the parent retires this worker anyway
+        pass
 
 
 # The check a worker is running, in its environment while it runs: a process the check starts (the implementation's

@@ -409,7 +409,7 @@ def calibrate(
 
 
 # How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).
-CACHE_COUNTS = {"hit": 0, "computed": 0, "on_gpu": 0}
+CACHE_COUNTS = {"hit": 0, "computed": 0, "on_gpu": 0, "gpu_out_of_memory": 0}
 
 
 @dataclass(frozen=True)
@@ -435,15 +435,29 @@ class CaseBounds:
             if cached is not None and len(cached.sensitivity) == len(truth):
                 CACHE_COUNTS["hit"] += 1
                 return cached
+        bounds: CaseBounds | None = None
         with bounds_device.placed(op.reference, inputs, truth) as (where, device):
-            bounds = cls(input_sensitivity(op, where, dtype, case.seed, truth),
-                         accumulation_bounds(op.reference, where, truth, dtype, case.seed),
-                         logspace_bounds(op.reference, where, truth, dtype))
+            try:
+                bounds = cls._computed(op, case, dtype, truth, where)
+            except Exception as exc:
+                if device != "cuda" or not _out_of_memory(exc):
+                    raise
+                # the GPU is full (other checks' workers hold its memory, a recovery check fills it): these terms
+                # are float64 arithmetic that the CPU computes the same, only slower
+                CACHE_COUNTS["gpu_out_of_memory"] += 1
+        if bounds is None:
+            bounds, device = cls._computed(op, case, dtype, truth, inputs), "cpu"
         CACHE_COUNTS["computed"] += 1
         CACHE_COUNTS["on_gpu"] += int(device == "cuda")
         if key is not None:
             bounds_cache.store(key, bounds)
         return bounds
+
+    @classmethod
+    def _computed(cls, op: Operator, case: Case, dtype: str, truth: Sequence[Any], where: Sequence[Any]) -> "CaseBounds":
+        return cls(input_sensitivity(op, where, dtype, case.seed, truth),
+                   accumulation_bounds(op.reference, where, truth, dtype, case.seed),
+                   logspace_bounds(op.reference, where, truth, dtype))
 
     def budget(self, o: int, stats: OutputStats, truth: Any, baseline: Any, pooled_rmse: float, pooled_q: float,
                n_cases: int, override: Mapping[str, float] | None,
@@ -457,6 +471,16 @@ class CaseBounds:
             return budget  # a user tolerance: |e| <= atol + rtol |truth| everywhere already
         return dataclasses.replace(budget, elements=element_allowances(truth, baseline, self.accumulation[o],
                                                                        self.logspace[o], pooled_rho))
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    from opgate.gpu.judge.oom import is_out_of_memory
+
+    names, seen = [], exc  # type: ignore[var-annotated]
+    while seen is not None and len(names) < 8:
+        names.append(type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    return is_out_of_memory(names, str(exc))
 
 
 def eager_element_loss(truth: Any, baseline: Any, accumulation: AccumulationBound) -> float | None:

@@ -93,6 +93,23 @@ def calibration_result(op: Any, calibrations: dict[str, Calibration], budget: st
                        reason, tuple(figures), "", duration, extra)
 
 
+def failed_calibration_result(result: CheckResult, failed: dict[str, FailedPlan],
+                              calibrated: dict[str, Any]) -> CheckResult:
+    """The calibration result of an operator some of whose dtypes could not be calibrated: an error (opgate could
+    not judge them, exit 3), naming each dtype and what it raised; the calibrated dtypes keep their figures and
+    their checks ran."""
+    import dataclasses
+
+    said = "; ".join(f"{d}: {f.error}" for d, f in failed.items())
+    judged = f"; {', '.join(calibrated)} calibrated and judged" if calibrated else ""
+    reason = (f"calibration failed in {', '.join(failed)}, so those dtypes are not judged ({said}){judged}")
+    remedy = ("An out-of-memory error means the GPU was full of other work: re-run with fewer --jobs or alone on "
+              "the GPU (OPGATE_BOUNDS_DEVICE=cpu keeps the calibration on the CPU). Anything else is a bug in "
+              "opgate: please report it with this reason.")
+    return dataclasses.replace(result, outcome=Outcome.ERROR, reason=reason, remediation=remedy,
+                               extra={**result.extra, "failed_dtypes": {d: f.error for d, f in failed.items()}})
+
+
 @dataclass
 class CalibrationJob:
     """One operator's share of the calibration: what the thread needs and what it hands back."""
@@ -102,6 +119,19 @@ class CalibrationJob:
     make_plan: Callable[[dict[str, Path]], OperatorPlan]  # the engine's OperatorPlan for these plan files
     spec_file: Path  # the spec file that defines `op`, as the user gave it
     cases: list[Case] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FailedPlan:
+    """An operator x dtype whose calibration raised something other than a reference's CalibrationError (a bug in
+    opgate, the GPU out of memory): that dtype is not judged; the run goes on with every other plan."""
+
+    dtype: str
+    error: str  # "ExceptionType: message", shortened
+
+    @classmethod
+    def of(cls, dtype: str, exc: BaseException) -> "FailedPlan":
+        return cls(dtype, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
 
 
 @dataclass(frozen=True)
@@ -366,6 +396,8 @@ class Calibrator(threading.Thread):
                                              bool(self.info.get("gpu")))
             except CalibrationError as exc:
                 raise self._input_error(job, exc) from None
+            except Exception as exc:  # contained: this dtype is not judged, the rest of the run goes on
+                outcome = FailedPlan.of(dtype, exc)
             self.spans[f"{job.op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
             self._done_dtype(op_index, job, outcome, outcomes)
         self._done_operator(op_index, job, outcomes, time.perf_counter() - t0)
@@ -402,6 +434,8 @@ class Calibrator(threading.Thread):
                         outcome = future.result()
                     except CalibrationError as exc:
                         raise self._input_error(job, exc) from None
+                    except Exception as exc:  # contained (FailedPlan); a dead calibration process too
+                        outcome = FailedPlan.of(dtype, exc)
                     first_start.setdefault(index, submitted)
                     self.spans[f"{job.op.name} {dtype}"] = [round(submitted - self.started_at, 2),
                                                             round(time.perf_counter() - self.started_at, 2)]
@@ -416,6 +450,9 @@ class Calibrator(threading.Thread):
     def _done_dtype(self, op_index: int, job: CalibrationJob, outcome: Any, outcomes: dict[str, Any]) -> None:
         """Record one operator x dtype's plan and hand its per-dtype tasks (numerics) to the run."""
         op = job.op
+        if isinstance(outcome, FailedPlan):
+            outcomes[outcome.dtype] = outcome
+            return
         self.info["case_counts"][op.name] = outcome.offered
         if outcome.fatal:
             self.info.setdefault("fatal_empty_cases", {})[op.name] = outcome.fatal
@@ -433,8 +470,14 @@ class Calibrator(threading.Thread):
 
     def _done_operator(self, op_index: int, job: CalibrationJob, outcomes: dict[str, Any], seconds: float) -> None:
         per_operator = [s for s in self.stages if s.needs.calibration and not s.per_dtype_plans]
-        self.results.append(calibration_result(job.op, outcomes, self.budget, self.seed, seconds))
-        self._hand_over(op_index, job.make_plan({d: Path(o.path) for d, o in outcomes.items()}), per_operator)
+        failed = {d: o for d, o in outcomes.items() if isinstance(o, FailedPlan)}
+        calibrated = {d: o for d, o in outcomes.items() if d not in failed}
+        result = calibration_result(job.op, calibrated, self.budget, self.seed, seconds)
+        if failed:
+            result = failed_calibration_result(result, failed, calibrated)
+        self.results.append(result)
+        if calibrated:
+            self._hand_over(op_index, job.make_plan({d: Path(o.path) for d, o in calibrated.items()}), per_operator)
 
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:

@@ -1,0 +1,77 @@
+"""A calibration that raises something other than the reference's own error (a bug in opgate, the GPU out of
+memory in the bound terms) costs that operator x dtype its verdict, not the run: the other dtypes are judged and
+the report says what failed (the H200 library run of 2026-12-02 lost its whole report to one bound term's OOM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from opgate.results import Outcome
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "tests" / "data" / "verify" / "softmax_spec.py"
+
+
+def test_a_dtype_whose_calibration_raises_is_an_error_and_the_others_are_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opgate.cli import make_console
+    from opgate.verify import calibrator
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    real = calibrator.calibrate_plan
+
+    def failing_in_float16(op, dtype, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if dtype == "float16":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (planted)")
+        return real(op, dtype, *args, **kwargs)
+
+    monkeypatch.setattr(calibrator, "calibrate_plan", failing_in_float16)
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    report = run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
+                                      dtypes=("float32", "float16"), out_dir=tmp_path / "out"), make_console())
+    by_id = {r.check_id: r for r in report.results}
+    calibration = next(r for r in report.results if r.check_id.endswith(".calibration"))
+    assert calibration.outcome is Outcome.ERROR
+    assert "float16" in calibration.reason and "illegal memory access" in calibration.reason
+    assert "float32 calibrated and judged" in calibration.reason
+    judged = [r for r in by_id.values() if r.check_id.endswith(".float32") and r.outcome is not Outcome.ERROR]
+    assert judged, sorted(by_id)
+    assert not [r for r in by_id if r.endswith(".float16")]  # no plan, no numerics for that dtype
+
+
+def test_bound_terms_that_run_out_of_gpu_memory_are_computed_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the GPU is full, the float64 terms are the same arithmetic on the CPU."""
+    import contextlib
+
+    import torch
+
+    from opgate.verify import bounds_device, calibrate
+    from opgate.verify.inputs import Case, plan_cases
+    from opgate.verify.loaded_specs import loaded_operators
+
+    op = loaded_operators(str(SPEC))[0]
+    case = next(c for c in plan_cases(op, "quick", 0) if c.origin == "declared")
+    truth = calibrate.truth_and_baseline(op, case, "float32")[0]
+    calls: list[str] = []
+    real = calibrate.CaseBounds._computed.__func__  # type: ignore[attr-defined]
+
+    def computed(cls, op, case, dtype, truth, where):  # type: ignore[no-untyped-def]
+        calls.append("gpu" if not calls else "cpu")
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB (planted)")
+        return real(cls, op, case, dtype, truth, where)
+
+    @contextlib.contextmanager
+    def on_gpu(reference, inputs, truth):  # type: ignore[no-untyped-def]
+        yield list(inputs), "cuda"  # as if the terms had been placed on a GPU
+
+    monkeypatch.setattr(calibrate.CaseBounds, "_computed", classmethod(computed))
+    monkeypatch.setattr(bounds_device, "placed", on_gpu)
+    monkeypatch.delenv("OPGATE_CACHE_DIR", raising=False)
+    monkeypatch.setattr("opgate.verify.bounds_cache.cache_root", lambda: None)
+    before = calibrate.CACHE_COUNTS["gpu_out_of_memory"]
+    bounds = calibrate.CaseBounds.of(op, case, "float32", truth)
+    assert calls == ["gpu", "cpu"] and bounds.sensitivity
+    assert calibrate.CACHE_COUNTS["gpu_out_of_memory"] == before + 1
