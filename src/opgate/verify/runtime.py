@@ -514,7 +514,7 @@ def _step_finished(stdout: str, step: str) -> bool:
 # The sanitized child calls the implementation through one function per step, so a finding's saved host
 # backtrace (its Python frames) says at which size the kernel was launched.
 _STEP_FUNCTIONS = {"sanitized_call_at_first_declared_size": "first declared", "sanitized_call_at_tail_size": "tail"}
-_OWN_FRAMES = (*_STEP_FUNCTIONS, "run_sanitized", "<module>", "_run_module_as_main", "_run_code", "call")
+_OWN_FRAMES = (*_STEP_FUNCTIONS, "run_sanitized", "_sanitized_steps", "<module>", "_run_module_as_main", "_run_code", "call")
 
 
 def finding_steps(finding: Any) -> list[str]:
@@ -602,13 +602,28 @@ def disable_allocator_caches() -> None:
 
 def run_sanitized(spec_file: str, op_name: str, impl_name: str, dtype: str) -> None:
     """What the sanitizer watches: allocator caches off, then one call at the first declared sizes and one at
-    the tail size, each followed by a device sync; stdout markers say which step the child reached."""
-    import json
+    the tail size, each followed by a device sync; stdout markers say which step the child reached.
+
+    An autotuned Triton kernel runs one config per key, as in the numerics (verify/backends/autotune_choice.py):
+    Triton's autotuning would benchmark every config under the tool's instrumentation, and fla's activations (18
+    configs per width) ran past 240 s per tool that way on the H200. OPGATE_AUTOTUNE=benchmark restores it."""
+    import contextlib
+
+    from opgate.verify.backends import autotune_choice
 
     disable_allocator_caches()
     import torch
 
     op, implementation = load_implementation(ImplementationRef(spec_file, op_name, impl_name))
+    with contextlib.ExitStack() as scope:
+        if autotune_choice.wanted() and "triton" in sys.modules:
+            scope.enter_context(autotune_choice.rotating_configs())
+        _sanitized_steps(op, implementation, dtype, torch)
+
+
+def _sanitized_steps(op: Any, implementation: Any, dtype: str, torch: Any) -> None:
+    import json
+
     for step, dims in sanitized_sizes(op):
         print(STEP_MARKER + json.dumps({"event": "start", "step": step, "dims": dims}), flush=True)
         args = cuda_inputs(op, dims, dtype, seed=0, draw_on_gpu=False)
