@@ -16,6 +16,8 @@
 #   --base IMAGE         base image [docker.io/library/debian:bookworm-slim]
 #   --python X.Y         Python of the base image, for the wheels [3.11: Debian bookworm's python3]
 #   --arch ARCH          x86_64 or aarch64 [uname -m]
+#   --pin REQUIREMENT    an extra requirement for the image's packages, repeatable, e.g. 'cuda-bindings<13' for a
+#                        fleet whose drivers are older than CUDA 13's (580): cuda-bindings 13's runtime needs one
 #   --offline-base       make the base here with mmdebstrap (Debian bookworm, minbase) and import it as
 #                        localhost/opgate-base:bookworm: no registry needed for the base (CI, air-gapped hosts)
 #   --push               push IMAGE after the build
@@ -33,6 +35,7 @@ IMAGE_PY="3.11"
 ARCH="$(uname -m)"
 OFFLINE_BASE=0
 PUSH=0
+PINS=()
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +44,7 @@ while [ $# -gt 0 ]; do
     --base) BASE="$2"; shift 2 ;;
     --python) IMAGE_PY="$2"; shift 2 ;;
     --arch) ARCH="$2"; shift 2 ;;
+    --pin) PINS+=("$2"); shift 2 ;;
     --offline-base) OFFLINE_BASE=1; shift ;;
     --push) PUSH=1; shift ;;
     --) shift; EXTRA=("$@"); break ;;
@@ -74,8 +78,8 @@ PLATFORMS=(--platform "manylinux2014_$ARCH")
 for minor in $(seq 17 36); do PLATFORMS+=(--platform "manylinux_2_${minor}_$ARCH"); done
 "$PY" -m pip download --quiet --only-binary=:all: --dest "$WHEELS" --python-version "$IMAGE_PY" \
   --implementation cp --abi "$PYTAG" --abi abi3 --abi none "${PLATFORMS[@]}" \
-  "$OPGATE_WHEEL" "prometheus-client>=0.17" pip
-printf 'opgate==%s\nprometheus-client>=0.17\n' "$VERSION" > "$WHEELS/requirements.txt"
+  "$OPGATE_WHEEL" "prometheus-client>=0.17" pip "${PINS[@]}"
+printf '%s\n' "opgate==$VERSION" "prometheus-client>=0.17" "${PINS[@]}" > "$WHEELS/requirements.txt"
 ls "$WHEELS"
 
 if [ "$OFFLINE_BASE" = 1 ]; then
