@@ -15,9 +15,8 @@
 #
 # Dependencies: Ray's Requires-Dist (no extras) minus what torch itself requires (filelock, typing-extensions),
 # with their own dependencies, as binary wheels for the same Python: jsonschema and its small deps, click,
-# msgpack, packaging, protobuf, pyyaml, requests, and the dependencies of the aiohttp that Ray vendors for its agents
-# (Ray 2.60 lists them itself: aiohappyeyeballs, aiosignal, frozenlist, multidict, propcache, yarl). 23 wheels,
-# 37.5 MiB for Ray 2.60.0 on CPython 3.12; scripts/gpu/fleet_ray.sh installs only those the host lacks.
+# msgpack, packaging, protobuf, pyyaml, requests (aiohttp and its dependencies, psutil and colorama are vendored
+# inside Ray). scripts/gpu/fleet_ray.sh installs only those the host lacks.
 #
 # Options: --python X.Y [3.12]  --ray VERSION [2.60.0]  --out DIR [.whl-ray, under the repository]
 # Environment: PYTHON (the python that runs pip and the rewrite here) [python3], STRIP [strip].
@@ -87,7 +86,8 @@ with zipfile.ZipFile(source) as wheel, zipfile.ZipFile(target, "w", zipfile.ZIP_
         if prefix:
             removed[prefix] += info.file_size
             continue
-        if name.endswith(".dist-info/RECORD"):
+        top_dist_info = name.count("/") == 1 and name.split("/")[0].endswith(".dist-info")  # not a vendored one
+        if top_dist_info and name.endswith("/RECORD"):
             record_name = name
             continue
         data = wheel.read(info)
@@ -100,7 +100,7 @@ with zipfile.ZipFile(source) as wheel, zipfile.ZipFile(target, "w", zipfile.ZIP_
                 stripped = f.read()
             print(f"  strip {name}: {len(data) / 2**20:.1f} -> {len(stripped) / 2**20:.1f} MiB")
             data = stripped
-        elif name.endswith(".dist-info/entry_points.txt"):
+        elif top_dist_info and name.endswith("/entry_points.txt"):
             text = data.decode()
             data = "".join(line for line in text.splitlines(True) if not line.startswith(DROPPED_SCRIPTS)).encode()
         out.writestr(info, data)  # the ZipInfo keeps the file mode (raylet and gcs_server stay executable)
@@ -110,11 +110,21 @@ with zipfile.ZipFile(source) as wheel, zipfile.ZipFile(target, "w", zipfile.ZIP_
     out.writestr(record_name, "\n".join([*records, f"{record_name},,"]) + "\n")
 for prefix, size in removed.items():
     print(f"  removed {prefix:22s} {size / 2**20:6.1f} MiB")
+with zipfile.ZipFile(target) as wheel:  # every file listed once with its hash, nothing listed that is not there
+    listed = [line.split(",") for line in wheel.read(record_name).decode().splitlines()]
+    wrong = [path for path, digest, _ in listed
+             if path != record_name and record_line(path, wheel.read(path)) != f"{path},{digest},{_}"]
+    unlisted = set(wheel.namelist()) - {path for path, *_ in listed}
+    if wrong or unlisted or len(listed) != len(wheel.namelist()):
+        sys.exit(f"{target}: RECORD does not match the files (wrong {wrong[:3]}, unlisted {sorted(unlisted)[:3]})")
+    print(f"  RECORD: {len(listed)} files, every hash checked")
 PYEOF
 
 echo "== dependencies a torch environment lacks"
 # Requires-Dist without extras; torch's own requirements are in every torch environment.
-mapfile -t DEPS < <(unzip -p "$OUT"/ray-*.whl '*.dist-info/METADATA' | sed -n 's/^Requires-Dist: //p' \
+# Ray's own METADATA: the vendored packages under ray/ carry dist-info folders of their own.
+mapfile -t DEPS < <(unzip -p "$OUT/$(basename "$ORIGINAL")" "ray-$RAY_VERSION.dist-info/METADATA" \
+  | sed -n 's/^Requires-Dist: //p' \
   | grep -v 'extra ==' | grep -viE '^(filelock|typing[-_]extensions)\b')
 printf '  %s\n' "${DEPS[@]}"
 "$PY" -m pip download "${WHEEL_ARGS[@]}" --dest "$OUT" "${DEPS[@]}"

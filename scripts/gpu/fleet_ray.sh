@@ -84,7 +84,8 @@ except ImportError:  # no packaging here: nothing to compare with, take every ca
 specifiers = {}
 if Requirement:
     with zipfile.ZipFile(ray_wheel) as wheel:
-        text = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        text = next(wheel.read(n).decode() for n in wheel.namelist()  # Ray's, not a vendored package's
+                    if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
     for line in text.splitlines():
         if line.startswith("Requires-Dist: "):
             req = Requirement(line[len("Requires-Dist: "):])
