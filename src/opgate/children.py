@@ -21,10 +21,23 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _LIVE_CHILDREN: set[subprocess.Popen[Any]] = set()
 STOPPING = threading.Event()  # set once the run is being interrupted: start no more children
+# The pid of the process that forks, set in it just before every fork (subprocess runs the before-fork hooks when a
+# preexec_fn is given), so a child knows its parent's pid without asking the kernel after the fact.
+_FORKING_PID = os.getpid()
 
 
-def die_with_parent() -> None:
-    """preexec_fn of every child: SIGKILL it when opgate dies (Linux); elsewhere a no-op."""
+def _remember_forking_pid() -> None:
+    global _FORKING_PID
+    _FORKING_PID = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_remember_forking_pid)
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """preexec_fn of every child: SIGKILL it when opgate dies (Linux); elsewhere a no-op. A process that calls it
+    itself after it started (a spawned pool process) passes its parent's pid."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -34,7 +47,9 @@ def die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    # The parent died before prctl took effect: we were re-parented. Not `getppid() == 1`: opgate is PID 1 itself as
+    # a container's entrypoint (deploy/image), and then every child would end here.
+    if os.getppid() != (_FORKING_PID if parent_pid is None else parent_pid):
         os._exit(1)
 
 

@@ -270,13 +270,13 @@ def calibration_processes(jobs: int, library: bool = False) -> int:
     return max(0, min(wanted, jobs)) if jobs > 1 else 0
 
 
-def _process_start(processes: int) -> None:
+def _process_start(processes: int, parent_pid: int) -> None:
     """Initializer of a calibration process: die with opgate, its share of the calibration's torch threads (the
     processes split calibration_threads(): four processes of four threads each beside 16 busy workers on the H200
     host were the OpenMP oversubscription calibration_threads() documents), the imports."""
     from opgate.children import die_with_parent
 
-    die_with_parent()
+    die_with_parent(parent_pid)
     import torch
 
     torch.set_num_threads(max(1, calibration_threads() // max(1, processes)))
@@ -305,11 +305,12 @@ class CalibrationPool:
 
     def __init__(self, processes: int) -> None:
         import multiprocessing
+        import os
         from concurrent.futures import ProcessPoolExecutor
 
         self.processes = processes
         self.executor = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_process_start, initargs=(processes,))
+                                            initializer=_process_start, initargs=(processes, os.getpid()))
         self._warming = [self.executor.submit(_warm) for _ in range(processes)]
 
     def submit(self, *args: Any) -> "Future[PlanOutcome]":
