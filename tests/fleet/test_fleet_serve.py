@@ -151,3 +151,18 @@ def test_a_port_in_use_is_one_line_exit_2(fleet_env: dict[str, str]) -> None:
     unknown = subprocess.run([sys.executable, "-m", "opgate", "serve", "--check", "no_such_check"], env=fleet_env,
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "no_such_check" in unknown.stderr
+
+
+def test_require_gpu_fails_a_pod_that_sees_no_gpu_instead_of_passing_on_skips(fleet_env: dict[str, str]) -> None:
+    """The chart sets OPGATE_REQUIRE_GPU on its GPU-node pods: without the NVIDIA runtime a pod sees no GPU, every
+    GPU check skips, and the node was labelled ready=pass (found building the image, no GPU in the container)."""
+    from opgate.policy import gpu_missing_reason
+
+    if gpu_missing_reason() is None:
+        pytest.skip("a GPU is visible here: the check passes, which the GPU tests cover")
+    args = [sys.executable, "-m", "opgate", "serve", "--once", "basic", "--check", "gpu_inventory"]
+    plain = subprocess.run(args, env=fleet_env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and "opgate.io/ready=pass" in plain.stdout, plain.stdout + plain.stderr
+    required = subprocess.run(args, env={**fleet_env, "OPGATE_REQUIRE_GPU": "1"}, cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+    assert required.returncode == 1 and "opgate.io/ready=fail" in required.stdout, required.stdout + required.stderr

@@ -82,8 +82,9 @@ def gpu_busy_reason() -> str | None:
         return f"could not tell whether the GPUs are in use ({type(exc).__name__}: {exc})"
 
 
-def run_doctor_once(level: str, checks: list[str], frameworks: list[str]) -> RunReport:
-    """The single-host doctor, exactly: same registry, same isolated runner, same RunReport."""
+def run_doctor_once(level: str, checks: list[str], frameworks: list[str], require_gpu: bool = False) -> RunReport:
+    """The single-host doctor, exactly: same registry, same isolated runner, same RunReport; `require_gpu` as
+    `opgate doctor --require-gpu` (a GPU node whose pod sees no GPU fails instead of passing on skips)."""
     from rich.console import Console
 
     from opgate.checks.base import CheckContext
@@ -93,7 +94,12 @@ def run_doctor_once(level: str, checks: list[str], frameworks: list[str]) -> Run
     ctx = CheckContext(verb="doctor", level=level, options={"frameworks": frameworks})
     tasks, broken = tasks_for(select_checks("doctor.", checks or None), ctx)
     quiet = Console(file=io.StringIO(), force_terminal=False)
-    return run_session("doctor", tasks, quiet, jobs=2, preset=broken, extra={"level": level})
+    report = run_session("doctor", tasks, quiet, jobs=2, preset=broken, extra={"level": level})
+    if require_gpu:
+        from opgate.policy import apply_skip_policy
+
+        report = apply_skip_policy(report, False, True)
+    return report
 
 
 def ready_value(report: RunReport) -> str:
@@ -169,6 +175,7 @@ class Schedule:
     frameworks: list[str]
     allow_probes_under_load: bool
     label_node: str = ""
+    require_gpu: bool = False
 
 
 class Exporter:
@@ -217,7 +224,8 @@ class Exporter:
                     self.state.probes_skipped += 1
                     self.state.probes_skipped_reason = busy
                 return None
-        report = run_doctor_once(level, self.schedule.checks, self.schedule.frameworks)
+        report = run_doctor_once(level, self.schedule.checks, self.schedule.frameworks,
+                                 self.schedule.require_gpu)
         self.state.record(level, report)
         if self.schedule.label_node:
             from opgate.fleet.k8s_label import LabelError, label_node
@@ -335,6 +343,9 @@ def serve(
                                    "label opgate.io/ready=pass|warn|fail after each run (in-cluster credentials)."),
     once: Optional[ServeLevel] = typer.Option(None, "--once", help="Run this level once, label, print the "
                                               "verdict and exit with the doctor's exit code (Jobs, CronJobs)."),
+    require_gpu: bool = typer.Option(False, "--require-gpu", envvar="OPGATE_REQUIRE_GPU", help="As doctor's: "
+                                     "no visible NVIDIA GPU is a failed check and every skip fails (on GPU nodes, "
+                                     "where a pod without the driver would otherwise pass on skips)."),
 ) -> None:
     """Prometheus exporter: re-run the doctor on a schedule and expose outcomes and figures."""
     from opgate.errors import InputError
@@ -348,7 +359,7 @@ def serve(
 
     select_checks("doctor.", list(check or []) or None)  # an unknown --check is bad input now, not in a thread
     schedule = Schedule(interval, standard_interval, list(check or []), list(framework or []),
-                        allow_probes_under_load, label_node)
+                        allow_probes_under_load, label_node, require_gpu)
     if once is not None:
         from opgate.fleet.k8s_label import LabelError, label_node as apply_label
 
@@ -356,7 +367,7 @@ def serve(
         if busy:
             raise InputError(f"--once standard: {busy}; the probes would measure the workload, not the GPU. "
                              "Run when the GPU is idle, or pass --allow-probes-under-load")
-        report = run_doctor_once(once.value, schedule.checks, schedule.frameworks)
+        report = run_doctor_once(once.value, schedule.checks, schedule.frameworks, schedule.require_gpu)
         verdict = ready_value(report)
         print(f"opgate.io/ready={verdict} ({', '.join(f'{n} {k}' for k, n in report.counts().items() if n)})")
         if label_node:

@@ -21,6 +21,10 @@ capabilities:
 {{- define "opgate.nodeEnv" -}}
 - name: HOME
   value: /tmp
+{{- if .Values.requireGpu }}
+- name: OPGATE_REQUIRE_GPU  # opgate serve --require-gpu: a pod that sees no GPU fails, not passes on skips
+  value: "1"
+{{- end }}
 {{- if .Values.nodeLabeller.enabled }}
 - name: OPGATE_LABEL_NODE
   valueFrom:
