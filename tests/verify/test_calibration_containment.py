@@ -75,3 +75,22 @@ def test_bound_terms_that_run_out_of_gpu_memory_are_computed_on_the_cpu(monkeypa
     bounds = calibrate.CaseBounds.of(op, case, "float32", truth)
     assert calls == ["gpu", "cpu"] and bounds.sensitivity
     assert calibrate.CACHE_COUNTS["gpu_out_of_memory"] == before + 1
+
+
+def test_an_interrupted_calibration_pool_is_killed_all_at_once() -> None:
+    """close() kills every calibration process before reaping any, inside REAP_S in all (one after another, 8
+    processes with CUDA contexts outlasted a 5 s SIGTERM-to-SIGKILL grace on the H200 host)."""
+    import time
+
+    from opgate.verify.calibrator import CalibrationPool
+
+    pool = CalibrationPool(2)
+    busy = [pool.executor.submit(time.sleep, 60) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(f.running() for f in busy) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    processes = list(pool.executor._processes.values())
+    started = time.monotonic()
+    pool.close()
+    assert time.monotonic() - started < CalibrationPool.REAP_S + 1.0
+    assert processes and not any(p.is_alive() for p in processes)

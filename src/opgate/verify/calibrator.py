@@ -316,13 +316,22 @@ class CalibrationPool:
     def submit(self, *args: Any) -> "Future[PlanOutcome]":
         return self.executor.submit(_calibrate_in_process, *args)
 
+    # Seconds to reap the killed processes, all together: a process with a CUDA context (bound terms on the GPU)
+    # takes a moment to die, and joining 8 of them one after another outlasted `timeout -k 5`'s grace on the H200
+    # host, losing an interrupted library run's report. One not reaped by then stays a zombie until the CLI exits.
+    REAP_S = 2.0
+
     def close(self) -> None:
+        import time
+
         processes = list((getattr(self.executor, "_processes", None) or {}).values())
         self.executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:  # an interrupted run leaves no calibration behind
+        for process in processes:  # an interrupted run leaves no calibration behind: all killed first
             if process.is_alive():
                 process.kill()
-            process.join(timeout=5.0)
+        deadline = time.monotonic() + self.REAP_S
+        for process in processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class Calibrator(threading.Thread):
