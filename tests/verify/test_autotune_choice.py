@@ -44,6 +44,9 @@ CHILD = textwrap.dedent("""
         runs["first"] = {n: block_for(n) for n in range(33, 49)}
         runs["again"] = {n: block_for(n) for n in range(33, 49)}
         runs["keys_inside"] = len(write_block.cache)
+        block_for(40)
+        runs["used"] = autotune_choice.take_used()
+        runs["used_again"] = autotune_choice.take_used()
     runs["ran"] = ran
     runs["keys_after"] = len(write_block.cache)
     try:  # outside the scope: Triton's own path, which must benchmark and has no GPU driver here
@@ -78,6 +81,12 @@ def test_a_config_that_cannot_run_is_skipped_like_the_autotuner_skips_it(runs: d
     kernel = runs["ran"]["write_block"]
     assert kernel["configs"] == 4
     assert len(kernel["ran"]) == 16
+
+
+def test_a_case_can_name_the_config_it_ran(runs: dict) -> None:
+    """What a failing case's reason names: the config of each autotuned kernel's last call, once."""
+    assert runs["used"] == {"write_block": f"BLOCK={runs['first']['40']}, num_warps=4, num_stages=3"}
+    assert runs["used_again"] == {}
 
 
 def test_the_autotuners_forget_the_scope_and_autotune_as_triton_does_after(runs: dict) -> None:

@@ -92,3 +92,28 @@ def test_an_autotuned_kernel_runs_its_first_config_under_the_interpreter(tmp_pat
     assert result["outcome"] == "passed"
     if result["extra"]["backend_facts"].get("interpreter"):
         assert "first config" in result["extra"]["backend_facts"]["autotune"]
+
+
+@pytest.mark.gpu
+def test_a_config_the_autotuner_may_never_pick_is_judged_and_named(tmp_path):
+    """On a GPU the numerics run one config per autotune key (verify/backends/autotune_choice.py): the plan's sizes
+    reach the planted config, and the failure says which config its case ran."""
+    import json
+
+    from opgate_testing import gpu_available
+    from tests_verify_support import DATA, ROOT
+
+    available, why = gpu_available()
+    if not available:
+        pytest.skip(f"GPU test: {why}")
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop("TRITON_INTERPRET", None)
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(DATA / "autotuned_config_bug.py"), "--budget",
+                           "quick", "--stages", "numerics", "--no-shrink", "--json", str(report)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [result] = [r for r in json.loads(report.read_text())["results"] if r["check_id"] == "verify.scale.triton.float32"]
+    assert result["outcome"] == "failed" and "ran the autotuned config BLOCK=256" in result["reason"], result["reason"]
+    ran = result["extra"]["backend_facts"]["autotune"]["kernels"]["_scale_kernel"]
+    assert ran["configs"] == 4 and len(set(ran["ran"].values())) >= 2

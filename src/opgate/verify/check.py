@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from opgate.checks.base import Check, CheckContext
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.core import dtypes as dt
-from opgate.verify.backends import PreparedImplementation, prepare
+from opgate.verify.backends import PreparedImplementation, autotune_choice, prepare
 from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
 from opgate.verify.calibrate import (
     K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
@@ -59,10 +59,13 @@ class CaseRecord:
     case: Case
     verdict: CaseVerdict
     seconds: float = 0.0  # the implementation's call and the judging of this case
+    backend_note: str = ""  # what the backend chose for this case (PreparedImplementation.case_note)
 
     def compact(self) -> dict[str, Any]:
         row: dict[str, Any] = {"case": self.case.label(), "passed": self.verdict.passed,
                                "budget_ratio": _num(self.verdict.ratio), "seconds": round(self.seconds, 4)}
+        if self.backend_note:
+            row["autotuned"] = self.backend_note
         if self.verdict.not_judged:
             row["not_judged"] = self.verdict.not_judged
         if self.verdict.reasons:
@@ -295,7 +298,8 @@ class VerifyImplementationCheck(Check):
                 began = time.perf_counter()
                 verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
                                          index=index)
-                records.append(CaseRecord(case, verdict, time.perf_counter() - began))
+                note = prepared.case_note() if prepared.case_note is not None else ""
+                records.append(CaseRecord(case, verdict, time.perf_counter() - began, note))
                 fitter.observe(index, records[-1].seconds)
                 self.journal.save(index, records[-1])
         return records
@@ -665,6 +669,10 @@ class VerifyImplementationCheck(Check):
             reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
                       f"replay: opgate verify {Path(task.spec_file).name} --replay {token}")
         reason = f"[{failure_class}] {finding}; {reason}" if finding else f"[{failure_class}] {reason}"
+        noted = next((r for r in failing if getattr(r, "backend_note", "")), None)
+        if noted is not None:  # one config per autotune key (verify/backends/autotune_choice.py): say which one
+            reason = (f"{reason}; {noted.case.label()} ran the autotuned config {noted.backend_note} "
+                      f"(one per key; {autotune_choice.AUTOTUNE_ENV}=benchmark judges Triton's own pick)")
         if not_judged:
             reason = f"{reason}; {not_judged}"
         if range_note:

@@ -36,6 +36,7 @@ class _Scope:
     excluded: dict[tuple[int, str], set[str]] = field(default_factory=dict)  # (tuner, key) -> configs that failed
     added: list[tuple[Any, Any]] = field(default_factory=list)  # (tuner, key) entries made inside the scope
     summary: dict[str, Any] = field(default_factory=dict)  # kernel -> {"configs": n, "ran": {key: config}}
+    used: dict[str, str] = field(default_factory=dict)  # kernel -> the config of its last call (take_used)
 
 
 _SCOPE = _Scope()
@@ -54,6 +55,20 @@ def kernel_name(tuner: Any) -> str:
     return str(getattr(getattr(tuner, "base_fn", None), "__name__", "kernel"))
 
 
+def describe(config: Any) -> str:
+    """A config as a user writes it: its meta-parameters, num_warps and num_stages (Config's str adds defaults)."""
+    parts = [f"{k}={v}" for k, v in (getattr(config, "kwargs", None) or {}).items()]
+    parts += [f"{name}={getattr(config, name)}" for name in ("num_warps", "num_stages") if hasattr(config, name)]
+    return ", ".join(parts) or str(config)
+
+
+def take_used() -> dict[str, str]:
+    """The config each autotuned kernel ran at its last call since the previous take (a case's, in a numerics
+    check): what a failing case's reason names, so the config can be set outside opgate."""
+    used, _SCOPE.used = _SCOPE.used, {}
+    return used
+
+
 def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
     """One of `configs` for this call's key: a stable rotation by the kernel's name and the key, skipping configs
     that already failed to compile or launch at this key."""
@@ -64,8 +79,8 @@ def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
     failed = _SCOPE.excluded.get((id(tuner), repr(key)), set())
     config = next((c for c in ordered if str(c) not in failed), ordered[0])
     entry = _SCOPE.summary.setdefault(name, {"configs": len(tuner.configs), "ran": {}})
-    if len(entry["ran"]) < 64:  # enough to name the config a failing case ran; a long plan lists the first 64 keys
-        entry["ran"][repr(key)] = str(config)
+    if len(entry["ran"]) < 64:  # a long plan lists the first 64 keys; each failing case names its own config
+        entry["ran"][repr(key)] = describe(config)
     return config
 
 
@@ -127,6 +142,7 @@ def install() -> bool:
                     _SCOPE.excluded.setdefault((id(self), repr(key)), set()).add(str(self.cache.pop(key)))
                 continue
             _SCOPE.added.extend((self, key) for key in self.cache if key not in before)
+            _SCOPE.used[kernel_name(self)] = describe(self.best_config)
             return result
         return original_run(self, *args, **kwargs)  # every config failed here: let the last error surface
 
@@ -159,3 +175,4 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
             tuner.cache.pop(key, None)
         _SCOPE.added.clear()
         _SCOPE.excluded.clear()
+        _SCOPE.used.clear()

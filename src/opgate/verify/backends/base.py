@@ -180,6 +180,9 @@ class PreparedImplementation:
     # called when the check is done with the implementation, also after an error: undo what the backend changed
     # process-wide for the check (the Triton autotuner's config choice), so the next check in the worker is clean
     release: Callable[[], None] | None = None
+    # after each case: what the backend chose for it that a reader needs to reproduce it (the config each
+    # autotuned kernel ran); "" when nothing
+    case_note: Callable[[], str] | None = None
     # the backend's own limit an exception of the implementation shows (None: the implementation's error)
     limitation_of: Callable[[BaseException], BackendLimitation | None] | None = None
 

@@ -101,8 +101,13 @@ def choose_configs(prepared: PreparedImplementation) -> None:
         if ran:
             prepared.facts["autotune"] = {"note": autotune_choice.NOTE, "kernels": ran}
 
+    def case_note() -> str:
+        used = autotune_choice.take_used()
+        return "; ".join(f"{kernel}[{config}]" for kernel, config in used.items())
+
     prepared.finish = finish
     prepared.release = scope.close
+    prepared.case_note = case_note
 
 
 AUTOTUNE_NOTE = ("autotuned kernels run their first config left after the autotuner's own pruning: Triton's "
