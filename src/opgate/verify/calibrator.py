@@ -406,6 +406,8 @@ class Calibrator(threading.Thread):
                                              bool(self.info.get("gpu")))
             except CalibrationError as exc:
                 raise self._input_error(job, exc) from None
+            except InputError:  # the spec's own sizes (refuse_oversized_cases): bad input, exit 2
+                raise
             except Exception as exc:  # contained: this dtype is not judged, the rest of the run goes on
                 outcome = FailedPlan.of(dtype, exc)
             self.spans[f"{job.op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
@@ -444,6 +446,8 @@ class Calibrator(threading.Thread):
                         outcome = future.result()
                     except CalibrationError as exc:
                         raise self._input_error(job, exc) from None
+                    except InputError:
+                        raise
                     except Exception as exc:  # contained (FailedPlan); a dead calibration process too
                         outcome = FailedPlan.of(dtype, exc)
                     first_start.setdefault(index, submitted)
