@@ -47,6 +47,12 @@ CHILD = textwrap.dedent("""
         block_for(40)
         runs["used"] = autotune_choice.take_used()
         runs["used_again"] = autotune_choice.take_used()
+        # a subclass with its own run (FlagGems' LibTuner keeps a timing database): left alone
+        from triton.runtime.autotuner import Autotuner
+        own = triton.autotune(configs=CONFIGS, key=["n"])(write_block.fn)
+        own.__class__ = type("OwnRun", (Autotuner,), {"run": lambda self, *a, **k: None})
+        own.nargs = {"out_ptr": torch.zeros(1), "n": 33}
+        runs["own_run_configs"] = len(own.prune_configs({}))
     runs["ran"] = ran
     runs["keys_after"] = len(write_block.cache)
     try:  # outside the scope: Triton's own path, which must benchmark and has no GPU driver here
@@ -87,6 +93,10 @@ def test_a_case_can_name_the_config_it_ran(runs: dict) -> None:
     """What a failing case's reason names: the config of each autotuned kernel's last call, once."""
     assert runs["used"] == {"write_block": f"BLOCK={runs['first']['40']}, num_warps=4, num_stages=3"}
     assert runs["used_again"] == {}
+
+
+def test_a_tuner_with_its_own_run_is_left_alone(runs: dict) -> None:
+    assert runs["own_run_configs"] == 4
 
 
 def test_the_autotuners_forget_the_scope_and_autotune_as_triton_does_after(runs: dict) -> None:

@@ -9,7 +9,9 @@ benchmark, a replay of a case runs the config the case ran, and a plan's cases s
 them judged than the one the autotuner would keep). A config this GPU cannot run (out of shared memory or
 registers, a compile-time assertion) is skipped, as the autotuner skips it, and the next one runs.
 
-Outside that scope (the runtime stage's warm-ups and timings, in the same warm worker) Triton autotunes as usual:
+Only Triton's own Autotuner is steered: a subclass with its own `run` (FlagGems' LibTuner, which stores every
+timing in a persistent database) autotunes as it does. Outside that scope (the runtime stage's warm-ups and
+timings, in the same warm worker) Triton autotunes as usual:
 the keys the scope chose are taken out of the autotuners' caches when it ends. `OPGATE_AUTOTUNE=benchmark` keeps
 Triton's own autotuning in the numerics too.
 """
@@ -115,15 +117,20 @@ def install() -> bool:
     original_prune, original_bench, original_run = tuner_class.prune_configs, tuner_class._bench, tuner_class.run
     resource_errors = _resource_errors()
 
+    def steered(tuner: Any) -> bool:
+        # Only Triton's own Autotuner.run: a subclass with its own run (FlagGems' LibTuner) keeps a persistent
+        # benchmark database of its own, where a config chosen here would be stored as if it had been timed.
+        return _SCOPE.active and getattr(type(tuner), "run", None) is run
+
     def prune_configs(self: Any, kwargs: Any, *args: Any, **more: Any) -> Any:
         configs = original_prune(self, kwargs, *args, **more)
-        if not _SCOPE.active or len(configs) <= 1:
+        if not steered(self) or len(configs) <= 1:
             return configs
         return [choose(self, kwargs, list(configs))]
 
     def bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
         # A Triton without the one-config shortcut benchmarks the single pruned config: no need, it is the choice.
-        if _SCOPE.active:
+        if steered(self):
             return [0.0, 0.0, 0.0]
         return original_bench(self, *args, config=config, **meta)
 
