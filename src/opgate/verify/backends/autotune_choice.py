@@ -39,6 +39,7 @@ class _Scope:
     added: list[tuple[Any, Any]] = field(default_factory=list)  # (tuner, key) entries made inside the scope
     summary: dict[str, Any] = field(default_factory=dict)  # kernel -> {"configs": n, "ran": {key: config}}
     used: dict[str, str] = field(default_factory=dict)  # kernel -> the config of its last call (take_used)
+    retrying: dict[int, set[str]] = field(default_factory=dict)  # tuner -> configs that failed in the call under way
 
 
 _SCOPE = _Scope()
@@ -78,7 +79,7 @@ def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
     name = kernel_name(tuner)
     start = zlib.crc32(f"{name}{key!r}".encode()) % len(configs)
     ordered = configs[start:] + configs[:start]
-    failed = _SCOPE.excluded.get((id(tuner), repr(key)), set())
+    failed = _SCOPE.excluded.get((id(tuner), repr(key)), set()) | _SCOPE.retrying.get(id(tuner), set())
     config = next((c for c in ordered if str(c) not in failed), ordered[0])
     entry = _SCOPE.summary.setdefault(name, {"configs": len(tuner.configs), "ran": {}})
     if len(entry["ran"]) < 64:  # a long plan lists the first 64 keys; each failing case names its own config
@@ -137,21 +138,27 @@ def install() -> bool:
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _SCOPE.active:
             return original_run(self, *args, **kwargs)
-        for _attempt in range(len(self.configs)):
-            before = set(self.cache)
-            try:
-                result = original_run(self, *args, **kwargs)
-            except resource_errors:
-                added = [key for key in self.cache if key not in before]
-                if not added:  # the choice was made outside the scope: the error is the kernel's to report
-                    raise
-                for key in added:
-                    _SCOPE.excluded.setdefault((id(self), repr(key)), set()).add(str(self.cache.pop(key)))
-                continue
-            _SCOPE.added.extend((self, key) for key in self.cache if key not in before)
-            _SCOPE.used[kernel_name(self)] = describe(self.best_config)
-            return result
-        return original_run(self, *args, **kwargs)  # every config failed here: let the last error surface
+        failed_here = _SCOPE.retrying.setdefault(id(self), set())  # whatever key formula this Triton uses
+        try:
+            for _attempt in range(len(self.configs)):
+                before = set(self.cache)
+                try:
+                    result = original_run(self, *args, **kwargs)
+                except resource_errors:
+                    added = [key for key in self.cache if key not in before]
+                    if not added:  # the choice was made outside the scope: the error is the kernel's to report
+                        raise
+                    for key in added:
+                        config = str(self.cache.pop(key))
+                        failed_here.add(config)
+                        _SCOPE.excluded.setdefault((id(self), repr(key)), set()).add(config)
+                    continue
+                _SCOPE.added.extend((self, key) for key in self.cache if key not in before)
+                _SCOPE.used[kernel_name(self)] = describe(self.best_config)
+                return result
+            return original_run(self, *args, **kwargs)  # every config failed here: let the last error surface
+        finally:
+            _SCOPE.retrying.pop(id(self), None)
 
     tuner_class.prune_configs = prune_configs  # type: ignore[method-assign]
     tuner_class._bench = bench  # type: ignore[method-assign]
@@ -183,3 +190,4 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
         _SCOPE.added.clear()
         _SCOPE.excluded.clear()
         _SCOPE.used.clear()
+        _SCOPE.retrying.clear()
