@@ -116,3 +116,14 @@ def test_a_divergence_summed_in_bfloat16_into_float32_is_precision_hundreds_of_t
     wrong = results["verify.kl_div.wrong_sign.bfloat16"]
     assert wrong["outcome"] == "failed" and wrong["extra"]["failure_class"] == "typical", wrong["reason"]
     assert results["verify.kl_div.torch.bfloat16"]["outcome"] == "passed"
+
+
+def test_an_elementwise_precision_loss_is_blamed_on_its_formula_not_on_a_reduction() -> None:
+    """fla's logsigmoid (log(1 + e^-x) in float32, library corpus) has no reduction: its cause line must not name
+    one (each output depends on one input: fan-in 1)."""
+    from opgate.verify.deviations import _likely_cause
+
+    elementwise = _likely_cause("float32", [], 1, "")
+    assert "elementwise formula" in elementwise and "accumulat" not in elementwise
+    assert "accumulation" in _likely_cause("float32", [], 4096, "")
+    assert "reduction accumulated in bfloat16" in _likely_cause("bfloat16", [], 4096, "")

@@ -27,7 +27,8 @@ from opgate.verify.calibrate import (
 )
 from opgate.verify.compare import OutputStats
 from opgate.verify.deviations import (
-    FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED, Deviation, PrecisionFinding,
+    ELEMENTWISE_CAUSE, ELEMENTWISE_REMEDY, FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED,
+    Deviation, PrecisionFinding,
     bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
@@ -689,7 +690,9 @@ class VerifyImplementationCheck(Check):
                             "or the backend deviates (e.g. computes in the low precision); the case is named so "
                             "it can be replayed")
         remediation = remediation_for(failing)
-        if finding:
+        if finding and ELEMENTWISE_CAUSE in finding:
+            remediation = ELEMENTWISE_REMEDY
+        elif finding:
             remediation = ("a precision deficit against PyTorch eager, not a wrong formula: accumulate reductions in "
                            "float32 (tl.sum(x.to(tl.float32)), or dtype=tl.float32) and round once at the end, or "
                            f"accept it knowingly; budgets: {K_RMSE:g}x/{K_QUANTILE:g}x the eager baseline "

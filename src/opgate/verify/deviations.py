@@ -321,6 +321,10 @@ REGIME_WORDS = {
     "magnitude": "scaled magnitudes",
 }
 MAX_FLOAT32_RERUNS = 3  # failing cases run again in float32 (the worst of each regime first)
+ELEMENTWISE_CAUSE = "an elementwise formula that loses digits eager keeps"
+ELEMENTWISE_REMEDY = ("a precision deficit against PyTorch eager, not a wrong formula: rewrite where it cancels "
+                      "(log1p(exp(-|x|)) for log(1 + exp(-|x|)), expm1(x) for exp(x) - 1, sigmoid(-x) for "
+                      "1 - sigmoid(x)) or use the exact function instead of an approximate one, or accept it knowingly")
 
 
 def numeric_failure(reasons: Sequence[str]) -> bool:
@@ -445,6 +449,10 @@ def _likely_cause(dtype: str, wider_outputs: Sequence[str], fan_in: int, float32
             return (f"likely cause: an intermediate kept in low precision whatever the input dtype (in float32 the "
                     f"same implementation still fails these cases), e.g. {what}")
         return f"likely cause: {what} (eager accumulates in float32)"
+    if fan_in == 1:  # each output depends on one input element: no reduction to blame
+        return (f"likely cause: {ELEMENTWISE_CAUSE}, a cancellation such as "
+                "log(1 + e^-x) or 1 - sigmoid(x) where log1p, expm1 or a rearranged form is exact, or an approximate "
+                f"function; the error is relative to the output, in {dtype}")
     if dtype == "float32":
         return ("likely cause: float32 rounding beyond what float32 accumulation in any order costs (a long "
                 "sequential or float16 accumulation, an approximate function); eager's CPU reductions accumulate "
