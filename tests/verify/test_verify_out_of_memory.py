@@ -22,7 +22,8 @@ from tests_verify_support import DATA, ROOT, SRC
 
 from opgate.gpu.probes.device_memory import DeviceMemorySnapshot, ProcessMemory
 from opgate.verify import check as check_module
-from opgate.verify.check import VerifyImplementationCheck, out_of_memory
+from opgate.gpu.judge.oom import exception_is_out_of_memory as out_of_memory
+from opgate.verify.check import VerifyImplementationCheck
 from opgate.verify.inputs import Case
 from opgate.verify.resume import CaseJournal
 

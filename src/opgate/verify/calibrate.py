@@ -425,6 +425,7 @@ class CaseBounds:
     def of(cls, op: Operator, case: Case, dtype: str, truth: Sequence[Any]) -> "CaseBounds":
         """The case's bounds, from the disk cache when the same inputs, truth, reference and judging code met
         before (verify/bounds_cache.py), else computed and stored."""
+        from opgate.gpu.judge.oom import exception_is_out_of_memory
         from opgate.verify import bounds_cache, bounds_device
 
         key = None
@@ -440,7 +441,7 @@ class CaseBounds:
             try:
                 bounds = cls._computed(op, case, dtype, truth, where)
             except Exception as exc:
-                if device != "cuda" or not _out_of_memory(exc):
+                if device != "cuda" or not exception_is_out_of_memory(exc):
                     raise
                 # the GPU is full (other checks' workers hold its memory, a recovery check fills it): these terms
                 # are float64 arithmetic that the CPU computes the same, only slower
@@ -471,16 +472,6 @@ class CaseBounds:
             return budget  # a user tolerance: |e| <= atol + rtol |truth| everywhere already
         return dataclasses.replace(budget, elements=element_allowances(truth, baseline, self.accumulation[o],
                                                                        self.logspace[o], pooled_rho))
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    from opgate.gpu.judge.oom import is_out_of_memory
-
-    names, seen = [], exc  # type: ignore[var-annotated]
-    while seen is not None and len(names) < 8:
-        names.append(type(seen).__name__)
-        seen = seen.__cause__ or seen.__context__
-    return is_out_of_memory(names, str(exc))
 
 
 def eager_element_loss(truth: Any, baseline: Any, accumulation: AccumulationBound) -> float | None:

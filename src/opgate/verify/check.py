@@ -32,7 +32,7 @@ from opgate.verify.deviations import (
     bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
-from opgate.gpu.judge.oom import OomFacts, is_out_of_memory, judge_oom, requested_bytes
+from opgate.gpu.judge.oom import OomFacts, exception_is_out_of_memory, judge_oom, requested_bytes
 from opgate.gpu.probes.device_memory import device_memory_snapshot, free_cached_memory
 from opgate.verify.gaming import apply_probe, probe_implementation
 from opgate.verify.gradients import gradient_failure_class, gradient_remediation
@@ -141,15 +141,6 @@ def _torch() -> Any:
     import torch
 
     return torch
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """torch's or CuPy's OutOfMemoryError, or an error whose message (or its cause's) says CUDA ran out of memory."""
-    chain: list[BaseException] = []
-    while exc is not None and exc not in chain and len(chain) < 4:
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return is_out_of_memory([type(e).__name__ for e in chain], " ".join(str(e) for e in chain))
 
 
 def _limitations(reasons: Sequence[str]) -> list[BackendLimitation]:
@@ -489,7 +480,7 @@ class VerifyImplementationCheck(Check):
                 return CaseVerdict(False, (limitation.reason(),), (), tuple(budgets))
             lines = traceback.format_exception_only(type(exc), exc)
             message = " ".join(lines[-1].split())[:300]
-            if not out_of_memory(exc):
+            if not exception_is_out_of_memory(exc):
                 return CaseVerdict(False, (f"raised {message}",), (), tuple(budgets))
             oom_message = message  # handled below, outside this block: its traceback holds the call's tensors
         if oom_message:

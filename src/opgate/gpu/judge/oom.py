@@ -49,6 +49,16 @@ def is_out_of_memory(class_names: Sequence[str], message: str) -> bool:
     return any(name in OOM_CLASS_NAMES for name in class_names) or bool(OOM_MESSAGE.search(message))
 
 
+def exception_is_out_of_memory(exc: BaseException) -> bool:
+    """torch's or CuPy's OutOfMemoryError, or an error whose message (or its cause's) says CUDA ran out of memory."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain and len(chain) < 4:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return is_out_of_memory([type(e).__name__ for e in chain], " ".join(str(e) for e in chain))
+
+
 def requested_bytes(message: str) -> int | None:
     """The size of the allocation that failed, when the message says it."""
     for pattern in _REQUEST:
