@@ -35,7 +35,6 @@ class _Scope:
     """What the patched Autotuner does while a numerics check runs."""
 
     active: bool = False
-    excluded: dict[tuple[int, str], set[str]] = field(default_factory=dict)  # (tuner, key) -> configs that failed
     added: list[tuple[Any, Any]] = field(default_factory=list)  # (tuner, key) entries made inside the scope
     summary: dict[str, Any] = field(default_factory=dict)  # kernel -> {"configs": n, "ran": {key: config}}
     used: dict[str, str] = field(default_factory=dict)  # kernel -> the config of its last call (take_used)
@@ -79,7 +78,7 @@ def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
     name = kernel_name(tuner)
     start = zlib.crc32(f"{name}{key!r}".encode()) % len(configs)
     ordered = configs[start:] + configs[:start]
-    failed = _SCOPE.excluded.get((id(tuner), repr(key)), set()) | _SCOPE.retrying.get(id(tuner), set())
+    failed = _SCOPE.retrying.get(id(tuner), set())
     config = next((c for c in ordered if str(c) not in failed), ordered[0])
     entry = _SCOPE.summary.setdefault(name, {"configs": len(tuner.configs), "ran": {}})
     if len(entry["ran"]) < 64:  # a long plan lists the first 64 keys; each failing case names its own config
@@ -138,7 +137,8 @@ def install() -> bool:
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _SCOPE.active:
             return original_run(self, *args, **kwargs)
-        failed_here = _SCOPE.retrying.setdefault(id(self), set())  # whatever key formula this Triton uses
+        # configs that failed in this call; once one runs, the key is cached with it and never chosen again
+        failed_here = _SCOPE.retrying.setdefault(id(self), set())
         try:
             for _attempt in range(len(self.configs)):
                 before = set(self.cache)
@@ -148,10 +148,7 @@ def install() -> bool:
                     added = [key for key in self.cache if key not in before]
                     if not added:  # the choice was made outside the scope: the error is the kernel's to report
                         raise
-                    for key in added:
-                        config = str(self.cache.pop(key))
-                        failed_here.add(config)
-                        _SCOPE.excluded.setdefault((id(self), repr(key)), set()).add(config)
+                    failed_here.update(str(self.cache.pop(key)) for key in added)
                     continue
                 _SCOPE.added.extend((self, key) for key in self.cache if key not in before)
                 _SCOPE.used[kernel_name(self)] = describe(self.best_config)
@@ -188,6 +185,5 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
         for tuner, key in _SCOPE.added:
             tuner.cache.pop(key, None)
         _SCOPE.added.clear()
-        _SCOPE.excluded.clear()
         _SCOPE.used.clear()
         _SCOPE.retrying.clear()
