@@ -43,9 +43,17 @@ def raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# What write_interrupted_report said per report object: a verb writes its report as soon as it is interrupted,
+# before it stops its children (a CUDA context's teardown can outlast a CI runner's SIGTERM-to-SIGKILL grace), and
+# `main` then only says where it is.
+_WRITTEN: dict[int, str] = {}
+
+
 def write_interrupted_report(report: Any) -> str:
     """The report so far, marked interrupted, to the --json/--junit/--markdown paths (a CI job cancelled or timed
-    out still gets its summary); returns what to say about it."""
+    out still gets its summary), once per report; returns what to say about it."""
+    if id(report) in _WRITTEN:
+        return _WRITTEN[id(report)]
     from opgate.reporting.json_report import write_json
     from opgate.reporting.junit import write_junit
     from opgate.reporting.markdown import write_markdown
@@ -60,6 +68,9 @@ def write_interrupted_report(report: Any) -> str:
             written.append(str(path))
         except (OSError, InputError):
             pass
-    if not written:
-        return ""
-    return f"; the report so far ({len(report.results)} results, marked interrupted) is in {', '.join(written)}"
+    said = ""
+    if written:
+        said = f"; the report so far ({len(report.results)} results, marked interrupted) is in {', '.join(written)}"
+    _WRITTEN.clear()  # one run per process that matters; the id of a collected report may be reused
+    _WRITTEN[id(report)] = said
+    return said

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
 from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, register_child,
-                             unregister_child)
+                             signal_process_group, unregister_child)
 from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
@@ -524,7 +524,10 @@ class _stop_on_interrupt:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
         if kind is None or not issubclass(kind, KeyboardInterrupt) or isinstance(exc, RunInterrupted):
             return False
-        kill_process_groups(slot.worker.proc if isinstance(slot, _WarmRunning) else slot.proc for slot in self.running)
+        # signalled, not reaped: the verb writes its report first; reaping waits for CUDA contexts' teardown, and
+        # the pool's close and kill_all_children do it after (every child is registered)
+        for slot in self.running:
+            signal_process_group(slot.worker.proc if isinstance(slot, _WarmRunning) else slot.proc)
         not_run = [slot.task.check_id for slot in self.running] + [task.check_id for _, task in self.pending]
         raise RunInterrupted([r for r in self.results if r is not None], not_run) from None
 

@@ -94,3 +94,42 @@ def test_an_interrupted_calibration_pool_is_killed_all_at_once() -> None:
     pool.close()
     assert time.monotonic() - started < CalibrationPool.REAP_S + 1.0
     assert processes and not any(p.is_alive() for p in processes)
+
+
+def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reaping waits for each CUDA context's teardown: on the H200 a library run stopped by SIGTERM was SIGKILLed 5 s
+    later in that wait, with no report (2026-12-02). The report must be on disk before the first reap."""
+    from opgate import interrupts, session
+    from opgate.cli import make_console
+    from opgate.results import RunReport
+    from opgate.runner import WarmPool
+    from opgate.verify import calibrator
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    report_path = tmp_path / "r.json"
+    monkeypatch.setitem(interrupts.REPORT_PATHS, "json", report_path)
+    on_disk_at_reap: list[bool] = []
+    real_close = WarmPool.close
+
+    def close(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        on_disk_at_reap.append(report_path.is_file())
+        return real_close(self, *args, **kwargs)
+
+    def interrupted_session(verb, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise session.SessionInterrupted(RunReport(verb=verb, results=(), started_at="", duration_s=1.0,
+                                                   extra={"interrupted": True, "not_run": ["planted"]}))
+
+    monkeypatch.setattr(WarmPool, "close", close)
+    monkeypatch.setattr(calibrator.CalibrationPool, "close", lambda self: on_disk_at_reap.append(report_path.is_file()))
+    monkeypatch.setattr(session, "run_session", interrupted_session)
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(session.SessionInterrupted) as stop:
+        run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
+                                 dtypes=("float32",), out_dir=tmp_path / "out"), make_console())
+    assert on_disk_at_reap and all(on_disk_at_reap), on_disk_at_reap
+    import json
+
+    assert json.loads(report_path.read_text())["interrupted"] is True
+    # main says where it is without writing it a second time
+    assert str(report_path) in interrupts.write_interrupted_report(stop.value.report)

@@ -478,6 +478,7 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     from opgate.session import SessionInterrupted, run_session
 
     from opgate.children import STOPPING, become_subreaper
+    from opgate.interrupts import write_interrupted_report
 
     STOPPING.clear()  # a run in this process after an interrupted one (tests, the pytest plugin) starts afresh
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
@@ -506,7 +507,10 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
                                      follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
             except SessionInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True
-                raise SessionInterrupted(prepared.finish(stop.report)) from None
+                report = prepared.finish(stop.report)
+                # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace
+                write_interrupted_report(report)
+                raise SessionInterrupted(report) from None
             prepared.calibrator.join()
             report = prepared.finish(report)
         finally:
