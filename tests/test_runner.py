@@ -165,3 +165,24 @@ def test_tasks_over_their_share_of_the_slots_wait_and_leave_the_rest_to_others()
     assert _next_position(warm, running[:1], jobs=4) == 0
     measure = (10, dataclasses.replace(task("measure", "PassingCheck"), exclusive=True))
     assert _next_position([measure, *warm], running, jobs=4) is None  # the measurement waits for the warm-ups
+
+
+def test_a_task_starts_after_the_tasks_it_names_have_finished() -> None:
+    """`after`: a sanitizer run's other implementations read the one run their group's first task made."""
+    from opgate.runner import _next_position
+
+    first = task("first", "PassingCheck")
+    then = dataclasses.replace(task("then", "PassingCheck"), after=("planted.first",))
+    other = task("other", "PassingCheck")
+
+    class Slot:
+        def __init__(self, t: CheckTask) -> None:
+            self.task = t
+
+    assert _next_position([(1, then), (2, other)], [Slot(first)], jobs=4) == 1  # first still runs
+    assert _next_position([(0, first), (1, then)], [], jobs=4) == 0
+    assert _next_position([(1, then)], [], jobs=4) == 0  # first has finished (or was never in the run)
+    started: list[str] = []
+    results = run_checks([then, first, other], jobs=3, on_start=lambda t: started.append(t.check_id))
+    assert [r.outcome for r in results] == [Outcome.PASSED] * 3
+    assert started.index("planted.then") > started.index("planted.first")

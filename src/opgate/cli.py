@@ -283,7 +283,7 @@ def verify(
                                "analyze's portability, occupancy, roofline are opt-in."),
     sanitizer_tools: str = typer.Option("all", "--sanitizer-tools", help="compute-sanitizer tools of the "
                                         "sanitizer stage, comma-separated: memcheck, racecheck, initcheck, "
-                                        "synccheck, or all (one run per implementation and tool)."),
+                                        "synccheck, or all (one run per spec file and tool, shared by its implementations)."),
     fail_on_skip: bool = typer.Option(False, "--fail-on-skip", help="Treat skipped checks as failures (exit 1)."),
     require_gpu: bool = typer.Option(False, "--require-gpu", help="Fail (exit 1) when NVML sees no NVIDIA GPU, "
                                      "and fail every stage skipped for want of one: for GPU hosts' CI."),

@@ -73,6 +73,9 @@ class CheckTask:
     # The share of the run's slots that tasks of this `target` may hold at once (1: no limit): work that nothing
     # else waits for must leave slots to the work that does.
     slot_share: float = 1.0
+    # Check ids of tasks of the same run this one starts after: it waits while any of them is queued or running
+    # (a sanitizer run's other implementations read the one run their first task made for all of them).
+    after: tuple[str, ...] = ()
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -690,8 +693,9 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     slots before it: on a library the runtime stage's exclusive checks of every operator came before any numerics
     (docs/benchmarks.md, tenth session)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
+    unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
     for at, (_, task) in enumerate(pending):
-        if _over_share(task, running, jobs):
+        if _over_share(task, running, jobs) or unfinished.intersection(task.after):
             continue
         if not task.exclusive or not side_by_side:
             return at

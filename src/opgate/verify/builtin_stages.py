@@ -135,7 +135,7 @@ SANITIZER_NICE = 10
 
 class SanitizerStage(_GpuStage):
     name = "sanitizer"
-    summary = "compute-sanitizer memcheck, racecheck, initcheck, synccheck, one run each (GPU)"
+    summary = "compute-sanitizer memcheck, racecheck, initcheck, synccheck: one run per spec file and tool (GPU)"
     default = True
     order = 45  # after the numerics tasks start: compile-heavy numerics are the longest tasks
     # Each run is a compute-sanitizer process of its own; the check that starts it needs no warm state, and in a

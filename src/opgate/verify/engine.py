@@ -357,6 +357,10 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
+        if os.environ.get("OPGATE_SANITIZER_RUNS", "shared") != "each":  # "each": one child per check, as before
+            from opgate.verify.sanitizer_batch import group_sanitizer_tasks
+
+            tasks = group_sanitizer_tasks(tasks, workdir)
     feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0))
     plans = sum(len(job.dtypes) for job in jobs)
     calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,

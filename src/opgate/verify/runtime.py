@@ -320,6 +320,14 @@ class VerifySanitizerCheck(GpuStageCheck):
         from opgate.gpu.probes.sanitizer import (SanitizerNotFound, find_compute_sanitizer, run_under_sanitizer,
                                                  supported_tool_options)
 
+        from opgate.verify import sanitizer_batch
+
+        member = sanitizer_batch.Member(ctx.options["op"], ctx.options["impl"], ctx.options["dtype"])
+        if ctx.options.get("group_dir") and not ctx.options.get("group"):
+            # another member ran the group's shared run: a clean one covers this implementation (no torch here)
+            record = sanitizer_batch.shared_record(ctx.options["group_dir"], member)
+            if record is not None:
+                return self._passed_in_shared_run(GpuStagePayload.from_dict(ctx.options), record)
         options, _ = self.begin(ctx)
         tool = options.tool
         op, _ = load_implementation(options)
@@ -327,9 +335,18 @@ class VerifySanitizerCheck(GpuStageCheck):
         try:
             path = find_compute_sanitizer()
             tool_options, dropped = supported_tool_options(path, SANITIZER_TOOL_OPTIONS.get(tool, ()))
-            run = run_under_sanitizer(run_once_command(options, sanitized=True), tool=tool,
-                                      tool_options=tool_options, timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path,
-                                      env={**os.environ, **SANITIZER_CHILD_ENV})
+
+            def under_tool(command: list[str]) -> Any:
+                return run_under_sanitizer(command, tool=tool, tool_options=tool_options,
+                                           timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path,
+                                           env={**os.environ, **SANITIZER_CHILD_ENV})
+
+            if options.group:
+                sanitizer_batch.run_shared(Path(options.group_dir), options.spec_file, options.group, under_tool)
+                record = sanitizer_batch.shared_record(options.group_dir, member)
+                if record is not None:
+                    return self._passed_in_shared_run(options, record, tool_options, dropped)
+            run = under_tool(run_once_command(options, sanitized=True))
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None
         findings = run.report.findings
@@ -366,6 +383,33 @@ class VerifySanitizerCheck(GpuStageCheck):
         each = " each" if len(sizes) > 1 else ""
         return self.passed(f"{tool}: no errors in one call{each} at the {sizes_text} ({run.duration_s:.0f} s under "
                            "the sanitizer, allocator caches off)", figures=figures, extra=extra)
+
+    def _passed_in_shared_run(self, options: GpuStagePayload, record: dict[str, Any],
+                              tool_options: list[str] | None = None, dropped: list[str] | None = None) -> CheckResult:
+        """The verdict of an implementation a clean shared run covered (verify/sanitizer_batch.py)."""
+        tool = options.tool
+        sizes = [(str(step), dict(dims)) for step, dims in record["member_steps"]]
+        sizes_text = " and the ".join(f"{label} size {_dims_label(dims)}" for label, dims in sizes)
+        members = int(record["members"])
+        shared_text = (f"one compute-sanitizer run of the {members} implementations of {Path(options.spec_file).name} "
+                       f"under {tool} ({record['duration_s']:.0f} s), this one among them")
+        figures = [Figure("tool", tool), Figure("findings", 0, "", Threshold(0, "==", "compute-sanitizer")),
+                   Figure("sizes run", sizes_text),
+                   Figure("allocator caches", "off: every allocation is its own, so an access past a tensor "
+                                              "is outside an allocation"),
+                   Figure("shared run", shared_text),
+                   Figure("shared run time under the sanitizer", record["duration_s"], "s")]
+        if tool_options:
+            figures.append(Figure("sanitizer options", " ".join(tool_options)))
+        if dropped:
+            figures.append(Figure("options this compute-sanitizer lacks", ", ".join(dropped)))
+        extra = {"op": options.op, "implementation": options.impl, "dtype": options.dtype, "tool": tool,
+                 "shared_run": {k: record[k] for k in ("duration_s", "log_path", "members")},
+                 "sizes": [{"step": label, "dims": dims} for label, dims in sizes], "steps_reached": sizes,
+                 "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
+        each = " each" if len(sizes) > 1 else ""
+        return self.passed(f"{tool}: no errors in one call{each} at the {sizes_text} ({shared_text}, allocator "
+                           "caches off)", figures=figures, extra=extra)
 
 
 class VerifyNcuCheck(GpuStageCheck):

@@ -89,3 +89,7 @@ class GpuStagePayload(ImplementationPayload):
     repeats: int = 50  # timed calls of the runtime stage
     trials: int = 3  # out-of-memory trials of the recovery stage
     slo_p95_us: float | None = None  # the qos stage's SLO (else the spec's)
+    # The sanitizer stage's shared run (verify/sanitizer_batch.py): the group's folder, and in the group's first
+    # task the members it runs for all ([{op, impl, dtype}]); the other members read its record
+    group_dir: str = ""
+    group: list[dict[str, str]] = dataclasses.field(default_factory=list)

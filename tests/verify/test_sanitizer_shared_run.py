@@ -1,0 +1,115 @@
+"""One compute-sanitizer run per spec file and tool (verify/sanitizer_batch.py): how tasks are grouped, when a
+shared run counts (clean only), and the verdict a member reads from it; on a GPU, softmax's two implementations
+under one run per tool, and planted bugs still attributed one by one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests_verify_support import DATA, ROOT, SRC, gpu_reason
+
+from opgate.checks.base import CheckContext
+from opgate.results import Outcome
+from opgate.runner import CheckTask
+from opgate.verify import sanitizer_batch
+from opgate.verify.runtime import VerifySanitizerCheck
+from opgate.verify.tasks import GpuStagePayload
+
+
+def _task(spec: str, op: str, impl: str, tool: str, target: str = sanitizer_batch.SANITIZER_TARGET) -> CheckTask:
+    payload = GpuStagePayload(spec_file=spec, op=op, impl=impl, dtype="float32", tool=tool)
+    return CheckTask(f"verify.{op}.{impl}.{tool}", op, target, 480.0,
+                     CheckContext(verb="verify", options=payload.to_dict()))
+
+
+def test_the_sanitizer_tasks_of_one_spec_file_and_tool_share_one_run(tmp_path: Path) -> None:
+    tasks = [_task("/a.py", "x", "triton", "memcheck"), _task("/a.py", "y", "triton", "memcheck"),
+             _task("/a.py", "x", "triton", "racecheck"), _task("/b.py", "z", "triton", "memcheck"),
+             _task("/a.py", "y", "cuda", "memcheck"), _task("/a.py", "x", "triton", "", target="m:Numerics")]
+    grouped = sanitizer_batch.group_sanitizer_tasks(tasks, tmp_path)
+    first, second, alone_tool, alone_file, third, other = grouped
+    assert [m["op"] + "." + m["impl"] for m in first.context.options["group"]] == ["x.triton", "y.triton", "y.cuda"]
+    assert first.timeout_s == 2 * 480.0 and first.after == ()
+    for member in (second, third):
+        assert member.after == (first.check_id,) and member.context.options["group"] == []
+        assert member.context.options["group_dir"] == first.context.options["group_dir"]
+    assert (alone_tool, alone_file, other) == (tasks[2], tasks[3], tasks[5])  # groups of one are left alone
+
+
+def _run(findings: int = 0, returncode: int = 0, timed_out: bool = False) -> SimpleNamespace:
+    report = SimpleNamespace(findings=[object()] * findings, reported_error_count=findings)
+    return SimpleNamespace(duration_s=12.5, log_path="/tmp/log", timed_out=timed_out, returncode=returncode,
+                           report=report, sanitizer_flagged=findings > 0)
+
+
+MEMBERS = [{"op": "x", "impl": "triton", "dtype": "float32"}, {"op": "y", "impl": "triton", "dtype": "float16"}]
+
+
+def _progress(path: Path, finished: int) -> Path:
+    lines = []
+    for member in MEMBERS[:finished]:
+        key = sanitizer_batch.Member(**member).key()
+        lines += [{"event": "step", "member": key, "step": "first declared", "dims": {"N": 256}},
+                  {"event": "step", "member": key, "step": "tail", "dims": {"N": 257}},
+                  {"event": "done", "member": key}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"event": "st')  # a cut-short line
+    return path
+
+
+@pytest.mark.parametrize("run, finished, why", [
+    (_run(), 2, ""),
+    (_run(findings=1, returncode=86), 2, "has findings"),
+    (_run(returncode=1), 1, "exited with 1"),
+    (_run(timed_out=True, returncode=None), 1, "timed out"),
+    (_run(), 1, "did not finish y|triton|float16"),
+])
+def test_only_a_clean_shared_run_covers_its_members(tmp_path: Path, run: SimpleNamespace, finished: int,
+                                                    why: str) -> None:
+    record = sanitizer_batch.judge_shared_run(run, MEMBERS, _progress(tmp_path / "p.jsonl", finished))
+    assert record["clean"] is (why == "") and why in record["why"]
+    (tmp_path / sanitizer_batch.RECORD).write_text(json.dumps(record))
+    seen = sanitizer_batch.shared_record(str(tmp_path), sanitizer_batch.Member("x", "triton", "float32"))
+    assert (seen is not None) is (why == "")
+    if seen is not None:
+        assert seen["member_steps"] == [["first declared", {"N": 256}], ["tail", {"N": 257}]]
+
+
+def test_a_member_reads_a_clean_shared_run_without_a_gpu_and_runs_alone_without_one(tmp_path: Path) -> None:
+    (tmp_path / sanitizer_batch.RECORD).write_text(json.dumps(
+        sanitizer_batch.judge_shared_run(_run(), MEMBERS, _progress(tmp_path / "p.jsonl", 2))))
+    payload = GpuStagePayload(spec_file="/lib/ops.py", op="y", impl="triton", dtype="float16", tool="racecheck",
+                              group_dir=str(tmp_path))
+    result = VerifySanitizerCheck().evaluate(CheckContext(verb="verify", options=payload.to_dict()))
+    assert result.outcome is Outcome.PASSED
+    assert "one compute-sanitizer run of the 2 implementations of ops.py under racecheck" in result.reason
+    assert "tail size N=257" in result.reason
+    # no clean record: the member runs its own child (here: no GPU, so it says so instead of passing)
+    (tmp_path / sanitizer_batch.RECORD).write_text(json.dumps({"clean": False, "why": "has findings"}))
+    if not gpu_reason():
+        pytest.skip("a GPU is present: the member would run its own child")
+    from opgate.errors import SkipCheck
+
+    with pytest.raises(SkipCheck):
+        VerifySanitizerCheck().evaluate(CheckContext(verb="verify", options=payload.to_dict()))
+
+
+@pytest.mark.gpu
+def test_softmax_implementations_share_one_run_per_tool_and_planted_bugs_stay_their_own(tmp_path: Path) -> None:
+    if gpu_reason():
+        pytest.skip(gpu_reason())
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    report = tmp_path / "softmax.json"
+    subprocess.run([sys.executable, "-m", "opgate", "verify", str(ROOT / "examples" / "ops" / "softmax.py"),
+                    "--stages", "sanitizer", "--sanitizer-tools", "memcheck,initcheck", "--json", str(report)],
+                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    results = [r for r in json.loads(report.read_text())["results"] if r["check_id"].endswith(("sanitizer", "initcheck"))]
+    assert len(results) == 4 and all(r["outcome"] == "passed" for r in results), [r["reason"] for r in results]
+    assert all(r["extra"]["shared_run"]["members"] == 2 for r in results), [r["reason"] for r in results]
