@@ -157,6 +157,7 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
     pooled_element_rho: list[float] = field(default_factory=list)  # per output: median eager loss (element_allowances)
     bounds_seconds: float = 0.0  # of the calibration's time, the cases' bound terms (computed or from the cache)
+    deferred_cases: int = 0  # cases whose budgets the numerics check computes if it runs them (budgets row empty)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -164,7 +165,7 @@ class Calibration:
             "pooled_rmse_rel": self.pooled_rmse, "pooled_quantile_rel": self.pooled_quantile,
             "k_rmse": K_RMSE, "k_quantile": K_QUANTILE, "floor_eps": FLOOR_EPS.get(self.dtype),
             "override": dict(self.override) if self.override else None, "notes": self.notes,
-            "pooled_element_rho": self.pooled_element_rho,
+            "pooled_element_rho": self.pooled_element_rho, "deferred_cases": self.deferred_cases,
         }
 
 
@@ -392,20 +393,65 @@ def calibrate(
     override = user_override(op, dtype)
     n = len(cases)
     began = time.perf_counter()
-    case_bounds = [CaseBounds.of(op, case, dtype, truth) for case, truth in zip(cases, truths)]
+    case_bounds = bounds_until_deferred(op, cases, dtype, truths, deferral_seconds())
     bounds_seconds = time.perf_counter() - began
     # what eager loses at the componentwise check's elements, pooled over the cases like the RMSE: a case where eager
     # happens to be exact (a bfloat16 q cos - q' sin on constant rows) must not demand exactness of everyone
-    pooled_rho = [_median([rho for bounds, truth, baseline in zip(case_bounds, truths, baselines)
-                           if (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
+    pooled_rho = [_median([rho for bounds, truth, baseline in zip(case_bounds, truths, baselines) if bounds is not None
+                           and (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
                   for o in range(n_outputs)]
     budgets: list[list[OutputBudget]] = []
     for bounds, truth, row, baseline in zip(case_bounds, truths, baseline_stats, baselines):
-        budgets.append([bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
+        budgets.append([] if bounds is None else  # deferred: the numerics check computes it if it runs the case
+                       [bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
                                       _quantized_for(quantized, b), pooled_rho[o])
                         for o, (stats, b) in enumerate(zip(row, baseline))])
+    deferred = sum(1 for bounds in case_bounds if bounds is None)
+    if deferred:
+        notes.append(f"{deferred} of {n} cases' bound terms were deferred to the numerics check, which computes "
+                     "them for the cases it runs (their time counts in its time budget)")
     return Calibration(op.name, dtype, n, out_dtypes, budgets, baseline_stats, pooled_rmse, pooled_q,
-                       masks, override, excluded, notes, pooled_rho, bounds_seconds)
+                       masks, override, excluded, notes, pooled_rho, bounds_seconds, deferred)
+
+
+# Seconds of bound terms one operator x dtype's calibration computes for every case before it defers the rest
+# (never a declared case or the first case of a regime x layout): on the 2-core CPU runner the bound terms were 85%
+# of fla's losses' calibrations (160-480 s per operator) and about half of them were for cases the numerics then
+# capped (docs/benchmarks.md, twelfth session). OPGATE_DEFER_BOUNDS_S overrides it; 0 defers nothing.
+DEFER_BOUNDS_AFTER_S = 10.0
+
+
+def deferral_seconds() -> float:
+    import os
+
+    raw = os.environ.get("OPGATE_DEFER_BOUNDS_S", "").strip()
+    try:
+        return float(raw) if raw else DEFER_BOUNDS_AFTER_S
+    except ValueError:
+        return DEFER_BOUNDS_AFTER_S
+
+
+def bounds_until_deferred(op: Operator, cases: Sequence[Case], dtype: str, truths: Sequence[Sequence[Any]],
+                          defer_after_s: float) -> list["CaseBounds | None"]:
+    """Each case's bounds, in the order the numerics' time budget keeps cases (declared, the first of each regime x
+    layout, then the smallest first); once `defer_after_s` have gone, the cases past the essential ones are None
+    (deferred). 0: every case computed."""
+    declared = [k for k, case in enumerate(cases) if case.origin == "declared"]
+    by_size = sorted((k for k, case in enumerate(cases) if case.origin != "declared"),
+                     key=lambda k: (math.prod(v for _, v in cases[k].dims), k))
+    kinds = {(cases[k].regime, cases[k].layout) for k in declared}
+    first_of_kind = []
+    for k in by_size:
+        if (cases[k].regime, cases[k].layout) not in kinds:
+            kinds.add((cases[k].regime, cases[k].layout))
+            first_of_kind.append(k)
+    essential = set(declared) | set(first_of_kind)
+    out: list[CaseBounds | None] = [None] * len(cases)
+    began = time.perf_counter()
+    for k in [*declared, *first_of_kind, *(k for k in by_size if k not in essential)]:
+        if k in essential or defer_after_s <= 0 or time.perf_counter() - began < defer_after_s:
+            out[k] = CaseBounds.of(op, cases[k], dtype, truths[k])
+    return out
 
 
 # How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).

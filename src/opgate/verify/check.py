@@ -288,6 +288,8 @@ class VerifyImplementationCheck(Check):
                 if not fitter.runs(index):
                     continue
                 began = time.perf_counter()
+                if not budgets:  # deferred by the calibration (calibrate.bounds_until_deferred): computed here
+                    budgets, masks = self._deferred_budgets(op, plan, index)
                 verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
                                          index=index)
                 note = prepared.case_note() if prepared.case_note is not None else ""
@@ -500,6 +502,17 @@ class VerifyImplementationCheck(Check):
         return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,
                           undefined=undefined_masks(op, case, dtype, out_dtypes, truth), nan_policy=op.nan_policy,
                           extra_atol=extra_atol, unwritten_spans=output.unwritten_spans)
+
+    def _deferred_budgets(self, op: Operator, plan: PlanFile, index: int) -> tuple[list[OutputBudget], list[Any]]:
+        """A case's budgets the calibration deferred, with the plan's pooled figures (as a shrunk case's), kept in
+        the plan for the rest of the check."""
+        case = plan.cases[index]
+        _, baseline = truth_and_baseline(op, case, plan.dtype)
+        budgets, masks, _ = budgets_for_case(op, plan.dtype, case, plan.truths[index], baseline, plan.pooled_rmse,
+                                             plan.pooled_quantile, plan.n_calibration_cases,
+                                             plan.summary.get("pooled_element_rho", ()))
+        plan.budgets[index], plan.masks[index] = budgets, masks
+        return budgets, masks
 
     def _case_fails(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile, case: Case) -> bool:
         try:
