@@ -96,6 +96,27 @@ def test_an_interrupted_calibration_pool_is_killed_all_at_once() -> None:
     assert processes and not any(p.is_alive() for p in processes)
 
 
+def test_a_sigterm_to_the_process_group_does_not_kill_the_calibration_processes() -> None:
+    """Ctrl-C and a CI runner's SIGTERM reach every process of the group; a calibration process that died of it
+    turned every pending plan into a BrokenProcessPool error in the interrupted report. opgate kills them itself."""
+    import os
+    import signal
+    import time
+
+    from opgate.verify.calibrator import CalibrationPool
+
+    pool = CalibrationPool(1)
+    try:
+        assert pool.executor.submit(os.getpid).result(timeout=120) > 0  # started, initializer done
+        sleeping = pool.executor.submit(time.sleep, 1.0)
+        for process in pool.executor._processes.values():
+            os.kill(process.pid, signal.SIGTERM)
+            os.kill(process.pid, signal.SIGINT)
+        assert sleeping.result(timeout=60) is None
+    finally:
+        pool.close()
+
+
 def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reaping waits for each CUDA context's teardown: on the H200 a library run stopped by SIGTERM was SIGKILLed 5 s

@@ -274,9 +274,16 @@ def _process_start(processes: int, parent_pid: int) -> None:
     """Initializer of a calibration process: die with opgate, its share of the calibration's torch threads (the
     processes split calibration_threads(): four processes of four threads each beside 16 busy workers on the H200
     host were the OpenMP oversubscription calibration_threads() documents), the imports."""
+    import signal
+
     from opgate.children import die_with_parent
 
     die_with_parent(parent_pid)
+    # Ctrl-C and a CI runner's SIGTERM reach the whole process group: a calibration process that died of them made
+    # every plan still pending a "calibration failed (BrokenProcessPool)" error in the interrupted run's report (H200
+    # library run, 2026-12-02). opgate stops these processes itself (CalibrationPool.close kills them).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     import torch
 
     torch.set_num_threads(max(1, calibration_threads() // max(1, processes)))
