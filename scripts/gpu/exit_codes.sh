@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Hardening (issue 14) on a GPU host: --require-gpu / --fail-on-skip pass where a GPU is visible, Ctrl-C in the
+# Exit codes on a GPU host (issue 14, hardening): --require-gpu / --fail-on-skip pass where a GPU is visible, Ctrl-C in the
 # middle of measured GPU probes and of a verify run exits 130 with the report so far and no process left, and a
-# spec that exits at import is exit 2. Run from the repo root; everything goes to $OUT/hardening.log; the last
+# spec that exits at import is exit 2. Run from the repo root; everything goes to $OUT/exit_codes.log; the last
 # lines printed are a result table. Each step has its own timeout (115 s in all); a failing step does not stop
 # the others.
 set -u
 OUT="${OUT:-/tmp/opgate-out}"
 mkdir -p "$OUT"
-LOG="$OUT/hardening.log"
+LOG="$OUT/exit_codes.log"
 : > "$LOG"
 T="$(mktemp -d)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -96,7 +96,7 @@ step "SIGINT in verify (GPU children)" 25 0 "$PY" "$T/interrupt.py" 15 "$T/verif
 rm -rf "$T"
 {
   echo
-  echo "hardening on the GPU host ($(date -u +%FT%TZ))"
+  echo "exit codes on the GPU host ($(date -u +%FT%TZ))"
   printf '%-34s %-6s %s\n' step result detail
   for r in "${ROWS[@]}"; do echo "$r"; done
 } | tee -a "$LOG"

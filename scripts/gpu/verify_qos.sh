@@ -2,13 +2,13 @@
 # GPU evidence for issue 18, the verify stage `qos`: examples/ops/softmax.py's Triton implementation (float32, at
 # its perf_dims M=16384 N=4096) timed alone, beside a saturating neighbour process (time-sliced), on the
 # highest-priority stream, and under a private MPS daemon with the neighbour capped at 50% (when one can be
-# started). Run from the repo root on a GPU host:  bash scripts/gpu/qos18.sh
-# Writes everything into ONE file, $OUT/qos18.log (OUT defaults to ./opgate-report), within ~120 s, and prints
+# started). Run from the repo root on a GPU host:  bash scripts/gpu/verify_qos.sh
+# Writes everything into ONE file, $OUT/verify_qos.log (OUT defaults to ./opgate-report), within ~120 s, and prints
 # the percentiles table last. Each step's failure is printed and does not stop the others.
 set -u
 OUT="${OUT:-opgate-report}"
 mkdir -p "$OUT"
-LOG="$OUT/qos18.log"
+LOG="$OUT/verify_qos.log"
 : > "$LOG"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
@@ -62,7 +62,7 @@ step mps_leftovers 15 bash -c 'for d in "${TMPDIR:-/tmp}"/opgate-mps-*; do [ -d 
 
 {
   echo
-  echo "=== qos18 results (softmax triton float32 at M=16384 N=4096) ==="
+  echo "=== verify_qos results (softmax triton float32 at M=16384 N=4096) ==="
   for name in host qos_stage mps_leftovers; do printf '%-14s %s\n' "$name" "${STATUS[$name]:-not run}"; done
   grep -E '^(QOSSTAGE|NOSLO|QOS total)' "$LOG" | cut -c1-400
   grep -E '^QOSTABLE' "$LOG" | sed 's/^QOSTABLE //'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU evidence for issue 13's leftovers (items 3-5), from the repository root:  OUT=/some/dir bash scripts/gpu/truth13.sh
+# GPU evidence for issue 13's leftovers (items 3-5), from the repository root:  OUT=/some/dir bash scripts/gpu/memcheck_side_stream.sh
 #   1. memcheck with --padding: the planted memory bugs of tests/data/verify/planted_memory.py through the sanitizer
 #      stage; tail_oob_read (a read past the end only at the tail size M=4, N=257) must now be caught, every twin clean;
 #      and the corpus' gpu/memory.py scale2 pair (good_scale2_exact clean, bad_scale2_oob_write caught);
@@ -8,12 +8,12 @@
 #   3. the corpus' gpu/elementwise.py: bad_scale2_side_stream must fail [gaming] (it was warned: ftz),
 #      bad_scale2_tail_grid [unwritten] (it was nonfinite), good_scale2_nvrtc warned ftz or passed.
 # The steps run in parallel, each under its own limit (the whole script stays under 150 s); a failed step is reported
-# and the others still count. Everything goes into ONE file, $OUT/truth13.log; the result table is printed last.
+# and the others still count. Everything goes into ONE file, $OUT/memcheck_side_stream.log; the result table is printed last.
 set -u
-OUT="${OUT:-/tmp/opgate-truth13-out}"
+OUT="${OUT:-/tmp/opgate-memcheck-side-stream-out}"
 mkdir -p "$OUT"
-LOG="$OUT/truth13.log"
-WORK="$(mktemp -d /tmp/opgate-truth13.XXXXXX)"
+LOG="$OUT/memcheck_side_stream.log"
+WORK="$(mktemp -d /tmp/opgate-memcheck-side-stream.XXXXXX)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
 : >"$LOG"
