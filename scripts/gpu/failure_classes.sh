@@ -20,7 +20,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export OPGATE_GPU_LOCK_DIR="$WORK/locks"  # both concurrent runs share it; fresh, so no stale permissions
 PY="${PYTHON:-python3}"
 : >"$LOG"
-source scripts/gpu/step.sh
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 {
   echo "=== host $(date -u) $(hostname)"

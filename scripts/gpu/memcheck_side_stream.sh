@@ -18,15 +18,8 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
 : >"$LOG"
 started=$(date +%s)
-
-step() {  # step NAME LIMIT_S COMMAND...: its output into $WORK/NAME.txt, its status into $WORK/NAME.status
-  local name=$1 limit=$2
-  shift 2
-  local t0
-  t0=$(date +%s)
-  timeout "$limit" "$@" >"$WORK/$name.txt" 2>&1
-  echo "$name: exit $? in $(( $(date +%s) - t0 )) s (limit $limit s)" >"$WORK/$name.status"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
+STEP_OUT_DIR="$WORK"  # the steps run in parallel: each one's output in $WORK/NAME.out, its status in $WORK/NAME.status
 
 {
   echo "=== host $(date -u) $(hostname)"
@@ -91,7 +84,7 @@ step gaming_probe 60 "$PY" "$WORK/gaming_probe.py" &
 wait
 
 for name in planted memory elementwise gaming_probe; do
-  { echo "=== $(cat "$WORK/$name.status" 2>/dev/null || echo "$name: no status")"; tail -n 60 "$WORK/$name.txt"; } >>"$LOG" 2>&1
+  { echo "=== $(cat "$WORK/$name.status" 2>/dev/null || echo "$name: no status")"; tail -n 60 "$WORK/$name.out"; } >>"$LOG" 2>&1
 done
 
 "$PY" - "$WORK" >"$WORK/table.txt" 2>&1 <<'PY'
@@ -144,7 +137,7 @@ for impl, expect in (("good_scale2_nvrtc", ["warned:ftz", "passed"]), ("bad_scal
     if elementwise:
         oks.append(row(f"items 4-5 corpus elementwise.py {impl}", elementwise.get(f"verify.scale2.{impl}.float32", {}),
                        expect))
-probe_out = work / "gaming_probe.txt"
+probe_out = work / "gaming_probe.out"
 for line in (probe_out.read_text().splitlines() if probe_out.is_file() else ["gaming probe: no output"]):
     if line.startswith(("probe ", "gaming probe")) or "Error" in line:
         print(f"item 4 {line}")

@@ -12,17 +12,7 @@ LOG="$OUT/verify_qos.log"
 : > "$LOG"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
-declare -A STATUS
-
-step() {  # step NAME TIMEOUT_S COMMAND...
-  local name="$1" limit="$2"; shift 2
-  echo "===== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" >> "$LOG"
-  local started=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  STATUS[$name]="rc=$rc $((SECONDS - started))s"
-  echo "===== $name done: rc=$rc in $((SECONDS - started))s" >> "$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 step host 10 bash -c 'date -u; git log -1 --format="%h %s" 2>/dev/null; nvidia-smi --query-gpu=index,name,driver_version,compute_mode,mig.mode.current --format=csv; pgrep -a nvidia-cuda-mps || echo "no MPS process running"'
 
