@@ -6,7 +6,7 @@
 # `doctor --level standard` and the "Fifth H200 session"). Each step's failure is printed, not fatal.
 #   1. opgate doctor --level standard --json       the figures must not move with the new layout
 #   2. pytest -m gpu of the areas touched          tests/gpu (probes, graphs, timing, planted twins, sticky
-#                                                  worker from scripts/gpu/), tests/doctor, verify's OOM trial
+#                                                  worker from tests/data/gpu/), tests/doctor, verify's OOM trial
 set -u
 OUT="${OUT:-opgate-report}"
 mkdir -p "$OUT"

@@ -35,7 +35,7 @@ source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
   for caching in on off; do
     if [ "$caching" = off ]; then export PYTORCH_NO_CUDA_MEMORY_CACHING=1; fi
     echo "--- memcheck of oob_write at the declared size, caching allocator $caching"
-    timeout 33 python3 scripts/gpu/gpu_sanitizer_tool.py run --tool memcheck opgate.verify.runtime \
+    timeout 33 python3 tests/data/gpu/gpu_sanitizer_tool.py run --tool memcheck opgate.verify.runtime \
       tests/data/verify/planted_memory.py double oob_write float32 2>&1 | tail -4
   done
 ) >"$WORK/baseline.txt" 2>&1 &
