@@ -86,10 +86,10 @@ cat "$LOGS/env.txt"
   "$PY" -m opgate doctor --level standard --verbose --json "$OUT/doctor_standard.json" --junit "$LOGS/doctor_standard.xml"
 
 [ "${SKIP_SANITIZER:-0}" = 1 ] || run_step sanitizer 330 \
-  "$PY" scripts/gpu/gpu_sanitizer_tool.py planted --json "$OUT/sanitizer.json" --log-dir "$LOGS/sanitizer" --timeout 90
+  "$PY" tests/data/gpu/gpu_sanitizer_tool.py planted --json "$OUT/sanitizer.json" --log-dir "$LOGS/sanitizer" --timeout 90
 
 [ "${SKIP_RECOVERY:-0}" = 1 ] || run_step recovery 150 \
-  "$PY" scripts/gpu/gpu_recovery.py --trials 5 --json "$OUT/recovery.json"
+  "$PY" tests/data/gpu/gpu_recovery.py --trials 5 --json "$OUT/recovery.json"
 
 [ "${SKIP_COPY_SWEEP:-0}" = 1 ] || run_step copy_sweep 120 \
   "$PY" benchmarks/copy_kernel_sweep.py --json "$OUT/copy_sweep.json"

@@ -12,16 +12,17 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 TESTS = REPO / "tests"
 DATA = TESTS / "data"
-SCRIPTS_GPU = REPO / "scripts" / "gpu"  # GPU-session tools outside the CLI (planted sanitizer bugs, recovery trials)
 
 
-def gpu_script(name: str) -> Any:
-    """A module of scripts/gpu/ (e.g. "gpu_recovery"), imported the way the scripts import each other."""
+def data_module(path: str) -> Any:
+    """A tool module kept under tests/data (e.g. "gpu/gpu_recovery": the GPU-session tools outside the CLI,
+    planted sanitizer bugs and recovery trials), imported the way it imports its siblings."""
     import importlib
 
-    if str(SCRIPTS_GPU) not in sys.path:
-        sys.path.insert(0, str(SCRIPTS_GPU))
-    return importlib.import_module(name)
+    folder = str((DATA / path).parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(Path(path).name)
 
 
 def child_pythonpath() -> str:

@@ -11,18 +11,7 @@ LOG="$OUT/backends.log"
 : > "$LOG"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 unset TRITON_INTERPRET
-SUMMARY=()
-
-step() {  # step NAME SECONDS CMD...: run with a time limit, log everything, remember the outcome
-    local name="$1" limit="$2"; shift 2
-    echo "=== $name: $*" >> "$LOG"
-    local start=$SECONDS
-    timeout "$limit" "$@" >> "$LOG" 2>&1
-    local rc=$?
-    echo "=== $name: exit $rc after $((SECONDS - start)) s" >> "$LOG"
-    SUMMARY+=("$name | exit $rc | $((SECONDS - start)) s")
-    return 0
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } >> "$LOG" 2>&1
 
@@ -48,9 +37,9 @@ rm -rf "$OUT/backends-report"
     echo
     echo "=== result table"
     echo "step | exit | time"
-    printf '%s\n' "${SUMMARY[@]}"
+    for name in "${ORDER[@]}"; do echo "$name | exit ${RC[$name]} | ${SECS[$name]} s"; done
     echo
-    sed -n '/^bfloat16 kernel |/,/^=== bf16_compiled_vs_interpreter: exit/p' "$LOG" | grep -v '^==='
+    sed -n '/^bfloat16 kernel |/,/^===== bf16_compiled_vs_interpreter done/p' "$LOG" | grep -v '^==='
     echo "opgate verify on the GPU (each should pass; bf16_row_sum sums in bfloat16 there, see docs/verify-method.md):"
     grep -E '^ +(passed|warned|failed|error|skipped) +verify\.bf16_' "$LOG" || echo "  (no verify result: see the log)"
     grep -E 'exit code [0-9]' "$LOG" | tail -1

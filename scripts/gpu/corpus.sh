@@ -19,15 +19,16 @@ WORK="$(mktemp -d /tmp/opgate-corpus.XXXXXX)"
 export OPGATE_CORPUS_CUBIN_DIR="$BUILD"
 mkdir -p "$BUILD"
 
-step() { echo "== $*" | tee -a "$LOG"; }
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
+section() { echo "== $*" | tee -a "$LOG"; }  # a heading, on the screen and in the log
 
-step "host: $(date -u) $(hostname)"
+section "host: $(date -u) $(hostname)"
 { nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || echo "nvidia-smi failed"
   "$NVCC" --version | tail -2 || echo "nvcc not found at $NVCC"
   "$PY" -c "import torch, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| cupy', cupy.__version__)" \
     || echo "torch/cupy import failed"; } >> "$LOG" 2>&1
 
-step "nvcc cubins (sm_90): plain, -ftz=true, --use_fast_math"
+section "nvcc cubins (sm_90): plain, -ftz=true, --use_fast_math"
 for src in corpus_f32 corpus_f16; do
   for variant in plain ftz fastmath; do
     case "$variant" in plain) flags="" ;; ftz) flags="-ftz=true" ;; fastmath) flags="--use_fast_math" ;; esac
@@ -39,14 +40,15 @@ for src in corpus_f32 corpus_f16; do
   done
 done
 
-step "truth corpus, device gpu, budget quick"
-timeout "${CORPUS_GUARD_S:-112}" env PYTHONPATH=src "$PY" scripts/truth_corpus.py --device gpu --budget quick \
-  --parallel "${CORPUS_PARALLEL:-6}" --jobs "${CORPUS_JOBS:-3}" --timeout "${CORPUS_FILE_TIMEOUT_S:-95}" --json-dir "$WORK/json" --summary "$WORK/summary.json" \
-  ${CORPUS_WITH_CPU:+--with-cpu-corpus} ${CORPUS_DEADLINE_S:+--deadline "$CORPUS_DEADLINE_S"} > "$WORK/table.txt" 2>&1
-rc=$?
-cat "$WORK/table.txt" >> "$LOG"
+section "truth corpus, device gpu, budget quick"
+STEP_OUT_DIR="$WORK" step truth_corpus "${CORPUS_GUARD_S:-112}" env PYTHONPATH=src "$PY" scripts/truth_corpus.py \
+  --device gpu --budget quick --parallel "${CORPUS_PARALLEL:-6}" --jobs "${CORPUS_JOBS:-3}" \
+  --timeout "${CORPUS_FILE_TIMEOUT_S:-95}" --json-dir "$WORK/json" --summary "$WORK/summary.json" \
+  ${CORPUS_WITH_CPU:+--with-cpu-corpus} ${CORPUS_DEADLINE_S:+--deadline "$CORPUS_DEADLINE_S"}
+cat "$WORK/truth_corpus.out" >> "$LOG"
+rc=${RC[truth_corpus]}
 [ "$rc" -ne 0 ] && echo "runner exit code $rc (124: killed by the guard)" | tee -a "$LOG"
-step "summary JSON"
+section "summary JSON"
 cat "$WORK/summary.json" >> "$LOG" 2>/dev/null || echo "(no summary JSON)" >> "$LOG"
 # The short result table, last.
 tar -czf "$OUT/corpus_json.tar.gz" -C "$WORK" json 2>/dev/null || true

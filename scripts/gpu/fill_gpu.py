@@ -1,5 +1,5 @@
 """A neighbour that is not opgate: fill GPU 0 with PyTorch allocations until only --leave-gib GiB are free, print
-"filled", hold them for --hold-s seconds (or until killed). scripts/gpu/gpuclasses.sh runs opgate verify beside it."""
+"filled", hold them for --hold-s seconds (or until killed). scripts/gpu/failure_classes.sh runs opgate verify beside it."""
 
 from __future__ import annotations
 

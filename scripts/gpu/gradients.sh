@@ -15,14 +15,7 @@ WORK="$(mktemp -d)"
 mkdir -p "$OUT"
 : > "$LOG"
 export PYTHONPATH=src
-step() {  # step NAME SECONDS CMD...
-  local name="$1" limit="$2"; shift 2
-  echo "=== $name: $*" >> "$LOG"
-  local t0=$SECONDS
-  timeout "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  echo "=== $name: exit $rc after $((SECONDS - t0)) s" >> "$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } >> "$LOG" 2>&1
 
 step gaming 35 python3 -m opgate verify tests/data/verify/gaming_spec.py --budget quick --no-extras \

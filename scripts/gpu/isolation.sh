@@ -16,18 +16,7 @@ WORK="$(mktemp -d /tmp/opgate-isolation.XXXXXX)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 : >"$LOG"
 started=$(date +%s)
-
-step() {  # step NAME LIMIT_S COMMAND...: run it, its output into the log, its status said
-  local name=$1 limit=$2
-  shift 2
-  echo "=== $name (limit ${limit} s): $*" >>"$LOG"
-  local t0
-  t0=$(date +%s)
-  timeout "$limit" "$@" >>"$LOG" 2>&1
-  local code=$?
-  echo "=== $name: exit $code in $(( $(date +%s) - t0 )) s" >>"$LOG"
-  echo "$name: exit $code in $(( $(date +%s) - t0 )) s"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 {
   echo "=== host"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
@@ -46,7 +35,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run it, its output into the log, its s
   for caching in on off; do
     if [ "$caching" = off ]; then export PYTORCH_NO_CUDA_MEMORY_CACHING=1; fi
     echo "--- memcheck of oob_write at the declared size, caching allocator $caching"
-    timeout 33 python3 scripts/gpu/gpu_sanitizer_tool.py run --tool memcheck opgate.verify.runtime \
+    timeout 33 python3 tests/data/gpu/gpu_sanitizer_tool.py run --tool memcheck opgate.verify.runtime \
       tests/data/verify/planted_memory.py double oob_write float32 2>&1 | tail -4
   done
 ) >"$WORK/baseline.txt" 2>&1 &
@@ -56,6 +45,7 @@ step planted_memory 70 python3 -m opgate verify tests/data/verify/planted_memory
   --sanitizer-tools memcheck --budget quick --no-extras --jobs 8 --json "$WORK/planted.json" --out "$WORK/art"
 step gpu_crash 36 python3 -m opgate verify tests/data/verify/gpu_crash_spec.py --stages numerics --budget quick \
   --no-extras --jobs 2 --json "$WORK/crash.json" --out "$WORK/art"
+for name in "${ORDER[@]}"; do echo "$name: exit ${RC[$name]} in ${SECS[$name]} s"; done
 
 wait "$baseline"
 { echo "=== baseline (caching allocator on vs off, plain memcheck)"; cat "$WORK/baseline.txt"; } >>"$LOG"

@@ -14,19 +14,7 @@ LOG="$OUT/multigpu.log"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY="${PYTHON:-python3}"
-declare -A STATUS
-ORDER=()
-
-step() {  # step NAME TIMEOUT_S COMMAND...
-  local name="$1" limit="$2"; shift 2
-  ORDER+=("$name")
-  echo "===== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" >> "$LOG"
-  local started=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  STATUS[$name]="rc=$rc $((SECONDS - started))s"
-  echo "===== $name done: rc=$rc in $((SECONDS - started))s" >> "$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 step host 10 bash -c 'date -u; hostname; nvidia-smi -L; nvidia-smi topo -m; nvidia-smi nvlink --status | head -60'
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)

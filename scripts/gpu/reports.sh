@@ -10,16 +10,8 @@ WORK="$(mktemp -d)"
 LOG="$WORK/reports.log"
 export PYTHONPATH=src
 PY="${PYTHON:-python3}"
-declare -A RC
-step() {  # step NAME TIMEOUT_S COMMAND...
-  local name="$1" limit="$2"; shift 2
-  local t0=$SECONDS
-  echo "=== $name: $*" >>"$LOG"
-  timeout "$limit" "$@" >"$WORK/$name.out" 2>&1
-  RC[$name]="$? ($((SECONDS - t0))s)"
-  tail -n 40 "$WORK/$name.out" >>"$LOG"
-  echo "=== $name exit ${RC[$name]}" >>"$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
+STEP_OUT_DIR="$WORK"  # each step's output in $WORK/NAME.out, its last 40 lines copied into the log below
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv >>"$LOG" 2>&1
 step doctor_a 32 "$PY" -m opgate doctor --level standard --json "$WORK/doctor_a.json" --html "$WORK/doctor_a.html" \
   --junit "$WORK/doctor_a.xml"
@@ -46,12 +38,13 @@ for page in sorted(pathlib.Path(sys.argv[1]).glob("*.html")):
     ids = re.findall(r'<svg class="chart" id="([^"]+)"', text)
     print(page.name, len(text), "bytes; charts:", ", ".join(ids) or "none")
 PY
+for name in "${ORDER[@]}"; do { echo "=== $name (last 40 lines)"; tail -n 40 "$WORK/$name.out"; } >>"$LOG"; done
 cat "$WORK/diff.out" "$WORK/host_links.out" "$WORK/charts.out" >>"$LOG" 2>/dev/null
 mkdir -p "$OUT"
 tar -czf "$OUT/reports.tar.gz" -C "$WORK" . 2>>"$LOG" || echo "tar failed"
 echo "---- reports.sh results (files in \$OUT/reports.tar.gz) ----"
 printf "%-12s %s\n" step "exit (time)"
-for name in doctor_a doctor_b verify diff host_links charts; do printf "%-12s %s\n" "$name" "${RC[$name]:-not run}"; done
+for name in "${ORDER[@]}"; do printf "%-12s %s\n" "$name" "${RC[$name]} (${SECS[$name]}s)"; done
 echo "host_links: $(head -n 1 "$WORK/host_links.out" 2>/dev/null | cut -c1-220)"
 echo "diff: $(tail -n 1 "$WORK/diff.out" 2>/dev/null)"
 cat "$WORK/charts.out" 2>/dev/null

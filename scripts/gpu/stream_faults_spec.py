@@ -1,5 +1,5 @@
 """GPU validation spec for the `stream` class and the runtime stage's measured graph-mismatch causes (CuPy kernels on
-PyTorch tensors; scripts/gpu/gpuclasses.sh runs it with --stages numerics,runtime and checks the verdicts).
+PyTorch tensors; scripts/gpu/failure_classes.sh runs it with --stages numerics,runtime and checks the verdicts).
 
 scale2 (y = 2x)
   good_cupy_torch_stream   launched on PyTorch's current stream (cupy.cuda.ExternalStream): passes (or warns ftz)

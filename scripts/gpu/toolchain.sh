@@ -18,6 +18,8 @@ START_S=$(date +%s)
 OUT="${OUT:-/tmp/opgate-out}"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
+source "$(dirname "$0")/step.sh"  # step NAME MAX_S COMMAND...
+STEP_DEADLINE=$(( START_S + BUDGET_S - 8 ))  # each step runs with min(MAX_S, budget left - 8) seconds
 cd "$(dirname "$0")/../.." || exit 2
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -29,25 +31,6 @@ NCU=${NCU:-ncu}
 [ -x "$NCU" ] && export PATH="$(dirname "$NCU"):$PATH"  # opgate explain reads .ncu-rep through the same ncu
 KERNELS=(barrier_bound latency_bound register_bound bank_conflicts)
 EXPECTED=(barrier latency occupancy bank-conflicts)
-declare -A STATUS
-ORDER=()
-
-left() { echo $(( BUDGET_S - ($(date +%s) - START_S) )); }
-
-step() {  # step NAME MAX_S command...: runs with min(MAX_S, budget left - 8) seconds, logs, records rc
-  local name="$1" max="$2"; shift 2
-  local limit; limit=$(( $(left) - 8 )); [ "$limit" -gt "$max" ] && limit="$max"
-  ORDER+=("$name")
-  if [ "$limit" -lt 3 ]; then STATUS[$name]="skipped (budget)"; echo "== $name: skipped, budget spent" >> "$LOG"; return 1; fi
-  local t0; t0=$(date +%s)
-  { echo "== $name ($(date -u +%FT%TZ), limit ${limit}s): $*"; } >> "$LOG"
-  timeout "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  STATUS[$name]="rc=$rc $(( $(date +%s) - t0 ))s"
-  echo "== $name: rc=$rc" >> "$LOG"
-  [ "$rc" -ne 0 ] && echo "step $name failed (rc=$rc); see toolchain.log" >&2
-  return "$rc"
-}
 
 { echo "opgate toolchain run $(date -u +%FT%TZ) on $(hostname)"; git rev-parse HEAD 2>/dev/null;
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1; echo "ncu: $NCU"; command -v nvcc;
@@ -106,6 +89,9 @@ step verify 80 "$PY" -m opgate verify tests/data/toolchain/two_builds_spec.py --
 tar czf "$OUT/toolchain.tar.gz" -C "$WORK" --exclude planted_limiters --exclude cache . 2>/dev/null \
   || echo "tar failed" >&2
 
+for name in "${ORDER[@]}"; do
+  [ "${RC[$name]:-0}" -ne 0 ] && echo "step $name failed (rc=${RC[$name]}); see toolchain.log" >&2
+done
 echo
 echo "== opgate toolchain ($(($(date +%s) - START_S)) s; $OUT/toolchain.tar.gz)"
 printf '%-18s %s\n' step status

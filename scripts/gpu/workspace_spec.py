@@ -1,7 +1,7 @@
 """GPU validation spec for "out of memory caused by another process is could-not-judge": y = 2x through an 8 GiB
 scratch workspace allocated on every call (as a kernel with a large workspace does). Alone on an H200 it passes; with
 scripts/gpu/fill_gpu.py holding all but a few GiB, its numerics must be an `error` ("could not judge ... another
-process holds N GiB"), never a FAIL (scripts/gpu/gpuclasses.sh)."""
+process holds N GiB"), never a FAIL (scripts/gpu/failure_classes.sh)."""
 
 from __future__ import annotations
 

@@ -35,6 +35,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_remember_forking_pid)
 
 
+def package_root() -> str:
+    """The folder opgate is imported from (site-packages or a source tree's src/): put first on a child's
+    PYTHONPATH so the child imports the same opgate as its parent."""
+    return str(Path(__file__).resolve().parents[1])
+
+
+def signal_name(returncode: int) -> str:
+    """The name of the signal that ended a child, from its negative returncode (-11: SIGSEGV)."""
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
 def die_with_parent(parent_pid: int | None = None) -> None:
     """preexec_fn of every child: SIGKILL it when opgate dies (Linux); elsewhere a no-op. A process that calls it
     itself after it started (a spawned pool process) passes its parent's pid."""

@@ -28,6 +28,14 @@ class Outcome(str, enum.Enum):
         return self in (Outcome.FAILED, Outcome.ERROR)
 
 
+def worst_outcome(outcomes: Sequence[Outcome]) -> Outcome:
+    """Combine sub-verdicts: error > failed > warned > passed; nothing but skipped (or nothing at all) is skipped."""
+    for outcome in (Outcome.ERROR, Outcome.FAILED, Outcome.WARNED, Outcome.PASSED):
+        if outcome in outcomes:
+            return outcome
+    return Outcome.SKIPPED
+
+
 @dataclass(frozen=True)
 class Threshold:
     """What a figure was judged against, and where that number comes from."""

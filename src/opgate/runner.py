@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import queue
 import subprocess
 import sys
@@ -36,8 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, register_child,
-                             signal_process_group, unregister_child)
+from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, package_root,
+                             register_child, signal_name, signal_process_group, unregister_child)
 from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
@@ -155,25 +154,14 @@ DoneHook = Callable[[CheckTask, CheckResult], None]
 FollowUpHook = Callable[[CheckTask, CheckResult], "CheckTask | CheckResult"]
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
-
-
 def _child_env(task: CheckTask) -> dict[str, str]:
     env = dict(os.environ)
     # The child must import the same opgate as the parent, installed or from a source tree.
-    root = _package_root()
+    root = package_root()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(task.env)
     return env
-
-
-def _signal_name(returncode: int) -> str:
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 def _tail(path: Path) -> str:
@@ -209,7 +197,7 @@ def _read_child_result(task: CheckTask, path: Path, elapsed: float, error: Calla
 
 def _death(code: int | None, error: Callable[..., CheckResult]) -> CheckResult:
     if code is not None and code < 0:
-        return error(f"check process died from {_signal_name(code)}", returncode=code)
+        return error(f"check process died from {signal_name(code)}", returncode=code)
     return error(f"check process exited with code {code} before reporting a result", returncode=code)
 
 

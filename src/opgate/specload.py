@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.errors import InputError
-from opgate.children import die_with_parent, exit_without_teardown, kill_process_group, register_child
+from opgate.children import (die_with_parent, exit_without_teardown, kill_process_group, package_root, register_child,
+                             signal_name)
 
 # Seconds a spec may take to import (torch and Triton alone take a few seconds on a cold CPU machine).
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
@@ -30,20 +30,9 @@ STDERR_HINT_CHARS = 160
 MODES = ("verify", "analyze")
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
-
-
 def _last_stderr_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:STDERR_HINT_CHARS] if lines else ""
-
-
-def _signal_name(returncode: int) -> str:
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 def check_spec_path(path: Path) -> None:
@@ -70,7 +59,7 @@ def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode
     path = Path(path)
     check_spec_path(path)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryDirectory(prefix="opgate-spec-") as tmp:
         result_path = Path(tmp) / "result.json"
         stderr_path = Path(tmp) / "stderr"
@@ -104,7 +93,7 @@ def preflight_spec(path: Path, timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S, mode
         return
     said = f" (last stderr: {stderr_hint})" if stderr_hint else ""
     if code < 0:
-        what = f"crashed with {_signal_name(code)} while being imported"
+        what = f"crashed with {signal_name(code)} while being imported"
     else:
         what = f"ended the process with exit code {code} while being imported (os._exit?)"
     raise InputError(f"spec file {path} {what}{said}; a spec must only define opgate.Operator objects at import")

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from opgate.data import load_table
-from opgate.gpu.judge.bands import band_threshold, combine, judge, relative_spread
+from opgate.gpu.judge.bands import band_threshold, judge, relative_spread
 from opgate.gpu.judge.references import Band, datasheet_bandwidth, gpu_key_for, has_model_band, policy_band
-from opgate.results import Outcome
+from opgate.results import Outcome, worst_outcome
 
 HIGHER = Band("m", "default", ">=", 0.93, 0.85, "fraction", "src")
 LOWER = Band("m", "default", "<=", 1.0, 1.2, "fraction", "src")
@@ -76,8 +76,8 @@ def test_datasheet_rows_name_their_devices_and_sources() -> None:
         assert row["source"].startswith("NVIDIA"), row["key"]
 
 
-def test_combine_and_spread() -> None:
-    assert combine([Outcome.PASSED, Outcome.WARNED]) == Outcome.WARNED
-    assert combine([Outcome.PASSED, Outcome.FAILED, Outcome.WARNED]) == Outcome.FAILED
-    assert combine([Outcome.SKIPPED]) == Outcome.SKIPPED
+def test_worst_outcome_and_spread() -> None:
+    assert worst_outcome([Outcome.PASSED, Outcome.WARNED]) == Outcome.WARNED
+    assert worst_outcome([Outcome.PASSED, Outcome.FAILED, Outcome.WARNED]) == Outcome.FAILED
+    assert worst_outcome([Outcome.SKIPPED]) == Outcome.SKIPPED
     assert relative_spread([50.0, 40.0]) == pytest.approx(0.2)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from opgate.gpu.probes.kernels import COPY_CONFIGS, KERNEL_SOURCE, READ_UNROLLS, read_kernel_name
-from opgate_testing import gpu_script
+from opgate_testing import data_module
 
-PLANTED_CASES, PLANTED_SOURCE = gpu_script("gpu_planted").PLANTED_CASES, gpu_script("gpu_planted").PLANTED_SOURCE
+PLANTED_CASES, PLANTED_SOURCE = data_module("gpu/gpu_planted").PLANTED_CASES, data_module("gpu/gpu_planted").PLANTED_SOURCE
 
 
 def _tool(name: str) -> str | None:

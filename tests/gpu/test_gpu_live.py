@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from opgate_testing import SCRIPTS_GPU, gpu_script
+from opgate_testing import DATA, data_module
 
-PLANTED_CASES = gpu_script("gpu_planted").PLANTED_CASES
+PLANTED_CASES = data_module("gpu/gpu_planted").PLANTED_CASES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -118,7 +118,7 @@ def test_stream_priority_probe() -> None:
 
 @pytest.mark.parametrize("case", [c.name for c in PLANTED_CASES])
 def test_planted_clean_twins_compute_the_right_answer(case: str) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPTS_GPU / "gpu_planted.py"), case, "clean"], capture_output=True,
+    done = subprocess.run([sys.executable, str(DATA / "gpu" / "gpu_planted.py"), case, "clean"], capture_output=True,
                           text=True, env=_env(), timeout=120)
     record = json.loads(done.stdout.split("OPGATE_PLANTED ", 1)[1])
     if done.returncode == 4:
@@ -127,8 +127,8 @@ def test_planted_clean_twins_compute_the_right_answer(case: str) -> None:
 
 
 def test_recovery_worker_computes_then_loses_its_context() -> None:
-    WorkerProcess = gpu_script("gpu_recovery").WorkerProcess
-    STICKY_EXIT_CODE = gpu_script("gpu_recovery_worker").STICKY_EXIT_CODE
+    WorkerProcess = data_module("gpu/gpu_recovery").WorkerProcess
+    STICKY_EXIT_CODE = data_module("gpu/gpu_recovery_worker").STICKY_EXIT_CODE
 
     worker = WorkerProcess()
     try:

@@ -1,6 +1,6 @@
-"""The recovery supervisor (scripts/gpu/gpu_recovery.py) on CPU: it must notice a worker that reports a
+"""The recovery supervisor (tests/data/gpu/gpu_recovery.py) on CPU: it must notice a worker that reports a
 sticky error, dies or hangs, replace it, and go on. The worker here is tests/data/recovery/protocol_worker.py
-(same protocol as scripts/gpu/gpu_recovery_worker.py, no GPU); the GPU trials themselves run in
+(same protocol as tests/data/gpu/gpu_recovery_worker.py, no GPU); the GPU trials themselves run in
 scripts/gpu_check.sh."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from opgate_testing import gpu_script
+from opgate_testing import data_module
 
-gpu_recovery = gpu_script("gpu_recovery")
+gpu_recovery = data_module("gpu/gpu_recovery")
 RecoveryReport, WorkerGone, WorkerProcess = gpu_recovery.RecoveryReport, gpu_recovery.WorkerGone, gpu_recovery.WorkerProcess
 run_sticky_trials = gpu_recovery.run_sticky_trials
 

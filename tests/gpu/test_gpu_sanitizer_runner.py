@@ -17,10 +17,10 @@ import pytest
 
 from opgate.gpu.probes import sanitizer
 from opgate.gpu.probes.sanitizer import SanitizerNotFound, SanitizerRun, parse_sanitizer_output, run_under_sanitizer
-from opgate_testing import SCRIPTS_GPU, gpu_script
+from opgate_testing import DATA, data_module
 
-CASES_BY_NAME = gpu_script("gpu_planted").CASES_BY_NAME
-tool = gpu_script("gpu_sanitizer_tool")
+CASES_BY_NAME = data_module("gpu/gpu_planted").CASES_BY_NAME
+tool = data_module("gpu/gpu_sanitizer_tool")
 judge_planted, python_command, run_planted_suite = tool.judge_planted, tool.python_command, tool.run_planted_suite
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "sanitizer"
@@ -228,7 +228,7 @@ def test_sigterm_leaves_no_sanitizer_process_behind(stub: Path) -> None:
     script = stub / "target.py"
     script.write_text(target + "\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
-    cli = subprocess.Popen([sys.executable, str(SCRIPTS_GPU / "gpu_sanitizer_tool.py"), "run", "--tool", "memcheck", str(script)],
+    cli = subprocess.Popen([sys.executable, str(DATA / "gpu" / "gpu_sanitizer_tool.py"), "run", "--tool", "memcheck", str(script)],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 30
     while not pid_file.exists() or not pid_file.read_text():

@@ -83,12 +83,3 @@ class Check:
 
     def skipped(self, reason: str, **kw: Any) -> CheckResult:
         return self.result(Outcome.SKIPPED, reason, **kw)
-
-
-def worst_outcome(outcomes: Sequence[Outcome]) -> Outcome:
-    """Combine sub-verdicts: failed > warned > passed; all skipped stays skipped."""
-    order = [Outcome.ERROR, Outcome.FAILED, Outcome.WARNED, Outcome.PASSED, Outcome.SKIPPED]
-    for outcome in order:
-        if outcome in outcomes:
-            return outcome
-    return Outcome.SKIPPED

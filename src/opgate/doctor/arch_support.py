@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from opgate.checks.base import Check, CheckContext, worst_outcome
+from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.results import CheckResult, Figure, Outcome, Threshold, worst_outcome
 
 
 def arch_coverage(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:

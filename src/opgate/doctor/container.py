@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from opgate.checks.base import Check, CheckContext, worst_outcome
+from opgate.checks.base import Check, CheckContext
 from opgate.probes.container import ContainerFacts, parse_visible_devices
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.results import CheckResult, Figure, Outcome, worst_outcome
 
 
 def judge_container(facts: ContainerFacts, nvml_gpu_count: int | None) -> tuple[Outcome, list[str]]:

@@ -15,9 +15,9 @@ from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_probes import GpuProbeCheck
 from opgate.errors import SkipCheck
 from opgate.gpu.probes.contention import ContentionFigures
-from opgate.gpu.judge.bands import band_threshold, combine, judge, relative_spread
+from opgate.gpu.judge.bands import band_threshold, judge, relative_spread
 from opgate.gpu.judge.references import Band
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.results import CheckResult, Figure, Outcome, worst_outcome
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,13 @@ def judge_contention(figures: ContentionFigures, share_band: Band, spread_band: 
     ]
     text = (f"{what}: {figures.aggregate_together_gbs:.1f} GB/s aggregate, spread {spread:.0%}, worst {label(worst)} "
             f"kept {shares[worst]:.0%} of its {figures.alone_gbs[worst]:.1f} GB/s alone")
-    return ContentionVerdict(figures.kind, combine(outcomes), spread, worst, shares[worst], shares, tuple(out), text)
+    return ContentionVerdict(figures.kind, worst_outcome(outcomes), spread, worst, shares[worst], shares, tuple(out),
+                             text)
 
 
 def combine_contention(verdicts: Sequence[ContentionVerdict]) -> tuple[Outcome, str, list[Figure]]:
     figures = [f for v in verdicts for f in v.figures]
-    return combine([v.outcome for v in verdicts]), "; ".join(v.text for v in verdicts), figures
+    return worst_outcome([v.outcome for v in verdicts]), "; ".join(v.text for v in verdicts), figures
 
 
 class ContentionCheck(GpuProbeCheck):

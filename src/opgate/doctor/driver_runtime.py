@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from opgate.checks.base import Check, CheckContext, worst_outcome
+from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.results import CheckResult, Figure, Outcome, Threshold, worst_outcome
 
 COMPAT_OUTCOME = {
     "native": Outcome.PASSED,

@@ -14,7 +14,7 @@ import os
 from typing import Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.results import CheckResult, Figure
+from opgate.results import CheckResult, Figure, worst_outcome
 from opgate.runner import CheckTask
 
 # Set in each per-GPU child: the GPU index (as the parent counted them) that child measures. A child never fans
@@ -48,7 +48,6 @@ def fanout_tasks(check_id: str, title: str, target: str, timeout_s: float, ctx: 
 
 def merge_per_gpu(check_id: str, title: str, per_gpu: Sequence[tuple[int, CheckResult]]) -> CheckResult:
     """One result from the per-GPU children: the worst outcome, reasons joined per GPU, every figure prefixed."""
-    from opgate.checks.base import worst_outcome
 
     figures: list[Figure] = []
     reasons, remediations = [], []

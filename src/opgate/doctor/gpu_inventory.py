@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from opgate.checks.base import Check, CheckContext, worst_outcome
+from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.probes.gpu_inventory import HARMFUL_THROTTLE_REASONS, GpuSnapshot
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.results import CheckResult, Figure, Outcome, worst_outcome
 
 NVML_SOURCE = "NVML API reference, https://docs.nvidia.com/deploy/nvml-api/"
 

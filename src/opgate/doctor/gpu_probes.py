@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, TypeVar
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.results import CheckResult, Figure, Outcome, worst_outcome
 
 if TYPE_CHECKING:  # the probes import CuPy-side modules lazily, inside each check
     from opgate.gpu.probes.host_links import PcieLink
@@ -164,7 +164,7 @@ class HbmBandwidthCheck(GpuProbeCheck):
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.bandwidth import measure_hbm
-        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.judge.bands import judge
         from opgate.gpu.judge.references import datasheet_bandwidth, gpu_key_for, policy_band
 
         devices = self.devices()
@@ -231,7 +231,7 @@ class HbmBandwidthCheck(GpuProbeCheck):
                 read_text += f" [{m.read_clocks.summary()}]"  # what the GPU was doing when it read slowly
             figures.append(Figure(f"{tag}buffer", round(m.buffer_bytes / (1 << 30), 2), "GiB"))
             reasons.append(f"{tag}{name}: {read_text}{copy_text}")
-        outcome = combine(outcomes)
+        outcome = worst_outcome(outcomes)
         remediation = ""
         if outcome in (Outcome.WARNED, Outcome.FAILED):
             remediation = ("Check memory clocks and throttle reasons (nvidia-smi -q -d CLOCK,PERFORMANCE), ECC "
@@ -246,7 +246,7 @@ class L2BandwidthCheck(GpuProbeCheck):
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.bandwidth import measure_l2
-        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.judge.bands import judge
         from opgate.gpu.judge.references import gpu_key_for, policy_band
 
         devices = self.devices()
@@ -274,7 +274,7 @@ class L2BandwidthCheck(GpuProbeCheck):
             reasons.append(f"{tag}L2 read {m.l2_read.tbs:.2f} TB/s over a {m.working_set_bytes / (1 << 20):.0f} MiB "
                            f"working set, {m.l2_over_hbm:.2f}x HBM read ({m.hbm_read.tbs:.2f} TB/s); "
                            f"HBM/L2 = {m.hbm_over_l2:.2f}")
-        outcome = combine(outcomes)
+        outcome = worst_outcome(outcomes)
         remediation = "" if outcome == Outcome.PASSED else (
             "An L2-resident working set should read faster than HBM; check for MIG slicing or a persisting-L2 "
             "carve-out (cudaLimitPersistingL2CacheSize) and other work on the GPU.")
@@ -311,7 +311,7 @@ class HostLinksCheck(GpuProbeCheck):
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.host_links import measure_all_to_host, measure_host_links
         from opgate.gpu.judge.host_link import BASIS_PAYLOAD, judge_host_link
-        from opgate.gpu.judge.bands import combine, judge, relative_spread
+        from opgate.gpu.judge.bands import judge, relative_spread
         from opgate.gpu.judge.references import gpu_key_for, policy_band
 
         devices = self.devices()
@@ -406,7 +406,7 @@ class HostLinksCheck(GpuProbeCheck):
                                             spread_band, scale=100.0))
                 reasons.append(f"all {len(devices)} GPUs {direction} at once: {c.aggregate_gbs:.1f} GB/s aggregate, "
                                f"spread {spread:.0%}")
-        outcome = combine(outcomes)
+        outcome = worst_outcome(outcomes)
         remediation = "" if outcome == Outcome.PASSED else (
             "Check the link generation/width (nvidia-smi -q -d PCI; a GPU in a slower slot or behind a shared "
             "switch), IOMMU/ACS settings, NUMA placement of the process (numactl --cpunodebind), and that "
@@ -451,7 +451,7 @@ class LaunchLatencyCheck(GpuProbeCheck):
     device_local = True
 
     def probe(self, ctx: CheckContext) -> CheckResult:
-        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.judge.bands import judge
         from opgate.gpu.probes.launch import measure_launch_latency
         from opgate.gpu.judge.references import gpu_key_for, has_model_band, policy_band
 
@@ -477,7 +477,7 @@ class LaunchLatencyCheck(GpuProbeCheck):
             Figure("graph p95", _us(m.graph_us.p95), "us"),
             Figure("graph capture of 1000 launches", round(m.graph_capture_ms, 2), "ms"),
         ]
-        outcome = combine(outcomes)
+        outcome = worst_outcome(outcomes)
         reason = (f"{m.device.name}: {m.eager_us.median:.2f} us per kernel launched eagerly, "
                   f"{m.graph_us.median:.2f} us per kernel replayed from a graph "
                   f"({1 / m.graph_over_eager:.1f}x less)")
@@ -532,7 +532,7 @@ class EventTimingCheck(GpuProbeCheck):
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.events import measure_event_timing
-        from opgate.gpu.judge.bands import combine, judge
+        from opgate.gpu.judge.bands import judge
         from opgate.gpu.judge.references import gpu_key_for, policy_band
 
         m = measure_event_timing(0)
@@ -575,7 +575,7 @@ class EventTimingCheck(GpuProbeCheck):
             Figure(f"launch queue depth before the host blocked (of {m.queue_probe_launches})", depth),
             Figure(f"stream order of {m.chain_steps} dependent kernels", "correct" if m.chain_ok else "WRONG"),
         ]
-        outcome = combine(outcomes)
+        outcome = worst_outcome(outcomes)
         step = "not found" if m.timer_step_us is None else f"{m.timer_step_us * 1e3:.0f} ns"
         reason = (f"event timer step {step} (back-to-back records {m.smallest_step_us:.2f} us apart), "
                   f"launch round trip {m.roundtrip_us.median:.1f} us "

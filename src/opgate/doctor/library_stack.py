@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from opgate.checks.base import Check, CheckContext, worst_outcome
+from opgate.checks.base import Check, CheckContext
 from opgate.probes.libraries import LoadedLibrary
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.results import CheckResult, Figure, Outcome, worst_outcome
 
 
 def judge_loaded(libraries: list[LoadedLibrary]) -> tuple[Outcome, list[str]]:

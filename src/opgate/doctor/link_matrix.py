@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from opgate.gpu.judge.bands import band_threshold, combine
+from opgate.gpu.judge.bands import band_threshold
 from opgate.gpu.probes.link_matrix import PairFigures
 from opgate.gpu.judge.link_matrix import PairOutlier, find_outliers, render_link_matrix
 from opgate.gpu.judge.references import Band
-from opgate.results import Figure, Outcome
+from opgate.results import Figure, Outcome, worst_outcome
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def link_matrix_verdict(pairs: Sequence[PairFigures], links: Sequence[Sequence[s
     if outliers:
         problems.append("; ".join(o.describe() for o in outliers[:4])
                         + (f" (+{len(outliers) - 4} more)" if len(outliers) > 4 else ""))
-    outcome = combine(outcomes)
+    outcome = worst_outcome(outcomes)
     reason = summary + ("; " + "; ".join(problems) if problems else "; peer access on every pair, no pair below "
                         "its siblings")
     remediation = "" if outcome == Outcome.PASSED else (

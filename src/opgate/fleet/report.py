@@ -12,11 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from opgate import __version__
-from opgate.checks.base import worst_outcome
 from opgate.fleet.baseline import (MIN_GROUP_SIZE, MODIFIED_Z_LIMIT, GpuIdentity, NodeFigures,
                                    baseline_summary, find_outliers)
 from opgate.fleet.node_task import NodeOutcome
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold, worst_outcome
 
 BASELINE_SOURCE = ("fleet median/MAD per GPU model and driver; modified z-score limit 3.5 from Iglewicz & "
                    "Hoaglin, How to Detect and Handle Outliers (ASQC, 1993)")

@@ -15,9 +15,9 @@ reporters render.
 - `explain`: the `opgate explain` command (an ncu report judged by `judge.limiter`, rendered).
 
 Reporters live in `opgate.reporting`. Standalone GPU-session tools (the planted compute-sanitizer bugs, the
-sticky-error recovery trials) are not part of the CLI and live in `scripts/gpu/`. Every module here is cheap
-to import on a machine without a GPU: heavy libraries are imported inside the functions, and probes raise
-`GpuUnavailable` with the reason when they cannot run.
+sticky-error recovery trials) are not part of the CLI and live with the tests' data, in `tests/data/gpu/`. Every
+module here is cheap to import on a machine without a GPU: heavy libraries are imported inside the functions, and
+probes raise `GpuUnavailable` with the reason when they cannot run.
 """
 
 from __future__ import annotations

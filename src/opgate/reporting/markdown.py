@@ -17,12 +17,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from opgate.checks.base import worst_outcome
 from opgate.reporting.atomic import write_atomically
 from opgate.reporting.metrics import check_labels
 from opgate.reporting.replay import reason_without_replay, replay_command
 from opgate.reporting.terminal import skip_groups
-from opgate.results import CheckResult, ExitCode, Outcome, RunReport
+from opgate.results import CheckResult, ExitCode, Outcome, RunReport, worst_outcome
 
 # Half of GitHub's 1 MiB per step: a doctor and a verify summary appended in one step still fit.
 MAX_BYTES = 512 * 1024

@@ -1,4 +1,4 @@
-"""A stand-in for scripts/gpu/gpu_recovery_worker.py that speaks its JSON-lines protocol without a GPU, so the
+"""A stand-in for tests/data/gpu/gpu_recovery_worker.py that speaks its JSON-lines protocol without a GPU, so the
 supervisor's detection/restart/timing logic can be tested on CPU. Not a measurement: nothing here
 pretends to be one. PROTOCOL_WORKER_FAULT picks how a "poison" request ends:
   sticky  answer like a worker whose CUDA context is lost, then exit 17 (what the real worker does)

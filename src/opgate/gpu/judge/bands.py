@@ -32,14 +32,6 @@ def band_threshold(band: Band, scale: float = 1.0, what: str = "") -> Threshold:
                      source=f"{prefix}{band.source}")
 
 
-def combine(outcomes: Sequence[Outcome]) -> Outcome:
-    """error > failed > warned > passed; nothing but skipped stays skipped."""
-    for outcome in (Outcome.ERROR, Outcome.FAILED, Outcome.WARNED, Outcome.PASSED):
-        if outcome in outcomes:
-            return outcome
-    return Outcome.SKIPPED
-
-
 def relative_spread(values: Sequence[float]) -> float:
     """(max - min) / max of per-GPU figures: 0 means every GPU got the same share."""
     if not values:

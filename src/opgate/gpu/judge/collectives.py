@@ -9,10 +9,10 @@ from typing import Sequence
 
 from opgate.data import load_table
 from opgate.gpu.probes.collectives import OPS, LATENCY_MAX_BYTES, CollectiveRun
-from opgate.gpu.judge.bands import band_threshold, combine, judge
+from opgate.gpu.judge.bands import band_threshold, judge
 from opgate.gpu.judge.references import Band, gpu_key_for
 from opgate.probes.nvlink import LinkSnapshot
-from opgate.results import Figure, Outcome
+from opgate.results import Figure, Outcome, worst_outcome
 
 # Below this the sweep never left the latency regime: busbw there says nothing about the links.
 MIN_JUDGED_BYTES = 256 << 20
@@ -206,7 +206,7 @@ def judge_collectives(run: CollectiveRun, ref: LinkReference) -> CollectiveVerdi
             clauses.append(f"slowest rank {s.slowest_rank} (lag {s.slowest_lag_us:.0f} us)")
     if ref.findings:
         outcomes.append(Outcome.WARNED)
-    outcome = combine(outcomes) if outcomes else Outcome.WARNED
+    outcome = worst_outcome(outcomes) if outcomes else Outcome.WARNED
     reason = (f"{run.ranks} ranks over {ref.topology}: busbw at the largest size (GB/s) " + ", ".join(busbw_texts)
               + ("" if not clauses else "; " + "; ".join(clauses))
               + ("" if not findings else "; " + "; ".join(findings)))

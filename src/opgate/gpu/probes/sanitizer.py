@@ -11,7 +11,7 @@ documented in the Compute Sanitizer user guide (https://docs.nvidia.com/compute-
 and needs no GPU; tests feed it recorded text.
 
 `opgate verify --stages sanitizer` runs its children through `run_under_sanitizer`; the planted-bug suite
-and the standalone runner live in scripts/gpu/gpu_sanitizer_tool.py.
+and the standalone runner live in tests/data/gpu/gpu_sanitizer_tool.py.
 """
 
 from __future__ import annotations

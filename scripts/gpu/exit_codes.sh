@@ -1,29 +1,28 @@
 #!/usr/bin/env bash
-# Hardening (issue 14) on a GPU host: --require-gpu / --fail-on-skip pass where a GPU is visible, Ctrl-C in the
+# Exit codes on a GPU host (issue 14, hardening): --require-gpu / --fail-on-skip pass where a GPU is visible, Ctrl-C in the
 # middle of measured GPU probes and of a verify run exits 130 with the report so far and no process left, and a
-# spec that exits at import is exit 2. Run from the repo root; everything goes to $OUT/hardening.log; the last
+# spec that exits at import is exit 2. Run from the repo root; everything goes to $OUT/exit_codes.log; the last
 # lines printed are a result table. Each step has its own timeout (115 s in all); a failing step does not stop
 # the others.
 set -u
 OUT="${OUT:-/tmp/opgate-out}"
 mkdir -p "$OUT"
-LOG="$OUT/hardening.log"
+LOG="$OUT/exit_codes.log"
 : > "$LOG"
 T="$(mktemp -d)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 declare -a ROWS=()
 
 row() { ROWS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
 
-step() {  # step NAME SECONDS EXPECTED_RC CMD...
+expect_exit() {  # expect_exit NAME SECONDS EXPECTED_RC CMD...: a step whose exit code is its verdict
   local name="$1" secs="$2" want="$3"; shift 3
-  echo "=== $name (expect exit $want): $*" >> "$LOG"
-  local t0=$SECONDS
-  timeout "$secs" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  echo "=== $name: exit $rc in $((SECONDS - t0)) s" >> "$LOG"
-  if [ "$rc" = "$want" ]; then row "$name" PASS "exit $rc, $((SECONDS - t0)) s"; else row "$name" FAIL "exit $rc (want $want)"; fi
+  echo "=== $name: expect exit $want" >> "$LOG"
+  step "$name" "$secs" "$@"
+  local rc="${RC[$name]}"
+  if [ "$rc" = "$want" ]; then row "$name" PASS "exit $rc, ${SECS[$name]} s"; else row "$name" FAIL "exit $rc (want $want)"; fi
 }
 
 cat > "$T/interrupt.py" <<'PYEOF'
@@ -79,7 +78,7 @@ sys.exit(0 if ok else 1)
 PYEOF
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$LOG" 2>&1
-step "doctor --require-gpu" 35 0 "$PY" -m opgate doctor --require-gpu --json "$T/doctor.json"
+expect_exit "doctor --require-gpu" 35 0 "$PY" -m opgate doctor --require-gpu --json "$T/doctor.json"
 "$PY" - "$T/doctor.json" >> "$LOG" 2>&1 <<'PYEOF'
 import json, sys
 try:
@@ -89,14 +88,14 @@ try:
 except Exception as exc:
     print("no doctor report:", exc)
 PYEOF
-step "doctor --fail-on-skip (inventory)" 15 0 "$PY" -m opgate doctor --fail-on-skip --check gpu_inventory --check driver_runtime
-step "SIGINT in doctor --level standard" 30 0 "$PY" "$T/interrupt.py" 15 "$T/standard.json" doctor --level standard
-step "spec that calls sys.exit(0)" 10 2 "$PY" -m opgate verify tests/data/bad_input/spec_exits_0.py
-step "SIGINT in verify (GPU children)" 25 0 "$PY" "$T/interrupt.py" 15 "$T/verify.json" verify tests/data/bad_input/slow_spec.py --budget quick --no-extras --out "$T/out"
+expect_exit "doctor --fail-on-skip (inventory)" 15 0 "$PY" -m opgate doctor --fail-on-skip --check gpu_inventory --check driver_runtime
+expect_exit "SIGINT in doctor --level standard" 30 0 "$PY" "$T/interrupt.py" 15 "$T/standard.json" doctor --level standard
+expect_exit "spec that calls sys.exit(0)" 10 2 "$PY" -m opgate verify tests/data/bad_input/spec_exits_0.py
+expect_exit "SIGINT in verify (GPU children)" 25 0 "$PY" "$T/interrupt.py" 15 "$T/verify.json" verify tests/data/bad_input/slow_spec.py --budget quick --no-extras --out "$T/out"
 rm -rf "$T"
 {
   echo
-  echo "hardening on the GPU host ($(date -u +%FT%TZ))"
+  echo "exit codes on the GPU host ($(date -u +%FT%TZ))"
   printf '%-34s %-6s %s\n' step result detail
   for r in "${ROWS[@]}"; do echo "$r"; done
 } | tee -a "$LOG"

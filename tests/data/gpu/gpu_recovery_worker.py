@@ -1,4 +1,4 @@
-"""The worker process the recovery supervisor (scripts/gpu/gpu_recovery.py) drives: one JSON request per stdin
+"""The worker process the recovery supervisor (gpu_recovery.py beside it) drives: one JSON request per stdin
 line, one JSON response per stdout line.
 
     {"op": "compute", "seed": 3}   a*x + y on the GPU (opgate_saxpy), checked against float64 on the host

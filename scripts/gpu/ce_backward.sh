@@ -1,26 +1,19 @@
 #!/usr/bin/env bash
 # GPU evidence for the log-space bound (branch ce13, issue 13: false alarms of correct CE backward kernels), from the
-# repo root:   OUT=/some/dir bash scripts/gpu/ce13.sh   (about 60-100 s)
+# repo root:   OUT=/some/dir bash scripts/gpu/ce_backward.sh   (about 60-100 s)
 # The truth corpus's ce_backward.py, its Triton kernels compiled for this GPU: the two correct float32-lse kernels
 # must pass (before the bound they failed the large and mixed cases of cross_entropy_train.grad), the three gradient
-# bugs must fail with failure class `gradient`. Everything goes to $OUT/ce13.log; the last lines are a result table.
+# bugs must fail with failure class `gradient`. Everything goes to $OUT/ce_backward.log; the last lines are a result table.
 # A failing step is printed and the rest still runs.
 set -u
 OUT="${OUT:-/tmp}"
-LOG="$OUT/ce13.log"
+LOG="$OUT/ce_backward.log"
 WORK="$(mktemp -d)"
 mkdir -p "$OUT"
 : > "$LOG"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 unset TRITON_INTERPRET
-step() {  # step NAME SECONDS CMD...
-  local name="$1" limit="$2"; shift 2
-  echo "=== $name: $*" >> "$LOG"
-  local t0=$SECONDS
-  timeout "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  echo "=== $name: exit $rc after $((SECONDS - t0)) s" >> "$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } >> "$LOG" 2>&1
 
 IMPLS=""

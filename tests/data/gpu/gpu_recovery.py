@@ -1,5 +1,5 @@
 """Sticky-error recovery trials for GPU sessions (scripts/gpu_check.sh), driven by a supervisor over worker
-processes (scripts/gpu/gpu_recovery_worker.py). Not part of the `opgate` CLI: out-of-memory recovery is
+processes (gpu_recovery_worker.py beside it). Not part of the `opgate` CLI: out-of-memory recovery is
 `opgate verify --stages recovery` (opgate.gpu.probes.oom), and `opgate verify` replaces a worker after a
 sticky error itself (opgate.checks.worker); these trials measure how long that replacement takes.
 
@@ -7,7 +7,7 @@ sticky error itself (opgate.checks.worker); these trials measure how long that r
   (the worker reports the sticky error and exits, or dies, or stops answering), starts a new worker and
   goes on; the new worker must compute the right answer. Time to recover = from detection to that answer.
 
-    PYTHONPATH=src python3 scripts/gpu/gpu_recovery.py [--trials 5] [--json PATH]
+    PYTHONPATH=src python3 tests/data/gpu/gpu_recovery.py [--trials 5] [--json PATH]
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_sanitizer_tool import exit_on_sigterm
 
     exit_on_sigterm()  # so the trials' finally blocks kill their worker processes
-    parser = argparse.ArgumentParser(prog="scripts/gpu/gpu_recovery.py",
+    parser = argparse.ArgumentParser(prog="tests/data/gpu/gpu_recovery.py",
                                      description="Sticky CUDA error recovery trials.")
     parser.add_argument("--trials", type=int, default=5, help="sticky-error trials (default 5)")
     parser.add_argument("--json", help="write the report here")

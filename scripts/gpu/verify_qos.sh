@@ -2,27 +2,17 @@
 # GPU evidence for issue 18, the verify stage `qos`: examples/ops/softmax.py's Triton implementation (float32, at
 # its perf_dims M=16384 N=4096) timed alone, beside a saturating neighbour process (time-sliced), on the
 # highest-priority stream, and under a private MPS daemon with the neighbour capped at 50% (when one can be
-# started). Run from the repo root on a GPU host:  bash scripts/gpu/qos18.sh
-# Writes everything into ONE file, $OUT/qos18.log (OUT defaults to ./opgate-report), within ~120 s, and prints
+# started). Run from the repo root on a GPU host:  bash scripts/gpu/verify_qos.sh
+# Writes everything into ONE file, $OUT/verify_qos.log (OUT defaults to ./opgate-report), within ~120 s, and prints
 # the percentiles table last. Each step's failure is printed and does not stop the others.
 set -u
 OUT="${OUT:-opgate-report}"
 mkdir -p "$OUT"
-LOG="$OUT/qos18.log"
+LOG="$OUT/verify_qos.log"
 : > "$LOG"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
-declare -A STATUS
-
-step() {  # step NAME TIMEOUT_S COMMAND...
-  local name="$1" limit="$2"; shift 2
-  echo "===== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" >> "$LOG"
-  local started=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >> "$LOG" 2>&1
-  local rc=$?
-  STATUS[$name]="rc=$rc $((SECONDS - started))s"
-  echo "===== $name done: rc=$rc in $((SECONDS - started))s" >> "$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 step host 10 bash -c 'date -u; git log -1 --format="%h %s" 2>/dev/null; nvidia-smi --query-gpu=index,name,driver_version,compute_mode,mig.mode.current --format=csv; pgrep -a nvidia-cuda-mps || echo "no MPS process running"'
 
@@ -62,7 +52,7 @@ step mps_leftovers 15 bash -c 'for d in "${TMPDIR:-/tmp}"/opgate-mps-*; do [ -d 
 
 {
   echo
-  echo "=== qos18 results (softmax triton float32 at M=16384 N=4096) ==="
+  echo "=== verify_qos results (softmax triton float32 at M=16384 N=4096) ==="
   for name in host qos_stage mps_leftovers; do printf '%-14s %s\n' "$name" "${STATUS[$name]:-not run}"; done
   grep -E '^(QOSSTAGE|NOSLO|QOS total)' "$LOG" | cut -c1-400
   grep -E '^QOSTABLE' "$LOG" | sed 's/^QOSTABLE //'

@@ -3,8 +3,8 @@ the planted-bug suite (each planted bug must be caught, each clean twin must pas
 under one tool. Not part of the `opgate` CLI; `opgate verify --stages sanitizer` uses
 `opgate.gpu.probes.sanitizer` directly.
 
-    python3 scripts/gpu/gpu_sanitizer_tool.py planted [--json PATH] [--log-dir DIR] [--case NAME ...]
-    python3 scripts/gpu/gpu_sanitizer_tool.py run --tool memcheck [--json PATH] TARGET [ARGS ...]
+    python3 tests/data/gpu/gpu_sanitizer_tool.py planted [--json PATH] [--log-dir DIR] [--case NAME ...]
+    python3 tests/data/gpu/gpu_sanitizer_tool.py run --tool memcheck [--json PATH] TARGET [ARGS ...]
 
 TARGET is a script (path.py), a module (pkg.mod) or a callable (pkg.mod:function). Run from the repository
 root with PYTHONPATH=src.
@@ -224,7 +224,7 @@ def exit_on_sigterm() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
-    parser = argparse.ArgumentParser(prog="scripts/gpu/gpu_sanitizer_tool.py",
+    parser = argparse.ArgumentParser(prog="tests/data/gpu/gpu_sanitizer_tool.py",
                                      description="Run code under compute-sanitizer and report findings.")
     sub = parser.add_subparsers(dest="command", required=True)
     planted = sub.add_parser("planted", help="run the planted bugs and their clean twins")

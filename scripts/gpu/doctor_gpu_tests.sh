@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # GPU evidence for the GPU layering (issue 15, last part: probes collect, checks judge, reporters render).
-# Run from the repo root on a GPU host:  bash scripts/gpu/gpulayer.sh
-# Writes everything into ONE file, $OUT/gpulayer.log (OUT defaults to ./opgate-report), within ~120 s, and
+# Run from the repo root on a GPU host:  bash scripts/gpu/doctor_gpu_tests.sh
+# Writes everything into ONE file, $OUT/doctor_gpu_tests.log (OUT defaults to ./opgate-report), within ~120 s, and
 # prints a table of the doctor's GPU figures last (compare with docs/benchmarks.md: the fourth session's
 # `doctor --level standard` and the "Fifth H200 session"). Each step's failure is printed, not fatal.
 #   1. opgate doctor --level standard --json       the figures must not move with the new layout
 #   2. pytest -m gpu of the areas touched          tests/gpu (probes, graphs, timing, planted twins, sticky
-#                                                  worker from scripts/gpu/), tests/doctor, verify's OOM trial
+#                                                  worker from tests/data/gpu/), tests/doctor, verify's OOM trial
 set -u
 OUT="${OUT:-opgate-report}"
 mkdir -p "$OUT"
-LOG="$OUT/gpulayer.log"
+LOG="$OUT/doctor_gpu_tests.log"
 : > "$LOG"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
-WORK="$(mktemp -d /tmp/opgate-gpulayer.XXXXXX)"
+WORK="$(mktemp -d /tmp/opgate-doctor-gpu-tests.XXXXXX)"
 source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 step host 10 bash -c 'date -u; git log --oneline -1 2>/dev/null; nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv'

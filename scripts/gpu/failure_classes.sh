@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU validation of the gpuclasses branch (issue part 5), from the repository root on an H200 host with CuPy:
-#     OUT=/some/dir bash scripts/gpu/gpuclasses.sh
+#     OUT=/some/dir bash scripts/gpu/failure_classes.sh
 # 1. pytest: the GPU tests of the branch (graph-mismatch causes on real kernels, the device-memory snapshot, the side-
 #    stream probes, the corpus' side-stream rows as class `stream`);
 # 2. stream faults: scripts/gpu/stream_faults_spec.py through numerics and runtime (a CuPy legacy-stream kernel must be
@@ -9,18 +9,18 @@
 #    "could not judge" (error, exit 3), and pass alone;
 # 4. two concurrent opgate verify runs on the GPU, one with the recovery stage, two rounds: no numerics result may
 #    mention out of memory; the guard's waits are printed.
-# Everything goes to $OUT/gpuclasses.log; the verdict table (scripts/gpu/gpuclasses_check.py) is printed last. ~6 min.
+# Everything goes to $OUT/failure_classes.log; the verdict table (scripts/gpu/failure_classes_check.py) is printed last. ~6 min.
 set -u
-OUT="${OUT:-/tmp/opgate-gpuclasses-out}"
+OUT="${OUT:-/tmp/opgate-failure-classes-out}"
 mkdir -p "$OUT"
-LOG="$OUT/gpuclasses.log"
+LOG="$OUT/failure_classes.log"
 WORK="$OUT/work"
 mkdir -p "$WORK"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export OPGATE_GPU_LOCK_DIR="$WORK/locks"  # both concurrent runs share it; fresh, so no stale permissions
 PY="${PYTHON:-python3}"
 : >"$LOG"
-source scripts/gpu/step.sh
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
 
 {
   echo "=== host $(date -u) $(hostname)"
@@ -63,5 +63,5 @@ done
   for name in "${ORDER[@]}"; do echo "$name: ${STATUS[$name]:-?}"; done
   echo "(step status is lost for the backgrounded recovery runs; their reports are checked below)"
   echo "===== verdicts"
-  "$PY" scripts/gpu/gpuclasses_check.py "$WORK"
+  "$PY" scripts/gpu/failure_classes_check.py "$WORK"
 } 2>&1 | tee -a "$LOG"

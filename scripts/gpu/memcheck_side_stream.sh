@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU evidence for issue 13's leftovers (items 3-5), from the repository root:  OUT=/some/dir bash scripts/gpu/truth13.sh
+# GPU evidence for issue 13's leftovers (items 3-5), from the repository root:  OUT=/some/dir bash scripts/gpu/memcheck_side_stream.sh
 #   1. memcheck with --padding: the planted memory bugs of tests/data/verify/planted_memory.py through the sanitizer
 #      stage; tail_oob_read (a read past the end only at the tail size M=4, N=257) must now be caught, every twin clean;
 #      and the corpus' gpu/memory.py scale2 pair (good_scale2_exact clean, bad_scale2_oob_write caught);
@@ -8,25 +8,18 @@
 #   3. the corpus' gpu/elementwise.py: bad_scale2_side_stream must fail [gaming] (it was warned: ftz),
 #      bad_scale2_tail_grid [unwritten] (it was nonfinite), good_scale2_nvrtc warned ftz or passed.
 # The steps run in parallel, each under its own limit (the whole script stays under 150 s); a failed step is reported
-# and the others still count. Everything goes into ONE file, $OUT/truth13.log; the result table is printed last.
+# and the others still count. Everything goes into ONE file, $OUT/memcheck_side_stream.log; the result table is printed last.
 set -u
-OUT="${OUT:-/tmp/opgate-truth13-out}"
+OUT="${OUT:-/tmp/opgate-memcheck-side-stream-out}"
 mkdir -p "$OUT"
-LOG="$OUT/truth13.log"
-WORK="$(mktemp -d /tmp/opgate-truth13.XXXXXX)"
+LOG="$OUT/memcheck_side_stream.log"
+WORK="$(mktemp -d /tmp/opgate-memcheck-side-stream.XXXXXX)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python3}"
 : >"$LOG"
 started=$(date +%s)
-
-step() {  # step NAME LIMIT_S COMMAND...: its output into $WORK/NAME.txt, its status into $WORK/NAME.status
-  local name=$1 limit=$2
-  shift 2
-  local t0
-  t0=$(date +%s)
-  timeout "$limit" "$@" >"$WORK/$name.txt" 2>&1
-  echo "$name: exit $? in $(( $(date +%s) - t0 )) s (limit $limit s)" >"$WORK/$name.status"
-}
+source "$(dirname "$0")/step.sh"  # step NAME TIMEOUT_S COMMAND...
+STEP_OUT_DIR="$WORK"  # the steps run in parallel: each one's output in $WORK/NAME.out, its status in $WORK/NAME.status
 
 {
   echo "=== host $(date -u) $(hostname)"
@@ -91,7 +84,7 @@ step gaming_probe 60 "$PY" "$WORK/gaming_probe.py" &
 wait
 
 for name in planted memory elementwise gaming_probe; do
-  { echo "=== $(cat "$WORK/$name.status" 2>/dev/null || echo "$name: no status")"; tail -n 60 "$WORK/$name.txt"; } >>"$LOG" 2>&1
+  { echo "=== $(cat "$WORK/$name.status" 2>/dev/null || echo "$name: no status")"; tail -n 60 "$WORK/$name.out"; } >>"$LOG" 2>&1
 done
 
 "$PY" - "$WORK" >"$WORK/table.txt" 2>&1 <<'PY'
@@ -144,7 +137,7 @@ for impl, expect in (("good_scale2_nvrtc", ["warned:ftz", "passed"]), ("bad_scal
     if elementwise:
         oks.append(row(f"items 4-5 corpus elementwise.py {impl}", elementwise.get(f"verify.scale2.{impl}.float32", {}),
                        expect))
-probe_out = work / "gaming_probe.txt"
+probe_out = work / "gaming_probe.out"
 for line in (probe_out.read_text().splitlines() if probe_out.is_file() else ["gaming probe: no output"]):
     if line.startswith(("probe ", "gaming probe")) or "Error" in line:
         print(f"item 4 {line}")

@@ -1,8 +1,8 @@
 """Planted bugs for compute-sanitizer, each with a clean twin; CUDA C compiled with NVRTC through CuPy.
 
-    python3 scripts/gpu/gpu_planted.py CASE bug|clean
+    python3 tests/data/gpu/gpu_planted.py CASE bug|clean
 
-runs one program (scripts/gpu/gpu_sanitizer_tool.py runs it under the matching tool). Each bug must be reported by
+runs one program (gpu_sanitizer_tool.py beside it runs it under the matching tool). Each bug must be reported by
 its tool and each clean twin must pass the same tool with no error and a verified result:
 
 * oob_write (memcheck): a kernel with no bounds check writes past the end of a cudaMalloc buffer.

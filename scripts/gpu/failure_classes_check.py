@@ -1,7 +1,7 @@
-"""Checks the JSON reports scripts/gpu/gpuclasses.sh wrote against what the gpuclasses branch promises; prints one
+"""Checks the JSON reports scripts/gpu/failure_classes.sh wrote against what the gpuclasses branch promises; prints one
 line per expectation (OK / WRONG) and exits 1 on any WRONG.
 
-    python scripts/gpu/gpuclasses_check.py WORKDIR
+    python scripts/gpu/failure_classes_check.py WORKDIR
 """
 
 from __future__ import annotations
