@@ -88,16 +88,20 @@ def kill_process_group(proc: subprocess.Popen[Any]) -> None:
     kill_process_groups([proc])
 
 
-def kill_process_groups(procs: Any) -> None:
-    """SIGKILL every child's group first, then reap them: a process holding a CUDA context takes a moment to die
-    (the driver tears the context down), and killing 30 GPU workers one after another outlasted a CI runner's
-    SIGTERM-to-SIGKILL grace on the H200 host, losing the interrupted run's report."""
+def kill_process_groups(procs: Any, wait_s: float = 10.0) -> None:
+    """SIGKILL every child's group first, then reap them, waiting `wait_s` in all: a process holding a CUDA context
+    takes a moment to die (the driver tears the context down), and killing 30 GPU workers one after another
+    outlasted a CI runner's SIGTERM-to-SIGKILL grace on the H200 host, losing the interrupted run's report. One
+    still dying when the time is up has been signalled: it dies without us."""
+    import time
+
     procs = list(procs)
     for proc in procs:
         signal_process_group(proc)
+    deadline = time.monotonic() + wait_s
     for proc in procs:
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
         unregister_child(proc)
@@ -107,7 +111,8 @@ def kill_all_children() -> None:
     """Kill every child opgate started that is still registered (the interrupt path); threads that start children
     see `STOPPING` set and start no more."""
     STOPPING.set()
-    kill_process_groups(list(_LIVE_CHILDREN))
+    # the interrupt path: its report is written; a CI runner's SIGKILL follows SIGTERM within seconds
+    kill_process_groups(list(_LIVE_CHILDREN), wait_s=2.0)
 
 
 def exit_without_teardown(code: int) -> None:

@@ -475,8 +475,9 @@ class WarmPool:
 
     def close(self, grace_s: float = 10.0) -> None:
         """End every worker: all inputs closed first, so they exit side by side, then each reaped (or killed
-        after `grace_s` in all; 0 on an interrupt: a busy worker reads its input only when its task ends, and the
-        run's report is written only once the workers are gone)."""
+        after `grace_s` in all; 0 on an interrupt: a busy worker reads its input only when its task ends; the
+        interrupted run's report is already written then, and a worker still dying 2 s after its SIGKILL is left to
+        die)."""
         workers = self.idle + list(self.busy) + self.spares
         for worker in workers:
             try:
@@ -490,9 +491,8 @@ class WarmPool:
                 worker.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
             except subprocess.TimeoutExpired:
                 pass
-        kill_process_groups(worker.proc for worker in workers)  # those still running: all signalled, then reaped
-        for worker in workers:
-            worker.discard()
+        kill_process_groups((worker.proc for worker in workers),  # those still running: all signalled, then reaped
+                            wait_s=10.0 if grace_s else 2.0)
         for _, _, lock in self._warm_ups:
             lock.release()
         self._warm_ups.clear()

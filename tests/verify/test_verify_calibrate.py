@@ -212,3 +212,29 @@ def test_the_correctly_rounded_truth_passes_any_budget():
     one_ulp_off = truth.to(torch.float16)
     one_ulp_off[0] = torch.nextafter(one_ulp_off[0], torch.tensor(10.0, dtype=torch.float16))
     assert not judge_case([one_ulp_off], [truth], [starved], ["float16"], [None]).passed
+
+
+def test_bound_terms_past_the_deferral_time_are_left_to_the_numerics_and_come_out_the_same(monkeypatch) -> None:
+    """Once an operator x dtype has spent its deferral time on bound terms, the cases a time budget would drop first
+    get no budget in the plan (the numerics check computes it if it runs the case, with the plan's pooled figures);
+    declared cases and the first case of each regime x layout always have one."""
+    from opgate.verify import calibrate as calibrate_module
+    from opgate.verify.calibrate import budgets_for_case
+
+    op = opgate.Operator("softmax", reference=lambda x: torch.softmax(x, -1),
+                         inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [4], "N": [16, 33]})
+    monkeypatch.setenv("OPGATE_CACHE", "0")
+    monkeypatch.setenv("OPGATE_DEFER_BOUNDS_S", "0")
+    cases, truths, baselines, full = _calibrated(op, "float16")
+    monkeypatch.setenv("OPGATE_DEFER_BOUNDS_S", "1e-9")
+    deferred = calibrate_module.calibrate(op, "float16", cases, truths, baselines)
+    assert full.deferred_cases == 0 and all(full.budgets)
+    kept = [k for k, row in enumerate(deferred.budgets) if row]
+    assert 0 < deferred.deferred_cases == len(cases) - len(kept)
+    assert all(deferred.budgets[k] for k, c in enumerate(cases) if c.origin == "declared")
+    assert {(c.regime, c.layout) for c in cases} == {(cases[k].regime, cases[k].layout) for k in kept}
+    assert "deferred to the numerics check" in " ".join(deferred.notes)
+    k = next(k for k, row in enumerate(deferred.budgets) if not row)
+    later, _, _ = budgets_for_case(op, "float16", cases[k], truths[k], baselines[k], deferred.pooled_rmse,
+                                   deferred.pooled_quantile, deferred.n_cases, deferred.pooled_element_rho)
+    assert [b.rmse for b in later] == pytest.approx([b.rmse for b in full.budgets[k]], rel=0.05)
