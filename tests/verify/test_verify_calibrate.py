@@ -224,10 +224,13 @@ def test_bound_terms_past_the_deferral_time_are_left_to_the_numerics_and_come_ou
     op = opgate.Operator("softmax", reference=lambda x: torch.softmax(x, -1),
                          inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [4], "N": [16, 33]})
     monkeypatch.setenv("OPGATE_CACHE", "0")
-    monkeypatch.setenv("OPGATE_DEFER_BOUNDS_S", "0")
-    cases, truths, baselines, full = _calibrated(op, "float16")
-    monkeypatch.setenv("OPGATE_DEFER_BOUNDS_S", "1e-9")
-    deferred = calibrate_module.calibrate(op, "float16", cases, truths, baselines)
+    cases, truths, baselines, full = _calibrated(op, "float16")  # nothing deferred by default
+    deferred = calibrate_module.calibrate(op, "float16", cases, truths, baselines, defer_after_s=1e-9)
+    monkeypatch.delenv("OPGATE_DEFER_BOUNDS_S", raising=False)
+    assert calibrate_module.deferral_seconds(gpu=False) == calibrate_module.DEFER_BOUNDS_AFTER_S
+    assert calibrate_module.deferral_seconds(gpu=True) == 0.0
+    monkeypatch.setenv("OPGATE_DEFER_BOUNDS_S", "3")
+    assert calibrate_module.deferral_seconds(gpu=True) == 3.0
     assert full.deferred_cases == 0 and all(full.budgets)
     kept = [k for k, row in enumerate(deferred.budgets) if row]
     assert 0 < deferred.deferred_cases == len(cases) - len(kept)

@@ -355,8 +355,10 @@ def calibrate(
     cases: Sequence[Case],
     truths: Sequence[Sequence[Any]],
     baselines: Sequence[Sequence[Any]],
+    defer_after_s: float = 0.0,
 ) -> Calibration:
-    """Turn the baseline's errors over all cases into a per-case budget (see the module docstring)."""
+    """Turn the baseline's errors over all cases into a per-case budget (see the module docstring); bound terms past
+    `defer_after_s` seconds are deferred (bounds_until_deferred; 0: none)."""
     quantized = op.quantized
     n_outputs = len(truths[0]) if truths else 1
     out_dtypes = [dt.dtype_name(b.dtype) for b in baselines[0]] if baselines else [dtype]
@@ -393,7 +395,7 @@ def calibrate(
     override = user_override(op, dtype)
     n = len(cases)
     began = time.perf_counter()
-    case_bounds = bounds_until_deferred(op, cases, dtype, truths, deferral_seconds())
+    case_bounds = bounds_until_deferred(op, cases, dtype, truths, defer_after_s)
     bounds_seconds = time.perf_counter() - began
     # what eager loses at the componentwise check's elements, pooled over the cases like the RMSE: a case where eager
     # happens to be exact (a bfloat16 q cos - q' sin on constant rows) must not demand exactness of everyone
@@ -417,18 +419,21 @@ def calibrate(
 # Seconds of bound terms one operator x dtype's calibration computes for every case before it defers the rest
 # (never a declared case or the first case of a regime x layout): on the 2-core CPU runner the bound terms were 85%
 # of fla's losses' calibrations (160-480 s per operator) and about half of them were for cases the numerics then
-# capped (docs/benchmarks.md, twelfth session). OPGATE_DEFER_BOUNDS_S overrides it; 0 defers nothing.
+# capped (docs/benchmarks.md, twelfth session). On a GPU run nothing is deferred: the bound terms run on the GPU in
+# calibration processes beside the checks, whose slots are what a library waits for there.
+# OPGATE_DEFER_BOUNDS_S overrides both; 0 defers nothing.
 DEFER_BOUNDS_AFTER_S = 10.0
 
 
-def deferral_seconds() -> float:
+def deferral_seconds(gpu: bool) -> float:
     import os
 
+    default = 0.0 if gpu else DEFER_BOUNDS_AFTER_S
     raw = os.environ.get("OPGATE_DEFER_BOUNDS_S", "").strip()
     try:
-        return float(raw) if raw else DEFER_BOUNDS_AFTER_S
+        return float(raw) if raw else default
     except ValueError:
-        return DEFER_BOUNDS_AFTER_S
+        return default
 
 
 def bounds_until_deferred(op: Operator, cases: Sequence[Case], dtype: str, truths: Sequence[Sequence[Any]],

@@ -21,7 +21,8 @@ from opgate.results import CheckResult, Figure, Outcome, Threshold
 from opgate.runner import TaskFeed
 from opgate.stage_api import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (
-    CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, truth_and_baseline,
+    CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, deferral_seconds,
+    truth_and_baseline,
 )
 from opgate.verify.inputs import Case, inputs_generated_once, make_inputs, plan_cases
 from opgate.verify.planfile import PlanFile
@@ -238,7 +239,7 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
     with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
         kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases)
         truths_done = time.perf_counter()
-        cal = calibrate(op, dtype, kept, truths, baselines)
+        cal = calibrate(op, dtype, kept, truths, baselines, deferral_seconds(gpu))
         PlanFile(op.name, dtype, budget, seed, kept, truths, cal.budgets, cal.masks, cal.out_dtypes,
                  cal.pooled_rmse, cal.pooled_quantile, cal.n_cases,
                  {**cal.summary(), **reference_form(op, kept, dtype)}).save(path)
@@ -521,7 +522,7 @@ class Calibrator(threading.Thread):
         refuse_oversized_cases(op, [case], dtype)
         with inputs_generated_once():
             kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, job.cases, fatal_cases)
-            cal = calibrate(op, dtype, kept, truths, baselines)
+            cal = calibrate(op, dtype, kept, truths, baselines, deferral_seconds(gpu))
             truth, baseline = truth_and_baseline(op, case, dtype)
             budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
                                                           cal.pooled_quantile, cal.n_cases, cal.pooled_element_rho)
