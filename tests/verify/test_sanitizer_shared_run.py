@@ -4,7 +4,6 @@ under one run per tool, and planted bugs still attributed one by one."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -14,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests_verify_support import DATA, ROOT, SRC, gpu_reason
+from tests_verify_support import ROOT, SRC, gpu_reason
 
 from opgate.checks.base import CheckContext
 from opgate.results import Outcome

@@ -398,8 +398,12 @@ def calibrate(
     case_bounds = bounds_until_deferred(op, cases, dtype, truths, defer_after_s)
     bounds_seconds = time.perf_counter() - began
     # what eager loses at the componentwise check's elements, pooled over the cases like the RMSE: a case where eager
-    # happens to be exact (a bfloat16 q cos - q' sin on constant rows) must not demand exactness of everyone
-    pooled_rho = [_median([rho for bounds, truth, baseline in zip(case_bounds, truths, baselines) if bounds is not None
+    # happens to be exact (a bfloat16 q cos - q' sin on constant rows) must not demand exactness of everyone. Where
+    # bound terms may be deferred, over the cases never deferred: which others were computed depends on the clock,
+    # and a replay must pool the same cases as its run
+    pooled = essential_cases(cases)[1] if defer_after_s > 0 else set(range(n))
+    pooled_rho = [_median([rho for k, (bounds, truth, baseline) in enumerate(zip(case_bounds, truths, baselines))
+                           if k in pooled and bounds is not None
                            and (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
                   for o in range(n_outputs)]
     budgets: list[list[OutputBudget]] = []
@@ -441,6 +445,18 @@ def bounds_until_deferred(op: Operator, cases: Sequence[Case], dtype: str, truth
     """Each case's bounds, in the order the numerics' time budget keeps cases (declared, the first of each regime x
     layout, then the smallest first); once `defer_after_s` have gone, the cases past the essential ones are None
     (deferred). 0: every case computed."""
+    order, essential = essential_cases(cases)
+    out: list[CaseBounds | None] = [None] * len(cases)
+    began = time.perf_counter()
+    for k in order:
+        if k in essential or defer_after_s <= 0 or time.perf_counter() - began < defer_after_s:
+            out[k] = CaseBounds.of(op, cases[k], dtype, truths[k])
+    return out
+
+
+def essential_cases(cases: Sequence[Case]) -> tuple[list[int], set[int]]:
+    """(every case index in the order a time budget keeps cases, the ones never deferred): declared cases, then the
+    smallest case of each regime x layout not yet covered, then the rest smallest first."""
     declared = [k for k, case in enumerate(cases) if case.origin == "declared"]
     by_size = sorted((k for k, case in enumerate(cases) if case.origin != "declared"),
                      key=lambda k: (math.prod(v for _, v in cases[k].dims), k))
@@ -451,12 +467,7 @@ def bounds_until_deferred(op: Operator, cases: Sequence[Case], dtype: str, truth
             kinds.add((cases[k].regime, cases[k].layout))
             first_of_kind.append(k)
     essential = set(declared) | set(first_of_kind)
-    out: list[CaseBounds | None] = [None] * len(cases)
-    began = time.perf_counter()
-    for k in [*declared, *first_of_kind, *(k for k in by_size if k not in essential)]:
-        if k in essential or defer_after_s <= 0 or time.perf_counter() - began < defer_after_s:
-            out[k] = CaseBounds.of(op, cases[k], dtype, truths[k])
-    return out
+    return [*declared, *first_of_kind, *(k for k in by_size if k not in essential)], essential
 
 
 # How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).

@@ -522,7 +522,7 @@ class Calibrator(threading.Thread):
         refuse_oversized_cases(op, [case], dtype)
         with inputs_generated_once():
             kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, job.cases, fatal_cases)
-            cal = calibrate(op, dtype, kept, truths, baselines, deferral_seconds(gpu))
+            cal = calibrate(op, dtype, kept, truths, baselines, deferral_seconds(bool(self.info.get("gpu"))))
             truth, baseline = truth_and_baseline(op, case, dtype)
             budgets, masks, out_dtypes = budgets_for_case(op, dtype, case, truth, baseline, cal.pooled_rmse,
                                                           cal.pooled_quantile, cal.n_cases, cal.pooled_element_rho)

@@ -156,8 +156,9 @@ def main(request_path: str) -> None:
     import contextlib
 
     from opgate.verify.backends import autotune_choice
-    from opgate.verify.runtime import (disable_allocator_caches, load_implementation, sanitized_call_at_first_declared_size,
-                                       sanitized_call_at_tail_size, sanitized_sizes, cuda_inputs)
+    from opgate.verify.runtime import (cuda_inputs, disable_allocator_caches, load_implementation,
+                                       sanitized_call_at_first_declared_size, sanitized_call_at_tail_size,
+                                       sanitized_sizes)
     from opgate.verify.tasks import ImplementationRef
 
     request = json.loads(Path(request_path).read_text())
