@@ -198,3 +198,24 @@ def test_rotating_input_sets_are_new_buffers_of_the_same_values() -> None:
         assert torch.equal(p, probs.roll(k, dims=1))
         assert torch.equal(c, column.roll(k, dims=0))  # last dim of size 1: the next one is rolled
         assert sorted(i.tolist()) == sorted(index.tolist()) and scalar == 0.5
+
+
+def test_a_gradient_twins_warm_up_waits_for_its_operators_own(tmp_path: Path) -> None:
+    """X.grad's call runs X's forward kernels at the same sizes: its warm-up starts after X's, so the forward's
+    autotuning comes from Triton's disk cache instead of being benchmarked twice side by side."""
+    from opgate.core.spec import load_spec_file
+    from opgate.verify.engine import VerifyRequest, gpu_stage_tasks, select
+    from opgate.verify.gradients import with_gradient_operators
+
+    spec = REPO / "tests" / "data" / "verify" / "precision_spec.py"
+    request = VerifyRequest(spec_file=spec, ops=["softmax", "softmax.grad"], impls=["torch"],
+                            stages=["numerics", "runtime"])
+    ops = with_gradient_operators(load_spec_file(spec))
+    warm = {}
+    for sel in select(ops, request, None):
+        tasks, _ = gpu_stage_tasks(sel, request, tmp_path)
+        warm.update({t.check_id: t for t in tasks if t.check_id.endswith(".runtime_warm_up")})
+    assert warm and all(warm[k].after == () for k in warm if k.startswith("verify.softmax.torch."))
+    twins = {k: t for k, t in warm.items() if k.startswith("verify.softmax.grad.")}
+    assert twins and all(t.after == (k.replace("softmax.grad.", "softmax.", 1),) for k, t in twins.items())
+    assert all(t.after[0] in warm for t in twins.values())

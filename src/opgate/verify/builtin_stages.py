@@ -119,14 +119,21 @@ class RuntimeStage(_GpuStage):
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         import dataclasses
 
+        from opgate.verify.gradients import GRAD_SUFFIX
+
         measured = super().tasks(plan)
         warm_ups: list[CheckTask | CheckResult] = []
+        forward = plan.op.name[:-len(GRAD_SUFFIX)] if plan.op.name.endswith(GRAD_SUFFIX) else ""
         for item in measured:
             if isinstance(item, CheckTask):
+                # a gradient twin's call runs its operator's forward kernels at the same sizes: warmed up after the
+                # operator's own warm-up, its forward's autotuning comes from Triton's disk cache
+                # (TRITON_CACHE_AUTOTUNING) instead of being benchmarked a second time side by side
+                after = (f"verify.{forward}.{item.check_id[len(f'verify.{plan.op.name}.'):]}_warm_up",) if forward else ()
                 warm_ups.append(dataclasses.replace(
                     item, check_id=f"{item.check_id}_warm_up", title=f"{item.title} (warm-up)",
                     target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False,
-                    order=self.warm_up_order, slot_share=self.warm_up_slot_share))
+                    order=self.warm_up_order, slot_share=self.warm_up_slot_share, after=after))
         return warm_ups + measured
 
 
