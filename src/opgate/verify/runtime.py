@@ -322,12 +322,13 @@ class VerifySanitizerCheck(GpuStageCheck):
 
         from opgate.verify import sanitizer_batch
 
-        member = sanitizer_batch.Member(ctx.options["op"], ctx.options["impl"], ctx.options["dtype"])
-        if ctx.options.get("group_dir") and not ctx.options.get("group"):
+        payload = GpuStagePayload.from_dict(ctx.options)
+        member = sanitizer_batch.Member(payload.op, payload.impl, payload.dtype)
+        if payload.group_dir and not payload.group:
             # another member ran the group's shared run: a clean one covers this implementation (no torch here)
-            record = sanitizer_batch.shared_record(ctx.options["group_dir"], member)
+            record = sanitizer_batch.shared_record(payload.group_dir, member)
             if record is not None:
-                return self._passed_in_shared_run(GpuStagePayload.from_dict(ctx.options), record)
+                return self._passed_in_shared_run(payload, record)
         options, _ = self.begin(ctx)
         tool = options.tool
         op, _ = load_implementation(options)
