@@ -112,3 +112,37 @@ def test_softmax_implementations_share_one_run_per_tool_and_planted_bugs_stay_th
     results = [r for r in json.loads(report.read_text())["results"] if r["check_id"].endswith(("sanitizer", "initcheck"))]
     assert len(results) == 4 and all(r["outcome"] == "passed" for r in results), [r["reason"] for r in results]
     assert all(r["extra"]["shared_run"]["members"] == 2 for r in results), [r["reason"] for r in results]
+
+
+def test_the_shared_child_calls_every_member_at_each_size_and_records_its_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child's own loop, on the CPU: the GPU's input copy and sync stand aside."""
+    import torch
+
+    from opgate.verify import runtime
+    from opgate.verify.inputs import Case, make_inputs
+
+    spec = ROOT / "examples" / "ops" / "softmax.py"
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    monkeypatch.setattr(runtime, "cuda_inputs", lambda op, dims, dtype, seed, draw_on_gpu=True:
+                        make_inputs(op, Case.make(dims, seed), dtype).values)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append(("sync", ())))
+    monkeypatch.setattr(runtime, "disable_allocator_caches", lambda: None)  # it sets this process's environment
+    real = runtime.sanitized_call_at_tail_size
+
+    def tail(fn, args):  # type: ignore[no-untyped-def]
+        calls.append(("tail", tuple(args[0].shape)))
+        return real(fn, args)
+
+    monkeypatch.setattr(runtime, "sanitized_call_at_tail_size", tail)
+    members = [{"op": "softmax", "impl": "torch", "dtype": "float32"},
+               {"op": "softmax", "impl": "torch", "dtype": "float16"}]
+    request = tmp_path / "request.json"
+    progress = tmp_path / sanitizer_batch.PROGRESS
+    request.write_text(json.dumps({"spec_file": str(spec), "members": members, "progress": str(progress)}))
+    sanitizer_batch.main(str(request))
+    steps = sanitizer_batch.read_progress(progress)
+    assert set(steps) == {"softmax|torch|float32", "softmax|torch|float16"}
+    assert all(entry["done"] and [s for s, _ in entry["steps"]] == ["first declared", "tail"]
+               for entry in steps.values())
+    assert [c for c in calls if c[0] == "tail"] and len([c for c in calls if c[0] == "sync"]) == 4

@@ -559,7 +559,7 @@ def _step_finished(stdout: str, step: str) -> bool:
 # The sanitized child calls the implementation through one function per step, so a finding's saved host
 # backtrace (its Python frames) says at which size the kernel was launched.
 _STEP_FUNCTIONS = {"sanitized_call_at_first_declared_size": "first declared", "sanitized_call_at_tail_size": "tail"}
-_OWN_FRAMES = (*_STEP_FUNCTIONS, "run_sanitized", "_sanitized_steps", "<module>", "_run_module_as_main", "_run_code", "call")
+_OWN_FRAMES = (*_STEP_FUNCTIONS, "run_sanitized", "sanitized_steps", "<module>", "_run_module_as_main", "_run_code", "call")
 
 
 def finding_steps(finding: Any) -> list[str]:
@@ -652,30 +652,41 @@ def run_sanitized(spec_file: str, op_name: str, impl_name: str, dtype: str) -> N
     An autotuned Triton kernel runs one config per key, as in the numerics (verify/backends/autotune_choice.py):
     Triton's autotuning would benchmark every config under the tool's instrumentation, and fla's activations (18
     configs per width) ran past 240 s per tool that way on the H200. OPGATE_AUTOTUNE=benchmark restores it."""
-    import contextlib
-
-    from opgate.verify.backends import autotune_choice
-
     disable_allocator_caches()
     import torch
 
     op, implementation = load_implementation(ImplementationRef(spec_file, op_name, impl_name))
-    with contextlib.ExitStack() as scope:
-        if autotune_choice.wanted() and "triton" in sys.modules:
-            scope.enter_context(autotune_choice.rotating_configs())
-        _sanitized_steps(op, implementation, dtype, torch)
+    with one_config_per_autotune_key():
+        sanitized_steps(op, implementation, dtype, torch)
 
 
-def _sanitized_steps(op: Any, implementation: Any, dtype: str, torch: Any) -> None:
+def one_config_per_autotune_key() -> Any:
+    """The sanitized child's autotuning scope: one config per key (autotune_choice), unless turned off or no Triton."""
+    import contextlib
+
+    from opgate.verify.backends import autotune_choice
+
+    if autotune_choice.wanted() and "triton" in sys.modules:
+        return autotune_choice.rotating_configs()
+    return contextlib.nullcontext()
+
+
+def _print_step(event: str, step: str, dims: dict[str, int]) -> None:
     import json
 
+    print(STEP_MARKER + json.dumps({"event": event, "step": step, "dims": dims}), flush=True)
+
+
+def sanitized_steps(op: Any, implementation: Any, dtype: str, torch: Any, mark: Any = _print_step) -> None:
+    """One call at each sanitized size, each followed by a device sync; `mark(event, step, dims)` before ("start")
+    and after ("done") each."""
     for step, dims in sanitized_sizes(op):
-        print(STEP_MARKER + json.dumps({"event": "start", "step": step, "dims": dims}), flush=True)
+        mark("start", step, dims)
         args = cuda_inputs(op, dims, dtype, seed=0, draw_on_gpu=False)
         call = sanitized_call_at_tail_size if step == "tail" else sanitized_call_at_first_declared_size
         call(implementation.fn, args)
         torch.cuda.synchronize()
-        print(STEP_MARKER + json.dumps({"event": "done", "step": step, "dims": dims}), flush=True)
+        mark("done", step, dims)
 
 
 def sanitized_call_at_first_declared_size(fn: Any, args: list[Any]) -> None:

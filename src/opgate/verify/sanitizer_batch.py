@@ -153,12 +153,8 @@ def _progress_line(progress: Any, **event: Any) -> None:
 def main(request_path: str) -> None:
     """The shared child: every member in turn, as runtime.run_sanitized runs one, its steps written to the progress
     file before each starts and once each has synchronised."""
-    import contextlib
-
-    from opgate.verify.backends import autotune_choice
-    from opgate.verify.runtime import (cuda_inputs, disable_allocator_caches, load_implementation,
-                                       sanitized_call_at_first_declared_size, sanitized_call_at_tail_size,
-                                       sanitized_sizes)
+    from opgate.verify.runtime import (disable_allocator_caches, load_implementation, one_config_per_autotune_key,
+                                       sanitized_steps)
     from opgate.verify.tasks import ImplementationRef
 
     request = json.loads(Path(request_path).read_text())
@@ -169,15 +165,13 @@ def main(request_path: str) -> None:
         for raw in request["members"]:
             member = Member(**raw)
             op, implementation = load_implementation(ImplementationRef(request["spec_file"], member.op, member.impl))
-            with contextlib.ExitStack() as scope:
-                if autotune_choice.wanted() and "triton" in sys.modules:
-                    scope.enter_context(autotune_choice.rotating_configs())
-                for step, dims in sanitized_sizes(op):
-                    _progress_line(progress, event="step", member=member.key(), step=step, dims=dims)
-                    args = cuda_inputs(op, dims, member.dtype, seed=0, draw_on_gpu=False)
-                    call = sanitized_call_at_tail_size if step == "tail" else sanitized_call_at_first_declared_size
-                    call(implementation.fn, args)
-                    torch.cuda.synchronize()
+
+            def mark(event: str, step: str, dims: dict[str, int], key: str = member.key()) -> None:
+                if event == "start":
+                    _progress_line(progress, event="step", member=key, step=step, dims=dims)
+
+            with one_config_per_autotune_key():
+                sanitized_steps(op, implementation, member.dtype, torch, mark)
             _progress_line(progress, event="done", member=member.key())
 
 
