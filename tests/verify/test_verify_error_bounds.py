@@ -111,3 +111,36 @@ def test_the_smallest_truth_samples_skip_values_that_underflow_the_dtype() -> No
     samples, n_smallest = _sample_elements(truth, seed=3, floor=float(torch.finfo(torch.float32).tiny))
     assert 250 in samples[len(samples) - n_smallest:]
     assert all(truth[i] != 0 for i in samples[len(samples) - n_smallest:])
+
+
+def test_the_smallest_quantum_taken_from_a_sample_first_gives_the_same_bound() -> None:
+    """row_bound looks at the first QUANTUM_SAMPLE terms' quanta before all of them (fla's linear cross-entropy
+    gradient: 4.2 M terms per element, 16 s -> 9 s per case); the bound must not move."""
+    import math
+
+    from opgate.verify import error_bounds
+    from opgate.verify.error_bounds import QUANTUM_SAMPLE, first_inexact_step, row_bound
+
+    def full(terms: torch.Tensor, roundoff: float) -> float:
+        count = int(terms.numel())
+        mean = float(terms.sum()) / count
+        spread = math.sqrt(max(float(terms.pow(2).sum()) / count - mean * mean, 0.0))
+        quantum = float(error_bounds._quantum(terms).min())
+        return first_inexact_step(count, abs(mean), spread, quantum / roundoff)
+
+    generator = torch.Generator().manual_seed(0)
+    n = 4 * QUANTUM_SAMPLE
+    cases = {
+        "float64 products": torch.randn(n, dtype=torch.float64, generator=generator) * 1e-3,
+        "float16 values (exact additions)": torch.randn(n, generator=generator).half().double(),
+        "equal float16 values": torch.full((n,), 0.5, dtype=torch.float64),
+        # a small quantum only after the sample: the full minimum decides
+        "fine tail": torch.cat([torch.full((QUANTUM_SAMPLE,), 0.5, dtype=torch.float64),
+                                torch.full((n - QUANTUM_SAMPLE,), 0.5 + 2.0**-40, dtype=torch.float64)]),
+    }
+    for name, terms in cases.items():
+        count = int(terms.numel())
+        mean = float(terms.sum()) / count
+        spread = math.sqrt(max(float(terms.pow(2).sum()) / count - mean * mean, 0.0))
+        assert error_bounds._first_inexact_addition(terms, count, abs(mean), spread, 2.0**-24) == full(terms, 2.0**-24), name
+        assert row_bound(terms, 2.0**-24) > 0, name
