@@ -127,3 +127,9 @@ def test_an_elementwise_precision_loss_is_blamed_on_its_formula_not_on_a_reducti
     assert "elementwise formula" in elementwise and "accumulat" not in elementwise
     assert "accumulation" in _likely_cause("float32", [], 4096, "")
     assert "reduction accumulated in bfloat16" in _likely_cause("bfloat16", [], 4096, "")
+    # in bfloat16, an elementwise output that float32 gets wrong too is the formula's loss, not a bfloat16 rounding
+    # (fla's logsigmoid in bfloat16: 0 for x >= 13.1 as in float32)
+    bf16_formula = _likely_cause("bfloat16", [], 1, "fails")
+    assert "elementwise formula" in bf16_formula and "rounded to bfloat16" not in bf16_formula
+    assert "still fails" in bf16_formula
+    assert "rounded to bfloat16" in _likely_cause("bfloat16", [], 1, "passes")  # float32 fine: the rounding is
