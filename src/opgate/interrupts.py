@@ -43,17 +43,17 @@ def raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-# What write_interrupted_report said per report object: a verb writes its report as soon as it is interrupted,
-# before it stops its children (a CUDA context's teardown can outlast a CI runner's SIGTERM-to-SIGKILL grace), and
-# `main` then only says where it is.
-_WRITTEN: dict[int, str] = {}
+# The report write_interrupted_report last wrote, and what it said: a verb writes its report as soon as it is
+# interrupted, before it stops its children (a CUDA context's teardown can outlast a CI runner's SIGTERM-to-SIGKILL
+# grace), and `main` then only says where it is.
+_LAST_WRITTEN: list[tuple[Any, str]] = []
 
 
 def write_interrupted_report(report: Any) -> str:
     """The report so far, marked interrupted, to the --json/--junit/--markdown paths (a CI job cancelled or timed
     out still gets its summary), once per report; returns what to say about it."""
-    if id(report) in _WRITTEN:
-        return _WRITTEN[id(report)]
+    if _LAST_WRITTEN and _LAST_WRITTEN[0][0] is report:
+        return _LAST_WRITTEN[0][1]
     from opgate.reporting.json_report import write_json
     from opgate.reporting.junit import write_junit
     from opgate.reporting.markdown import write_markdown
@@ -71,6 +71,5 @@ def write_interrupted_report(report: Any) -> str:
     said = ""
     if written:
         said = f"; the report so far ({len(report.results)} results, marked interrupted) is in {', '.join(written)}"
-    _WRITTEN.clear()  # one run per process that matters; the id of a collected report may be reused
-    _WRITTEN[id(report)] = said
+    _LAST_WRITTEN[:] = [(report, said)]
     return said

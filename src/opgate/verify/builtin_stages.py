@@ -129,7 +129,8 @@ class RuntimeStage(_GpuStage):
                 # a gradient twin's call runs its operator's forward kernels at the same sizes: warmed up after the
                 # operator's own warm-up, its forward's autotuning comes from Triton's disk cache
                 # (TRITON_CACHE_AUTOTUNING) instead of being benchmarked a second time side by side
-                after = (f"verify.{forward}.{item.check_id[len(f'verify.{plan.op.name}.'):]}_warm_up",) if forward else ()
+                own = f"verify.{plan.op.name}."
+                after = (f"verify.{forward}.{item.check_id.removeprefix(own)}_warm_up",) if forward else ()
                 warm_ups.append(dataclasses.replace(
                     item, check_id=f"{item.check_id}_warm_up", title=f"{item.title} (warm-up)",
                     target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False,

@@ -357,15 +357,8 @@ class VerifySanitizerCheck(GpuStageCheck):
                  "sanitizer": run.to_dict(), "sizes": [{"step": label, "dims": dims} for label, dims in sizes],
                  "steps_reached": reached, "tool_options": tool_options, "options_unsupported": dropped,
                  "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
-        figures = [Figure("tool", tool), Figure("findings", len(findings), "", Threshold(0, "==", "compute-sanitizer")),
-                   Figure("sizes run", sizes_text),
-                   Figure("allocator caches", "off: every allocation is its own, so an access past a tensor "
-                                              "is outside an allocation"),
-                   Figure("run time under the sanitizer", round(run.duration_s, 1), "s")]
-        if tool_options:
-            figures.append(Figure("sanitizer options", " ".join(tool_options)))
-        if dropped:
-            figures.append(Figure("options this compute-sanitizer lacks", ", ".join(dropped)))
+        figures = _sanitizer_figures(tool, len(findings), sizes_text, tool_options, dropped,
+                                     [Figure("run time under the sanitizer", round(run.duration_s, 1), "s")])
         if run.timed_out:
             return self.result(Outcome.ERROR, f"{tool} run timed out after {SANITIZER_TIMEOUT_S:g} s",
                                figures=figures, extra=extra)
@@ -394,16 +387,9 @@ class VerifySanitizerCheck(GpuStageCheck):
         members = int(record["members"])
         shared_text = (f"one compute-sanitizer run of the {members} implementations of {Path(options.spec_file).name} "
                        f"under {tool} ({record['duration_s']:.0f} s), this one among them")
-        figures = [Figure("tool", tool), Figure("findings", 0, "", Threshold(0, "==", "compute-sanitizer")),
-                   Figure("sizes run", sizes_text),
-                   Figure("allocator caches", "off: every allocation is its own, so an access past a tensor "
-                                              "is outside an allocation"),
-                   Figure("shared run", shared_text),
-                   Figure("shared run time under the sanitizer", record["duration_s"], "s")]
-        if tool_options:
-            figures.append(Figure("sanitizer options", " ".join(tool_options)))
-        if dropped:
-            figures.append(Figure("options this compute-sanitizer lacks", ", ".join(dropped)))
+        figures = _sanitizer_figures(tool, 0, sizes_text, tool_options or [], dropped or [],
+                                     [Figure("shared run", shared_text),
+                                      Figure("shared run time under the sanitizer", record["duration_s"], "s")])
         extra = {"op": options.op, "implementation": options.impl, "dtype": options.dtype, "tool": tool,
                  "shared_run": {k: record[k] for k in ("duration_s", "log_path", "members")},
                  "sizes": [{"step": label, "dims": dims} for label, dims in sizes], "steps_reached": sizes,
@@ -411,6 +397,21 @@ class VerifySanitizerCheck(GpuStageCheck):
         each = " each" if len(sizes) > 1 else ""
         return self.passed(f"{tool}: no errors in one call{each} at the {sizes_text} ({shared_text}, allocator "
                            "caches off)", figures=figures, extra=extra)
+
+
+def _sanitizer_figures(tool: str, findings: int, sizes_text: str, tool_options: list[str], dropped: list[str],
+                       run_figures: list[Figure]) -> list[Figure]:
+    """The figures of a sanitizer result, alone or covered by a shared run (`run_figures` say which)."""
+    figures = [Figure("tool", tool), Figure("findings", findings, "", Threshold(0, "==", "compute-sanitizer")),
+               Figure("sizes run", sizes_text),
+               Figure("allocator caches", "off: every allocation is its own, so an access past a tensor "
+                                          "is outside an allocation"),
+               *run_figures]
+    if tool_options:
+        figures.append(Figure("sanitizer options", " ".join(tool_options)))
+    if dropped:
+        figures.append(Figure("options this compute-sanitizer lacks", ", ".join(dropped)))
+    return figures
 
 
 class VerifyNcuCheck(GpuStageCheck):
