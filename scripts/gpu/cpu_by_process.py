@@ -59,14 +59,23 @@ def sample(seen: dict[str, dict[str, object]]) -> None:
         record["last"] = time.time()
 
 
-def write(path: Path, seen: dict[str, dict[str, object]]) -> None:
+def kind_totals(seen: dict[str, dict[str, object]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for record in seen.values():
+        kind = str(record["kind"])
+        totals[kind] = round(totals.get(kind, 0.0) + float(record["cpu_s"]), 1)  # type: ignore[arg-type]
+    return totals
+
+
+def write(path: Path, seen: dict[str, dict[str, object]], series: list[object]) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(seen))
+    tmp.write_text(json.dumps({"processes": seen, "series": series}))
     os.replace(tmp, path)
 
 
 def summary(path: Path) -> None:
-    seen = json.loads(path.read_text())
+    data = json.loads(path.read_text())
+    seen, series = data["processes"], data["series"]
     totals: dict[str, list[float]] = {}
     waited: dict[str, float] = {}
     for record in seen.values():
@@ -78,6 +87,17 @@ def summary(path: Path) -> None:
     print(f"{'kind':32} {'processes':>9} {'own cpu s':>9} {'max s':>8} {'waited children s':>18}")
     for kind, values in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
         print(f"{kind:32} {len(values):9d} {sum(values):9.0f} {max(values):8.0f} {waited[kind]:18.0f}")
+    kinds = sorted(totals, key=lambda kind: -sum(totals[kind]))
+    print("cores busy per 30 s window, by kind:")
+    print(f"{'s':>5} " + " ".join(f"{kind[:14]:>14}" for kind in kinds))
+    previous: tuple[float, dict[str, float]] | None = None
+    for t, by_kind in series:
+        if previous is None or t - previous[0] >= 30:
+            if previous is not None:
+                span = t - previous[0]
+                print(f"{t - series[0][0]:5.0f} " + " ".join(
+                    f"{(by_kind.get(k, 0.0) - previous[1].get(k, 0.0)) / span:14.1f}" for k in kinds))
+            previous = (t, by_kind)
 
 
 def main(argv: list[str]) -> None:
@@ -86,11 +106,13 @@ def main(argv: list[str]) -> None:
         return
     out = Path(argv[0])
     seen: dict[str, dict[str, object]] = {}
+    series: list[object] = []  # [time, {kind: CPU seconds so far}] every 5 s: where the cores went, when
     last_write = 0.0
     while True:
         sample(seen)
         if time.time() - last_write > 5:
-            write(out, seen)
+            series.append([round(time.time(), 1), kind_totals(seen)])
+            write(out, seen, series)
             last_write = time.time()
         time.sleep(1.0)
 

@@ -190,6 +190,10 @@ def lower_priority() -> None:
 
 def main(argv: list[str]) -> int:
     lower_priority()
+    if os.environ.get("OPGATE_CUDA_WAIT"):  # verify on a GPU: wait for the GPU asleep (opgate/gpu/cuda_wait.py)
+        from opgate.gpu.cuda_wait import apply_from_environment
+
+        apply_from_environment()
     if len(argv) > 1 and argv[1] == "--serve":
         from opgate.children import exit_without_teardown
 

@@ -280,27 +280,14 @@ def _internal(result: CheckResult) -> bool:
 
 
 def _load_specs(request: VerifyRequest) -> tuple[list[Operator], dict[Path, Path]]:
-    """Every spec file's operators (pre-flight imports in isolated children, side by side, then here:
-    specload.py) with their `<op>.grad` twins (verify/gradients.py), and each resolved spec path -> the path as
-    given. torch is imported here while the children import the specs. An operator name defined by two spec files
+    """Every spec file's operators (pre-flight imports in one isolated child, then here: specload.py) with their `<op>.grad` twins (verify/gradients.py), and each resolved spec path -> the path as
+    given. torch is imported here while the child imports the specs. An operator name defined by two spec files
     is an input error: check ids, replay tokens and reports name operators, not files."""
-    from concurrent.futures import ThreadPoolExecutor
+    from opgate.specload import DEFAULT_IMPORT_TIMEOUT_S, import_spec_guarded, preflight_specs
 
-    from opgate.specload import DEFAULT_IMPORT_TIMEOUT_S, import_spec_guarded, preflight_spec
-
+    # every file in one pre-flight child, in the order given (torch imported here meanwhile)
+    preflight_specs(request.files, request.timeout_s or DEFAULT_IMPORT_TIMEOUT_S, import_meanwhile=("torch",))
     files = request.files
-    timeout = request.timeout_s or DEFAULT_IMPORT_TIMEOUT_S
-    # The first file's pre-flight runs here, in the main thread (Ctrl-C stays deliverable while torch is imported
-    # meanwhile); the others' side by side in threads, never waited for once the run is interrupted.
-    pool = ThreadPoolExecutor(max_workers=max(1, min(len(files) - 1, request.jobs))) if len(files) > 1 else None
-    try:
-        others = [pool.submit(preflight_spec, path, timeout) for path in files[1:]] if pool is not None else []
-        preflight_spec(files[0], timeout, import_meanwhile=("torch",))
-        for future in others:
-            future.result()  # the first failing file's InputError, in the order given
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
     ops: list[Operator] = []
     shown: dict[Path, Path] = {}
     defined_in: dict[str, Path] = {}
@@ -381,7 +368,7 @@ def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
 
     if not gpu_available(runtime=False):
         return
-    env = child_env({}, request.jobs)
+    env = child_env({}, request.jobs, gpu=True)
     for _ in range(min(request.jobs, SPARE_WORKERS_MAX)):
         pool.start_spare(CheckTask("verify.spare_warm_up", "spare warm-up",
                                    "opgate.verify.loaded_specs:SpareWarmUpCheck", 600.0, CheckContext(verb="verify"),
@@ -403,7 +390,7 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
             chosen = backend(choice.backend)
             if chosen.unavailable_reason():  # TVM absent: no worker
                 continue
-            env = child_env(chosen.child_env(gpu), request.jobs)
+            env = child_env(chosen.child_env(gpu), request.jobs, gpu)
             spec = str(sel.spec_file.resolve())
             key = OperatorPlan.worker_key_for(Path(spec), sel.op.name, choice.name, env)
             on_gpu = gpu and choice.origin == "user" and chosen.gpu_stages
@@ -441,8 +428,12 @@ def chosen_stages(request: VerifyRequest) -> list[Stage]:
     return [registry[n] for n in names]
 
 
-def child_env(backend_env: dict[str, str], jobs: int) -> dict[str, str]:
-    """The environment every verify child of one implementation starts with."""
+def child_env(backend_env: dict[str, str], jobs: int, gpu: bool = False) -> dict[str, str]:
+    """The environment every verify child of one implementation starts with (`gpu`: the run uses a GPU)."""
+    from opgate.gpu import cuda_wait
+
+    # a child waiting for the GPU sleeps instead of spinning a core the compiles need (gpu/cuda_wait.py)
+    waiting = {cuda_wait.ENV: os.environ.get(cuda_wait.ENV, "block")} if gpu else {}
     return {
         # Children share the cores: one intra-op thread pool per child, sized to its share.
         "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs))),
@@ -456,6 +447,7 @@ def child_env(backend_env: dict[str, str], jobs: int) -> dict[str, str]:
         # The numerics check turns on torch's deterministic mode (so torch.empty() is NaN-poisoned); cuBLAS
         # needs a fixed workspace for that (PyTorch's reproducibility notes), else every GEMM warns.
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
+        **waiting,
         **backend_env,  # e.g. TRITON_INTERPRET=1 for Triton without a GPU (read when triton is imported)
     }
 
@@ -464,7 +456,7 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
                    timeout: float, plans: dict[str, Path], replaying: bool) -> OperatorPlan:
     from opgate.verify.backends import backend
 
-    envs = {c.name: child_env(backend(c.backend).child_env(gpu), request.jobs) for c in sel.choices}
+    envs = {c.name: child_env(backend(c.backend).child_env(gpu), request.jobs, gpu) for c in sel.choices}
     gpu_choices = [c for c in sel.choices if c.origin == "user" and backend(c.backend).gpu_stages]
     return OperatorPlan(
         op=sel.op, choices=list(sel.choices), dtypes=list(sel.dtypes), spec_file=sel.spec_file.resolve(),

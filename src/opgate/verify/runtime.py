@@ -653,6 +653,9 @@ def run_sanitized(spec_file: str, op_name: str, impl_name: str, dtype: str) -> N
     An autotuned Triton kernel runs one config per key, as in the numerics (verify/backends/autotune_choice.py):
     Triton's autotuning would benchmark every config under the tool's instrumentation, and fla's activations (18
     configs per width) ran past 240 s per tool that way on the H200. OPGATE_AUTOTUNE=benchmark restores it."""
+    from opgate.gpu.cuda_wait import apply_from_environment
+
+    apply_from_environment()  # waits for the instrumented GPU asleep: the numerics beside it need the cores
     disable_allocator_caches()
     import torch
 

@@ -155,8 +155,10 @@ def main(request_path: str) -> None:
     file before each starts and once each has synchronised."""
     from opgate.verify.runtime import (disable_allocator_caches, load_implementation, one_config_per_autotune_key,
                                        sanitized_steps)
+    from opgate.gpu.cuda_wait import apply_from_environment
     from opgate.verify.tasks import ImplementationRef
 
+    apply_from_environment()  # waits for the instrumented GPU asleep: the numerics beside it need the cores
     request = json.loads(Path(request_path).read_text())
     disable_allocator_caches()
     import torch
