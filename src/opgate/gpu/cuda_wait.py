@@ -7,8 +7,11 @@ the sanitized children on one time-sliced GPU, so each waits long, and spinning 
 need (H200 host, docs/benchmarks.md: a sanitized child burned 335 CPU seconds in a 300 s run). Blocking sync puts the
 waiting thread to sleep. It changes no GPU time: timings come from CUDA events.
 
-`OPGATE_CUDA_WAIT` chooses, in the children verify starts on a GPU (engine.child_env): "block" (the default there)
-or "spin" (CUDA's own heuristic, untouched).
+`OPGATE_CUDA_WAIT` chooses, in the check workers and sanitized children verify starts on a GPU (engine.child_env):
+"block" (the default there), "yield" (spin, giving the core up to any other runnable thread) or "spin" (CUDA's own
+heuristic, untouched). The calibration processes keep CUDA's default: their bound terms on the GPU wait thousands of
+times for small kernels, and with blocking sync their bound terms took 696 s instead of 432 s in a library run
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -18,16 +21,20 @@ import os
 ENV = "OPGATE_CUDA_WAIT"
 # CUctx_flags (cuda.h; CUDA Driver API, cuDevicePrimaryCtxSetFlags): the three low bits choose the scheduling
 CU_CTX_SCHED_MASK = 0x07
+CU_CTX_SCHED_YIELD = 0x02
 CU_CTX_SCHED_BLOCKING_SYNC = 0x04
+SCHEDULES = {"block": CU_CTX_SCHED_BLOCKING_SYNC, "yield": CU_CTX_SCHED_YIELD}
 
 
-def wanted() -> bool:
-    return os.environ.get(ENV, "").strip().lower() == "block"
+def wanted() -> int | None:
+    """The scheduling flag OPGATE_CUDA_WAIT asks for, or None (CUDA's default)."""
+    return SCHEDULES.get(os.environ.get(ENV, "").strip().lower())
 
 
-def sleep_while_waiting() -> str:
-    """Set blocking sync on every visible device's primary context (the one PyTorch, Triton and CuPy share), before
-    or after it exists. Returns "" when set, else why not (no driver, no GPU): the caller carries on either way."""
+def sleep_while_waiting(schedule: int = CU_CTX_SCHED_BLOCKING_SYNC) -> str:
+    """Set `schedule` (blocking sync by default) on every visible device's primary context (the one PyTorch, Triton
+    and CuPy share), before or after it exists. Returns "" when set, else why not (no driver, no GPU): the caller
+    carries on either way."""
     try:
         from cuda.bindings import driver
     except Exception as exc:  # no cuda-bindings, or no libcuda.so.1 behind it
@@ -47,7 +54,7 @@ def sleep_while_waiting() -> str:
                 failures.append(f"device {ordinal}: cuDevicePrimaryCtxGetState returned {err}")
                 continue
             (err,) = driver.cuDevicePrimaryCtxSetFlags(device, (int(flags) & ~CU_CTX_SCHED_MASK)
-                                                        | CU_CTX_SCHED_BLOCKING_SYNC)
+                                                        | schedule)
             if int(err) != 0:
                 failures.append(f"device {ordinal}: cuDevicePrimaryCtxSetFlags returned {err}")
         return "; ".join(failures)
@@ -56,8 +63,9 @@ def sleep_while_waiting() -> str:
 
 
 def apply_from_environment() -> str:
-    """At a child's start: blocking sync when the run asked for it (OPGATE_CUDA_WAIT=block)."""
-    return sleep_while_waiting() if wanted() else "not asked"
+    """At a child's start: the schedule the run asked for (OPGATE_CUDA_WAIT=block|yield), else CUDA's default."""
+    schedule = wanted()
+    return "not asked" if schedule is None else sleep_while_waiting(schedule)
 
 
 def primary_context_schedule(ordinal: int = 0) -> int | None:

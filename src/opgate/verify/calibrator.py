@@ -233,8 +233,6 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
     from opgate.verify.memory_guard import refuse_oversized_cases
 
     bounds_device.use_gpu(gpu)
-    if gpu:
-        _sleep_while_waiting_for_the_gpu()
     refuse_oversized_cases(op, cases, dtype)
     before = dict(CACHE_COUNTS)
     began = time.perf_counter()
@@ -251,20 +249,6 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
                        cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
                        len(cases) - len(fatal), [c.label() for c in fatal],
                        {k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS}, phases)
-
-
-_CUDA_WAIT_SET: list[str] = []  # this process's primary context already waits asleep (its reason, "" if set)
-
-
-def _sleep_while_waiting_for_the_gpu() -> None:
-    """Bound terms on the GPU wait for it asleep: the 8 calibration processes of a library run burned 2144 CPU seconds
-    beside the compiles with CUDA's default spin (H200 host; gpu/cuda_wait.py). OPGATE_CUDA_WAIT=spin keeps it."""
-    import os
-
-    from opgate.gpu import cuda_wait
-
-    if not _CUDA_WAIT_SET and os.environ.get(cuda_wait.ENV, "block").strip().lower() == "block":
-        _CUDA_WAIT_SET.append(cuda_wait.sleep_while_waiting())
 
 
 # -- calibration processes (hosts with many cores) ---------------------------------------------------------------
