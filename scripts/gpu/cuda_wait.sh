@@ -12,10 +12,12 @@ step benchmark 120 python3 benchmarks/cuda_wait.py 2
 step gpu_test 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_cuda_wait.py
 for round in $(seq "${ROUNDS:-2}"); do
   for mode in spin yield block; do
-    OPGATE_CUDA_WAIT=$mode step "softmax_${mode}_$round" 120 python3 -m opgate verify examples/ops/softmax.py \
+    export OPGATE_CUDA_WAIT=$mode
+    step "softmax_${mode}_$round" 120 python3 -m opgate verify examples/ops/softmax.py \
       --json "$OUT/library/softmax_${mode}_$round.json" --out /tmp/opgate-art-softmax
   done
 done
+unset OPGATE_CUDA_WAIT
 if [[ "${LIB_TIMEOUT_S:-250}" != 0 ]]; then
   python3 scripts/gpu/cpu_by_process.py "$OUT/library/cpu.json" & SAMPLER=$!
   step library_default "${LIB_TIMEOUT_S:-250}" python3 -m opgate verify tests/data/verify/library_corpus \
