@@ -233,6 +233,8 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
     from opgate.verify.memory_guard import refuse_oversized_cases
 
     bounds_device.use_gpu(gpu)
+    if gpu:
+        _wait_for_the_gpu_as_asked()
     refuse_oversized_cases(op, cases, dtype)
     before = dict(CACHE_COUNTS)
     began = time.perf_counter()
@@ -249,6 +251,22 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
                        cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
                        len(cases) - len(fatal), [c.label() for c in fatal],
                        {k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS}, phases)
+
+
+_CUDA_WAIT_SET: list[str] = []  # this process's primary context already has its wait mode (the reason, "" if set)
+
+
+def _wait_for_the_gpu_as_asked() -> None:
+    """Bound terms on the GPU wait for it as the check workers do (gpu/cuda_wait.py; blocking sync unless
+    OPGATE_CUDA_WAIT says otherwise): with CUDA's default spin, 8 calibration processes kept 5-7 of the H200 host's
+    16 cores busy in a library run, mostly waiting for their turn on the time-sliced GPU."""
+    import os
+
+    from opgate.gpu import cuda_wait
+
+    if not _CUDA_WAIT_SET:
+        schedule = cuda_wait.SCHEDULES.get(os.environ.get(cuda_wait.ENV, "block").strip().lower())
+        _CUDA_WAIT_SET.append("not asked" if schedule is None else cuda_wait.sleep_while_waiting(schedule))
 
 
 # -- calibration processes (hosts with many cores) ---------------------------------------------------------------
