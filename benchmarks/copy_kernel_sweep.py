@@ -292,9 +292,9 @@ POLICY = [f"gp_u{u}_lp{lp}_sp{sp}_pf{pf}" for u, lp, sp, pf in (
 ALL_SIMPLE = [f"{layout}_u{u}_nc{nc}_cs{cs}" for layout in ("gs", "wt") for u in (4, 8) for nc in (0, 1)
               for cs in (0, 1)] + [f"gs_u{u}_nc0_cs0" for u in (6, 10, 12, 16)] + ["pl_u4_nc0_cs0", "pl_u8_nc0_cs0"] \
     + ["bc_u4_nc0_cs0", "bc_u8_nc0_cs0", "wc_u4_nc0_cs0", "wc_u8_nc0_cs0"] + POLICY
-# Five sweeps on the H200 (docs/benchmarks.md) found read-only-path loads and streaming stores no better, about
-# 32 KiB in flight per SM best, and loads with the L2 evict_last policy the one change that lifts the plateau:
-# the default sweep looks around that (fractional evict_last, and bulk TMA copies whose loads keep the lines).
+# Five sweeps on the H200 (the history of docs/benchmarks.md) found read-only-path loads and streaming stores no
+# better, about 32 KiB in flight per SM best, and loads with the L2 evict_last policy the one change that lifts the
+# plateau: the default sweep looks around that (fractional evict_last, and bulk TMA copies whose loads keep the lines).
 FOCUSED = ["gs_u8_nc0_cs0", "gp_u8_lp2_sp0_pf0", "gp_u8_lp5_sp0_pf0", "gp_u8_lp6_sp0_pf0", "gp_u8_lp3_sp1_pf0"]
 TILES = ["tile_u2_lp0", "tile_u4_lp0", "tile_u8_lp0", "tile_u4_lp2", "tile_u8_lp2"]
 FOCUSED_BULK = ["bulk_c4_s8", "bulkkeep_c4_s8", "bulkkeep_c8_s4"]

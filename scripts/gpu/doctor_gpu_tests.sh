@@ -2,8 +2,8 @@
 # GPU evidence for the GPU layering (issue 15, last part: probes collect, checks judge, reporters render).
 # Run from the repo root on a GPU host:  bash scripts/gpu/doctor_gpu_tests.sh
 # Writes everything into ONE file, $OUT/doctor_gpu_tests.log (OUT defaults to ./opgate-report), within ~120 s, and
-# prints a table of the doctor's GPU figures last (compare with docs/benchmarks.md: the fourth session's
-# `doctor --level standard` and the "Fifth H200 session"). Each step's failure is printed, not fatal.
+# prints a table of the doctor's GPU figures last (compare with docs/benchmarks.md, "opgate doctor,
+# standard level: the measured GPU probes"). Each step's failure is printed, not fatal.
 #   1. opgate doctor --level standard --json       the figures must not move with the new layout
 #   2. pytest -m gpu of the areas touched          tests/gpu (probes, graphs, timing, planted twins, sticky
 #                                                  worker from tests/data/gpu/), tests/doctor, verify's OOM trial
@@ -29,7 +29,7 @@ step pytest_gpu 72 "$PY" -m pytest -m gpu tests/verify/test_verify_oom_recovery.
   for name in "${ORDER[@]}"; do printf '  %-16s %s\n' "$name" "${STATUS[$name]}"; done
   echo "===== pytest summary"
   sed -n '/^===== pytest_gpu (/,/^===== pytest_gpu done/p' "$LOG" | grep -E "^(FAILED|ERROR) |(passed|failed|skipped|deselected|error).* in [0-9.]+s" | tail -12
-  echo "===== doctor GPU figures (docs/benchmarks.md: fourth session doctor standard, Fifth H200 session)"
+  echo "===== doctor GPU figures (docs/benchmarks.md: opgate doctor, standard level)"
   "$PY" - "$WORK/doctor_standard.json" <<'PYEOF'
 import json, sys
 try:

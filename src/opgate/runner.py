@@ -104,7 +104,8 @@ def warm_worker_limit(jobs: int) -> int:
 def default_jobs() -> int:
     """Checks at once by default where each holds a warm worker (verify): one per CPU, 2 on a small machine (CI),
     up to 16. On the H200 host (16 CPUs) the eight compute-sanitizer runs of an operator and its numerics checks
-    then all run side by side; with 12 slots a dtype's numerics waited for a sanitizer to end (docs/benchmarks.md)."""
+    then all run side by side; with 12 slots a dtype's numerics waited for a sanitizer to end (seventh H200 session,
+    in the history of docs/benchmarks.md)."""
     return max(2, min(16, os.cpu_count() or 2))
 
 
@@ -679,7 +680,7 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     share of the slots, unless it is an exclusive (measuring) task and tasks that run side by side on its GPU still
     wait behind it; then the first of those. Measurements go after the side-by-side work instead of draining the
     slots before it: on a library the runtime stage's exclusive checks of every operator came before any numerics
-    (docs/benchmarks.md, tenth session)."""
+    (tenth H200 session, in the history of docs/benchmarks.md)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
     unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
     for at, (_, task) in enumerate(pending):

@@ -76,7 +76,8 @@ def test_bandwidth_kernels_issue_16_byte_loads_and_stores(tmp_path: Path) -> Non
         assert any(".EF" in line for line in stores) == (kind == "stream")  # evict-first = streaming store
         # All loads of one step are issued before its first store (a run of `unroll` loads with no store
         # between; the tail loop may come first in the SASS), and not through the read-only path: both cost
-        # 14% copy bandwidth on the H200 (docs/benchmarks.md, copy-kernel sweep).
+        # 14% copy bandwidth on the H200 (the second H200 session's copy-kernel sweep, in the history of
+        # docs/benchmarks.md).
         ops = [line for line in sass.splitlines() if "LDG.E" in line or "STG.E" in line]
         longest = run = 0
         for line in ops:

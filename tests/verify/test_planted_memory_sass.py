@@ -1,10 +1,10 @@
 """The planted tail over-read of tests/data/verify/planted_memory.py must really read past the end in machine code.
 
-The first version (`v = x[i]; if (i < n) y[i] = 2 * v;`) passed memcheck on the H200 (docs/benchmarks.md, sixth
-session): the compiler sinks a load whose value is used only under the bounds check, so the SASS exits before the
-LDG and nothing is read out of bounds. The shipped pattern is a tiled kernel that stages its inputs in shared
-memory before the check: the load stays ahead of the barrier and the exit. Built here by nvcc for sm_90 and read
-back with cuobjdump -sass.
+The first version (`v = x[i]; if (i < n) y[i] = 2 * v;`) passed memcheck on the H200 (sixth H200 session, in the
+history of docs/benchmarks.md): the compiler sinks a load whose value is used only under the bounds check, so the
+SASS exits before the LDG and nothing is read out of bounds. The shipped pattern is a tiled kernel that stages its
+inputs in shared memory before the check: the load stays ahead of the barrier and the exit. Built here by nvcc for
+sm_90 and read back with cuobjdump -sass.
 """
 
 from __future__ import annotations

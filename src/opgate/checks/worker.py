@@ -160,7 +160,8 @@ def serve(stdin: Any | None = None) -> int:
 def give_back_gpu_memory() -> None:
     """Return the GPU memory PyTorch's allocator cached for the check that just ended: on the H200 a library run's
     workers held 15-24 GiB each (five of them) beside dozens holding 0.5-8 GiB, the card filled, and a calibration's
-    bound terms ran out of memory (docs/benchmarks.md, twelfth session). The next check allocates again."""
+    bound terms ran out of memory (twelfth H200 session, in the history of docs/benchmarks.md). The next check
+    allocates again."""
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
     try:

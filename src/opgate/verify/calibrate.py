@@ -424,8 +424,8 @@ def calibrate(
 # Seconds of bound terms one operator x dtype's calibration computes for every case before it defers the rest
 # (never a declared case or the first case of a regime x layout): on the 2-core CPU runner the bound terms were 85%
 # of fla's losses' calibrations (160-480 s per operator) and about half of them were for cases the numerics then
-# capped (docs/benchmarks.md, twelfth session). On a GPU run nothing is deferred: the bound terms run on the GPU in
-# calibration processes beside the checks, whose slots are what a library waits for there.
+# capped (twelfth H200 session, in the history of docs/benchmarks.md). On a GPU run nothing is deferred: the bound
+# terms run on the GPU in calibration processes beside the checks, whose slots are what a library waits for there.
 # OPGATE_DEFER_BOUNDS_S overrides both; 0 defers nothing.
 DEFER_BOUNDS_AFTER_S = 10.0
 

@@ -33,7 +33,7 @@ def calibration_threads() -> int:
     """torch's intra-op threads for the calibration: a quarter of the CPUs (at least 2). The checks run beside it,
     one thread each; an OpenMP team as wide as the machine then waits at every barrier for a preempted member
     (softmax's float32 calibration took 32.6 s with 16 threads, 9.3 s with 2, on the H200 host beside the checks;
-    docs/benchmarks.md).
+    seventh H200 session, in the history of docs/benchmarks.md).
     OPGATE_CALIBRATION_THREADS overrides it."""
     import os
 
@@ -276,8 +276,8 @@ def calibration_processes(jobs: int, library: bool = False) -> int:
     add its start-up to the same cores; a quarter of the CPUs (at most `jobs`, the number of operator x dtype
     plans) on larger ones, half of them for a `library` (several spec files or a folder): there every numerics
     check waits for its plan, and a quarter calibrated 19 of a library's ~135 plans in 260 s on the H200 host
-    while the checks' slots idled (docs/benchmarks.md, eleventh session). OPGATE_CALIBRATION_PROCESSES overrides
-    it."""
+    while the checks' slots idled (eleventh H200 session, in the history of docs/benchmarks.md).
+    OPGATE_CALIBRATION_PROCESSES overrides it."""
     import os
 
     override = os.environ.get("OPGATE_CALIBRATION_PROCESSES", "").strip()

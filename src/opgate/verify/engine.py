@@ -66,7 +66,7 @@ class VerifyRequest:
     stages: Sequence[str] = ("numerics", "runtime", "sanitizer", "recovery")
     # compute-sanitizer tools the sanitizer stage runs, one check each (memcheck's id ends in `.sanitizer`,
     # the others in `.racecheck` / `.initcheck` / `.synccheck`). All four by default: on the H200 each
-    # adds 5-11 s per implementation and they run side by side (docs/benchmarks.md).
+    # adds 5-11 s per implementation and they run side by side (the history of docs/benchmarks.md).
     sanitizer_tools: Sequence[str] = ("memcheck", "racecheck", "initcheck", "synccheck")
     # Seconds one call of the implementation on one case may run before it counts as a hang (a `crash` of that
     # case; the other cases still run). None: resume.CASE_TIMEOUT_S; at most 90% of timeout_s.

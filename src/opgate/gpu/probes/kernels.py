@@ -45,8 +45,8 @@ class CopyConfig:
 
 
 # Copy-kernel launches the probe measures, keeping the fastest. Six sweeps on the H200 (2026-11-29,
-# benchmarks/copy_kernel_sweep.py, docs/benchmarks.md: ~230 configurations incl. read-only-path loads,
-# warp-tiled, block-/warp-contiguous, software-pipelined and TMA bulk-copy kernels): persistent grid-stride
+# benchmarks/copy_kernel_sweep.py, docs/benchmarks.md and its history: ~230 configurations incl. read-only-path
+# loads, warp-tiled, block-/warp-contiguous, software-pipelined and TMA bulk-copy kernels): persistent grid-stride
 # kernels plateau at 4.05-4.07 TB/s, 4.13 with evict_last loads (97% of cudaMemcpy D2D); one tile per block
 # with evict_last loads and 1024 threads reaches 4.30 TB/s, 101% of cudaMemcpy in the same run.
 COPY_CONFIGS = (
@@ -131,7 +131,7 @@ __device__ __forceinline__ u64 opgate_evict_last_policy() {
 
 // Device-to-device copy: UNROLL loads, then UNROLL stores (plain or streaming stores; KEEP: loads
 // carry an L2 evict_last policy). What the sweeps on the H200 found (benchmarks/copy_kernel_sweep.py,
-// docs/benchmarks.md):
+// docs/benchmarks.md and its git history):
 //  * no __restrict__, on purpose: with it NVCC routes the loads through the read-only path
 //    (LDG.E.128.CONSTANT) and interleaves them with the stores, leaving about half the loads in flight:
 //    4.00 instead of 4.06 TB/s. Plain LDG.E.128, all issued before the first store, is faster;

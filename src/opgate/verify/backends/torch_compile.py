@@ -105,7 +105,8 @@ def _explain(fn: Any, values: Any, layouts: Any, device: str, prepared: Prepared
 def warm_up_compiler() -> None:
     """Compile and run one tiny function on the checks' device, then forget it: the first torch.compile in a
     process imports dynamo, inductor and their code generators and starts inductor's machinery (~10 s on the H200
-    host beside other workers, docs/benchmarks.md); afterwards a check's own compiles cost only their graphs."""
+    host beside other workers, in the history of docs/benchmarks.md); afterwards a check's own compiles cost only
+    their graphs."""
     import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
