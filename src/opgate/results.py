@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -51,6 +52,24 @@ class Threshold:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Threshold":
         return cls(value=data["value"], comparison=data["comparison"], source=data["source"])
+
+
+def slug(text: str) -> str:
+    """A key part from words: lower-case, joined by underscores ('PCIe width (current/max)' ->
+    'pcie_width_current_max'); for a figure key that names a thing from data (a symbol, a library family)."""
+    words = re.findall(r"[A-Za-z0-9]+", text.replace("%", " pct "))
+    return "_".join(w.lower() for w in words) or "value"
+
+
+def gpu_labels(index: int | str | None, uuid: str | None = "", pci_bus_id: str | None = "") -> dict[str, str]:
+    """The labels that name the GPU a figure is about: its index as this process counts them, and where known
+    its UUID and PCI bus id (stable across reboots and CUDA_VISIBLE_DEVICES)."""
+    labels = {"gpu": str(index)} if index is not None else {}
+    if uuid:
+        labels["uuid"] = str(uuid)
+    if pci_bus_id:
+        labels["pci_bus_id"] = str(pci_bus_id)
+    return labels
 
 
 @dataclass(frozen=True)

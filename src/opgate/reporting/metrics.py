@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from opgate.core.dtypes import KNOWN_DTYPES
-from opgate.results import CheckResult, Figure
+from opgate.results import CheckResult, Figure, slug
 
 # Doctor figures whose prose names embed the GPU: name (after the "GPUn " prefix) -> stable key.
 DOCTOR_FIGURE_KEYS: dict[str, str] = {
@@ -85,12 +85,6 @@ class Metric:
 
     def label_text(self) -> str:
         return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
-
-
-def slug(text: str) -> str:
-    """Lower-case words joined by underscores: 'PCIe width (current/max)' -> 'pcie_width_current_max'."""
-    words = re.findall(r"[A-Za-z0-9]+", text.replace("%", " pct "))
-    return "_".join(w.lower() for w in words) or "value"
 
 
 def numeric_value(value: Any) -> tuple[float | int | None, str | None, str]:
