@@ -5,31 +5,16 @@ CPU machine, and, for what needs a GPU, built by the checks' judging layers from
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Iterable
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, Iterable
 
 import pytest
+from opgate_testing import source_key_problems
 
-from opgate.reporting.metrics import derived_metric_for, metric_for
-from opgate.results import CheckResult
-
-
-def source_key_problems(results: Iterable[CheckResult]) -> list[str]:
-    """Each figure without a key of its own, or whose key or labels differ from the derivation's."""
-    problems = []
-    for result in results:
-        bare = dataclasses.replace(result, stage="", labels={})  # what the derivation saw: no planned identity
-        for figure in result.figures:
-            where = f"{result.check_id}: {figure.name!r}"
-            if not figure.key:
-                problems.append(f"{where} has no key set at its source")
-                continue
-            source = metric_for(result, figure)
-            derived = derived_metric_for(bare, dataclasses.replace(figure, key="", labels={}))
-            if (source.key, dict(source.labels)) != (derived.key, dict(derived.labels)):
-                problems.append(f"{where}: source {source.key} {dict(source.labels)}, derived {derived.key} "
-                                f"{dict(derived.labels)}")
-    return problems
+from opgate.checks.base import CheckContext
+from opgate.results import CheckResult, Figure, Outcome
 
 
 def figure_count(results: Iterable[CheckResult]) -> int:
@@ -37,8 +22,6 @@ def figure_count(results: Iterable[CheckResult]) -> int:
 
 
 def test_the_check_finds_a_figure_without_a_key_or_with_another_key() -> None:
-    from opgate.results import Figure, Outcome
-
     keyless = CheckResult("doctor.mine", "t", Outcome.PASSED, "r", (Figure("fan speed", 40, "%"),))
     wrong = CheckResult("doctor.mine", "t", Outcome.PASSED, "r",
                         (Figure("GPU1 fan speed", 40, "%", key="mine.fan_speed", labels={"gpu": "0"}),))
@@ -63,3 +46,75 @@ def doctor_here() -> list[CheckResult]:
 def test_the_doctor_keys_its_figures_at_the_source(doctor_here: list[CheckResult]) -> None:
     assert figure_count(doctor_here) >= 20
     assert source_key_problems(doctor_here) == []
+
+
+# -- the doctor's multi-GPU and QoS judges, on tests/data's recorded and hand-written inputs -----------------------
+DOCTOR_TESTS = Path(__file__).resolve().parents[1] / "doctor"
+
+
+def doctor_test_module(name: str) -> Any:
+    if str(DOCTOR_TESTS) not in sys.path:
+        sys.path.insert(0, str(DOCTOR_TESTS))
+    return importlib.import_module(name)
+
+
+def as_result(check_id: str, figures: Iterable[Figure], extra: dict[str, Any] | None = None) -> CheckResult:
+    return CheckResult(check_id, check_id, Outcome.PASSED, "r", tuple(figures), extra=extra or {})
+
+
+def test_the_contention_link_matrix_collectives_and_qos_judges_key_their_figures() -> None:
+    from opgate.doctor.contention import combine_contention, judge_contention
+    from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
+    from opgate.doctor.qos import judge_qos
+    from opgate.gpu.judge.collectives import CollectiveRun, judge_collectives, link_reference
+
+    contention = doctor_test_module("test_contention_judge")
+    _, _, figures = combine_contention([judge_contention(m, contention.SHARE, contention.SPREAD)
+                                        for m in contention.measurements()])
+    results = [as_result("doctor.contention", figures)]
+    matrix = doctor_test_module("test_link_matrix")
+    pairs, links, numa = matrix.fixture()
+    results.append(as_result("doctor.p2p", link_matrix_verdict(pairs, links, numa, matrix.BAND).figures))
+    results.append(as_result("doctor.p2p", link_matrix_verdict(pairs[:2], unknown_links(4, "no NVML"), [],
+                                                               matrix.BAND).figures))
+    collectives = doctor_test_module("test_collectives_judge")
+    reference = link_reference(collectives.links("links_h200x8_nvswitch.json"))
+    for name in ("nccl_h200x8_handwritten.json", "gloo_3ranks_cpu_recorded.json"):
+        run = CollectiveRun.from_dict(collectives.load(name))
+        results.append(as_result("doctor.collectives", judge_collectives(run, reference).figures))
+    qos = doctor_test_module("test_qos")
+    for measurement in (qos._measurement(2500, 95, 90), qos._measurement(2500, 1800, None, pinned=None)):
+        results.append(as_result("doctor.qos", judge_qos(measurement)[2]))
+    assert figure_count(results) >= 80
+    assert source_key_problems(results) == []
+
+
+def test_a_fanned_out_probe_keeps_its_keys_with_each_gpu_as_a_label() -> None:
+    from opgate.doctor.fanout import merge_per_gpu
+
+    one = as_result("doctor.launch_latency", [Figure("eager p95", 5.1, "us", key="launch_latency.eager_p95")])
+    merged = merge_per_gpu("doctor.launch_latency", "launch", [(0, one), (1, one)])
+    assert [f.labels for f in merged.figures] == [{"gpu": "0"}, {"gpu": "1"}]
+    assert source_key_problems([merged]) == []
+
+
+def test_the_gpu_inventory_and_topology_key_their_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One GPU (the host's figures then carry that GPU's labels, as the derivation gave them) and two."""
+    from opgate.doctor.gpu_inventory import GpuInventoryCheck
+    from opgate.doctor.topology import judge_topology
+    from opgate.probes import gpu_inventory
+    from opgate.probes.gpu_inventory import Inventory
+
+    if str(DOCTOR_TESTS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCTOR_TESTS.parent))
+    judges = importlib.import_module("test_doctor_judges")
+    second = judges.h200(index=1, uuid="GPU-2")
+    results = []
+    for gpus in ([judges.h200()], [judges.h200(), second]):
+        monkeypatch.setattr(gpu_inventory, "collect_inventory", lambda gpus=gpus: Inventory("570.1", 12080, gpus))
+        results.append(GpuInventoryCheck().run(CheckContext()))
+    topology = doctor_test_module("test_topology")
+    links = [["X" if i == j else "NV18" for j in range(4)] for i in range(4)]
+    results.append(as_result("doctor.topology", judge_topology(topology._snapshot([0, 0, 1, -1], [0, 1], links))[2]))
+    assert figure_count(results) >= 40
+    assert source_key_problems(results) == []
