@@ -118,3 +118,65 @@ def test_the_gpu_inventory_and_topology_key_their_figures(monkeypatch: pytest.Mo
     results.append(as_result("doctor.topology", judge_topology(topology._snapshot([0, 0, 1, -1], [0, 1], links))[2]))
     assert figure_count(results) >= 40
     assert source_key_problems(results) == []
+
+
+# -- analyze and inspect -------------------------------------------------------------------------------------------
+REPORTS = Path(__file__).resolve().parents[1] / "data" / "reports"
+
+
+def test_analyze_keys_its_figures_at_the_source() -> None:
+    """Portability and occupancy rebuilt from the compile outcomes of a recorded analyze run (tests/data/reports,
+    recorded on this CPU), the roofline of a matmul with a measured point, and a GPU without its precision."""
+    pytest.importorskip("torch")
+    import opgate
+    from opgate.analyze.portability import CompileOutcome, with_occupancy
+    from opgate.analyze.roofline import analyze_operator, measurement_key
+    from opgate.analyze.run import _occupancy_result, _portability_result, _roofline_results
+    from opgate.gpus import lookup_gpu
+    from opgate.reporting.json_report import read_json
+
+    recorded = read_json(REPORTS / "analyze_ops.v1.json")
+    outcomes = [with_occupancy(CompileOutcome.from_dict(r.extra["compile"]))
+                for r in recorded.results if "compile" in r.extra]
+    results = [_portability_result(o, True) for o in outcomes] + [_occupancy_result(o) for o in outcomes]
+    matmul = opgate.Operator("matmul", reference=lambda a, b: a @ b,
+                             inputs=[opgate.TensorSpec("a", ("M", "K")), opgate.TensorSpec("b", ("K", "N"))],
+                             dims={"M": [64, 4096], "N": [4096], "K": [4096]}, dtypes=["bfloat16", "float32"])
+    gpus = [lookup_gpu("h100"), lookup_gpu("v100")]
+    measured = {measurement_key("h100", "bfloat16", {"M": 64, "N": 4096, "K": 4096}): 1e-4}
+    results += _roofline_results(analyze_operator(matmul, gpus, measured=measured), gpus)
+    assert {r.check_id.split(".")[1] for r in results if r.figures} == {"portability", "occupancy", "roofline"}
+    assert figure_count(results) >= 30
+    assert source_key_problems(results) == []
+
+
+def test_inspect_keys_its_figures_at_the_source() -> None:
+    """Verdicts on tests/data/inspect's binaries for five targets, and a comparison of two builds."""
+    from opgate.inspect.compare import compare_builds, to_run_report
+    from opgate.inspect.command import judge_all, verdict_result
+    from opgate.inspect.compat import parse_targets
+    from opgate.inspect.sources import inspect_paths
+
+    data = REPORTS.parent / "inspect"
+    reports = inspect_paths([data / "compress_size.o", data / "sm89.cubin", data / "ptx_only.o"])
+    results = [verdict_result(v) for v in judge_all(reports, parse_targets("h100,a100,l4,t4,b200"))]
+    toolchain = REPORTS.parent / "toolchain"
+    builds = [inspect_paths([toolchain / name], kernels=True) for name in ("kernels_nvcc.o", "kernels_clang.o")]
+    comparison = compare_builds("nvcc", builds[0], "clang", builds[1], parse_targets("h200,a100"))
+    results += to_run_report(comparison, "2026-01-01T00:00:00+00:00", 0.0).results
+    assert figure_count(results) >= 60
+    assert source_key_problems(results) == []
+
+
+def test_explain_keys_its_figures_at_the_source() -> None:
+    """Every launch of the recorded H200 Nsight Compute profiles in tests/data/ncu, diagnosed."""
+    from opgate.gpu.explain import diagnosis_result
+    from opgate.gpu.judge.limiter import Ceilings, diagnose, load_profiles
+
+    ncu = REPORTS.parent / "ncu"
+    ceilings = Ceilings(hbm_bytes_per_s=4.8e12, hbm_source="NVIDIA H200 datasheet")
+    results = [diagnosis_result(diagnose(profile, ceilings))
+               for path in [ncu / "gelu_triton_h200.csv", *sorted((ncu / "h200").glob("*.csv"))]
+               for profile in load_profiles(path)]
+    assert figure_count(results) >= 20
+    assert source_key_problems(results) == []
