@@ -5,6 +5,7 @@ CPU machine, and, for what needs a GPU, built by the checks' judging layers from
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -179,4 +180,66 @@ def test_explain_keys_its_figures_at_the_source() -> None:
                for path in [ncu / "gelu_triton_h200.csv", *sorted((ncu / "h200").glob("*.csv"))]
                for profile in load_profiles(path)]
     assert figure_count(results) >= 20
+    assert source_key_problems(results) == []
+
+
+# -- verify --------------------------------------------------------------------------------------------------------
+ROOT = REPORTS.parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, extras", [
+    ("examples/ops/softmax.py", True),  # the example, with opgate's extras (torch.compile, ONNX Runtime, TVM)
+    ("tests/data/verify/softmax_spec.py", False),  # planted bugs: failing cases, shrinking, replay
+    ("tests/data/verify/crash_on_one_case.py", False),  # a case that kills its process: the crash figures
+])
+def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`opgate verify SPEC --budget quick --stages numerics` on this CPU, through the engine as the CLI runs it."""
+    pytest.importorskip("torch")
+    from opgate.cli import make_console
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    report = run_verify(VerifyRequest(spec_file=ROOT / spec, budget="quick", stages=("numerics",), jobs=2,
+                                      extras=extras, out_dir=tmp_path / "out"), make_console())
+    numerics = [r for r in report.results if r.stage == "numerics"]
+    assert numerics and all(r.labels.keys() >= {"op", "impl", "dtype"} for r in numerics)
+    assert figure_count(report.results) >= 20
+    assert source_key_problems(report.results) == []
+
+
+def test_the_gpu_stages_key_their_figures_at_the_source() -> None:
+    """What of verify's GPU stages runs without a GPU: the runtime stage's roofline, the sanitizer's figures, the
+    qos judge; each result labelled as the runner and the stage's check label it (planned op/impl, the check's own
+    dtype and sizes), under the check id the engine gives it."""
+    pytest.importorskip("torch")
+    import opgate
+    from opgate.verify.qos_stage import VerifyQosCheck, judge_operator_qos
+    from opgate.verify.runtime import VerifySanitizerCheck, VerifyRuntimeCheck, _sanitizer_figures, roofline_fraction
+
+    def as_stage_result(check: Any, check_id: str, stage: str, planned: dict[str, str], figures: list[Figure],
+                        extra: dict[str, Any], **own: str) -> CheckResult:
+        result = check.result(Outcome.PASSED, "r", figures, extra=extra, labels=own or None)
+        return dataclasses.replace(result, check_id=check_id).with_identity(stage, planned)
+
+    softmax = opgate.Operator("softmax", reference=lambda x: x.softmax(-1), inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                              dims={"M": [4096], "N": [4096]}, dtypes=["float16"])
+    dims = {"M": 4096, "N": 4096}
+    planned = {"op": "softmax", "impl": "triton"}
+    results = []
+    for gpu in ("NVIDIA H200", "no such GPU"):
+        figures, _ = roofline_fraction(softmax, "float16", dims, 2e-5, gpu)
+        results.append(as_stage_result(VerifyRuntimeCheck(), "verify.softmax.triton.float16.runtime", "runtime",
+                                       {**planned, "dtype": "float16"}, figures, {"dtype": "float16", "dims": dims}))
+    for tool, suffix in (("memcheck", "sanitizer"), ("racecheck", "racecheck")):
+        figures = _sanitizer_figures(tool, 0, "first size M=8", ["--padding 65536"], ["--racecheck-report"], [])
+        results.append(as_stage_result(VerifySanitizerCheck(), f"verify.softmax.triton.{suffix}", "sanitizer",
+                                       {**planned, "tool": tool}, figures, {"dtype": "float16", "tool": tool}))
+    qos = doctor_test_module("test_qos")
+    for slo in (None, 400.0):
+        figures = judge_operator_qos(qos._measurement(2500, 95, None), slo, "the spec")[2]
+        results.append(as_stage_result(VerifyQosCheck(), "verify.softmax.triton.qos", "qos", planned, figures,
+                                       {"dims": dims}, dims="M=4096,N=4096"))
+    assert figure_count(results) >= 25
     assert source_key_problems(results) == []
