@@ -189,7 +189,9 @@ def gpu_of(report: RunReport) -> str:
         if isinstance(result.extra, dict) and isinstance(result.extra.get("gpu"), str):
             return result.extra["gpu"]
         for figure in result.figures:
-            if figure.name.endswith(" name") and figure.name.startswith("GPU") and isinstance(figure.value, str):
+            named = figure.key == "gpu.name" or (  # a report written before figures were keyed at the source
+                not figure.key and figure.name.endswith(" name") and figure.name.startswith("GPU"))
+            if named and isinstance(figure.value, str):
                 return figure.value
     return "none"
 
