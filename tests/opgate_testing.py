@@ -43,3 +43,27 @@ def run_opgate(args: list[str], env: dict[str, str] | None = None, timeout: floa
     env.setdefault("PYTHONPATH", child_pythonpath())
     return subprocess.run([sys.executable, "-m", "opgate", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=REPO)
+
+
+def source_key_problems(results: Any) -> list[str]:
+    """Each figure of `results` without a key set where it was made, or whose key or labels differ from what
+    opgate.reporting.metrics derives from its check id and prose name (the keys reports were written with
+    before figures were keyed at the source: the contract, issue #29)."""
+    import dataclasses
+
+    from opgate.reporting.metrics import derived_metric_for, metric_for
+
+    problems = []
+    for result in results:
+        bare = dataclasses.replace(result, stage="", labels={})  # what the derivation saw: no planned identity
+        for figure in result.figures:
+            where = f"{result.check_id}: {figure.name!r}"
+            if not figure.key:
+                problems.append(f"{where} has no key set at its source")
+                continue
+            source = metric_for(result, figure)
+            derived = derived_metric_for(bare, dataclasses.replace(figure, key="", labels={}))
+            if (source.key, dict(source.labels)) != (derived.key, dict(derived.labels)):
+                problems.append(f"{where}: source {source.key} {dict(source.labels)}, derived {derived.key} "
+                                f"{dict(derived.labels)}")
+    return problems

@@ -8,7 +8,7 @@ import signal
 import time
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult
+from opgate.results import CheckResult, Figure
 
 
 class PassingCheck(Check):
@@ -17,6 +17,17 @@ class PassingCheck(Check):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         return self.passed("all good")
+
+
+class KeyedFigureCheck(Check):
+    """Names its figure at the source and labels its result with what only it knows (the sizes it ran)."""
+
+    check_id = "planted.keyed"
+    title = "keys its figure"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        figure = Figure("GPU0 planted latency", 1.5, "ms", key="planted.latency", labels={"gpu": "0"})
+        return self.passed("measured", figures=[figure], labels={"dims": "N=8"})
 
 
 class SegfaultCheck(Check):

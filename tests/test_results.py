@@ -30,6 +30,27 @@ def test_every_result_type_round_trips_through_json(outcome: Outcome) -> None:
     assert decoded.to_dict() == json.loads(json.dumps(result.to_dict()))
 
 
+def test_a_figure_keeps_its_positional_order_and_round_trips_its_key_and_labels() -> None:
+    figure = Figure("GPU0 HBM read (opgate kernel)", 4.51, "TB/s", Threshold(4.46, ">=", "datasheet"),
+                    key="hbm.read_bandwidth", labels={"gpu": "0"})
+    assert (figure.name, figure.value, figure.unit, figure.threshold.value) == (
+        "GPU0 HBM read (opgate kernel)", 4.51, "TB/s", 4.46)
+    assert Figure.from_dict(json.loads(json.dumps(figure.to_dict()))) == figure
+    assert "key" not in Figure("bandwidth", 1.0).to_dict()  # a keyless figure's dict is what it was
+
+
+def test_a_result_round_trips_the_stage_and_labels_it_was_planned_with() -> None:
+    result = CheckResult("verify.softmax.triton.float16", "t", Outcome.PASSED, "r", stage="numerics",
+                         labels={"op": "softmax", "impl": "triton", "dtype": "float16"})
+    decoded = CheckResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert decoded.stage == "numerics" and decoded.labels == result.labels
+    assert decoded.with_duration(2.0).labels == result.labels
+    assert "stage" not in sample(Outcome.PASSED).to_dict()
+    # what the check set itself wins over what its task was planned with
+    own = CheckResult("x", "t", Outcome.PASSED, "r", labels={"dtype": "float32"})
+    assert own.with_identity("numerics", {"op": "o", "dtype": "float16"}).labels == {"op": "o", "dtype": "float32"}
+
+
 def test_report_carries_schema_version_and_round_trips() -> None:
     report = RunReport("doctor", tuple(sample(o) for o in Outcome), "2026-11-29T00:00:00+00:00", 1.5,
                        host={"hostname": "h"}, tool_version="0.1.0")

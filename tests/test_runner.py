@@ -36,6 +36,21 @@ def test_runner_contains_segfault_hang_exit_and_exception_and_goes_on() -> None:
     assert results["planted.passing"].outcome is Outcome.PASSED
 
 
+def test_the_runner_gives_each_result_the_stage_and_labels_its_task_was_planned_with() -> None:
+    """Set once where tasks are planned, copied onto the result: a check names only what it alone knows (its
+    figure's key and labels, the sizes it ran), and an error result of a task knows what it was about too."""
+    planned = {"stage": "numerics", "labels": {"op": "softmax", "impl": "triton", "dtype": "float16"}}
+    keyed = dataclasses.replace(task("keyed", "KeyedFigureCheck"), **planned)
+    missing = dataclasses.replace(task("missing", "NoSuchCheck"), **planned)
+    result, error = run_checks([keyed, missing])
+    assert result.stage == "numerics"
+    assert result.labels == {"op": "softmax", "impl": "triton", "dtype": "float16", "dims": "N=8"}
+    assert result.figures[0].key == "planted.latency" and result.figures[0].labels == {"gpu": "0"}
+    assert error.outcome is Outcome.ERROR and error.stage == "numerics" and error.labels == planned["labels"]
+    [unplanned] = run_checks([task("passing", "PassingCheck")])
+    assert unplanned.stage == "" and unplanned.labels == {}
+
+
 def test_runner_reports_unloadable_check_as_error() -> None:
     [result] = run_checks([task("missing", "NoSuchCheck")])
     assert result.outcome is Outcome.ERROR

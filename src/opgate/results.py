@@ -6,8 +6,10 @@ do not understand. Declared fields plus one explicit `extra` dict, never free at
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -52,25 +54,55 @@ class Threshold:
         return cls(value=data["value"], comparison=data["comparison"], source=data["source"])
 
 
+def slug(text: str) -> str:
+    """A key part from words: lower-case, joined by underscores ('PCIe width (current/max)' ->
+    'pcie_width_current_max'); for a figure key that names a thing from data (a symbol, a library family)."""
+    words = re.findall(r"[A-Za-z0-9]+", text.replace("%", " pct "))
+    return "_".join(w.lower() for w in words) or "value"
+
+
+def gpu_labels(index: int | str | None, uuid: str | None = "", pci_bus_id: str | None = "") -> dict[str, str]:
+    """The labels that name the GPU a figure is about: its index as this process counts them, and where known
+    its UUID and PCI bus id (stable across reboots and CUDA_VISIBLE_DEVICES)."""
+    labels = {"gpu": str(index)} if index is not None else {}
+    if uuid:
+        labels["uuid"] = str(uuid)
+    if pci_bus_id:
+        labels["pci_bus_id"] = str(pci_bus_id)
+    return labels
+
+
 @dataclass(frozen=True)
 class Figure:
-    """One measured or read value with its unit, e.g. ("HBM read bandwidth", 4.51, "TB/s")."""
+    """One measured or read value with its unit, e.g. ("HBM read bandwidth", 4.51, "TB/s").
+
+    `name` is prose for people; `key` ("hbm.read_bandwidth") and `labels` ({"gpu": "0"}) are its identity for
+    machines, set by the code that measures it (the result's own labels, from where its task was planned, are
+    merged in by opgate.reporting.metrics). A figure without a key (a third-party check's) gets one derived from
+    its name and check id there."""
 
     name: str
     value: float | int | str | bool | None
     unit: str = ""
     threshold: Threshold | None = None
+    key: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         value = self.value
         if isinstance(value, float) and not math.isfinite(value):
             value = repr(value)  # JSON has no NaN/Inf; keep them readable instead of invalid JSON
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "value": value,
             "unit": self.unit,
             "threshold": self.threshold.to_dict() if self.threshold else None,
         }
+        if self.key:  # written only when set, so a keyless figure's dict stays what it was
+            data["key"] = self.key
+        if self.labels:
+            data["labels"] = dict(self.labels)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Figure":
@@ -87,16 +119,23 @@ class Figure:
         elif value in ("nan", "inf", "-inf"):
             value = float(value)
         threshold = data.get("threshold")
+        labels = data.get("labels")
         return cls(
             name=data["name"],
             value=value,
             unit=data.get("unit", ""),
             threshold=Threshold.from_dict(threshold) if threshold else None,
+            key=str(data.get("key") or ""),
+            labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
         )
 
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One check's verdict and its evidence. `stage` (verify's "numerics", "sanitizer", ...; analyze's
+    "roofline", ...) and `labels` (op, impl, dtype, tool, ...) say what it judged: set where its task was planned
+    (opgate.runner.CheckTask) and copied onto the result by the runner, or by the check for what only it knows."""
+
     check_id: str
     title: str
     outcome: Outcome
@@ -105,18 +144,21 @@ class CheckResult:
     remediation: str = ""
     duration_s: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    stage: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return not self.outcome.is_problem
 
     def with_duration(self, duration_s: float) -> "CheckResult":
-        return CheckResult(
-            self.check_id, self.title, self.outcome, self.reason, self.figures,
-            self.remediation, duration_s, self.extra,
-        )
+        return dataclasses.replace(self, duration_s=duration_s)
+
+    def with_identity(self, stage: str, labels: Mapping[str, str]) -> "CheckResult":
+        """The result with the stage and labels its task was planned with; what the check set itself wins."""
+        return dataclasses.replace(self, stage=self.stage or stage, labels={**labels, **self.labels})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "check_id": self.check_id,
             "title": self.title,
             "outcome": self.outcome.value,
@@ -126,9 +168,15 @@ class CheckResult:
             "duration_s": round(self.duration_s, 6),
             "extra": dict(self.extra),
         }
+        if self.stage:  # written only when set, so a result planned without them reads as before
+            data["stage"] = self.stage
+        if self.labels:
+            data["labels"] = dict(self.labels)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CheckResult":
+        labels = data.get("labels")
         return cls(
             check_id=data["check_id"],
             title=data.get("title", data["check_id"]),
@@ -138,6 +186,8 @@ class CheckResult:
             remediation=data.get("remediation", ""),
             duration_s=float(data.get("duration_s", 0.0)),
             extra=dict(data.get("extra", {})),
+            stage=str(data.get("stage") or ""),
+            labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
         )
 
 

@@ -75,6 +75,10 @@ class CheckTask:
     # Check ids of tasks of the same run this one starts after: it waits while any of them is queued or running
     # (a sanitizer run's other implementations read the one run their first task made for all of them).
     after: tuple[str, ...] = ()
+    # What the task judges, set where it is planned and copied onto its result (CheckResult.with_identity), so a
+    # check never has to name it: verify's stage ("numerics", "sanitizer", ...), and labels (op, impl, dtype, tool).
+    stage: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -716,6 +720,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
                 break  # it keeps its place at the head of the queue
             pending.pop(at)
             if refused is not None:
+                refused = refused.with_identity(task.stage, task.labels)
                 results[index] = refused
                 if on_done:
                     on_done(task, refused)
@@ -727,6 +732,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             except OSError as exc:
                 result = claims.finished(index, CheckResult(task.check_id, task.title, Outcome.ERROR,
                                                             f"could not start the check process: {exc}"))
+                result = result.with_identity(task.stage, task.labels)
                 results[index] = result
                 if on_done:
                     on_done(task, result)
@@ -753,13 +759,13 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             if isinstance(slot, _WarmRunning):
                 pool.give_back(slot.worker, healthy)
             running.remove(slot)
-            result = claims.finished(slot.index, result)
+            result = claims.finished(slot.index, result).with_identity(slot.task.stage, slot.task.labels)
             if follow_up is not None:
                 after = follow_up(slot.task, result)
                 if isinstance(after, CheckTask):
                     pending.insert(0, (slot.index, after))
                     continue
-                result = after
+                result = after.with_identity(slot.task.stage, slot.task.labels)
             results[slot.index] = result
             if on_done:
                 on_done(slot.task, result)

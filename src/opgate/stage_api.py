@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
 from opgate.plugins import VERIFY_STAGES_GROUP, entry_points, load
@@ -107,14 +107,17 @@ class OperatorPlan:
 
     def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float, payload: "Payload",
              choice: "ImplementationChoice", exclusive: bool = False, retire: bool = False,
-             warm: bool = True) -> CheckTask:
+             warm: bool = True, labels: Mapping[str, str] | None = None) -> CheckTask:
+        """One task of `stage` for `choice`: its result carries the stage and the labels op, impl and `labels`
+        (dtype, tool: what sets this task apart from the implementation's others), whatever its check reports."""
         env = self.env(choice)
         # On a GPU host every verify task may touch the GPU (numerics run torch, CuPy, ORT on CUDA): all take the
         # GPU guard's lock, measuring ones exclusively (opgate.gpu_guard)
         return CheckTask(check_id, title, target, timeout_s,
                          CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
                          exclusive=exclusive, worker=self.worker_key(choice, env) if warm else "",
-                         retire=retire, order=stage.order, uses_gpu=self.gpu)
+                         retire=retire, order=stage.order, uses_gpu=self.gpu, stage=stage.name,
+                         labels={"op": self.op.name, "impl": choice.name, **(labels or {})})
 
 
 class Stage:

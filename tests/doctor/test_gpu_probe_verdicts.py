@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import pytest
+from opgate_testing import source_key_problems
 
 from opgate.checks.base import CheckContext
 from opgate.doctor import gpu_probes
@@ -66,6 +67,7 @@ def hbm(read_tbs: float, copy_tbs: float, memcpy_tbs: float, info: DeviceInfo = 
 def run(check: type, monkeypatch: pytest.MonkeyPatch | None = None):
     result = check().run(CTX)
     json.dumps(result.to_dict())  # the evidence must serialise
+    assert source_key_problems([result]) == []  # every figure keyed where it is made, as reports keyed it
     return result
 
 
@@ -220,7 +222,8 @@ def test_host_link_without_nvml_is_unjudged(gpu_here: pytest.MonkeyPatch) -> Non
 
 def test_host_links_with_several_gpus_report_contention(gpu_here: pytest.MonkeyPatch) -> None:
     gpu_here.setattr(device, "device_count", lambda: 2)
-    gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(57.0, 57.0))
+    gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(57.0, 57.0, info=dataclasses.replace(
+        H200, index=dev, pci_bus_id=f"0000:{0x1b + dev:02x}:00.0")))
     gpu_here.setattr(host_links, "measure_all_to_host", lambda devs, direction: ContentionMeasurement(
         direction, 1 << 28, 4, {0: 40.0, 1: 20.0}, 60.0))  # INPUT: one GPU gets half the other's share
     result = run(gpu_probes.HostLinksCheck)

@@ -95,3 +95,17 @@ def test_the_fleet_report_round_trips_and_carries_every_node() -> None:
     again = RunReport.from_dict(report.to_dict())
     assert [r.check_id for r in again.results] == ["b:doctor.x", "a:doctor.x"]
     assert [n["node"] for n in again.extra["nodes"]] == ["b", "a"] and again.exit_code == 0
+
+
+def test_a_node_result_keeps_its_figure_keys_in_the_fleet_report() -> None:
+    """The node's name goes in front of the check id, not into its figures' keys: a figure keyed by its check
+    is the node's own key in the merged report (the derivation from the renamed id gave "a:doctor.x.<name>")."""
+    from opgate.reporting.metrics import metric_for
+
+    figure = Figure("GPU0 HBM read (opgate kernel)", 4.5, "TB/s", key="hbm.read_bandwidth", labels={"gpu": "0"})
+    node = NodeOutcome("a", "a", [], "", 0, 1.0, {"results": [
+        CheckResult("doctor.hbm_bandwidth", "hbm", Outcome.PASSED, "r", (figure,)).to_dict()]}, "")
+    [result] = fleet_report("doctor", [node], "2026-12-01T00:00:00+00:00", 1.0, False, {}).results
+    metric = metric_for(result, result.figures[0])
+    assert result.check_id == "a:doctor.hbm_bandwidth"
+    assert (metric.key, dict(metric.labels)) == ("hbm.read_bandwidth", {"gpu": "0"})

@@ -138,10 +138,13 @@ def test_every_gpu_probe_figure_has_a_key_and_number_or_text(monkeypatch: pytest
 
 
 def test_schema1_reports_still_load_and_round_trip_through_schema2() -> None:
+    """Decoded again, a schema-2 document is the same document: each figure keeps the key and labels it was
+    written with (a schema-1 report's, derived on the first encoding)."""
     for path in sorted(REPORTS.glob("*.json")):
         report = read_json(path)
         again = report_from_dict(json.loads(render_json(report)))
-        assert again.to_dict() == report.to_dict(), path.name
+        assert report_to_dict(again) == report_to_dict(report), path.name
+        assert [r.outcome for r in again.results] == [r.outcome for r in report.results], path.name
 
 
 @pytest.mark.parametrize("check_id, key, labels", [
@@ -163,3 +166,40 @@ def test_every_gpu_stage_keys_its_own_results(check_id: str, key: str, labels: d
     assert metric.key == key
     assert {k: metric.labels.get(k) for k in labels} == labels
     assert metric.labels.get("dtype") not in ("qos", "racecheck", "runtime")
+
+
+def test_a_figure_keyed_at_its_source_keeps_its_key_with_its_results_labels() -> None:
+    from opgate.results import CheckResult, Figure
+
+    result = CheckResult("doctor.hbm_bandwidth", "t", Outcome.PASSED, "r",
+                         (Figure("GPU1 HBM read (opgate kernel)", 4.51, "TB/s", key="hbm.read_bandwidth",
+                                 labels={"gpu": "1"}),), labels={"host_group": "a"})
+    metric = metric_for(result, result.figures[0])
+    assert metric.key == "hbm.read_bandwidth" and metric.labels == {"host_group": "a", "gpu": "1"}
+    assert metric.value == 4.51 and metric.unit == "TB/s" and metric.name == "GPU1 HBM read (opgate kernel)"
+
+
+def test_a_third_party_figure_without_a_key_gets_one_derived_from_its_check_id_and_name() -> None:
+    """The fallback: a plugin's check that sets no key is keyed as before keys were set at the source."""
+    from opgate.results import CheckResult, Figure
+
+    doctor = CheckResult("doctor.my_probe", "t", Outcome.PASSED, "r", (Figure("GPU2 fan speed (max)", 40, "%"),))
+    metric = metric_for(doctor, doctor.figures[0])
+    assert metric.key == "my_probe.fan_speed_max" and metric.labels == {"gpu": "2"}
+    verify = CheckResult("verify.softmax.mine.float16", "t", Outcome.PASSED, "r", (Figure("max abs error", 0.1),))
+    metric = metric_for(verify, verify.figures[0])
+    assert metric.key == "verify.numerics.max_abs_error"
+    assert metric.labels == {"op": "softmax", "impl": "mine", "dtype": "float16"}
+
+
+def test_a_planned_stage_and_labels_replace_the_check_id_grammar_for_a_keyless_figure() -> None:
+    """A stage plugin's result (its task planned by OperatorPlan.task) is keyed by its stage and labels, whatever
+    its check id looks like; the sizes it reports in extra stay a label."""
+    from opgate.results import CheckResult, Figure
+
+    result = CheckResult("verify.softmax.mine.float16.energy", "t", Outcome.PASSED, "r",
+                         (Figure("joules per call", 0.2, "J"),), extra={"dims": {"M": 8}}, stage="energy",
+                         labels={"op": "softmax", "impl": "mine", "dtype": "float16"})
+    metric = metric_for(result, result.figures[0])
+    assert metric.key == "verify.energy.joules_per_call"
+    assert metric.labels == {"op": "softmax", "impl": "mine", "dtype": "float16", "dims": "M=8"}

@@ -139,13 +139,17 @@ def _portability_result(outcome: CompileOutcome, required: bool) -> CheckResult:
         outcome_value = Outcome.WARNED
     figures = []
     for kernel in outcome.kernels:
+        labels = {"kernel": kernel.label}
         if kernel.registers is not None:
-            figures.append(Figure(f"{kernel.label} registers", kernel.registers, "per thread"))
+            figures.append(Figure(f"{kernel.label} registers", kernel.registers, "per thread",
+                                  key="analyze.portability.registers", labels=labels))
         if kernel.shared_bytes is not None:
             threshold = (Threshold(limits.smem_per_block_optin, "<=", limits.source) if limits else None)
-            figures.append(Figure(f"{kernel.label} shared memory", kernel.shared_bytes, "B/block", threshold))
+            figures.append(Figure(f"{kernel.label} shared memory", kernel.shared_bytes, "B/block", threshold,
+                                  key="analyze.portability.shared_memory", labels=labels))
         if kernel.local_bytes:
-            figures.append(Figure(f"{kernel.label} local memory", kernel.local_bytes, "B/thread"))
+            figures.append(Figure(f"{kernel.label} local memory", kernel.local_bytes, "B/thread",
+                                  key="analyze.portability.local_memory", labels=labels))
     counts: dict[str, int] = {}
     for kernel in outcome.kernels:
         counts[kernel.status] = counts.get(kernel.status, 0) + 1
@@ -167,7 +171,13 @@ def _portability_result(outcome: CompileOutcome, required: bool) -> CheckResult:
     }.get(outcome.status, "")
     return CheckResult(check_id, f"{outcome.operator}/{outcome.implementation} compiles for {outcome.target}",
                        outcome_value, reason, tuple(figures), remediation, outcome.duration_s,
-                       {"compile": outcome.to_dict(), "required": required})
+                       {"compile": outcome.to_dict(), "required": required}, stage="portability",
+                       labels=_target_labels(outcome))
+
+
+def _target_labels(outcome: CompileOutcome) -> dict[str, str]:
+    """What a portability or occupancy result judged: an operator's implementation on one target."""
+    return {"op": outcome.operator, "impl": outcome.implementation, "target": outcome.target}
 
 
 def _occupancy_result(outcome: CompileOutcome) -> CheckResult:
@@ -177,14 +187,18 @@ def _occupancy_result(outcome: CompileOutcome) -> CheckResult:
     if not with_occupancy:
         why = ("no SM limits for this architecture in opgate's table" if limits_for_arch(outcome.arch) is None
                else "no kernel compiled with known registers" if outcome.kernels else "nothing compiled")
-        return CheckResult(check_id, title, Outcome.SKIPPED, f"{outcome.target}: {why}")
+        return CheckResult(check_id, title, Outcome.SKIPPED, f"{outcome.target}: {why}", stage="occupancy",
+                           labels=_target_labels(outcome))
     figures = []
     lines = []
     for kernel in with_occupancy:
         occ = kernel.occupancy
         assert occ is not None
-        figures.append(Figure(f"{kernel.label} occupancy", round(occ.occupancy, 4), "fraction of max warps"))
-        figures.append(Figure(f"{kernel.label} active warps", occ.active_warps_per_sm, "warps/SM"))
+        labels = {"kernel": kernel.label}
+        figures.append(Figure(f"{kernel.label} occupancy", round(occ.occupancy, 4), "fraction of max warps",
+                              key="analyze.occupancy.occupancy", labels=labels))
+        figures.append(Figure(f"{kernel.label} active warps", occ.active_warps_per_sm, "warps/SM",
+                              key="analyze.occupancy.active_warps", labels=labels))
         lines.append(f"{kernel.label}: {occ.active_warps_per_sm}/{occ.max_warps_per_sm} warps "
                      f"({occ.occupancy:.0%}, {occ.limiter_text})")
     worst = min(with_occupancy, key=lambda k: k.occupancy.occupancy if k.occupancy else 1.0)
@@ -192,7 +206,7 @@ def _occupancy_result(outcome: CompileOutcome) -> CheckResult:
     suggestions = [f"{k.label}: {s.text}" for k in with_occupancy for s in (k.occupancy.suggestions if k.occupancy else ())]
     return CheckResult(check_id, title, Outcome.PASSED, reason, tuple(figures), "; ".join(suggestions[:3]),
                        0.0, {"kernels": [k.to_dict() for k in with_occupancy], "summary": lines,
-                             "suggestions": suggestions})
+                             "suggestions": suggestions}, stage="occupancy", labels=_target_labels(outcome))
 
 
 def _roofline_results(analysis: RooflineAnalysis, gpus: Sequence[GpuModel]) -> list[CheckResult]:
@@ -200,22 +214,25 @@ def _roofline_results(analysis: RooflineAnalysis, gpus: Sequence[GpuModel]) -> l
     for gpu in gpus:
         check_id = f"analyze.roofline.{analysis.operator}.{gpu.key}"
         title = f"{analysis.operator} roofline on {gpu.key}"
+        labels = {"op": analysis.operator, "gpu_model": gpu.key}
         points = [p for p in analysis.points if p.gpu == gpu.key]
         skipped = [s for s in analysis.skipped if s.startswith(f"{gpu.key} ")]
         if not points:
             results.append(CheckResult(check_id, title, Outcome.SKIPPED,
                                        "; ".join(skipped) or "no case to evaluate",
-                                       extra={"skipped": skipped}))
+                                       extra={"skipped": skipped}, stage="roofline", labels=labels))
             continue
         figures = []
         for p in points:
             label = f"{p.work.dtype} {p.work.shape_label}"
-            figures.append(Figure(f"{label} floor", p.floor_s * 1e6, "us"))
+            case = {"dtype": p.work.dtype, **({"dims": p.work.shape_label} if p.work.dims else {})}
+            figures.append(Figure(f"{label} floor", p.floor_s * 1e6, "us", key="analyze.roofline.floor", labels=case))
             figures.append(Figure(f"{label} intensity", round(p.work.intensity, 4) if p.work.bytes else None,
-                                  "FLOP/B"))
-            figures.append(Figure(f"{label} bound", p.bound))
+                                  "FLOP/B", key="analyze.roofline.intensity", labels=case))
+            figures.append(Figure(f"{label} bound", p.bound, key="analyze.roofline.bound", labels=case))
             if p.achieved_fraction is not None:
-                figures.append(Figure(f"{label} achieved", round(p.achieved_fraction, 4), "of floor"))
+                figures.append(Figure(f"{label} achieved", round(p.achieved_fraction, 4), "of floor",
+                                      key="analyze.roofline.achieved", labels=case))
         bounds = sorted({p.bound for p in points})
         reason = (f"{gpu.key}: {len(points)} case(s), {'/'.join(bounds)}-bound; floors "
                   f"{min(p.floor_s for p in points) * 1e6:.3g}-{max(p.floor_s for p in points) * 1e6:.3g} us")
@@ -224,7 +241,7 @@ def _roofline_results(analysis: RooflineAnalysis, gpus: Sequence[GpuModel]) -> l
         results.append(CheckResult(check_id, title, Outcome.PASSED, reason, tuple(figures), "", 0.0, {
             "points": [p.to_dict() for p in points], "notes": list(analysis.notes), "skipped": skipped,
             "charts": [str(c) for c in analysis.charts],
-        }))
+        }, stage="roofline", labels=labels))
     return results
 
 
@@ -232,7 +249,8 @@ def judge(findings: AnalyzeFindings, options: AnalyzeOptions) -> list[CheckResul
     results: list[CheckResult] = []
     for name in findings.operators_without_triton:
         results.append(CheckResult(f"analyze.portability.{name}", f"{name} has Triton kernels to compile",
-                                   Outcome.SKIPPED, f"operator {name!r} has no triton implementation"))
+                                   Outcome.SKIPPED, f"operator {name!r} has no triton implementation",
+                                   stage="portability", labels={"op": name}))
     for outcome in findings.outcomes:
         results.append(_portability_result(outcome, outcome.target in findings.required))
     if "occupancy" in options.stages:

@@ -61,7 +61,10 @@ class Check:
         figures: Sequence[Figure] = (),
         remediation: str = "",
         extra: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> CheckResult:
+        """`labels`: what only the check knows about every figure it reports (the sizes it timed at, the binary
+        it read); the runner adds those of its task (op, impl, dtype, ...)."""
         return CheckResult(
             check_id=self.check_id,
             title=self.title or self.check_id,
@@ -70,6 +73,7 @@ class Check:
             figures=tuple(figures),
             remediation=remediation,
             extra=dict(extra or {}),
+            labels=dict(labels or {}),
         )
 
     def passed(self, reason: str, **kw: Any) -> CheckResult:

@@ -6,7 +6,7 @@ import re
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, Threshold, worst_outcome
+from opgate.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
 
 
 def arch_coverage(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
@@ -77,7 +77,9 @@ class ArchSupportCheck(Check):
                     outcomes.append(outcome)
                     figures.append(Figure(f"{label}: nvcc {toolkit.release[0]}.{toolkit.release[1]} targets",
                                           f"sm_{row['lowest_sm']}..sm_{row['highest_sm']}",
-                                          threshold=Threshold(f"sm_{row['lowest_sm']}", "<=", row["source"])))
+                                          threshold=Threshold(f"sm_{row['lowest_sm']}", "<=", row["source"]),
+                                          key=f"arch_support.sm_{sm}_nvcc_{toolkit.release[0]}_{toolkit.release[1]}"
+                                              "_targets"))
                     if outcome is Outcome.FAILED:
                         findings.append(f"nvcc {toolkit.release[0]}.{toolkit.release[1]} cannot compile for {label} "
                                         f"(lowest target sm_{row['lowest_sm']})")
@@ -93,7 +95,9 @@ class ArchSupportCheck(Check):
                 else:
                     how, arch = arch_coverage(cc, torch.arch_list)
                     figures.append(Figure(f"{label}: torch {torch.version} (CUDA {torch.cuda}) coverage",
-                                          f"{how} ({arch})" if arch else how))
+                                          f"{how} ({arch})" if arch else how,
+                                          key=f"arch_support.sm_{sm}_torch_{slug(torch.version)}_cuda_"
+                                              f"{slug(torch.cuda)}_coverage"))
                     if how == "none":
                         outcomes.append(Outcome.FAILED)
                         findings.append(f"torch {torch.version} has no SASS or PTX for {label} "
@@ -104,9 +108,9 @@ class ArchSupportCheck(Check):
                     else:
                         outcomes.append(Outcome.PASSED)
         if not toolkit.release:
-            figures.append(Figure("nvcc", toolkit.reason or "not found"))
+            figures.append(Figure("nvcc", toolkit.reason or "not found", key="arch_support.nvcc"))
         if torch is None:
-            figures.append(Figure("torch", "not installed"))
+            figures.append(Figure("torch", "not installed", key="arch_support.torch"))
         if not outcomes:
             raise SkipCheck("neither nvcc nor a CUDA framework was found to compare with the GPU")
         outcome = worst_outcome(outcomes)

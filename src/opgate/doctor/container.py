@@ -77,16 +77,19 @@ class ContainerCheck(Check):
         outcome, findings = judge_container(facts, nvml_count)
         cg = facts.cgroup
         figures = [
-            Figure("container runtime", facts.runtime),
-            Figure("cgroup version", cg.version),
-            Figure("memory limit", _format_bytes(cg.memory_limit_bytes)),
+            Figure("container runtime", facts.runtime, key="container.container_runtime"),
+            Figure("cgroup version", cg.version, key="container.cgroup_version"),
+            Figure("memory limit", _format_bytes(cg.memory_limit_bytes), key="container.memory_limit"),
             Figure("CPU limit", "unlimited" if cg.cpu_limit_cores is None else round(cg.cpu_limit_cores, 2), "cores"
-                   if cg.cpu_limit_cores is not None else ""),
+                   if cg.cpu_limit_cores is not None else "", key="container.cpu_limit"),
             Figure("GPU device nodes (openable/present)",
-                   f"{sum(n.openable for n in facts.gpu_nodes)}/{len(facts.gpu_nodes)}"),
-            Figure("GPUs seen by NVML", nvml_count if nvml_count is not None else "n/a (no driver)"),
-            Figure("NVIDIA_VISIBLE_DEVICES", facts.nvidia_visible_devices or "unset"),
-            Figure("CUDA_VISIBLE_DEVICES", facts.cuda_visible_devices or "unset"),
+                   f"{sum(n.openable for n in facts.gpu_nodes)}/{len(facts.gpu_nodes)}",
+                   key="container.gpu_device_nodes_openable_present"),
+            Figure("GPUs seen by NVML", nvml_count if nvml_count is not None else "n/a (no driver)",
+                   key="container.gpus_seen_by_nvml"),
+            Figure("NVIDIA_VISIBLE_DEVICES", facts.nvidia_visible_devices or "unset",
+                   key="container.nvidia_visible_devices"),
+            Figure("CUDA_VISIBLE_DEVICES", facts.cuda_visible_devices or "unset", key="container.cuda_visible_devices"),
         ]
         summary = (f"{facts.runtime} runtime, cgroup {cg.version}, memory {_format_bytes(cg.memory_limit_bytes)}, "
                    f"{len(facts.gpu_nodes)} GPU device node(s)")

@@ -17,7 +17,7 @@ from opgate.errors import SkipCheck
 from opgate.gpu.probes.contention import ContentionFigures
 from opgate.gpu.judge.bands import band_threshold, judge, relative_spread
 from opgate.gpu.judge.references import Band
-from opgate.results import CheckResult, Figure, Outcome, worst_outcome
+from opgate.results import CheckResult, Figure, Outcome, slug, worst_outcome
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,22 @@ def judge_contention(figures: ContentionFigures, share_band: Band, spread_band: 
     outcomes = [judge(shares[worst], share_band), judge(spread, spread_band)]
     label = (lambda k: f"GPU{k.replace('->', '->GPU')}") if figures.kind == "P2P" else (lambda k: f"GPU{k}")
     what = "peer copies, every pair at once" if figures.kind == "P2P" else f"{figures.kind}, every GPU at once"
+    kind, stem = slug(figures.kind), f"contention.{slug(what)}"
     out: list[Figure] = []
     for k in keys:
-        out.append(Figure(f"{label(k)} {figures.kind} alone", round(figures.alone_gbs[k], 1), "GB/s"))
-        out.append(Figure(f"{label(k)} {figures.kind} together", round(figures.together_gbs[k], 1), "GB/s"))
+        gpu, _, peer = k.partition("->")
+        labels = {"gpu": gpu, "peer": peer} if peer else {"gpu": gpu}
+        out.append(Figure(f"{label(k)} {figures.kind} alone", round(figures.alone_gbs[k], 1), "GB/s",
+                          key=f"contention.{kind}_alone", labels=labels))
+        out.append(Figure(f"{label(k)} {figures.kind} together", round(figures.together_gbs[k], 1), "GB/s",
+                          key=f"contention.{kind}_together", labels=labels))
     out += [
-        Figure(f"{what}: aggregate", round(figures.aggregate_together_gbs, 1), "GB/s"),
-        Figure(f"{what}: worst", label(worst)),
+        Figure(f"{what}: aggregate", round(figures.aggregate_together_gbs, 1), "GB/s", key=f"{stem}_aggregate"),
+        Figure(f"{what}: worst", label(worst), key=f"{stem}_worst"),
         Figure(f"{what}: worst's share of its alone figure", round(100 * shares[worst], 1), "%",
-               band_threshold(share_band, scale=100.0)),
-        Figure(f"{what}: spread (max-min)/max", round(100 * spread, 1), "%", band_threshold(spread_band, scale=100.0)),
+               band_threshold(share_band, scale=100.0), key=f"{stem}_worst_s_share_of_its_alone_figure"),
+        Figure(f"{what}: spread (max-min)/max", round(100 * spread, 1), "%", band_threshold(spread_band, scale=100.0),
+               key=f"{stem}_spread_max_min_max"),
     ]
     text = (f"{what}: {figures.aggregate_together_gbs:.1f} GB/s aggregate, spread {spread:.0%}, worst {label(worst)} "
             f"kept {shares[worst]:.0%} of its {figures.alone_gbs[worst]:.1f} GB/s alone")

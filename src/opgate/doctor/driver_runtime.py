@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, Threshold, worst_outcome
+from opgate.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
 
 COMPAT_OUTCOME = {
     "native": Outcome.PASSED,
@@ -30,8 +30,8 @@ class DriverRuntimeCheck(Check):
         if driver_cuda is None:
             raise SkipCheck(f"{driver.reason or 'driver version unknown'}; CUDA runtimes on disk: {found}")
 
-        figures = [Figure("driver CUDA version", format_cuda(driver_cuda)),
-                   Figure("driver version", driver.driver_version or "n/a")]
+        figures = [Figure("driver CUDA version", format_cuda(driver_cuda), key="driver_runtime.driver_cuda_version"),
+                   Figure("driver version", driver.driver_version or "n/a", key="driver_runtime.driver_version")]
         outcomes, findings, verdicts = [], [], []
         for copy in runtimes:
             if copy.cuda is None:
@@ -46,7 +46,8 @@ class DriverRuntimeCheck(Check):
             label = f"runtime {format_cuda(copy.cuda)} ({copy.origin})"
             figures.append(Figure(label, verdict.compat.value,
                                   threshold=Threshold(format_cuda(driver_cuda), "<=", "; ".join(verdict.sources)
-                                                      or "CUDA compatibility guide")))
+                                                      or "CUDA compatibility guide"),
+                                  key=f"driver_runtime.runtime_{slug(format_cuda(copy.cuda))}_{slug(copy.origin)}"))
             if outcome is not Outcome.PASSED:
                 findings.append(f"{label}: {verdict.compat.value}" +
                                 (f" — {verdict.ptx_jit_risk}" if verdict.ptx_jit_risk else ""))

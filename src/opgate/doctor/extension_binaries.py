@@ -17,7 +17,7 @@ from typing import Sequence
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure
+from opgate.results import CheckResult, Figure, slug
 
 MAPS = Path("/proc/self/maps")
 
@@ -121,17 +121,21 @@ class ExtensionBinariesCheck(Check):
                         else v for v in verdicts]
         counts = {s: sum(1 for v in verdicts if v.status == s) for s in (NATIVE, JIT, UNSUPPORTED)}
         figures = [
-            Figure("frameworks imported", ", ".join(imported) or "none"),
-            Figure("mapped files with CUDA device code", len(reports)),
-            Figure("GPU architectures", ", ".join(f"sm_{t.sm}" for t in targets)),
-            Figure("native (SASS)", counts[NATIVE]),
-            Figure("PTX JIT only", counts[JIT]),
-            Figure("no usable code", counts[UNSUPPORTED]),
+            Figure("frameworks imported", ", ".join(imported) or "none", key="extension_binaries.frameworks_imported"),
+            Figure("mapped files with CUDA device code", len(reports),
+                   key="extension_binaries.mapped_files_with_cuda_device_code"),
+            Figure("GPU architectures", ", ".join(f"sm_{t.sm}" for t in targets),
+                   key="extension_binaries.gpu_architectures"),
+            Figure("native (SASS)", counts[NATIVE], key="extension_binaries.native_sass"),
+            Figure("PTX JIT only", counts[JIT], key="extension_binaries.ptx_jit_only"),
+            Figure("no usable code", counts[UNSUPPORTED], key="extension_binaries.no_usable_code"),
         ]
         for verdict in verdicts:
             if verdict.status in (JIT, UNSUPPORTED):
-                figures.append(Figure(f"{verdict.status}: {Path(verdict.binary).name} on sm_{verdict.target.sm}",
-                                      verdict.reason))
+                binary = Path(verdict.binary).name
+                figures.append(Figure(f"{verdict.status}: {binary} on sm_{verdict.target.sm}", verdict.reason,
+                                      key=f"extension_binaries.{slug(verdict.status)}_{slug(binary)}_on_sm_"
+                                          f"{verdict.target.sm}"))
         extra = {"verdicts": [v.to_dict() for v in verdicts], "import_failures": list(import_failures)}
         failed_imports = f"; could not import {'; '.join(import_failures)}" if import_failures else ""
         if not reports:

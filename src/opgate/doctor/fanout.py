@@ -47,12 +47,14 @@ def fanout_tasks(check_id: str, title: str, target: str, timeout_s: float, ctx: 
 
 
 def merge_per_gpu(check_id: str, title: str, per_gpu: Sequence[tuple[int, CheckResult]]) -> CheckResult:
-    """One result from the per-GPU children: the worst outcome, reasons joined per GPU, every figure prefixed."""
+    """One result from the per-GPU children: the worst outcome, reasons joined per GPU, every figure prefixed
+    in its name and labelled with its GPU."""
 
     figures: list[Figure] = []
     reasons, remediations = [], []
     for device, result in per_gpu:
-        figures += [Figure(f"GPU{device} {f.name}", f.value, f.unit, f.threshold) for f in result.figures]
+        figures += [Figure(f"GPU{device} {f.name}", f.value, f.unit, f.threshold, f.key,
+                           {**result.labels, **f.labels, "gpu": str(device)}) for f in result.figures]
         reasons.append(f"GPU{device}: {result.reason}")
         if result.remediation and result.remediation not in remediations:
             remediations.append(result.remediation)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.probes.gpu_inventory import HARMFUL_THROTTLE_REASONS, GpuSnapshot
-from opgate.results import CheckResult, Figure, Outcome, worst_outcome
+from opgate.results import CheckResult, Figure, Outcome, gpu_labels, worst_outcome
 
 NVML_SOURCE = "NVML API reference, https://docs.nvidia.com/deploy/nvml-api/"
 
@@ -36,21 +36,26 @@ def judge_gpu(gpu: GpuSnapshot) -> tuple[Outcome, list[str]]:
 
 def gpu_figures(gpu: GpuSnapshot) -> list[Figure]:
     prefix = f"GPU{gpu.index}"
+    labels = gpu_labels(gpu.index, gpu.uuid)
     cc = ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else "n/a"
     memory = round(gpu.memory_total_bytes / 2**30, 1) if gpu.memory_total_bytes else None
     pcie_gen = f"{gpu.pcie_gen_current}/{gpu.pcie_gen_max}" if gpu.pcie_gen_current else "n/a"
     pcie_width = f"x{gpu.pcie_width_current}/x{gpu.pcie_width_max}" if gpu.pcie_width_current else "n/a"
     return [
-        Figure(f"{prefix} name", gpu.name),
-        Figure(f"{prefix} compute capability", cc),
-        Figure(f"{prefix} memory", memory, "GiB"),
-        Figure(f"{prefix} MIG mode", gpu.mig_mode),
-        Figure(f"{prefix} persistence mode", gpu.persistence_mode),
-        Figure(f"{prefix} ECC", gpu.ecc_enabled),
+        Figure(f"{prefix} name", gpu.name, key="gpu.name", labels=labels),
+        Figure(f"{prefix} compute capability", cc, key="gpu.compute_capability", labels=labels),
+        Figure(f"{prefix} memory", memory, "GiB", key="gpu.memory", labels=labels),
+        Figure(f"{prefix} MIG mode", gpu.mig_mode, key="gpu_inventory.mig_mode", labels=labels),
+        Figure(f"{prefix} persistence mode", gpu.persistence_mode, key="gpu_inventory.persistence_mode",
+               labels=labels),
+        Figure(f"{prefix} ECC", gpu.ecc_enabled, key="gpu_inventory.ecc", labels=labels),
         Figure(f"{prefix} PCIe generation (current/max)", pcie_gen,
-               "" if not gpu.pcie_gen_current else "gen"),
-        Figure(f"{prefix} PCIe width (current/max)", pcie_width),
-        Figure(f"{prefix} clock event reasons", ", ".join(gpu.throttle_reasons) or "none"),
+               "" if not gpu.pcie_gen_current else "gen", key="gpu_inventory.pcie_generation_current_max",
+               labels=labels),
+        Figure(f"{prefix} PCIe width (current/max)", pcie_width, key="gpu_inventory.pcie_width_current_max",
+               labels=labels),
+        Figure(f"{prefix} clock event reasons", ", ".join(gpu.throttle_reasons) or "none",
+               key="gpu_inventory.clock_event_reasons", labels=labels),
     ]
 
 
@@ -67,8 +72,10 @@ class GpuInventoryCheck(Check):
             inventory = collect_inventory()
         except NvmlUnavailable as exc:
             raise SkipCheck(str(exc)) from None
-        figures = [Figure("driver version", inventory.driver_version),
-                   Figure("GPUs visible", len(inventory.gpus))]
+        # the host's figures, on a one-GPU host labelled with that GPU as its single-GPU probes' figures are
+        host = gpu_labels(inventory.gpus[0].index, inventory.gpus[0].uuid) if len(inventory.gpus) == 1 else {}
+        figures = [Figure("driver version", inventory.driver_version, key="gpu_inventory.driver_version", labels=host),
+                   Figure("GPUs visible", len(inventory.gpus), key="gpu_inventory.gpus_visible", labels=host)]
         if not inventory.gpus:
             return self.failed("the NVIDIA driver is loaded but NVML sees no GPU", figures=figures,
                                remediation="Check that GPUs are allocated to this container "

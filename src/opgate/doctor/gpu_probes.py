@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, TypeVar
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, worst_outcome
+from opgate.results import CheckResult, Figure, Outcome, gpu_labels, slug, worst_outcome
 
 if TYPE_CHECKING:  # the probes import CuPy-side modules lazily, inside each check
+    from opgate.gpu.probes.device import DeviceInfo
     from opgate.gpu.probes.host_links import PcieLink
     from opgate.gpu.probes.clocks import ClockWindow
 
@@ -126,33 +127,43 @@ def _explain_cuda_exception(exc: BaseException) -> str | None:
     return info.one_line() if info else f"CUDA reported {exc}; see the CUDA runtime API error list"
 
 
-def _band_figure(name: str, value: float | str, unit: str, band: Any, scale: float = 1.0, what: str = "") -> Figure:
+def _band_figure(name: str, value: float | str, unit: str, band: Any, scale: float = 1.0, what: str = "", *,
+                 key: str, labels: dict[str, str] | None = None) -> Figure:
     from opgate.gpu.judge.bands import band_threshold
 
-    return Figure(name, value, unit, band_threshold(band, scale=scale, what=what))
+    return Figure(name, value, unit, band_threshold(band, scale=scale, what=what), key=key, labels=labels or {})
 
 
-def _clock_figures(prefix: str, clocks: ClockWindow | None) -> list[Figure]:
+def _device_labels(device: DeviceInfo) -> dict[str, str]:
+    """The labels of the GPU a figure measured: its index and PCI bus id."""
+    return gpu_labels(device.index, pci_bus_id=device.pci_bus_id)
+
+
+def _clock_figures(prefix: str, clocks: ClockWindow | None, key_prefix: str, labels: dict[str, str]) -> list[Figure]:
     """NVML's view of the probe window: a slow figure beside a memory clock under its maximum or a thermal
-    or power slowdown points at the cause."""
+    or power slowdown points at the cause. `key_prefix` begins each figure's key ("hbm_bandwidth.during_the_read_")."""
     if clocks is None:
         return []
     if clocks.error:
-        return [Figure(f"{prefix}clocks", f"not read: {clocks.error}")]
+        return [Figure(f"{prefix}clocks", f"not read: {clocks.error}", key=f"{key_prefix}clocks", labels=labels)]
     figures = []
     if clocks.memory_mhz_min is not None:
         figures.append(Figure(f"{prefix}memory clock (lowest seen, of max {clocks.max_memory_mhz})",
-                              clocks.memory_mhz_min, "MHz"))
+                              clocks.memory_mhz_min, "MHz", labels=labels,
+                              key=f"{key_prefix}memory_clock_lowest_seen_of_max_{slug(str(clocks.max_memory_mhz))}"))
     if clocks.sm_mhz_min is not None:
         figures.append(Figure(f"{prefix}SM clock (lowest-highest, of max {clocks.max_sm_mhz})",
-                              f"{clocks.sm_mhz_min}-{clocks.sm_mhz_max}", "MHz"))
+                              f"{clocks.sm_mhz_min}-{clocks.sm_mhz_max}", "MHz", labels=labels,
+                              key=f"{key_prefix}sm_clock_lowest_highest_of_max_{slug(str(clocks.max_sm_mhz))}"))
     if clocks.temperature_c_max is not None:
-        figures.append(Figure(f"{prefix}GPU temperature (highest)", clocks.temperature_c_max, "C"))
+        figures.append(Figure(f"{prefix}GPU temperature (highest)", clocks.temperature_c_max, "C",
+                              key=f"{key_prefix}gpu_temperature_highest", labels=labels))
     if clocks.power_w_max is not None:
         figures.append(Figure(f"{prefix}board power (NVML averaged reading, highest)", round(clocks.power_w_max, 1),
-                              "W"))
+                              "W", key=f"{key_prefix}board_power_nvml_averaged_reading_highest", labels=labels))
     figures.append(Figure(f"{prefix}clock slowdowns (NVML clock-event reasons)",
-                          ", ".join(clocks.slowdowns) or "none"))
+                          ", ".join(clocks.slowdowns) or "none",
+                          key=f"{key_prefix}clock_slowdowns_nvml_clock_event_reasons", labels=labels))
     return figures
 
 
@@ -175,6 +186,7 @@ class HbmBandwidthCheck(GpuProbeCheck):
         measurements = self.measure_each(devices, lambda device: measure_hbm(device, include_torch=True))
         for device, m in zip(devices, measurements):
             tag = self.label(device, len(devices))
+            gpu = _device_labels(m.device)
             name = m.device.name
             from opgate.gpu.judge.ceilings import MeasuredCeilings, save_ceilings
 
@@ -193,15 +205,18 @@ class HbmBandwidthCheck(GpuProbeCheck):
                 read_outcome = judge(fraction, read_band)
                 figures.append(_band_figure(
                     f"{tag}HBM read (opgate kernel)", _tbs(m.read.tbs), "TB/s", read_band, scale=sheet.tbs,
-                    what=f"{read_band.pass_at:.0%} of the {name} datasheet {sheet.tbs:g} TB/s ({sheet.source})"))
+                    what=f"{read_band.pass_at:.0%} of the {name} datasheet {sheet.tbs:g} TB/s ({sheet.source})",
+                    key="hbm.read_bandwidth", labels=gpu))
                 figures.append(_band_figure(f"{tag}HBM read / datasheet", _pct(fraction), "%", read_band,
-                                            scale=100.0))
-                figures.append(Figure(f"{tag}datasheet memory bandwidth", _tbs(sheet.tbs), "TB/s"))
+                                            scale=100.0, key="hbm_bandwidth.hbm_read_datasheet", labels=gpu))
+                figures.append(Figure(f"{tag}datasheet memory bandwidth", _tbs(sheet.tbs), "TB/s",
+                                      key="hbm.datasheet_bandwidth", labels=gpu))
                 read_text = (f"HBM read {m.read.tbs:.2f} TB/s = {fraction:.1%} of the {sheet.tbs:g} TB/s "
                              f"datasheet (goal {read_band.pass_at:.0%})")
             else:
                 read_outcome = Outcome.WARNED
-                figures.append(Figure(f"{tag}HBM read (opgate kernel)", _tbs(m.read.tbs), "TB/s"))
+                figures.append(Figure(f"{tag}HBM read (opgate kernel)", _tbs(m.read.tbs), "TB/s",
+                                      key="hbm.read_bandwidth", labels=gpu))
                 read_text = (f"HBM read {m.read.tbs:.2f} TB/s, not judged: opgate has no datasheet bandwidth for "
                              f"{name!r} (add it to data/gpu_probe_thresholds.toml)")
             outcomes.append(read_outcome)
@@ -214,22 +229,28 @@ class HbmBandwidthCheck(GpuProbeCheck):
                 outcomes.append(copy_outcome)
                 figures.append(_band_figure(
                     f"{tag}D2D copy (opgate kernel, read+write)", _tbs(m.copy_kernel.tbs), "TB/s", copy_band,
-                    scale=m.memcpy.tbs, what="cudaMemcpy D2D measured in this run, less the tolerance"))
-                figures.append(Figure(f"{tag}cudaMemcpy D2D (read+write)", _tbs(m.memcpy.tbs), "TB/s"))
+                    scale=m.memcpy.tbs, what="cudaMemcpy D2D measured in this run, less the tolerance",
+                    key="hbm_bandwidth.d2d_copy_opgate_kernel_read_write", labels=gpu))
+                figures.append(Figure(f"{tag}cudaMemcpy D2D (read+write)", _tbs(m.memcpy.tbs), "TB/s",
+                                      key="hbm.memcpy_d2d_bandwidth", labels=gpu))
                 figures.append(_band_figure(f"{tag}copy kernel / cudaMemcpy", _pct(ratio), "%", copy_band,
-                                            scale=100.0))
+                                            scale=100.0, key="hbm_bandwidth.copy_kernel_cudamemcpy", labels=gpu))
                 copy_text = f"; copy kernel {m.copy_kernel.tbs:.2f} vs cudaMemcpy {m.memcpy.tbs:.2f} TB/s"
             if m.torch_copy is not None:
-                figures.append(Figure(f"{tag}PyTorch dst.copy_(src) (read+write)", _tbs(m.torch_copy.tbs), "TB/s"))
+                figures.append(Figure(f"{tag}PyTorch dst.copy_(src) (read+write)", _tbs(m.torch_copy.tbs), "TB/s",
+                                      key="hbm.torch_copy_bandwidth", labels=gpu))
                 copy_text += f" (PyTorch copy_ {m.torch_copy.tbs:.2f})"
             else:
-                figures.append(Figure(f"{tag}PyTorch dst.copy_(src)", f"not measured: {m.torch_note}"))
+                figures.append(Figure(f"{tag}PyTorch dst.copy_(src)", f"not measured: {m.torch_note}",
+                                      key="hbm_bandwidth.pytorch_dst_copy_src", labels=gpu))
             figures.append(Figure(f"{tag}read run-to-run spread (p90-p10)/median",
-                                  _pct(m.read.samples_ms.relative_spread), "%"))
-            figures.extend(_clock_figures(tag + "during the read: ", m.read_clocks))
+                                  _pct(m.read.samples_ms.relative_spread), "%", key="hbm.read_spread", labels=gpu))
+            figures.extend(_clock_figures(tag + "during the read: ", m.read_clocks, "hbm_bandwidth.during_the_read_",
+                                          gpu))
             if read_outcome != Outcome.PASSED and m.read_clocks is not None:
                 read_text += f" [{m.read_clocks.summary()}]"  # what the GPU was doing when it read slowly
-            figures.append(Figure(f"{tag}buffer", round(m.buffer_bytes / (1 << 30), 2), "GiB"))
+            figures.append(Figure(f"{tag}buffer", round(m.buffer_bytes / (1 << 30), 2), "GiB", key="hbm.buffer_size",
+                                  labels=gpu))
             reasons.append(f"{tag}{name}: {read_text}{copy_text}")
         outcome = worst_outcome(outcomes)
         remediation = ""
@@ -263,13 +284,19 @@ class L2BandwidthCheck(GpuProbeCheck):
             save_l2_ceiling(m.device.name, m.l2_read.tbs * 1e12, self.check_id, m.hbm_read.tbs * 1e12)
             outcomes.append(judge(m.l2_over_hbm, band))
             extra["gpus"].append({**m.to_dict(), "band": dataclasses.asdict(band)})
+            gpu = _device_labels(m.device)
             figures += [
-                Figure(f"{tag}L2 read (opgate kernel)", _tbs(m.l2_read.tbs), "TB/s"),
-                Figure(f"{tag}HBM read (same kernel family, this run)", _tbs(m.hbm_read.tbs), "TB/s"),
-                Figure(f"{tag}HBM / L2 bandwidth ratio", round(m.hbm_over_l2, 3), ""),
-                _band_figure(f"{tag}L2 / HBM bandwidth ratio", round(m.l2_over_hbm, 3), "x", band),
-                Figure(f"{tag}L2 size (device attribute)", round(m.device.l2_bytes / 1e6, 1), "MB"),
-                Figure(f"{tag}working set", round(m.working_set_bytes / (1 << 20), 1), "MiB"),
+                Figure(f"{tag}L2 read (opgate kernel)", _tbs(m.l2_read.tbs), "TB/s", key="l2.read_bandwidth",
+                       labels=gpu),
+                Figure(f"{tag}HBM read (same kernel family, this run)", _tbs(m.hbm_read.tbs), "TB/s",
+                       key="l2.hbm_read_bandwidth", labels=gpu),
+                Figure(f"{tag}HBM / L2 bandwidth ratio", round(m.hbm_over_l2, 3), "", key="l2.hbm_over_l2", labels=gpu),
+                _band_figure(f"{tag}L2 / HBM bandwidth ratio", round(m.l2_over_hbm, 3), "x", band,
+                             key="l2_bandwidth.l2_hbm_bandwidth_ratio", labels=gpu),
+                Figure(f"{tag}L2 size (device attribute)", round(m.device.l2_bytes / 1e6, 1), "MB", key="l2.size",
+                       labels=gpu),
+                Figure(f"{tag}working set", round(m.working_set_bytes / (1 << 20), 1), "MiB", key="l2.working_set",
+                       labels=gpu),
             ]
             reasons.append(f"{tag}L2 read {m.l2_read.tbs:.2f} TB/s over a {m.working_set_bytes / (1 << 20):.0f} MiB "
                            f"working set, {m.l2_over_hbm:.2f}x HBM read ({m.hbm_read.tbs:.2f} TB/s); "
@@ -281,21 +308,26 @@ class L2BandwidthCheck(GpuProbeCheck):
         return self.result(outcome, "; ".join(reasons), figures=figures, remediation=remediation, extra=extra)
 
 
-def _payload_ceiling(link: PcieLink, h2d_gbs: float, d2h_gbs: float, tag: str, figures: list[Figure]) -> str:
+def _payload_ceiling(link: PcieLink, h2d_gbs: float, d2h_gbs: float, tag: str, figures: list[Figure],
+                     gpu: dict[str, str]) -> str:
     """Figures for the ceiling the link's max payload size puts on a copy (the verdict's reference when known,
     opgate.gpu.judge.host_link) and a clause for the reason; or why the payload is unknown."""
     if link.express is None:
-        figures.append(Figure(f"{tag}PCIe max payload", f"unknown: {link.express_error}"))
+        figures.append(Figure(f"{tag}PCIe max payload", f"unknown: {link.express_error}",
+                              key="host_links.pcie_max_payload", labels=gpu))
         return ""
     payload = link.express.max_payload_bytes
-    figures.append(Figure(f"{tag}PCIe max payload (device control)", payload, "bytes"))
+    figures.append(Figure(f"{tag}PCIe max payload (device control)", payload, "bytes", key="host_links.max_payload",
+                          labels=gpu))
     clauses = []
     for direction, measured in (("H2D", h2d_gbs), ("D2H", d2h_gbs)):
         ceiling = link.payload_ceiling_gbs(direction)
         if ceiling:
             figures.append(Figure(f"{tag}{direction} ceiling at {payload}-byte packets (data/pcie_packet_overhead.toml)",
-                                  _gbs(ceiling), "GB/s"))
-            figures.append(Figure(f"{tag}{direction} pinned / that ceiling", _pct(measured / ceiling), "%"))
+                                  _gbs(ceiling), "GB/s", key="host_links.packet_ceiling",
+                                  labels={**gpu, "direction": direction, "payload_bytes": str(payload)}))
+            figures.append(Figure(f"{tag}{direction} pinned / that ceiling", _pct(measured / ceiling), "%",
+                                  key="host_links.pinned_that_ceiling", labels={**gpu, "direction": direction}))
             clauses.append(f"{direction} {measured / ceiling:.0%} of {ceiling:.1f}")
     if not clauses:
         return ""
@@ -321,9 +353,11 @@ class HostLinksCheck(GpuProbeCheck):
         extra: dict[str, Any] = {"method": "pinned: CUDA events; pageable: host clock around copy + synchronize",
                                  "gpus": []}
         alone: dict[int, dict[str, float]] = {}
+        gpus: dict[int, dict[str, str]] = {}
         for device in devices:
             m = measure_host_links(device)
             tag = self.label(device, len(devices))
+            gpu = gpus[device] = _device_labels(m.device)
             band = policy_band("pinned_vs_pcie", gpu_key_for(m.device.name))
             extra["gpus"].append({**m.to_dict(), "band": dataclasses.asdict(band)})
             alone[device] = {"H2D": m.h2d_pinned.gbs, "D2H": m.d2h_pinned.gbs}
@@ -353,15 +387,20 @@ class HostLinksCheck(GpuProbeCheck):
                 extra["gpus"][-1]["verdict_band"] = dataclasses.asdict(verdict.band)
                 figures += [
                     _band_figure(f"{tag}H2D pinned", _gbs(m.h2d_pinned.gbs), "GB/s", verdict.band,
-                                 verdict.reference_h2d_gbs, whats[0]),
+                                 verdict.reference_h2d_gbs, whats[0], key="host_links.h2d_pinned", labels=gpu),
                     _band_figure(f"{tag}D2H pinned", _gbs(m.d2h_pinned.gbs), "GB/s", verdict.band,
-                                 verdict.reference_d2h_gbs, whats[1]),
-                    Figure(f"{tag}H2D pinned / PCIe generation x width", _pct(m.h2d_pinned.gbs / theoretical), "%"),
-                    Figure(f"{tag}D2H pinned / PCIe generation x width", _pct(m.d2h_pinned.gbs / theoretical), "%"),
-                    Figure(f"{tag}verdict basis", verdict.basis),
-                    Figure(f"{tag}PCIe link under load", f"Gen{gen} x{width}"),
-                    Figure(f"{tag}PCIe link max", f"Gen{link.max_generation} x{link.max_width}"),
-                    Figure(f"{tag}PCIe theoretical per direction", round(theoretical, 2), "GB/s"),
+                                 verdict.reference_d2h_gbs, whats[1], key="host_links.d2h_pinned", labels=gpu),
+                    Figure(f"{tag}H2D pinned / PCIe generation x width", _pct(m.h2d_pinned.gbs / theoretical), "%",
+                           key="host_links.h2d_pinned_pcie_generation_x_width", labels=gpu),
+                    Figure(f"{tag}D2H pinned / PCIe generation x width", _pct(m.d2h_pinned.gbs / theoretical), "%",
+                           key="host_links.d2h_pinned_pcie_generation_x_width", labels=gpu),
+                    Figure(f"{tag}verdict basis", verdict.basis, key="host_links.verdict_basis", labels=gpu),
+                    Figure(f"{tag}PCIe link under load", f"Gen{gen} x{width}", key="host_links.pcie_link_under_load",
+                           labels=gpu),
+                    Figure(f"{tag}PCIe link max", f"Gen{link.max_generation} x{link.max_width}",
+                           key="host_links.pcie_link_max", labels=gpu),
+                    Figure(f"{tag}PCIe theoretical per direction", round(theoretical, 2), "GB/s",
+                           key="host_links.pcie_raw_rate", labels=gpu),
                 ]
                 degraded = ""
                 max_theory = link.max_theoretical_gbs()
@@ -370,22 +409,29 @@ class HostLinksCheck(GpuProbeCheck):
                 reasons.append(f"{tag}pinned H2D {m.h2d_pinned.gbs:.1f} / D2H {m.d2h_pinned.gbs:.1f} GB/s = "
                                f"{m.h2d_pinned.gbs / theoretical:.0%} / {m.d2h_pinned.gbs / theoretical:.0%} of "
                                f"PCIe Gen{gen} x{width} ({theoretical:.1f} GB/s){degraded}"
-                               + _payload_ceiling(link, m.h2d_pinned.gbs, m.d2h_pinned.gbs, tag, figures)
+                               + _payload_ceiling(link, m.h2d_pinned.gbs, m.d2h_pinned.gbs, tag, figures, gpu)
                                + f"; judged against the {verdict.basis} (goal >= {verdict.band.pass_at:.0%})")
             else:
                 outcomes.append(Outcome.WARNED)
                 why = m.link_error or (m.link.note if m.link else "") or "NVML reported no PCIe generation/width"
-                figures += [Figure(f"{tag}H2D pinned", _gbs(m.h2d_pinned.gbs), "GB/s"),
-                            Figure(f"{tag}D2H pinned", _gbs(m.d2h_pinned.gbs), "GB/s")]
+                figures += [Figure(f"{tag}H2D pinned", _gbs(m.h2d_pinned.gbs), "GB/s", key="host_links.h2d_pinned",
+                                   labels=gpu),
+                            Figure(f"{tag}D2H pinned", _gbs(m.d2h_pinned.gbs), "GB/s", key="host_links.d2h_pinned",
+                                   labels=gpu)]
                 reasons.append(f"{tag}pinned H2D {m.h2d_pinned.gbs:.1f} / D2H {m.d2h_pinned.gbs:.1f} GB/s, not "
                                f"judged: no PCIe link figure ({why})")
             bidir = m.bidirectional_pinned
             figures += [
-                Figure(f"{tag}H2D pageable", _gbs(m.h2d_pageable.gbs), "GB/s"),
-                Figure(f"{tag}D2H pageable", _gbs(m.d2h_pageable.gbs), "GB/s"),
-                Figure(f"{tag}both directions at once (pinned, aggregate)", _gbs(bidir.aggregate_gbs), "GB/s"),
-                Figure(f"{tag}both at once: H2D share", _gbs(bidir.h2d_gbs), "GB/s"),
-                Figure(f"{tag}both at once: D2H share", _gbs(bidir.d2h_gbs), "GB/s"),
+                Figure(f"{tag}H2D pageable", _gbs(m.h2d_pageable.gbs), "GB/s", key="host_links.h2d_pageable",
+                       labels=gpu),
+                Figure(f"{tag}D2H pageable", _gbs(m.d2h_pageable.gbs), "GB/s", key="host_links.d2h_pageable",
+                       labels=gpu),
+                Figure(f"{tag}both directions at once (pinned, aggregate)", _gbs(bidir.aggregate_gbs), "GB/s",
+                       key="host_links.bidirectional_aggregate", labels=gpu),
+                Figure(f"{tag}both at once: H2D share", _gbs(bidir.h2d_gbs), "GB/s", key="host_links.bidirectional_h2d",
+                       labels=gpu),
+                Figure(f"{tag}both at once: D2H share", _gbs(bidir.d2h_gbs), "GB/s", key="host_links.bidirectional_d2h",
+                       labels=gpu),
             ]
         if len(devices) > 1:
             spread_band = policy_band("host_contention_spread", None)
@@ -396,14 +442,19 @@ class HostLinksCheck(GpuProbeCheck):
                 values = list(c.per_gpu_gbs.values())
                 spread = relative_spread(values)
                 outcomes.append(judge(spread, spread_band))
+                way = direction.lower()
                 for device, gbs in c.per_gpu_gbs.items():
-                    figures.append(Figure(f"GPU{device} {direction} with all GPUs at once", _gbs(gbs), "GB/s"))
+                    figures.append(Figure(f"GPU{device} {direction} with all GPUs at once", _gbs(gbs), "GB/s",
+                                          key=f"host_links.{way}_with_all_gpus_at_once", labels=gpus[device]))
                     if alone[device][direction] > 0:
                         figures.append(Figure(f"GPU{device} {direction} all-at-once / alone",
-                                              _pct(gbs / alone[device][direction]), "%"))
-                figures.append(Figure(f"all GPUs {direction} at once, aggregate", _gbs(c.aggregate_gbs), "GB/s"))
+                                              _pct(gbs / alone[device][direction]), "%",
+                                              key=f"host_links.{way}_all_at_once_alone", labels=gpus[device]))
+                figures.append(Figure(f"all GPUs {direction} at once, aggregate", _gbs(c.aggregate_gbs), "GB/s",
+                                      key=f"host_links.all_gpus_{way}_at_once_aggregate"))
                 figures.append(_band_figure(f"all GPUs {direction} at once, spread (max-min)/max", _pct(spread), "%",
-                                            spread_band, scale=100.0))
+                                            spread_band, scale=100.0,
+                                            key=f"host_links.all_gpus_{way}_at_once_spread_max_min_max"))
                 reasons.append(f"all {len(devices)} GPUs {direction} at once: {c.aggregate_gbs:.1f} GB/s aggregate, "
                                f"spread {spread:.0%}")
         outcome = worst_outcome(outcomes)
@@ -459,23 +510,28 @@ class LaunchLatencyCheck(GpuProbeCheck):
         key = gpu_key_for(m.device.name)
         ratio_band = policy_band("graph_over_eager", key)
         outcomes = [judge(m.graph_over_eager, ratio_band)]
-        eager_fig = Figure("eager launch, per kernel (events around 1000 launches)", _us(m.eager_us.median), "us")
-        graph_fig = Figure("CUDA graph replay, per kernel", _us(m.graph_us.median), "us")
+        eager_fig = Figure("eager launch, per kernel (events around 1000 launches)", _us(m.eager_us.median), "us",
+                           key="launch_latency.eager_launch_per_kernel_events_around_1000_launches")
+        graph_fig = Figure("CUDA graph replay, per kernel", _us(m.graph_us.median), "us",
+                           key="launch_latency.cuda_graph_replay_per_kernel")
         if has_model_band("eager_launch_us", key):
             band = policy_band("eager_launch_us", key)
             outcomes.append(judge(m.eager_us.median, band))
-            eager_fig = _band_figure(eager_fig.name, eager_fig.value, "us", band)
+            eager_fig = _band_figure(eager_fig.name, eager_fig.value, "us", band, key=eager_fig.key)
         if has_model_band("graph_launch_us", key):
             band = policy_band("graph_launch_us", key)
             outcomes.append(judge(m.graph_us.median, band))
-            graph_fig = _band_figure(graph_fig.name, graph_fig.value, "us", band)
+            graph_fig = _band_figure(graph_fig.name, graph_fig.value, "us", band, key=graph_fig.key)
         figures = [
             eager_fig, graph_fig,
-            _band_figure("graph / eager per-kernel time", round(m.graph_over_eager, 3), "x", ratio_band),
-            Figure("host time per eager launch call", _us(m.host_enqueue_us.median), "us"),
-            Figure("eager p95", _us(m.eager_us.p95), "us"),
-            Figure("graph p95", _us(m.graph_us.p95), "us"),
-            Figure("graph capture of 1000 launches", round(m.graph_capture_ms, 2), "ms"),
+            _band_figure("graph / eager per-kernel time", round(m.graph_over_eager, 3), "x", ratio_band,
+                         key="launch_latency.graph_eager_per_kernel_time"),
+            Figure("host time per eager launch call", _us(m.host_enqueue_us.median), "us",
+                   key="launch_latency.host_time_per_eager_launch_call"),
+            Figure("eager p95", _us(m.eager_us.p95), "us", key="launch_latency.eager_p95"),
+            Figure("graph p95", _us(m.graph_us.p95), "us", key="launch_latency.graph_p95"),
+            Figure("graph capture of 1000 launches", round(m.graph_capture_ms, 2), "ms",
+                   key="launch_latency.graph_capture_of_1000_launches"),
         ]
         outcome = worst_outcome(outcomes)
         reason = (f"{m.device.name}: {m.eager_us.median:.2f} us per kernel launched eagerly, "
@@ -507,14 +563,20 @@ class StreamPriorityCheck(GpuProbeCheck):
         ratio = m.high_over_equal
         outcome = judge(ratio, band)
         figures = [
-            Figure("priority range (greatest..least)", f"{m.greatest_priority}..{m.least_priority}"),
-            Figure("probe latency, idle GPU", _us(m.idle_us.median), "us"),
-            Figure("probe latency, highest priority, GPU saturated", _us(m.high_us.median), "us"),
-            Figure("probe latency, equal priority, GPU saturated", _us(m.equal_us.median), "us"),
-            _band_figure("highest / equal priority latency", round(ratio, 3), "x", band),
-            Figure("one low-priority hog kernel alone", round(m.hog_kernel_ms, 3), "ms"),
-            Figure("highest priority p95", _us(m.high_us.p95), "us"),
-            Figure("equal priority p95", _us(m.equal_us.p95), "us"),
+            Figure("priority range (greatest..least)", f"{m.greatest_priority}..{m.least_priority}",
+                   key="stream_priority.priority_range_greatest_least"),
+            Figure("probe latency, idle GPU", _us(m.idle_us.median), "us",
+                   key="stream_priority.probe_latency_idle_gpu"),
+            Figure("probe latency, highest priority, GPU saturated", _us(m.high_us.median), "us",
+                   key="stream_priority.probe_latency_highest_priority_gpu_saturated"),
+            Figure("probe latency, equal priority, GPU saturated", _us(m.equal_us.median), "us",
+                   key="stream_priority.probe_latency_equal_priority_gpu_saturated"),
+            _band_figure("highest / equal priority latency", round(ratio, 3), "x", band,
+                         key="stream_priority.highest_equal_priority_latency"),
+            Figure("one low-priority hog kernel alone", round(m.hog_kernel_ms, 3), "ms",
+                   key="stream_priority.one_low_priority_hog_kernel_alone"),
+            Figure("highest priority p95", _us(m.high_us.p95), "us", key="stream_priority.highest_priority_p95"),
+            Figure("equal priority p95", _us(m.equal_us.p95), "us", key="stream_priority.equal_priority_p95"),
         ]
         reason = (f"short kernel under saturation: {m.high_us.median:.1f} us on the highest-priority stream vs "
                   f"{m.equal_us.median:.1f} us at equal priority ({ratio:.2f}x; idle {m.idle_us.median:.1f} us)")
@@ -560,20 +622,29 @@ class EventTimingCheck(GpuProbeCheck):
         figures = [
             _band_figure(f"event timer step (smallest gap among {m.timer_step_readings} distinct timed durations)",
                          "not found" if m.timer_step_us is None else round(m.timer_step_us, 3), "us",
-                         resolution_band),
+                         resolution_band, key=f"event_timing.event_timer_step_smallest_gap_among_"
+                                              f"{m.timer_step_readings}_distinct_timed_durations"),
             Figure("smallest non-zero interval between back-to-back events (cost of one record)",
-                   _us(m.smallest_step_us), "us"),
-            Figure("median interval between back-to-back events", _us(m.back_to_back_us.median), "us"),
-            Figure("back-to-back intervals reported as 0", m.zero_intervals),
+                   _us(m.smallest_step_us), "us",
+                   key="event_timing.smallest_non_zero_interval_between_back_to_back_events_cost_of_one_record"),
+            Figure("median interval between back-to-back events", _us(m.back_to_back_us.median), "us",
+                   key="event_timing.median_interval_between_back_to_back_events"),
+            Figure("back-to-back intervals reported as 0", m.zero_intervals,
+                   key="event_timing.back_to_back_intervals_reported_as_0"),
             Figure(f"{m.spin_requested_us:.0f} us %globaltimer wait, timed by events", _us(m.spin_event_us.median),
-                   "us"),
+                   "us", key=f"event_timing.{m.spin_requested_us:.0f}_us_pct_globaltimer_wait_timed_by_events"),
             _band_figure("launch + event round trip seen by the host (median)", _us(m.roundtrip_us.median), "us",
-                         roundtrip_band),
-            Figure("launch + event round trip p95", _us(m.roundtrip_us.p95), "us"),
-            Figure("launch call while the GPU is busy", _us(m.launch_call_us), "us"),
-            Figure("launch returned before its kernel finished", m.launch_returned_before_done),
-            Figure(f"launch queue depth before the host blocked (of {m.queue_probe_launches})", depth),
-            Figure(f"stream order of {m.chain_steps} dependent kernels", "correct" if m.chain_ok else "WRONG"),
+                         roundtrip_band, key="event_timing.launch_event_round_trip_seen_by_the_host_median"),
+            Figure("launch + event round trip p95", _us(m.roundtrip_us.p95), "us",
+                   key="event_timing.launch_event_round_trip_p95"),
+            Figure("launch call while the GPU is busy", _us(m.launch_call_us), "us",
+                   key="event_timing.launch_call_while_the_gpu_is_busy"),
+            Figure("launch returned before its kernel finished", m.launch_returned_before_done,
+                   key="event_timing.launch_returned_before_its_kernel_finished"),
+            Figure(f"launch queue depth before the host blocked (of {m.queue_probe_launches})", depth,
+                   key=f"event_timing.launch_queue_depth_before_the_host_blocked_of_{m.queue_probe_launches}"),
+            Figure(f"stream order of {m.chain_steps} dependent kernels", "correct" if m.chain_ok else "WRONG",
+                   key=f"event_timing.stream_order_of_{m.chain_steps}_dependent_kernels"),
         ]
         outcome = worst_outcome(outcomes)
         step = "not found" if m.timer_step_us is None else f"{m.timer_step_us * 1e3:.0f} ns"

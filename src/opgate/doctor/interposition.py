@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.results import CheckResult, Figure, Outcome, slug
 
 # Which disk copy of each family to load in the probe: one per family, pip wheels first (what a
 # framework in this environment loads), then the system toolkit.
@@ -35,9 +35,9 @@ def judge_providers(report: Mapping[str, Any]) -> tuple[Outcome, list[str], list
     findings, figures = [], []
     for symbol, provider in report["providers"].items():
         if provider is None:
-            figures.append(Figure(symbol, "not provided (library not installed)"))
+            figures.append(Figure(symbol, "not provided (library not installed)", key=f"interposition.{slug(symbol)}"))
             continue
-        figures.append(Figure(symbol, provider))
+        figures.append(Figure(symbol, provider, key=f"interposition.{slug(symbol)}"))
         if not is_vendor_provider(symbol, provider):
             how = how_it_got_there(provider, report.get("ld_preload", []), report.get("preload_file", []))
             findings.append(f"{symbol} is provided by {provider} via {how}")
@@ -64,9 +64,10 @@ class InterpositionCheck(Check):
         report = json.loads(proc.stdout.strip().splitlines()[-1])
         outcome, findings, figures = judge_providers(report)
         if report["ld_preload"]:
-            figures.append(Figure("LD_PRELOAD", " ".join(report["ld_preload"])))
+            figures.append(Figure("LD_PRELOAD", " ".join(report["ld_preload"]), key="interposition.ld_preload"))
         if report["preload_file"]:
-            figures.append(Figure("/etc/ld.so.preload", " ".join(report["preload_file"])))
+            figures.append(Figure("/etc/ld.so.preload", " ".join(report["preload_file"]),
+                                  key="interposition.etc_ld_so_preload"))
         resolved = sum(1 for p in report["providers"].values() if p)
         if outcome is Outcome.FAILED:
             reason = "; ".join(findings)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from opgate.checks.base import Check, CheckContext
 from opgate.probes.libraries import LoadedLibrary
-from opgate.results import CheckResult, Figure, Outcome, worst_outcome
+from opgate.results import CheckResult, Figure, Outcome, slug, worst_outcome
 
 
 def judge_loaded(libraries: list[LoadedLibrary]) -> tuple[Outcome, list[str]]:
@@ -47,8 +47,11 @@ class LibraryStackCheck(Check):
         with open("/proc/self/maps") as handle:
             loaded = loaded_cuda_libraries(handle.read())
         copies = disk_copies()
-        figures = [Figure(f"loaded {lib.family}", f"{lib.version or '?'} {lib.path}") for lib in loaded]
-        figures += [Figure(f"copies of {family} on disk", len(paths)) for family, paths in sorted(copies.items())]
+        figures = [Figure(f"loaded {lib.family}", f"{lib.version or '?'} {lib.path}",
+                          key=f"library_stack.loaded_{slug(lib.family)}") for lib in loaded]
+        figures += [Figure(f"copies of {family} on disk", len(paths),
+                           key=f"library_stack.copies_of_{slug(family)}_on_disk")
+                    for family, paths in sorted(copies.items())]
         failed_imports = {k: v for k, v in imported.items() if v != "ok"}
         outcome, findings = judge_loaded(loaded)
         if failed_imports:

@@ -30,17 +30,20 @@ def link_matrix_verdict(pairs: Sequence[PairFigures], links: Sequence[Sequence[s
     figures: list[Figure] = []
     for p in pairs:
         tag = f"GPU{p.src}->GPU{p.dst}"
-        figures += [Figure(f"{tag} link (NVML)", links[p.src][p.dst]),
-                    Figure(f"{tag} peer copy", round(p.copy_gbs, 1), "GB/s"),
+        pair = {"gpu": str(p.src), "peer": str(p.dst)}
+        figures += [Figure(f"{tag} link (NVML)", links[p.src][p.dst], key="p2p.link_nvml", labels=pair),
+                    Figure(f"{tag} peer copy", round(p.copy_gbs, 1), "GB/s", key="p2p.bandwidth", labels=pair),
                     Figure(f"{tag} peer read (kernel on GPU{p.dst})",
-                           None if p.read_gbs is None else round(p.read_gbs, 1), "GB/s"),
+                           None if p.read_gbs is None else round(p.read_gbs, 1), "GB/s",
+                           key=f"p2p.peer_read_kernel_on_gpu{p.dst}", labels=pair),
                     Figure(f"{tag} peer write (kernel on GPU{p.src})",
-                           None if p.write_gbs is None else round(p.write_gbs, 1), "GB/s"),
-                    Figure(f"{tag} 4-byte copy latency", round(p.latency_us, 3), "us"),
-                    Figure(f"{tag} peer access", p.peer_access)]
+                           None if p.write_gbs is None else round(p.write_gbs, 1), "GB/s",
+                           key=f"p2p.peer_write_kernel_on_gpu{p.src}", labels=pair),
+                    Figure(f"{tag} 4-byte copy latency", round(p.latency_us, 3), "us", key="p2p.latency", labels=pair),
+                    Figure(f"{tag} peer access", p.peer_access, key="p2p.peer_access", labels=pair)]
     figures.append(Figure("pair vs same-link siblings (worst)",
                           round(100 * min((o.fraction for o in outliers), default=1.0), 1), "%",
-                          band_threshold(band, scale=100.0)))
+                          band_threshold(band, scale=100.0), key="p2p.pair_vs_same_link_siblings_worst"))
     outcomes = [o.outcome for o in outliers] or [Outcome.PASSED]
     missing = [p for p in pairs if not p.peer_access]
     copies = [p.copy_gbs for p in pairs]

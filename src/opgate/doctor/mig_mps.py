@@ -8,7 +8,7 @@ from pathlib import Path
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.probes.processes import MPS_PROCESS_NAMES, find_processes
-from opgate.results import CheckResult, Figure
+from opgate.results import CheckResult, Figure, gpu_labels, slug
 
 class MigMpsCheck(Check):
     check_id = "doctor.mig_mps"
@@ -22,13 +22,14 @@ class MigMpsCheck(Check):
         pipe_dir = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
         figures = [
             Figure("MPS control daemon", "running (pid " + ", ".join(map(str, mps[MPS_PROCESS_NAMES[0]])) + ")"
-                   if MPS_PROCESS_NAMES[0] in mps else "not running"),
-            Figure("MPS servers", len(mps.get(MPS_PROCESS_NAMES[1], []))),
-            Figure("MPS pipe directory", pipe_dir + (" (present)" if Path(pipe_dir).exists() else " (absent)")),
+                   if MPS_PROCESS_NAMES[0] in mps else "not running", key="mig_mps.mps_control_daemon"),
+            Figure("MPS servers", len(mps.get(MPS_PROCESS_NAMES[1], [])), key="mig_mps.mps_servers"),
+            Figure("MPS pipe directory", pipe_dir + (" (present)" if Path(pipe_dir).exists() else " (absent)"),
+                   key="mig_mps.mps_pipe_directory"),
         ]
         for var in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_CLIENT_PRIORITY"):
             if os.environ.get(var):
-                figures.append(Figure(var, os.environ[var]))
+                figures.append(Figure(var, os.environ[var], key=f"mig_mps.{slug(var)}"))
         mig_lines = []
         try:
             with nvml_session() as nv:
@@ -37,7 +38,8 @@ class MigMpsCheck(Check):
                     handle = nv.nvmlDeviceGetHandleByIndex(index)
                     mode = query(nv.nvmlDeviceGetMigMode, handle)
                     if not is_available(mode):
-                        figures.append(Figure(f"GPU{index} MIG", "not supported"))
+                        figures.append(Figure(f"GPU{index} MIG", "not supported", key="mig_mps.mig",
+                                              labels=gpu_labels(index)))
                         continue
                     current, pending = mode
                     instances = 0
@@ -49,9 +51,10 @@ class MigMpsCheck(Check):
                     state = "enabled" if current else "disabled"
                     if pending != current:
                         state += f" (pending {'enabled' if pending else 'disabled'} after reset)"
-                    figures.append(Figure(f"GPU{index} MIG", state))
+                    figures.append(Figure(f"GPU{index} MIG", state, key="mig_mps.mig", labels=gpu_labels(index)))
                     if current:
-                        figures.append(Figure(f"GPU{index} MIG instances", instances))
+                        figures.append(Figure(f"GPU{index} MIG instances", instances, key="mig_mps.mig_instances",
+                                              labels=gpu_labels(index)))
                     mig_lines.append(f"GPU{index} MIG {state}" + (f", {instances} instance(s)" if current else ""))
         except NvmlUnavailable as exc:
             if not mps:

@@ -48,10 +48,11 @@ def judge_qos(measurement: QosMeasurement, declared_slo_us: float | None = None
     if measurement.pinned_allocated_mb is not None:
         slack, slack_source = policy["pinned_limit_slack_mb"]
         figures.append(Figure("MPS client memory under the pinned limit", measurement.pinned_allocated_mb, "MB",
-                              Threshold(measurement.pinned_limit_mb + slack, "<=", slack_source)))
+                              Threshold(measurement.pinned_limit_mb + slack, "<=", slack_source),
+                              key="qos.mps_client_memory_under_the_pinned_limit"))
     enforced = (None if measurement.pinned_allocated_mb is None else
                 measurement.pinned_allocated_mb <= measurement.pinned_limit_mb + policy["pinned_limit_slack_mb"][0])
-    figures.append(Figure("MPS pinned-memory limit", measurement.pinned_note))
+    figures.append(Figure("MPS pinned-memory limit", measurement.pinned_note, key="qos.mps_pinned_memory_limit"))
     holds, breaks, protected = sharing_summary(verdicts)
     text = (f"SLO p95 <= {slo:.0f} us (alone {alone_stats['p95']:.0f} us); holds under: {', '.join(holds) or 'none'}"
             f"; broken under: {', '.join(breaks) or 'none'}")

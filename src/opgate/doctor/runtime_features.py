@@ -7,7 +7,7 @@ from opgate.errors import SkipCheck
 from opgate.gpu.probes.device import CudaCallError
 from opgate.gpu.probes.device import cuda_result as _ok
 from opgate.gpu.probes.graphs import graph_smoke_test
-from opgate.results import CheckResult, Figure, Threshold
+from opgate.results import CheckResult, Figure, Threshold, gpu_labels
 
 FEATURE_SOURCE = "CUDA Runtime API, cudaDeviceGetAttribute / cudaDeviceGetStreamPriorityRange, " \
                  "https://docs.nvidia.com/cuda/cuda-runtime-api/"
@@ -38,11 +38,14 @@ class RuntimeFeaturesCheck(Check):
             preemption = _ok(rt.cudaDeviceGetAttribute(attr.cudaDevAttrComputePreemptionSupported, device))
             pools = _ok(rt.cudaDeviceGetAttribute(attr.cudaDevAttrMemoryPoolsSupported, device))
             figures += [
-                Figure(f"GPU{device} stream priority range", f"[{greatest}, {least}]"),
+                Figure(f"GPU{device} stream priority range", f"[{greatest}, {least}]",
+                       key="runtime_features.stream_priority_range", labels=gpu_labels(device)),
                 Figure(f"GPU{device} compute preemption", bool(preemption),
-                       threshold=Threshold(True, "==", FEATURE_SOURCE)),
+                       threshold=Threshold(True, "==", FEATURE_SOURCE), key="runtime_features.compute_preemption",
+                       labels=gpu_labels(device)),
                 Figure(f"GPU{device} memory pools (cudaMallocAsync)", bool(pools),
-                       threshold=Threshold(True, "==", FEATURE_SOURCE)),
+                       threshold=Threshold(True, "==", FEATURE_SOURCE),
+                       key="runtime_features.memory_pools_cudamallocasync", labels=gpu_labels(device)),
             ]
             if greatest == least:
                 problems.append(f"GPU{device} has no stream priorities")
@@ -52,7 +55,8 @@ class RuntimeFeaturesCheck(Check):
                 problems.append(f"GPU{device} lacks memory pools (cudaMallocAsync)")
             try:
                 detail = graph_smoke_test(rt)
-                figures.append(Figure(f"GPU{device} CUDA graph smoke test", detail))
+                figures.append(Figure(f"GPU{device} CUDA graph smoke test", detail,
+                                      key="runtime_features.cuda_graph_smoke_test", labels=gpu_labels(device)))
             except CudaCallError as exc:
                 return self.failed(f"GPU{device}: CUDA graph capture/replay failed: {exc}", figures=figures,
                                    remediation="Upgrade the driver; graphs need CUDA >= 10 and a working context.")

@@ -40,7 +40,7 @@ def diagnosis_result(d: Diagnosis):
     """One launch's diagnosis as a CheckResult: informational (passed), the line as the reason, the figures with
     units and, where a rule used one, its threshold."""
     from opgate.gpu.judge import limiter
-    from opgate.results import CheckResult, Figure, Outcome, Threshold
+    from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
 
     policy = "opgate.gpu.judge.limiter (opgate's rule, not a vendor figure)"
     thresholds = {
@@ -49,8 +49,10 @@ def diagnosis_result(d: Diagnosis):
         "theoretical occupancy": Threshold(limiter.LOW_OCCUPANCY_PCT, "<=", policy),
         "shared wavefronts per instruction": Threshold(limiter.BANK_CONFLICT_WAVEFRONTS, ">=", policy),
     }
+    # keyed per launch, as reports have keyed them
     figures = tuple(Figure(name, value, unit, thresholds.get(name)
-                           or (Threshold(limiter.DOMINANT_STALL * 100, ">=", policy) if name.startswith("stall:") else None))
+                           or (Threshold(limiter.DOMINANT_STALL * 100, ">=", policy) if name.startswith("stall:") else None),
+                           key=f"explain.{d.launch_id}.{slug(name)}")
                     for name, value, unit in d.figures)
     return CheckResult(check_id=f"explain.{d.launch_id}.{d.kernel.split('(')[0][:80]}",
                        title=f"{d.kernel} (launch {d.launch_id})", outcome=Outcome.PASSED,

@@ -403,11 +403,13 @@ def verdict_result(verdict: Verdict) -> CheckResult:
         title=f"{verdict.binary} on {verdict.target.label}",
         outcome=outcome,
         reason=reason,
-        figures=(Figure("verdict", verdict.status), Figure("target sm", verdict.target.sm),
-                 Figure("SASS serving", ", ".join(verdict.sass) or "none"),
-                 Figure("PTX serving", ", ".join(verdict.ptx) or "none")),
+        figures=(Figure("verdict", verdict.status, key="inspect.verdict"),
+                 Figure("target sm", verdict.target.sm, key="inspect.target_sm"),
+                 Figure("SASS serving", ", ".join(verdict.sass) or "none", key="inspect.sass_serving"),
+                 Figure("PTX serving", ", ".join(verdict.ptx) or "none", key="inspect.ptx_serving")),
         remediation=remediation,
         extra=verdict.to_dict(),
+        labels={"binary": verdict.binary, "target": verdict.target.label},
     )
 
 

@@ -363,7 +363,7 @@ def render_comparison(comparison: Comparison, console) -> None:
 
 def to_run_report(comparison: Comparison, started_at: str, duration: float):
     from opgate import __version__
-    from opgate.results import CheckResult, Figure, Outcome, RunReport
+    from opgate.results import CheckResult, Figure, Outcome, RunReport, slug
     from opgate.session import host_facts
 
     results = []
@@ -373,15 +373,18 @@ def to_run_report(comparison: Comparison, started_at: str, duration: float):
         outcome = (Outcome.FAILED if any(f.severity == BREAKS for f in mine)
                    else Outcome.WARNED if mine else Outcome.PASSED)
         reason = "; ".join(f.message for f in mine) or "the two builds agree on images, resources and verdicts"
-        figures = tuple(Figure(f"{field} ({side})", value) for field, va, vb in comparison_rows(comparison, name)
+        figures = tuple(Figure(f"{field} ({side})", value, key=f"inspect.{slug(field)}_{slug(side)}")
+                        for field, va, vb in comparison_rows(comparison, name)
                         for side, value in ((comparison.a.label, va), (comparison.b.label, vb)))
+        # the labels reports have carried for a kernel's row: inspect's BINARY@TARGET layout read from its id
+        binary, _, target = f"compare.{name}".rpartition("@")
         results.append(CheckResult(
             check_id=f"inspect.compare.{name}", title=f"{build.demangled}: {comparison.a.label} vs "
             f"{comparison.b.label}", outcome=outcome, reason=reason, figures=figures,
             remediation=("give both builds SASS for every fleet architecture and PTX for the newest, of an ISA the "
                          "fleet's oldest driver can JIT (nvcc -gencode ...; clang --cuda-gpu-arch/--cuda-include-ptx)"
                          if outcome == Outcome.FAILED else ""),
-            extra={"findings": [f.to_dict() for f in mine]}))
+            extra={"findings": [f.to_dict() for f in mine]}, labels={"binary": binary, "target": target}))
     return RunReport(verb="inspect", results=tuple(results), started_at=started_at, duration_s=duration,
                      host=host_facts(), tool_version=__version__, extra={"compare": comparison.to_dict()})
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from opgate.errors import InputError
-from opgate.results import RunReport
+from opgate.results import CheckResult, RunReport
 
 
 @dataclass(frozen=True)
@@ -168,11 +168,19 @@ def subject_of(report: RunReport) -> str:
     if report.verb in ("verify", "analyze") and extra.get("spec_file"):
         return str(extra["spec_file"])
     if report.verb == "verify":
-        ops = sorted({r.check_id.split(".")[1] for r in report.results if r.check_id.count(".") >= 2})
-        return "ops:" + ",".join(ops)
+        return "ops:" + ",".join(sorted({op for op in map(_op_of, report.results) if op}))
     if report.verb == "inspect":
         return ",".join(sorted(str(b.get("path", "")) for b in extra.get("binaries", []))) or "(none)"
     return str(report.host.get("hostname", "")) if report.host else ""
+
+
+def _op_of(result: CheckResult) -> str:
+    """The operator a verify result judged: the label its task was planned with, else its check id's second part
+    (verify.OP.IMPL...; a report written before results carried labels)."""
+    if result.labels.get("op"):
+        return result.labels["op"]
+    parts = result.check_id.split(".")
+    return parts[1] if len(parts) >= 3 else ""
 
 
 def gpu_of(report: RunReport) -> str:
@@ -181,7 +189,9 @@ def gpu_of(report: RunReport) -> str:
         if isinstance(result.extra, dict) and isinstance(result.extra.get("gpu"), str):
             return result.extra["gpu"]
         for figure in result.figures:
-            if figure.name.endswith(" name") and figure.name.startswith("GPU") and isinstance(figure.value, str):
+            named = figure.key == "gpu.name" or (  # a report written before figures were keyed at the source
+                not figure.key and figure.name.endswith(" name") and figure.name.startswith("GPU"))
+            if named and isinstance(figure.value, str):
                 return figure.value
     return "none"
 

@@ -2,9 +2,14 @@
 
 Checks name their figures in prose for people ("GPU0 HBM read (opgate kernel)"); machines that track a figure
 across runs need a key that does not move ("hbm.read_bandwidth") and the variable parts as labels
-({"gpu": "0"}). Both are derived here, in one place, from the check id and the figure name, so no check has to
-change: a small table for the doctor's figures whose names embed the GPU, and general rules for the rest
-(GPU prefixes, kernel names, "dtype dims" prefixes, the verify and analyze check-id layout).
+({"gpu": "0"}). The shipped checks set both where they make the figure (`Figure.key`, `Figure.labels`), and the
+runner gives every result the stage and labels its task was planned with (`CheckResult.stage`, `.labels`); a
+figure's labels are its result's merged with its own.
+
+A figure without a key (a third-party check's, or one read from a report written before keys were set at the
+source) gets both derived here from the check id and the figure name: a small table for the doctor's figures
+whose names embed the GPU, and general rules for the rest (GPU prefixes, kernel names, "dtype dims" prefixes,
+the verify and analyze check-id layout, which the result's planned stage and labels replace where set).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from opgate.core.dtypes import KNOWN_DTYPES
-from opgate.results import CheckResult, Figure
+from opgate.results import CheckResult, Figure, slug
 
 # Doctor figures whose prose names embed the GPU: name (after the "GPUn " prefix) -> stable key.
 DOCTOR_FIGURE_KEYS: dict[str, str] = {
@@ -82,12 +87,6 @@ class Metric:
         return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
 
 
-def slug(text: str) -> str:
-    """Lower-case words joined by underscores: 'PCIe width (current/max)' -> 'pcie_width_current_max'."""
-    words = re.findall(r"[A-Za-z0-9]+", text.replace("%", " pct "))
-    return "_".join(w.lower() for w in words) or "value"
-
-
 def numeric_value(value: Any) -> tuple[float | int | None, str | None, str]:
     """(number or None, text or None, kind) for a schema-1 figure value; numeric strings become numbers."""
     if value is None:
@@ -126,8 +125,26 @@ def _stage_suffixes() -> frozenset[str]:
     return frozenset(stage_names()) | frozenset(_OTHER_STAGE_SUFFIXES)
 
 
+def _planned_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
+    """The key stem and labels of a result whose task was planned with a stage ("verify.numerics", {"op": ...,
+    "impl": ..., "dtype": ...}): no check-id parsing. The dtype and sizes a check reports in `extra` stay labels,
+    as the derivation from the check id made them."""
+    extra = result.extra if isinstance(result.extra, Mapping) else {}
+    labels: dict[str, str] = {}
+    if extra.get("dtype"):
+        labels["dtype"] = str(extra["dtype"])
+    dims = extra.get("dims")
+    if isinstance(dims, Mapping) and dims:
+        labels["dims"] = ",".join(f"{k}={v}" for k, v in dims.items())
+    labels.update(result.labels)
+    return f"{result.check_id.split('.', 1)[0]}.{result.stage}", labels
+
+
 def _check_labels(result: CheckResult) -> tuple[str, dict[str, str]]:
-    """The key stem and labels a check id carries: verify.OP.IMPL.DTYPE, analyze.STAGE.OP.IMPL.TARGET, ..."""
+    """The key stem and labels of a check: its planned stage and labels where set, else what its check id carries
+    (verify.OP.IMPL.DTYPE, analyze.STAGE.OP.IMPL.TARGET, ...)."""
+    if result.stage:
+        return _planned_labels(result)
     parts = result.check_id.split(".")
     verb = parts[0]
     extra = result.extra if isinstance(result.extra, Mapping) else {}
@@ -218,7 +235,19 @@ def _device_labels(result: CheckResult, gpu: str | None) -> dict[str, str]:
 
 
 def metric_for(result: CheckResult, figure: Figure) -> Metric:
-    """Schema-2 key, labels and numeric value of one figure of one check."""
+    """Schema-2 key, labels and numeric value of one figure of one check: the key and labels set at the source
+    where there is one (the result's labels merged with the figure's), else derived (`derived_metric_for`)."""
+    if not figure.key:
+        return derived_metric_for(result, figure)
+    value, text, kind = numeric_value(figure.value)
+    return Metric(key=figure.key, labels={**result.labels, **figure.labels}, value=value, unit=figure.unit,
+                  text=text, kind=kind, name=figure.name,
+                  threshold=figure.threshold.to_dict() if figure.threshold else None)
+
+
+def derived_metric_for(result: CheckResult, figure: Figure) -> Metric:
+    """The key and labels derived from the check id (or the result's planned stage and labels) and the figure's
+    prose name, for a figure whose check set no key; what the shipped checks' keys were before they set them."""
     stem, labels = _check_labels(result)
     labels = dict(labels)
     name = figure.name.strip()
@@ -252,6 +281,7 @@ def metric_for(result: CheckResult, figure: Figure) -> Metric:
         key = DOCTOR_FIGURE_KEYS[rest]
     else:
         key = f"{stem}.{slug(rest)}"
+    labels.update(figure.labels)
     value, text, kind = numeric_value(figure.value)
     return Metric(key=key, labels=labels, value=value, unit=figure.unit, text=text, kind=kind, name=figure.name,
                   threshold=figure.threshold.to_dict() if figure.threshold else None)

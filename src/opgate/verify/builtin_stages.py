@@ -54,7 +54,7 @@ class NumericsStage(Stage):
                     time_budget_s=0.0 if plan.replaying else check_seconds(
                         operator_budget, checks, plan.jobs, weights[choice.name], total_weight))
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
-                                     plan.timeout_s, payload, choice))
+                                     plan.timeout_s, payload, choice, labels={"dtype": dtype}))
         return out
 
 
@@ -89,7 +89,8 @@ class _GpuStage(Stage):
                 title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
                 out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,
                                      self.timeout_s, payload, choice, exclusive=self.exclusive,
-                                     retire=self.retire, warm=self.warm))
+                                     retire=self.retire, warm=self.warm,
+                                     labels={k: str(v) for k, v in fields.items() if k in ("dtype", "tool")}))
         return out
 
     def describe(self, fields: dict[str, object], dtype: str) -> str:

@@ -77,21 +77,27 @@ def calibration_result(op: Any, calibrations: dict[str, Calibration], budget: st
     for dtype, cal in calibrations.items():
         for o, out_dtype in enumerate(cal.out_dtypes):
             label = dtype if len(cal.out_dtypes) == 1 else f"{dtype} out{o}"
+            output = "" if len(cal.out_dtypes) == 1 else f"out{o}_"  # the output leads the key, the dtype a label
             figures.append(Figure(f"{label}: eager baseline RMSE / RMS(truth), median", cal.pooled_rmse[o], "",
                                   Threshold(f"x{K_RMSE:g} + {FLOOR_EPS.get(out_dtype, 1.0):g} eps", "<=",
                                             f"calibrated over {cal.n_cases} cases; candidates get "
-                                            f"{K_RMSE:g} x max(baseline here, this median) + floor")))
+                                            f"{K_RMSE:g} x max(baseline here, this median) + floor"),
+                                  key=f"verify.calibration.{output}eager_baseline_rmse_rms_truth_median",
+                                  labels={"dtype": dtype}))
             figures.append(Figure(f"{label}: eager baseline p99.9 |error| / p99.9 |truth|, median",
-                                  cal.pooled_quantile[o]))
+                                  cal.pooled_quantile[o],
+                                  key=f"verify.calibration.{output}eager_baseline_p99_9_error_p99_9_truth_median",
+                                  labels={"dtype": dtype}))
         if cal.override:
             figures.append(Figure(f"{dtype}: user tolerance", f"atol {cal.override['atol']:g}, "
-                                                             f"rtol {cal.override['rtol']:g}"))
+                                                             f"rtol {cal.override['rtol']:g}",
+                                  key="verify.calibration.user_tolerance", labels={"dtype": dtype}))
     extra = {"budget": budget, "seed": seed, "calibrations": {d: c.summary() for d, c in calibrations.items()}}
     n = next(iter(calibrations.values())).n_cases if calibrations else 0
     reason = (f"budgets calibrated from PyTorch eager vs float64 over {n} cases for "
               f"{', '.join(calibrations)} ({budget} budget, seed {seed})")
     return CheckResult(f"verify.{op.name}.calibration", f"{op.name}: calibrated error budgets", Outcome.PASSED,
-                       reason, tuple(figures), "", duration, extra)
+                       reason, tuple(figures), "", duration, extra, stage="calibration", labels={"op": op.name})
 
 
 def failed_calibration_result(result: CheckResult, failed: dict[str, FailedPlan],

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
 from opgate.core import dtypes as dt
 from opgate.verify.backends import PreparedImplementation, autotune_choice, prepare
 from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
@@ -112,7 +112,8 @@ def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter) -> CheckResu
             f"at this backend's measured speed ({listed}{more}; --time-budget raises it)")
     figure = Figure("cases capped by the time budget", len(capped["capped"]), "",
                     Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype may take "
-                                                        "(a share of the operator's --time-budget)"))
+                                                        "(a share of the operator's --time-budget)"),
+                    key="verify.numerics.cases_capped_by_the_time_budget")
     return dataclasses.replace(result, reason=result.reason + note, figures=tuple(result.figures) + (figure,),
                                extra={**result.extra, "time_budget": capped})
 
@@ -588,11 +589,14 @@ class VerifyImplementationCheck(Check):
         unjudged = [r for r in records if r.verdict.not_judged]
         worst = max([r for r in records if not r.verdict.not_judged] or records, key=lambda r: r.verdict.worst_ratio)
         figures = [Figure("failing cases", len(failing), "",
-                          Threshold(0, "==", f"{n} cases of the {plan.budget} plan (seed {plan.base_seed})"))]
+                          Threshold(0, "==", f"{n} cases of the {plan.budget} plan (seed {plan.base_seed})"),
+                          key="verify.numerics.failing_cases")]
         if unjudged:
             figures.append(Figure("cases not judged (out of memory not shown to be the implementation's)", len(unjudged),
                                   "", Threshold(0, "==", "opgate judges an out-of-memory error only when the demand "
-                                                         "is the implementation's own")))
+                                                         "is the implementation's own"),
+                                  key="verify.numerics.cases_not_judged_out_of_memory_not_shown_to_be_the_"
+                                      "implementation_s"))
         figures += _side_by_side(worst, plan, n)
         figures += _aggregate_figures(records, plan.out_dtypes, op)
         figures += prepared.figures
@@ -609,10 +613,13 @@ class VerifyImplementationCheck(Check):
             extra["undefined_elements"] = undefined
             figures.append(Figure("elements not judged (truth undefined: 0/0 or an empty reduction at a size opgate "
                                   "added, or a NaN converted to an integer)", undefined,
-                                  "elements"))
+                                  "elements", key="verify.numerics.elements_not_judged_truth_undefined_0_0_or_an_"
+                                                  "empty_reduction_at_a_size_opgate_added_or_a_nan_converted_to_an_"
+                                                  "integer"))
         dropped = sum(st.nan_dropped for r in records for st in r.verdict.stats)
         if dropped:
-            figures.append(Figure("NaN dropped (allowed: nan_policy='ignore')", dropped, "elements"))
+            figures.append(Figure("NaN dropped (allowed: nan_policy='ignore')", dropped, "elements",
+                                  key="verify.numerics.nan_dropped_allowed_nan_policy_ignore"))
         if failing:
             extra["failing_case_stats"] = [
                 {"case": r.case.label(), "reasons": list(r.verdict.reasons),
@@ -662,7 +669,8 @@ class VerifyImplementationCheck(Check):
                          smallest_failing_reasons=list(verdict.reasons), replay=shrunk["token"],
                          shrink={"attempts": shrunk["attempts"], "steps": shrunk["steps"], "from": shrunk["from"]},
                          smallest_failing_stats=[s.to_dict() for s in verdict.stats])
-            figures.insert(1, Figure("smallest failing case", small.label()))
+            figures.insert(1, Figure("smallest failing case", small.label(),
+                                     key="verify.numerics.smallest_failing_case"))
             worst_element = next((s.worst for s in verdict.stats if s.worst is not None), None)
             where = f"; worst element {worst_element.describe()}" if worst_element else ""
             reason = (f"{len(failing)}/{n} cases fail; smallest failing case {small.label()}: {why}{where}; "
@@ -712,22 +720,27 @@ def _side_by_side(worst: CaseRecord, plan: PlanFile, n: int) -> list[Figure]:
     stats_list = worst.verdict.stats or ()
     for stats, budget in zip(stats_list, worst.verdict.budgets):
         prefix = "" if len(worst.verdict.budgets) == 1 else f"{stats.name} "
+        key = f"verify.numerics.{slug(stats.name)}_" if prefix else "verify.numerics."  # the output leads the key
         if budget.is_override:
             figures.append(Figure(f"{prefix}elements beyond atol+rtol|truth|", stats.mismatches, "",
-                                  Threshold(0, "==", budget.rmse_source)))
-            figures.append(Figure(f"{prefix}max abs error", stats.max_abs))
+                                  Threshold(0, "==", budget.rmse_source), key=f"{key}elements_beyond_atol_rtol_truth"))
+            figures.append(Figure(f"{prefix}max abs error", stats.max_abs, key=f"{key}max_abs_error"))
             continue
         if budget.exact_mismatches >= 0:
             figures.append(Figure(f"{prefix}differing elements (worst case)", stats.exact_mismatches, "",
-                                  Threshold(budget.exact_mismatches, "<=", budget.rmse_source)))
+                                  Threshold(budget.exact_mismatches, "<=", budget.rmse_source),
+                                  key=f"{key}differing_elements_worst_case"))
             continue
         figures.append(Figure(f"{prefix}RMSE (worst case)", stats.rmse, "",
-                              Threshold(_round(budget.rmse), "<=", budget.rmse_source)))
-        figures.append(Figure(f"{prefix}baseline RMSE (same case, eager {plan.dtype})", budget.baseline_rmse))
+                              Threshold(_round(budget.rmse), "<=", budget.rmse_source), key=f"{key}rmse_worst_case"))
+        figures.append(Figure(f"{prefix}baseline RMSE (same case, eager {plan.dtype})", budget.baseline_rmse,
+                              key=f"{key}baseline_rmse_same_case_eager_{slug(plan.dtype)}"))
         figures.append(Figure(f"{prefix}p99.9 |error| (worst case)", stats.quantile_abs, "",
-                              Threshold(_round(budget.quantile), "<=", budget.quantile_source)))
-        figures.append(Figure(f"{prefix}baseline p99.9 |error| (same case)", budget.baseline_quantile))
-    figures.append(Figure("worst case", worst.case.label()))
+                              Threshold(_round(budget.quantile), "<=", budget.quantile_source),
+                              key=f"{key}p99_9_error_worst_case"))
+        figures.append(Figure(f"{prefix}baseline p99.9 |error| (same case)", budget.baseline_quantile,
+                              key=f"{key}baseline_p99_9_error_same_case"))
+    figures.append(Figure("worst case", worst.case.label(), key="verify.numerics.worst_case"))
     return figures
 
 
@@ -741,26 +754,33 @@ def _aggregate_figures(records: list[CaseRecord], out_dtypes: Sequence[str], op:
         return []
     figures = [
         Figure("NaN/Inf where truth is finite", sum(s.nonfinite_unexpected for s in stats), "elements",
-               Threshold(0, "==", "always a failure")),
-        Figure("max abs error (all cases)", max(s.max_abs for s in stats)),
+               Threshold(0, "==", "always a failure"), key="verify.numerics.nan_inf_where_truth_is_finite"),
+        Figure("max abs error (all cases)", max(s.max_abs for s in stats),
+               key="verify.numerics.max_abs_error_all_cases"),
         Figure("max rel error (all cases)", max(s.max_rel for s in stats), "",
-               None),
-        Figure("min cosine similarity", min(s.cosine for s in stats)),
-        Figure("mismatching elements (all cases)", sum(s.mismatches for s in stats), "elements"),
-        Figure("max mismatch share (one case)", max(s.mismatch_share for s in stats)),
+               None, key="verify.numerics.max_rel_error_all_cases"),
+        Figure("min cosine similarity", min(s.cosine for s in stats), key="verify.numerics.min_cosine_similarity"),
+        Figure("mismatching elements (all cases)", sum(s.mismatches for s in stats), "elements",
+               key="verify.numerics.mismatching_elements_all_cases"),
+        Figure("max mismatch share (one case)", max(s.mismatch_share for s in stats),
+               key="verify.numerics.max_mismatch_share_one_case"),
     ]
     if any(dt.is_float(d) for d in out_dtypes):
-        figures.append(Figure("max ULP distance", max(s.ulp_max for s in stats), "ulp"))
+        figures.append(Figure("max ULP distance", max(s.ulp_max for s in stats), "ulp",
+                              key="verify.numerics.max_ulp_distance"))
     unwritten = sum(s.unwritten for s in stats)
     if unwritten:
-        figures.append(Figure("unwritten out= elements", unwritten, "elements", Threshold(0, "==", "poisoned buffer")))
+        figures.append(Figure("unwritten out= elements", unwritten, "elements", Threshold(0, "==", "poisoned buffer"),
+                              key="verify.numerics.unwritten_out_elements"))
     if op.quantized or any(d in dt.SQNR_DTYPES for d in out_dtypes):
-        figures.append(Figure("min SQNR", min(s.sqnr_db for s in stats), "dB"))
+        figures.append(Figure("min SQNR", min(s.sqnr_db for s in stats), "dB", key="verify.numerics.min_sqnr"))
         figures.append(Figure("max exact-mismatch share", max(s.exact_mismatches / s.numel if s.numel else 0.0
-                                                              for s in stats)))
+                                                              for s in stats),
+                              key="verify.numerics.max_exact_mismatch_share"))
     excused = sum(s.nonfinite_excused for s in stats)
     if excused:
-        figures.append(Figure("NaN/Inf excused (eager baseline also non-finite)", excused, "elements"))
+        figures.append(Figure("NaN/Inf excused (eager baseline also non-finite)", excused, "elements",
+                              key="verify.numerics.nan_inf_excused_eager_baseline_also_non_finite"))
     return figures
 
 

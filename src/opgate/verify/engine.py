@@ -184,7 +184,10 @@ def _visible_gpus() -> tuple[int, list[str]]:
 
 
 def _stage_of(task: CheckTask, gpu_stage_names: set[str]) -> str:
-    """The GPU stage a task belongs to, from its check id's last part (sanitizer tools are the sanitizer's)."""
+    """The GPU stage a task belongs to: the stage it was planned by, else its check id's last part (sanitizer
+    tools are the sanitizer's)."""
+    if task.stage:
+        return task.stage if task.stage in gpu_stage_names else ""
     last = task.check_id.rsplit(".", 1)[-1].removesuffix("_warm_up")
     if last in ("racecheck", "initcheck", "synccheck"):
         return "sanitizer"

@@ -341,7 +341,8 @@ def apply_probe(result: CheckResult, probe: GamingProbe | None) -> CheckResult:
         return result
     figures = tuple(result.figures) + (
         Figure("gaming probes with a finding", len(probe.findings), "",
-               Threshold(0, "==", f"{', '.join(probe.probed) or 'none'} probed on {probe.case}")),
+               Threshold(0, "==", f"{', '.join(probe.probed) or 'none'} probed on {probe.case}"),
+               key="verify.numerics.gaming_probes_with_a_finding"),
     )
     extra = {**dict(result.extra), "gaming": probe.to_dict()}
     if not probe.findings:

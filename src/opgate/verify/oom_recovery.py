@@ -64,14 +64,17 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
             raise SkipCheck(reason)
         reached = [t for t in trials if t.oom_hit]
         figures = [
-            Figure("trials reaching out-of-memory", f"{len(reached)}/{len(trials)}"),
+            Figure("trials reaching out-of-memory", f"{len(reached)}/{len(trials)}",
+                   key="verify.recovery.trials_reaching_out_of_memory"),
             Figure("recovery success rate", round(sum(t.recovered for t in reached) / len(reached), 3)
                    if reached else None, "", Threshold(1.0, "==", "issue 6: the same process must still compute "
-                                                       "correct results")),
+                                                       "correct results"), key="verify.recovery.recovery_success_rate"),
             Figure("mean time to recover", round(sum(t.recover_s for t in reached) / len(reached) * 1e3, 1)
-                   if reached else None, "ms"),
-            Figure("GPU memory filled", max((t.filled_gib for t in trials), default=0.0), "GiB"),
-            Figure("call with the GPU full", ", ".join(sorted({t.call_while_full for t in reached})) or "-"),
+                   if reached else None, "ms", key="verify.recovery.mean_time_to_recover"),
+            Figure("GPU memory filled", max((t.filled_gib for t in trials), default=0.0), "GiB",
+                   key="verify.recovery.gpu_memory_filled"),
+            Figure("call with the GPU full", ", ".join(sorted({t.call_while_full for t in reached})) or "-",
+                   key="verify.recovery.call_with_the_gpu_full"),
         ]
         extra = {"trials": [asdict(t) for t in trials]}
         remediation = ("Free what the failed call allocated (no tensors kept in globals or caches across the "

@@ -86,7 +86,7 @@ def judge_operator_qos(measurement: Any, slo_us: float | None, slo_source: str
     if alone is None or not alone.latencies_us:
         reason = alone.unavailable if alone else "not measured"
         return Outcome.ERROR, f"the operator alone could not be timed: {reason}", [], ""
-    verdicts, figures = judge_modes(measurement, slo_us, slo_source, word="operator")
+    verdicts, figures = judge_modes(measurement, slo_us, slo_source, word="operator", key_stem="verify.qos")
     p95s = ", ".join(f"{v.mode} {v.percentiles_us['p95']:.1f}" for v in verdicts if v.samples)
     if slo_us is None:
         return (Outcome.PASSED, f"no SLO declared (Operator(slo_p95_us=...)), not judged; p95 per mode (us): {p95s}",
@@ -143,7 +143,8 @@ class VerifyQosCheck(Check):
                  "slo_holds": {v.mode: v.holds_slo for v in verdicts if v.holds_slo is not None}}
         label = ",".join(f"{k}={v}" for k, v in dims.items())
         return self.result(outcome, f"{payload.op} {payload.impl} {payload.dtype} at {label} on "
-                           f"{measurement.device}: {text}", figures, remediation=remediation, extra=extra)
+                           f"{measurement.device}: {text}", figures, remediation=remediation, extra=extra,
+                           labels={"dims": label} if label else {})
 
     @staticmethod
     def _operator(payload: QosStagePayload) -> Any:

@@ -216,11 +216,14 @@ class CaseJournal:
         if "replay" not in extra or not others:
             extra["replay"] = first["replay"]
         figures = (Figure("crashed cases", len(in_plan), "",
-                          Threshold(0, "==", "the implementation must not kill its process")),
-                   Figure("cases judged (the crashed ones apart)", judged),
+                          Threshold(0, "==", "the implementation must not kill its process"),
+                          key="verify.numerics.crashed_cases"),
+                   Figure("cases judged (the crashed ones apart)", judged,
+                          key="verify.numerics.cases_judged_the_crashed_ones_apart"),
                    *result.figures)
         if not_run > 0:
-            figures += (Figure("cases not run", not_run, "", Threshold(0, "==", f"{MAX_CRASHES} crashes at most")),)
+            figures += (Figure("cases not run", not_run, "", Threshold(0, "==", f"{MAX_CRASHES} crashes at most"),
+                               key="verify.numerics.cases_not_run"),)
         remediation = ("The implementation killed its process (or hung): run the replay command alone, under "
                        "gdb or compute-sanitizer, and look at the stack in the stderr lines below the table; "
                        "an out-of-bounds write on a strided or tail case is the usual cause")

@@ -19,12 +19,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
 from opgate.gpu.judge.graphs import ROUNDING_ORDER
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
 from opgate.verify.tasks import GpuStagePayload, ImplementationRef
 
 if TYPE_CHECKING:
@@ -75,11 +75,13 @@ def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float
     try:
         gpu = lookup_gpu(gpu_name)
     except InputError:
-        return [Figure("roofline", f"not judged: {gpu_name!r} is not in opgate's GPU catalogue")], ""
+        return [Figure("roofline", f"not judged: {gpu_name!r} is not in opgate's GPU catalogue",
+                       key="verify.runtime.roofline")], ""
     work = operator_work(op, dtype, dims)
     point = roofline_point(work, gpu, median_s)
     if point is None:
-        return [Figure("roofline", f"not judged: no {dtype} peak for {gpu.name} in the catalogue")], ""
+        return [Figure("roofline", f"not judged: no {dtype} peak for {gpu.name} in the catalogue",
+                       key="verify.runtime.roofline")], ""
     measured = load_ceilings(gpu_name)
     bandwidth, bandwidth_source = point.bandwidth_bytes_per_s, f"{gpu.name} datasheet"
     if measured is not None:
@@ -91,11 +93,15 @@ def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float
     figures = [
         Figure("roofline floor", round(floor_s * 1e6, 3), "us",
                Threshold(f"{bandwidth / 1e12:.3f} TB/s, {point.peak_ops_per_s / 1e12:.0f} TFLOP/s", "ceilings",
-                         f"{bandwidth_source}; {point.precision} peak from the GPU catalogue")),
-        Figure("achieved fraction of the roofline floor", round(fraction, 3)),
-        Figure("bound", bound),
-        Figure("arithmetic intensity", round(work.intensity, 3) if work.bytes else None, "FLOP/byte"),
-        Figure("work counted", f"{work.flops:.4g} FLOP ({work.flops_source}), {work.bytes:.4g} B ({work.bytes_source})"),
+                         f"{bandwidth_source}; {point.precision} peak from the GPU catalogue"),
+               key="verify.runtime.roofline_floor"),
+        Figure("achieved fraction of the roofline floor", round(fraction, 3),
+               key="verify.runtime.achieved_fraction_of_the_roofline_floor"),
+        Figure("bound", bound, key="verify.runtime.bound"),
+        Figure("arithmetic intensity", round(work.intensity, 3) if work.bytes else None, "FLOP/byte",
+               key="verify.runtime.arithmetic_intensity"),
+        Figure("work counted", f"{work.flops:.4g} FLOP ({work.flops_source}), {work.bytes:.4g} B ({work.bytes_source})",
+               key="verify.runtime.work_counted"),
     ]
     return figures, f"{fraction:.0%} of the {bound}-bound roofline floor ({floor_s * 1e6:.1f} us)"
 
@@ -154,6 +160,17 @@ class GpuStageCheck(Check):
     def begin(self, ctx: CheckContext) -> tuple[GpuStagePayload, Any]:
         """(the task's payload, torch), or SkipCheck without a CUDA GPU. The runner names the result."""
         return GpuStagePayload.from_dict(ctx.options), _require_cuda()
+
+    def result(self, outcome: Outcome, reason: str, figures: Sequence[Figure] = (), remediation: str = "",
+               extra: Mapping[str, Any] | None = None, labels: Mapping[str, str] | None = None) -> CheckResult:
+        """A stage's result labelled with the dtype and the sizes its evidence names: what this check ran, which
+        its task's labels do not say for a stage planned per implementation (the sanitizer's)."""
+        evidence = extra or {}
+        own = {"dtype": str(evidence["dtype"])} if evidence.get("dtype") else {}
+        dims = evidence.get("dims")
+        if isinstance(dims, Mapping) and dims:
+            own["dims"] = ",".join(f"{k}={v}" for k, v in dims.items())
+        return super().result(outcome, reason, figures, remediation, extra, {**own, **(labels or {})})
 
 
 def run_once_command(options: GpuStagePayload, profiled: bool = False, sanitized: bool = False) -> list[str]:
@@ -234,11 +251,12 @@ class VerifyRuntimeCheck(GpuStageCheck):
                             f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free now): declare smaller perf_dims "
                             "or time on a larger GPU") from None
         figures = [
-            Figure("timed case", f"{label} {dtype}"),
-            Figure("median time", round(stats.median_us, 3), "us"),
-            Figure("p95 time", round(stats.p95_us, 3), "us"),
+            Figure("timed case", f"{label} {dtype}", key="verify.runtime.timed_case"),
+            Figure("median time", round(stats.median_us, 3), "us", key="verify.runtime.median_time"),
+            Figure("p95 time", round(stats.p95_us, 3), "us", key="verify.runtime.p95_time"),
             Figure("timing method", f"CUDA events, {stats.samples} calls after warm-up, L2 flushed before each, "
-                                    f"{stats.input_sets} rotating input sets (rolled copies of one)"),
+                                    f"{stats.input_sets} rotating input sets (rolled copies of one)",
+                   key="verify.runtime.timing_method"),
         ]
         roof_figures, roof_text = roofline_fraction(op, dtype, dims, stats.median_us * 1e-6, gpu_name)
         figures += roof_figures
@@ -254,19 +272,24 @@ class VerifyRuntimeCheck(GpuStageCheck):
         if roof_text:
             timing_text += f", {roof_text}"
         if not graph.captured:
-            figures.append(Figure("CUDA graph capture", f"fails: {graph.cause}"))
+            figures.append(Figure("CUDA graph capture", f"fails: {graph.cause}",
+                                  key="verify.runtime.cuda_graph_capture"))
             return self.warned(f"{timing_text}; not capturable in a CUDA graph: {graph.cause}",
                                figures=figures, remediation=graph.remedy, extra=extra)
         figures += [
             Figure("CUDA graph replay matches eager", graph.matches_eager, threshold=Threshold(True, "==",
-                   "a replay runs the same kernels on the same inputs")),
-            Figure("eager per call", round(graph.eager_us_per_call or 0, 3), "us"),
-            Figure("graph replay per call", round(graph.graph_us_per_call or 0, 3), "us"),
-            Figure("launch overhead saved by a graph", round(graph.saved_us_per_call or 0, 3), "us/call"),
+                   "a replay runs the same kernels on the same inputs"),
+                   key="verify.runtime.cuda_graph_replay_matches_eager"),
+            Figure("eager per call", round(graph.eager_us_per_call or 0, 3), "us", key="verify.runtime.eager_per_call"),
+            Figure("graph replay per call", round(graph.graph_us_per_call or 0, 3), "us",
+                   key="verify.runtime.graph_replay_per_call"),
+            Figure("launch overhead saved by a graph", round(graph.saved_us_per_call or 0, 3), "us/call",
+                   key="verify.runtime.launch_overhead_saved_by_a_graph"),
         ]
         if not graph.matches_eager:
             mismatch = graph_mismatch(graph, dtype)
-            figures.append(Figure("CUDA graph mismatch cause", mismatch.kind))
+            figures.append(Figure("CUDA graph mismatch cause", mismatch.kind,
+                                  key="verify.runtime.cuda_graph_mismatch_cause"))
             extra["graph"]["mismatch_cause"] = mismatch.kind
             if mismatch.kind == ROUNDING_ORDER:  # unordered float atomics: as right as eager, said, not failed
                 return self.passed(f"{timing_text}; captures in a CUDA graph; replay and eager differ only as "
@@ -358,7 +381,8 @@ class VerifySanitizerCheck(GpuStageCheck):
                  "steps_reached": reached, "tool_options": tool_options, "options_unsupported": dropped,
                  "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
         figures = _sanitizer_figures(tool, len(findings), sizes_text, tool_options, dropped,
-                                     [Figure("run time under the sanitizer", round(run.duration_s, 1), "s")])
+                                     [Figure("run time under the sanitizer", round(run.duration_s, 1), "s",
+                                             key="verify.sanitizer.run_time_under_the_sanitizer")])
         if run.timed_out:
             return self.result(Outcome.ERROR, f"{tool} run timed out after {SANITIZER_TIMEOUT_S:g} s",
                                figures=figures, extra=extra)
@@ -388,8 +412,9 @@ class VerifySanitizerCheck(GpuStageCheck):
         shared_text = (f"one compute-sanitizer run of the {members} implementations of {Path(options.spec_file).name} "
                        f"under {tool} ({record['duration_s']:.0f} s), this one among them")
         figures = _sanitizer_figures(tool, 0, sizes_text, tool_options or [], dropped or [],
-                                     [Figure("shared run", shared_text),
-                                      Figure("shared run time under the sanitizer", record["duration_s"], "s")])
+                                     [Figure("shared run", shared_text, key="verify.sanitizer.shared_run"),
+                                      Figure("shared run time under the sanitizer", record["duration_s"], "s",
+                                             key="verify.sanitizer.shared_run_time_under_the_sanitizer")])
         extra = {"op": options.op, "implementation": options.impl, "dtype": options.dtype, "tool": tool,
                  "shared_run": {k: record[k] for k in ("duration_s", "log_path", "members")},
                  "sizes": [{"step": label, "dims": dims} for label, dims in sizes], "steps_reached": sizes,
@@ -402,15 +427,18 @@ class VerifySanitizerCheck(GpuStageCheck):
 def _sanitizer_figures(tool: str, findings: int, sizes_text: str, tool_options: list[str], dropped: list[str],
                        run_figures: list[Figure]) -> list[Figure]:
     """The figures of a sanitizer result, alone or covered by a shared run (`run_figures` say which)."""
-    figures = [Figure("tool", tool), Figure("findings", findings, "", Threshold(0, "==", "compute-sanitizer")),
-               Figure("sizes run", sizes_text),
+    figures = [Figure("tool", tool, key="verify.sanitizer.tool"),
+               Figure("findings", findings, "", Threshold(0, "==", "compute-sanitizer"),
+                      key="verify.sanitizer.findings"),
+               Figure("sizes run", sizes_text, key="verify.sanitizer.sizes_run"),
                Figure("allocator caches", "off: every allocation is its own, so an access past a tensor "
-                                          "is outside an allocation"),
+                                          "is outside an allocation", key="verify.sanitizer.allocator_caches"),
                *run_figures]
     if tool_options:
-        figures.append(Figure("sanitizer options", " ".join(tool_options)))
+        figures.append(Figure("sanitizer options", " ".join(tool_options), key="verify.sanitizer.sanitizer_options"))
     if dropped:
-        figures.append(Figure("options this compute-sanitizer lacks", ", ".join(dropped)))
+        figures.append(Figure("options this compute-sanitizer lacks", ", ".join(dropped),
+                              key="verify.sanitizer.options_this_compute_sanitizer_lacks"))
     return figures
 
 
@@ -435,24 +463,29 @@ class VerifyNcuCheck(GpuStageCheck):
             raise SkipCheck(f"ncu read no counters (profiling may be unavailable here): {stderr.strip()[-300:]}")
         model = operator_work(op, options.dtype, op.timing_dims())
         dram = sum(k.values.get("dram_bytes", 0.0) for k in kernels)
-        figures = [Figure("kernels profiled", len(kernels)),
+        figures = [Figure("kernels profiled", len(kernels), key="verify.ncu.kernels_profiled"),
                    Figure("DRAM bytes (ncu, all kernels)", round(dram), "B",
-                          Threshold(round(model.bytes), "model", f"opgate's static model: {model.bytes_source}")),
-                   Figure("DRAM bytes / model", round(dram / model.bytes, 3) if model.bytes else None)]
+                          Threshold(round(model.bytes), "model", f"opgate's static model: {model.bytes_source}"),
+                          key="verify.ncu.dram_bytes_ncu_all_kernels"),
+                   Figure("DRAM bytes / model", round(dram / model.bytes, 3) if model.bytes else None,
+                          key="verify.ncu.dram_bytes_model")]
         modelled_occupancy = {k.launch_id: model_occupancy_pct(k) for k in kernels}
         for k in kernels[:8]:
             v = k.values
             ours = modelled_occupancy[k.launch_id]
+            kernel = slug(k.kernel[:60])  # the kernel leads its figures' keys, as reports have keyed them
             figures.append(Figure(f"{k.kernel[:60]} (block {k.block}, grid {k.grid})",
                                   f"achieved occupancy {v.get('achieved_occupancy_pct', float('nan')):.1f}% of "
                                   f"theoretical {v.get('theoretical_occupancy_pct', float('nan')):.1f}%"
                                   + (f" (opgate's occupancy model: {ours:.1f}%)" if ours is not None else "")
                                   + f", L2 hit {v.get('l2_hit_rate_pct', float('nan')):.1f}%, "
-                                  f"DRAM {v.get('dram_bytes', 0):.0f} B, {v.get('duration_ns', 0) / 1e3:.1f} us"))
+                                  f"DRAM {v.get('dram_bytes', 0):.0f} B, {v.get('duration_ns', 0) / 1e3:.1f} us",
+                                  key=f"verify.ncu.{kernel}_block_{slug(str(k.block))}_grid_{slug(str(k.grid))}"))
             if any(name.startswith("smsp__average_warps_issue_stalled") for name in v):  # `opgate explain`'s diagnosis
                 from opgate.gpu.judge.limiter import diagnose, limiter_profile
 
-                figures.append(Figure(f"{k.kernel[:60]}: limiter", diagnose(limiter_profile(k)).line))
+                figures.append(Figure(f"{k.kernel[:60]}: limiter", diagnose(limiter_profile(k)).line,
+                                      key=f"verify.ncu.{kernel}_limiter"))
         extra = {"kernels": [k.__dict__ for k in kernels], "model_bytes": model.bytes, "stderr_tail": stderr,
                  "model_occupancy_pct": modelled_occupancy}
         reason = (f"{len(kernels)} kernel launch(es) profiled with --clock-control none: DRAM "
@@ -461,7 +494,8 @@ class VerifyNcuCheck(GpuStageCheck):
         if l2_bytes and model.bytes and model.bytes < l2_bytes:
             # ncu flushes the caches before the kernel, so reads come from DRAM; written lines can stay in
             # the write-back L2 when the kernel ends and never show up as DRAM traffic.
-            figures.append(Figure("modelled bytes vs L2 size", f"{model.bytes / 1e6:.3f} MB < {l2_bytes / 1e6:.1f} MB"))
+            figures.append(Figure("modelled bytes vs L2 size", f"{model.bytes / 1e6:.3f} MB < {l2_bytes / 1e6:.1f} MB",
+                                  key="verify.ncu.modelled_bytes_vs_l2_size"))
             reason += (f"; the working set fits in the {l2_bytes / 1e6:.0f} MB L2, so written bytes may stay there "
                        "and DRAM counts fall below the model (profile larger sizes to compare)")
         return self.passed(reason, figures=figures, extra=extra)

@@ -12,7 +12,7 @@ from opgate.gpu.probes.collectives import OPS, LATENCY_MAX_BYTES, CollectiveRun
 from opgate.gpu.judge.bands import band_threshold, judge
 from opgate.gpu.judge.references import Band, gpu_key_for
 from opgate.probes.nvlink import LinkSnapshot
-from opgate.results import Figure, Outcome, worst_outcome
+from opgate.results import Figure, Outcome, slug, worst_outcome
 
 # Below this the sweep never left the latency regime: busbw there says nothing about the links.
 MIN_JUDGED_BYTES = 256 << 20
@@ -129,9 +129,10 @@ class CollectiveVerdict:
 
 def judge_collectives(run: CollectiveRun, ref: LinkReference) -> CollectiveVerdict:
     outcomes: list[Outcome] = []
-    figures: list[Figure] = [Figure("ranks (one process per GPU)", run.ranks),
-                             Figure("backend", f"{run.backend} {run.backend_version}".strip()),
-                             Figure("link reference", ref.basis)]
+    figures: list[Figure] = [
+        Figure("ranks (one process per GPU)", run.ranks, key="collectives.ranks_one_process_per_gpu"),
+        Figure("backend", f"{run.backend} {run.backend_version}".strip(), key="collectives.backend"),
+        Figure("link reference", ref.basis, key="collectives.link_reference")]
     findings: list[str] = list(ref.findings)
     clauses: list[str] = []
     wrong = sorted({f"{r.op} at {r.size_bytes} B" for r in run.results if not r.correct})
@@ -140,9 +141,11 @@ def judge_collectives(run: CollectiveRun, ref: LinkReference) -> CollectiveVerdi
         findings.append("wrong results: " + ", ".join(wrong[:4]))
     cap = run.size_cap_bytes
     largest_measured = max((r.size_bytes for r in run.results), default=0)
-    figures.append(Figure("largest message measured", largest_measured, "B"))
+    figures.append(Figure("largest message measured", largest_measured, "B",
+                          key="collectives.largest_message_measured"))
     if cap is not None and largest_measured < run.largest_requested_bytes:
-        figures.append(Figure("size cap (share of the smallest free device memory of any rank)", cap, "B"))
+        figures.append(Figure("size cap (share of the smallest free device memory of any rank)", cap, "B",
+                              key="collectives.size_cap_share_of_the_smallest_free_device_memory_of_any_rank"))
         clauses.append(f"sizes capped at {_size(largest_measured)} by free memory (asked up to "
                        f"{_size(run.largest_requested_bytes)})")
     band = collective_band("busbw_over_link", ref.topology)
@@ -152,22 +155,28 @@ def judge_collectives(run: CollectiveRun, ref: LinkReference) -> CollectiveVerdi
         top = run.largest(op)
         if top is None:
             continue
-        figures.append(Figure(f"{op} algbw at {_size(top.size_bytes)}", round(top.algbw_gbs, 2), "GB/s"))
+        at = f"{slug(op)}_{{}}_at_{slug(_size(top.size_bytes))}"  # the key of a figure of this op at its top size
+        figures.append(Figure(f"{op} algbw at {_size(top.size_bytes)}", round(top.algbw_gbs, 2), "GB/s",
+                              key=f"collectives.{at.format('algbw')}"))
         if judged:
             assert ref.per_direction_gbs is not None
             fraction = top.busbw_gbs / ref.per_direction_gbs
             outcomes.append(judge(fraction, band))
             figures.append(Figure(f"{op} busbw at {_size(top.size_bytes)}", round(top.busbw_gbs, 2), "GB/s",
                                   band_threshold(band, scale=ref.per_direction_gbs,
-                                                 what=f"{band.pass_at:.0%} of {ref.basis} ({ref.source})")))
-            figures.append(Figure(f"{op} busbw / link reference", round(100 * fraction, 1), "%"))
+                                                 what=f"{band.pass_at:.0%} of {ref.basis} ({ref.source})"),
+                                  key=f"collectives.{at.format('busbw')}"))
+            figures.append(Figure(f"{op} busbw / link reference", round(100 * fraction, 1), "%",
+                                  key=f"collectives.{slug(op)}_busbw_link_reference"))
             busbw_texts.append(f"{op} {top.busbw_gbs:.0f} ({fraction:.0%})")
         else:
-            figures.append(Figure(f"{op} busbw at {_size(top.size_bytes)}", round(top.busbw_gbs, 2), "GB/s"))
+            figures.append(Figure(f"{op} busbw at {_size(top.size_bytes)}", round(top.busbw_gbs, 2), "GB/s",
+                                  key=f"collectives.{at.format('busbw')}"))
             busbw_texts.append(f"{op} {top.busbw_gbs:.1f}")
         skew = (max(top.per_rank_s) - min(top.per_rank_s)) / max(top.per_rank_s) if max(top.per_rank_s) > 0 else 0
         figures.append(Figure(f"{op} rank time spread at {_size(top.size_bytes)} (max-min)/max",
-                              round(100 * skew, 1), "%"))
+                              round(100 * skew, 1), "%",
+                              key=f"collectives.{at.format('rank_time_spread')}_max_min_max"))
     if not judged:
         outcomes.append(Outcome.WARNED)
         why = (ref.basis if ref.per_direction_gbs is None else
@@ -179,10 +188,12 @@ def judge_collectives(run: CollectiveRun, ref: LinkReference) -> CollectiveVerdi
         latency_band = collective_band("small_allreduce_latency_us", ref.topology)
         outcomes.append(judge(smallest.latency_us, latency_band))
         figures.append(Figure(f"all_reduce latency at {smallest.size_bytes} B", round(smallest.latency_us, 2), "us",
-                              band_threshold(latency_band)))
+                              band_threshold(latency_band),
+                              key=f"collectives.all_reduce_latency_at_{smallest.size_bytes}_b"))
         for r in small:
             if r is not smallest:
-                figures.append(Figure(f"all_reduce latency at {_size(r.size_bytes)}", round(r.latency_us, 2), "us"))
+                figures.append(Figure(f"all_reduce latency at {_size(r.size_bytes)}", round(r.latency_us, 2), "us",
+                                      key=f"collectives.all_reduce_latency_at_{slug(_size(r.size_bytes))}"))
         clauses.append(f"{smallest.size_bytes} B all-reduce {smallest.latency_us:.1f} us")
     if run.straggler is not None:
         s = run.straggler
@@ -192,11 +203,16 @@ def judge_collectives(run: CollectiveRun, ref: LinkReference) -> CollectiveVerdi
             lag_outcome = Outcome.PASSED  # late now and then, not consistently: jitter, nobody to name
         outcomes.append(lag_outcome)
         figures += [
-            Figure("slowest rank (entered the probe's all-reduces last, on average)", s.slowest_rank),
-            Figure("slowest rank's device", run.devices[s.slowest_rank] if s.slowest_rank < len(run.devices) else ""),
-            Figure("slowest rank's mean arrival lag", round(s.slowest_lag_us, 1), "us", band_threshold(lag_band)),
-            Figure("slowest rank entered last in", f"{s.last_counts[s.slowest_rank]}/{s.iterations} iterations"),
-            Figure(f"probe all-reduce ({_size(s.size_bytes)}) after the last arrival", round(s.span_us, 1), "us"),
+            Figure("slowest rank (entered the probe's all-reduces last, on average)", s.slowest_rank,
+                   key="collectives.slowest_rank_entered_the_probe_s_all_reduces_last_on_average"),
+            Figure("slowest rank's device", run.devices[s.slowest_rank] if s.slowest_rank < len(run.devices) else "",
+                   key="collectives.slowest_rank_s_device"),
+            Figure("slowest rank's mean arrival lag", round(s.slowest_lag_us, 1), "us", band_threshold(lag_band),
+                   key="collectives.slowest_rank_s_mean_arrival_lag"),
+            Figure("slowest rank entered last in", f"{s.last_counts[s.slowest_rank]}/{s.iterations} iterations",
+                   key="collectives.slowest_rank_entered_last_in"),
+            Figure(f"probe all-reduce ({_size(s.size_bytes)}) after the last arrival", round(s.span_us, 1), "us",
+                   key=f"collectives.probe_all_reduce_{slug(_size(s.size_bytes))}_after_the_last_arrival"),
         ]
         if lag_outcome != Outcome.PASSED:
             findings.append(f"rank {s.slowest_rank} ({run.devices[s.slowest_rank]}) is a straggler: it entered "

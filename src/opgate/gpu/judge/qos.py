@@ -10,7 +10,7 @@ from typing import Sequence
 
 from opgate.gpu.probes.qos import QosMeasurement
 from opgate.gpu.probes.timing import percentile
-from opgate.results import Figure, Threshold
+from opgate.results import Figure, Threshold, slug
 
 SHARING_MODES = ("time_sliced", "priority", "mps")
 PROTECTING_MODES = ("priority", "mps")  # the modes meant to keep a latency-sensitive request's time
@@ -32,21 +32,24 @@ class ModeVerdict:
     unavailable: str = ""
 
 
-def judge_modes(measurement: QosMeasurement, slo_us: float | None, slo_source: str, word: str = "probe"
-                ) -> tuple[list[ModeVerdict], list[Figure]]:
-    """Per mode: p50/p95/p99 figures (p95 against the SLO when there is one) and the verdict."""
+def judge_modes(measurement: QosMeasurement, slo_us: float | None, slo_source: str, word: str = "probe",
+                key_stem: str = "qos") -> tuple[list[ModeVerdict], list[Figure]]:
+    """Per mode: p50/p95/p99 figures (p95 against the SLO when there is one) and the verdict. `key_stem` begins
+    the figures' keys: "qos" for the doctor's check, "verify.qos" for verify's stage."""
     verdicts: list[ModeVerdict] = []
     figures: list[Figure] = []
     for mode in measurement.modes:
+        key = f"{key_stem}.{slug(mode.mode)}"
         if not mode.latencies_us:
             verdicts.append(ModeVerdict(mode.mode, 0, unavailable=mode.unavailable))
-            figures.append(Figure(f"{mode.mode}", f"not measured: {mode.unavailable}"))
+            figures.append(Figure(f"{mode.mode}", f"not measured: {mode.unavailable}", key=key))
             continue
         stats = latency_summary(mode.latencies_us)
         for q in ("p50", "p99"):
-            figures.append(Figure(f"{mode.mode} {word} {q}", round(stats[q], 1), "us"))
+            figures.append(Figure(f"{mode.mode} {word} {q}", round(stats[q], 1), "us", key=f"{key}_{slug(word)}_{q}"))
         threshold = Threshold(round(slo_us, 1), "<=", slo_source) if slo_us is not None else None
-        figures.append(Figure(f"{mode.mode} {word} p95", round(stats["p95"], 1), "us", threshold))
+        figures.append(Figure(f"{mode.mode} {word} p95", round(stats["p95"], 1), "us", threshold,
+                              key=f"{key}_{slug(word)}_p95"))
         verdicts.append(ModeVerdict(mode.mode, len(mode.latencies_us), stats,
                                     None if slo_us is None else stats["p95"] <= slo_us))
     return verdicts, figures

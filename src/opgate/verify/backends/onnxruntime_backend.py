@@ -184,7 +184,8 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
         run=run,
         facts={"onnxruntime": ort.__version__, "onnx": onnx.__version__, "providers": chosen,
                "opsets": opsets, "model": how, "checked_model": str(checked), "ir_version": model.ir_version},
-        figures=[Figure("ONNX opset", default_opset), Figure("ORT provider", chosen[0])],
+        figures=[Figure("ONNX opset", default_opset, key="verify.numerics.onnx_opset"),
+                 Figure("ORT provider", chosen[0], key="verify.numerics.ort_provider")],
         notes=[f"model {how}, onnx.checker passed (full check), opset {default_opset}"],
     )
     prepared.collect_artefacts = lambda folder: _keep_model(checked, folder)

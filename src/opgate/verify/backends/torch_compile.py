@@ -44,7 +44,7 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         device=device,
         run=inner,
         facts={"torch": torch.__version__, "device": device, "mode": "default", "dynamic": True},
-        figures=[Figure("device", device)],
+        figures=[Figure("device", device, key="verify.numerics.device")],
         poisoned_out=accepts_out(fn),
     )
     explained = {"done": False}
@@ -64,7 +64,8 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         recompiles = sum(counters.get("recompiles", {}).values()) if "recompiles" in counters else None
         if recompiles is not None:
             prepared.facts["recompiles"] = int(recompiles)
-        prepared.figures.append(Figure("graphs compiled", prepared.facts["unique_graphs"]))
+        prepared.figures.append(Figure("graphs compiled", prepared.facts["unique_graphs"],
+                                       key="verify.numerics.graphs_compiled"))
 
     prepared.run = run
     prepared.finish = finish
@@ -97,6 +98,7 @@ def _explain(fn: Any, values: Any, layouts: Any, device: str, prepared: Prepared
         "graph breaks", explanation.graph_break_count, "",
         Threshold(0, "==", "torch._dynamo.explain on the first case; a break splits the compiled graph "
                            "(a speed concern, not a numerics failure)"),
+        key="verify.numerics.graph_breaks",
     ))
     if explanation.graph_break_count:
         prepared.notes.append(f"{explanation.graph_break_count} graph break(s): " + "; ".join(reasons[:3]))

@@ -25,7 +25,7 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         device=device,
         run=function_runner(fn, device, use_out),
         facts={"torch": torch.__version__, "device": device},
-        figures=[Figure("device", device)],
+        figures=[Figure("device", device, key="verify.numerics.device")],
         poisoned_out=use_out,
     )
 

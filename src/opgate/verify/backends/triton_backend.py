@@ -70,7 +70,7 @@ def prepare(choice: ImplementationChoice, op: Any, dtype: str, workdir: Path) ->
         device="triton-interpreter (cpu)" if interpret else device,
         run=function_runner(fn, device, use_out),
         facts={"triton": triton.__version__, "device": device, "interpreter": interpret},
-        figures=[Figure("device", "Triton interpreter on CPU" if interpret else device)],
+        figures=[Figure("device", "Triton interpreter on CPU" if interpret else device, key="verify.numerics.device")],
         poisoned_out=use_out,
     )
     if interpret:

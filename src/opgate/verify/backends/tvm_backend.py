@@ -135,7 +135,8 @@ def prepare(choice: ImplementationChoice, op: Operator, dtype: str, workdir: Pat
         facts["builds"] = len(builds)
 
     return PreparedImplementation(
-        choice=choice, device="llvm (cpu)", run=run, facts=facts, figures=[Figure("TVM target", "llvm")],
+        choice=choice, device="llvm (cpu)", run=run, facts=facts,
+        figures=[Figure("TVM target", "llvm", key="verify.numerics.tvm_target")],
         finish=finish,
     )
 
