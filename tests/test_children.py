@@ -55,3 +55,23 @@ def test_a_process_that_names_its_real_parent_runs_on(opgate_env):
             "print('survived')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=opgate_env)
     assert (proc.returncode, proc.stdout.strip()) == (0, "survived"), proc.stderr[-2000:]
+
+
+def test_the_interrupt_path_reaps_against_one_deadline_not_one_per_reaper() -> None:
+    """Every reaper after the first kill_all_children waits only what is left of INTERRUPT_REAP_S: three reapers of
+    2 s each outlasted `timeout -k 5` on the H200 host."""
+    import time
+
+    from opgate import children
+
+    try:
+        assert children.reap_seconds_left(10.0) == 10.0  # not stopping: the caller's own wait
+        children.kill_all_children()
+        first = children.reap_seconds_left(10.0)
+        assert 0.0 < first <= children.INTERRUPT_REAP_S
+        time.sleep(0.2)
+        children.kill_all_children()  # a second call keeps the first deadline
+        assert children.reap_seconds_left(10.0) <= first - 0.15
+    finally:
+        children.start_afresh()
+    assert not children.STOPPING.is_set() and children.reap_seconds_left(10.0) == 10.0

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, package_root,
+from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, package_root, reap_seconds_left,
                              register_child, signal_name, signal_process_group, unregister_child)
 from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
 from opgate.results import CheckResult, Figure, Outcome, Threshold
@@ -497,7 +497,7 @@ class WarmPool:
             except subprocess.TimeoutExpired:
                 pass
         kill_process_groups((worker.proc for worker in workers),  # those still running: all signalled, then reaped
-                            wait_s=10.0 if grace_s else 2.0)
+                            wait_s=10.0 if grace_s else reap_seconds_left(2.0))
         for _, _, lock in self._warm_ups:
             lock.release()
         self._warm_ups.clear()

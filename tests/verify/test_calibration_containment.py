@@ -145,14 +145,14 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     monkeypatch.setattr(calibrator.CalibrationPool, "close", lambda self: on_disk_at_reap.append(report_path.is_file()))
     monkeypatch.setattr(session, "run_session", interrupted_session)
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
-    from opgate.children import STOPPING
+    from opgate.children import start_afresh
 
     try:
         with pytest.raises(session.SessionInterrupted) as stop:
             run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
                                      dtypes=("float32",), out_dir=tmp_path / "out"), make_console())
     finally:
-        STOPPING.clear()  # the interrupt path stops this process's child starts; later tests start children
+        start_afresh()  # the interrupt path stops this process's child starts; later tests start children
     assert on_disk_at_reap and all(on_disk_at_reap), on_disk_at_reap
     import json
 

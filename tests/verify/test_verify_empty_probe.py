@@ -37,7 +37,7 @@ def test_an_interrupted_run_kills_the_probe_child_instead_of_waiting_for_it(tmp_
     import threading
     import time
 
-    from opgate.children import STOPPING, kill_all_children
+    from opgate.children import kill_all_children, start_afresh
 
     spec = tmp_path / "slow_spec.py"
     spec.write_text("import time\nimport opgate\n"
@@ -56,6 +56,6 @@ def test_an_interrupted_run_kills_the_probe_child_instead_of_waiting_for_it(tmp_
         kill_all_children()
         probe.join(timeout=20)
     finally:
-        STOPPING.clear()
+        start_afresh()
     assert not probe.is_alive() and time.perf_counter() - started < 5
     assert found == [set()]

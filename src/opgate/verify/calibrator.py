@@ -361,7 +361,9 @@ class CalibrationPool:
         for process in processes:  # an interrupted run leaves no calibration behind: all killed first
             if process.is_alive():
                 process.kill()
-        deadline = time.monotonic() + self.REAP_S
+        from opgate.children import reap_seconds_left
+
+        deadline = time.monotonic() + reap_seconds_left(self.REAP_S)  # interrupted: the run's one deadline
         for process in processes:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
 

@@ -476,10 +476,10 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.session import SessionInterrupted, run_session
 
-    from opgate.children import STOPPING, become_subreaper
+    from opgate.children import become_subreaper, start_afresh
     from opgate.interrupts import write_interrupted_report
 
-    STOPPING.clear()  # a run in this process after an interrupted one (tests, the pytest plugin) starts afresh
+    start_afresh()  # a run in this process after an interrupted one (tests, the pytest plugin)
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
     with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
         workdir = Path(tmp)
