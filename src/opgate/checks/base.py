@@ -20,6 +20,9 @@ class CheckContext:
     verb: str = "doctor"
     level: str = "basic"
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Seconds the runner lets this check's process live: its task's timeout (the runner sets it, from the check
+    # class's `timeout_s` for doctor, from the stage's declaration for verify); None when run outside the runner.
+    timeout_s: float | None = None
 
 
 class Check:
