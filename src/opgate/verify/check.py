@@ -190,12 +190,9 @@ def _form_mismatch(output: Any, reference_returns_tensor: bool | None) -> str:
 class VerifyImplementationCheck(Check):
     """One implementation of one operator in one dtype, over the whole case plan."""
 
-    check_id = "verify.implementation"
-    title = "numerics of one implementation in one dtype"
     reference_returns_tensor: bool | None = None  # from the plan (calibrator.reference_form); None: not known
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
-    timeout_s = 600.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         task = NumericsPayload.from_dict(ctx.options)

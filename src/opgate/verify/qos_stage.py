@@ -67,13 +67,9 @@ def judge_operator_qos(measurement: Any, slo_us: float | None, slo_source: str
 class VerifyQosCheck(Check):
     """p50/p95/p99 of one implementation at its perf_dims under each sharing mode, judged against its SLO."""
 
-    check_id = "verify.qos"
-    title = "latency SLO when sharing the GPU"
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
-    exclusive: ClassVar[bool] = True  # it saturates the GPU on purpose: nothing else may measure meanwhile
-    timeout_s = 240.0
-    budget_s: float = 150.0  # the measurement's own limit, inside timeout_s (room for the MPS daemon's stop)
+    budget_s: float = 150.0  # the measurement's own limit, inside the stage's timeout (QosStage.timeout_s, 240 s)
     samples: int = 300
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
