@@ -30,6 +30,13 @@ class KeyedFigureCheck(Check):
         return self.passed("measured", figures=[figure], labels={"dims": "N=8"})
 
 
+class TimeoutReadingCheck(Check):
+    """Says the limit its context gives it: a verify stage's check reads its task's timeout from there."""
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        return self.passed(f"timeout {ctx.timeout_s!r}")
+
+
 class SegfaultCheck(Check):
     check_id = "planted.segfault"
     title = "segfaults"

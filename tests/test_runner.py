@@ -51,6 +51,17 @@ def test_the_runner_gives_each_result_the_stage_and_labels_its_task_was_planned_
     assert unplanned.stage == "" and unplanned.labels == {}
 
 
+def test_a_check_reads_its_tasks_timeout_from_its_context_and_its_name_from_the_task() -> None:
+    """The timeout is declared where the task is planned (a verify stage), not on the check class: the runner hands
+    it to the check in a fresh process and in a warm worker, and names the result after the task."""
+    one_shot = task("limit", "TimeoutReadingCheck", timeout=37.5)
+    warm = dataclasses.replace(task("warm_limit", "TimeoutReadingCheck", timeout=41.0), worker="planted")
+    first, second = run_checks([one_shot, warm])
+    assert (first.check_id, first.title, first.reason) == ("planted.limit", "limit", "timeout 37.5")
+    assert (second.check_id, second.title, second.reason) == ("planted.warm_limit", "warm_limit", "timeout 41.0")
+    assert CheckContext().timeout_s is None  # run outside the runner
+
+
 def test_runner_reports_unloadable_check_as_error() -> None:
     [result] = run_checks([task("missing", "NoSuchCheck")])
     assert result.outcome is Outcome.ERROR

@@ -24,9 +24,11 @@ signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still runs 
 from opgate.checks.base import CheckContext
 from opgate.gpu.judge.qos import format_mode_table, judge_modes
 from opgate.gpu.probes.qos import QosMeasurement
-from opgate.verify.qos_stage import QosStagePayload, VerifyQosCheck, judge_operator_qos
+from opgate.verify.qos_stage import VerifyQosCheck, judge_operator_qos
+from opgate.verify.tasks import GpuStagePayload
 started = time.time()
-payload = QosStagePayload("examples/ops/softmax.py", "softmax", "triton", "float32", 0, 2000.0)
+payload = GpuStagePayload(spec_file="examples/ops/softmax.py", op="softmax", impl="triton", dtype="float32",
+                          seed=0, slo_p95_us=2000.0)
 check = VerifyQosCheck()
 check.budget_s = 85.0
 result = check.run(CheckContext(verb="verify", options=payload.to_dict()))

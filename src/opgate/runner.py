@@ -181,6 +181,12 @@ CRASH_REMEDIATION = ("This is a crash or hang inside the check, not a verdict on
                      "to isolate it and report it with the stderr tail in the JSON report.")
 
 
+def _request_context(task: CheckTask) -> dict[str, Any]:
+    """The check's CheckContext as its child reads it, with the task's timeout (the one place it is declared is
+    where the task is planned: a verify stage, a doctor check's class)."""
+    return {**asdict(task.context), "timeout_s": task.timeout_s}
+
+
 def _child_error(task: CheckTask, reason: str, elapsed: float, stderr_tail: str, **extra: Any) -> CheckResult:
     """The `error` result of a child that died, hung or wrote nothing readable (one-shot or warm)."""
     return CheckResult(check_id=task.check_id, title=task.title, outcome=Outcome.ERROR, reason=reason,
@@ -219,7 +225,7 @@ class _Running:
                 "check_id": task.check_id,
                 "title": task.title,
                 "target": task.target,
-                "context": asdict(task.context),
+                "context": _request_context(task),
                 "result_path": str(self.result_path),
             })
         )
@@ -319,7 +325,7 @@ class _WarmRunning:
         self.started = time.perf_counter()
         self.proc = worker.proc
         worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
-                     "context": asdict(task.context), "result_path": str(self.result_path),
+                     "context": _request_context(task), "result_path": str(self.result_path),
                      "retire": task.retire})
 
     def elapsed(self) -> float:
@@ -411,7 +417,7 @@ class WarmPool:
     def _send_warm_up(self, worker: _WarmWorker, task: CheckTask, lock: GpuLockRequest | None = None) -> None:
         result_path = self.workdir / f"warmup-{self.started}-{worker.tasks_run}.result.json"
         worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
-                     "context": asdict(task.context), "result_path": str(result_path)})
+                     "context": _request_context(task), "result_path": str(result_path)})
         if lock is not None:
             self._warm_ups.append((result_path, worker, lock))
 

@@ -105,17 +105,22 @@ class OperatorPlan:
         digest = hashlib.sha1(json.dumps(sorted(env.items())).encode()).hexdigest()[:8]
         return f"verify:{spec_file}:{digest}"
 
-    def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float, payload: "Payload",
-             choice: "ImplementationChoice", exclusive: bool = False, retire: bool = False,
+    def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float | None,
+             payload: "Payload", choice: "ImplementationChoice", exclusive: bool | None = None, retire: bool = False,
              warm: bool = True, labels: Mapping[str, str] | None = None) -> CheckTask:
         """One task of `stage` for `choice`: its result carries the stage and the labels op, impl and `labels`
-        (dtype, tool: what sets this task apart from the implementation's others), whatever its check reports."""
+        (dtype, tool: what sets this task apart from the implementation's others), whatever its check reports.
+        `timeout_s` and `exclusive` None: what the stage declares (Stage.timeout_s, Stage.exclusive), and a
+        stage's timeout None is the run's (`self.timeout_s`, --timeout)."""
         env = self.env(choice)
+        if timeout_s is None:
+            timeout_s = self.timeout_s if stage.timeout_s is None else stage.timeout_s
         # On a GPU host every verify task may touch the GPU (numerics run torch, CuPy, ORT on CUDA): all take the
         # GPU guard's lock, measuring ones exclusively (opgate.gpu_guard)
         return CheckTask(check_id, title, target, timeout_s,
                          CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
-                         exclusive=exclusive, worker=self.worker_key(choice, env) if warm else "",
+                         exclusive=stage.exclusive if exclusive is None else exclusive,
+                         worker=self.worker_key(choice, env) if warm else "",
                          retire=retire, order=stage.order, uses_gpu=self.gpu, stage=stage.name,
                          labels={"op": self.op.name, "impl": choice.name, **(labels or {})})
 
@@ -131,6 +136,11 @@ class Stage:
     # Scheduling: lower first among the tasks that run side by side; an exclusive GPU measurement starts once no
     # side-by-side task of its GPU waits (opgate.runner), then alone.
     order: ClassVar[int] = 50
+    # What the runner gives each of its tasks, declared here and nowhere else (not on the check classes; a check
+    # that needs its limit reads CheckContext.timeout_s): seconds before the task's process is killed (None: the
+    # run's --timeout), and whether it measures alone on its GPU (opgate.runner, opgate.gpu_guard).
+    timeout_s: ClassVar[float | None] = None
+    exclusive: ClassVar[bool] = False
     whole_run_group: ClassVar[str] = ""
     # A stage that needs calibration is asked for its tasks once per operator, with every dtype's plan file; True:
     # once per dtype as soon as that dtype's plan is written (OperatorPlan.plans then holds that one dtype).

@@ -1,22 +1,23 @@
-"""The verify stage `qos` (opgate.verify.qos_stage): its typed payload, the spec's SLO field, the pure judgement
+"""The verify stage `qos` (opgate.verify.qos_stage): its payload (the GPU stages' one GpuStagePayload), the spec's SLO field, the pure judgement
 on measurements of the recorded shape, the shared timing path with a plain callable, and the check class run
 directly (CPU: skipped with the reason; GPU: the real measurement on examples/ops/softmax.py)."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
 import pytest
 
 from opgate.checks.base import CheckContext
-from opgate.errors import InputError
 from opgate.gpu.judge.qos import format_mode_table, judge_modes
 from opgate.gpu.probes import qos_worker
 from opgate.gpu.probes.qos import ModeResult, QosMeasurement
 from opgate.results import Outcome
 from opgate.verify import qos_worker as verify_qos_worker
-from opgate.verify.qos_stage import QosStagePayload, VerifyQosCheck, judge_operator_qos, resolve_slo
+from opgate.verify.qos_stage import VerifyQosCheck, judge_operator_qos, resolve_slo
+from opgate.verify.tasks import GpuStagePayload, PayloadError
 from opgate.verify.qos_worker import operator_subject
 from opgate.core.spec import Operator, SpecError, TensorSpec, load_spec_file
 from opgate_testing import REPO, gpu_available
@@ -24,11 +25,11 @@ from opgate_testing import REPO, gpu_available
 SOFTMAX = REPO / "examples" / "ops" / "softmax.py"
 
 
-def _payload(**changes) -> QosStagePayload:
+def _payload(**changes) -> GpuStagePayload:
     fields = {"spec_file": str(SOFTMAX), "op": "softmax", "impl": "triton", "dtype": "float32", "seed": 0,
               "slo_p95_us": None}
     fields.update(changes)
-    return QosStagePayload(**fields)
+    return GpuStagePayload(**fields)
 
 
 def _samples(center: float, spread: float, n: int = 300, seed: int = 1) -> tuple[float, ...]:
@@ -45,26 +46,27 @@ def _measurement(alone: float, time_sliced: float, priority: float, mps: float |
 
 
 def test_payload_round_trip_and_schema() -> None:
+    """The stage sends and the check reads one payload class: what QosStage builds round-trips through JSON."""
     payload = _payload(slo_p95_us=400.0, seed=3)
-    data = payload.to_dict()
-    assert data["schema"] == 1
-    assert QosStagePayload.from_dict(data) == payload
-    assert QosStagePayload.from_dict({**data, "check_id": "verify.softmax.triton.qos"}) == payload  # engine keys
+    data = json.loads(json.dumps(payload.to_dict()))
+    assert data["schema"] == 1 and data["kind"] == "gpu_stage"
+    assert GpuStagePayload.from_dict(data) == payload
+    assert GpuStagePayload.from_dict({**data, "check_id": "verify.softmax.triton.qos"}) == payload  # engine keys
 
 
-@pytest.mark.parametrize("key", ["schema", "spec_file", "op", "impl", "dtype", "seed", "slo_p95_us"])
-def test_payload_missing_key_is_an_input_error(key: str) -> None:
+@pytest.mark.parametrize("key", ["schema", "kind", "spec_file", "op", "impl", "dtype"])
+def test_payload_missing_key_is_a_payload_error(key: str) -> None:
     data = _payload().to_dict()
     del data[key]
-    with pytest.raises(InputError, match=key):
-        QosStagePayload.from_dict(data)
+    with pytest.raises(PayloadError, match=key):
+        GpuStagePayload.from_dict(data)
 
 
-@pytest.mark.parametrize("change", [{"schema": 2}, {"seed": "0"}, {"slo_p95_us": -5}, {"slo_p95_us": True},
-                                    {"op": ""}])
-def test_payload_wrong_values_are_input_errors(change) -> None:
-    with pytest.raises(InputError):
-        QosStagePayload.from_dict({**_payload().to_dict(), **change})
+@pytest.mark.parametrize("change", [{"schema": 2}, {"kind": "numerics"}, {"seed": "0"}, {"slo_p95_us": -5},
+                                    {"slo_p95_us": True}, {"slo_p95_us": "fast"}])
+def test_payload_wrong_values_are_payload_errors(change) -> None:
+    with pytest.raises(PayloadError):
+        GpuStagePayload.from_dict({**_payload().to_dict(), **change})
 
 
 def test_spec_slo_field() -> None:
@@ -150,14 +152,14 @@ def test_check_skips_without_a_gpu_with_the_reason() -> None:
     result = VerifyQosCheck().run(CheckContext(verb="verify", options=_payload().to_dict()))
     assert result.outcome is Outcome.SKIPPED, result.reason
     assert result.reason.startswith("the qos stage times the implementation on a GPU:")
-    assert VerifyQosCheck.levels == ("quick", "standard", "thorough") and VerifyQosCheck.exclusive
+    assert VerifyQosCheck.levels == ("quick", "standard", "thorough")
 
 
 def test_check_with_a_broken_payload_names_the_key() -> None:
     options = _payload().to_dict()
     del options["impl"]
     result = VerifyQosCheck().run(CheckContext(verb="verify", options=options))
-    assert result.outcome is Outcome.ERROR and "missing key(s) impl" in result.reason
+    assert result.outcome is Outcome.ERROR and "lacks impl" in result.reason
 
 
 @pytest.mark.gpu
@@ -172,8 +174,8 @@ def test_qos_stage_on_the_gpu() -> None:
 
 
 def test_the_qos_stage_is_registered_and_its_tasks_carry_a_payload_the_check_reads(tmp_path) -> None:
-    """`--stages qos`: one exclusive task per GPU implementation, its payload read back by VerifyQosCheck's own
-    payload type (the engine's GpuStagePayload carries every key it needs)."""
+    """`--stages qos`: one exclusive task per GPU implementation (240 s, declared by QosStage), its payload read
+    back as the GpuStagePayload VerifyQosCheck reads."""
     from opgate.verify.engine import VerifyRequest, gpu_stage_tasks, parse_stages, select
 
     assert "qos" in parse_stages("numerics,qos")
@@ -183,5 +185,6 @@ def test_the_qos_stage_is_registered_and_its_tasks_carry_a_payload_the_check_rea
     qos = {t.check_id: t for t in tasks if t.target.endswith("VerifyQosCheck")}
     assert set(qos) == {"verify.softmax.triton.qos", "verify.softmax.torch.qos"}
     for task in qos.values():
-        payload = QosStagePayload.from_dict(task.context.options)
-        assert task.exclusive and payload.op == "softmax" and payload.dtype == "float32"
+        payload = GpuStagePayload.from_dict(task.context.options)
+        assert task.exclusive and task.timeout_s == 240.0
+        assert payload.op == "softmax" and payload.dtype == "float32" and payload.slo_p95_us is None

@@ -20,6 +20,9 @@ class CheckContext:
     verb: str = "doctor"
     level: str = "basic"
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Seconds the runner lets this check's process live: its task's timeout (the runner sets it, from the check
+    # class's `timeout_s` for doctor, from the stage's declaration for verify); None when run outside the runner.
+    timeout_s: float | None = None
 
 
 class Check:
@@ -27,6 +30,10 @@ class Check:
 
     `verbs` says which opgate verbs run it, `levels` at which `--level` it runs,
     `timeout_s` how long the runner lets its child process live.
+
+    A check a verify stage runs sets none of `check_id`, `title`, `timeout_s`: the stage declares its tasks'
+    timeout and exclusivity (opgate.stage_api.Stage), the runner names the result after its task, and the
+    check reads its limit from `CheckContext.timeout_s`.
     """
 
     check_id: ClassVar[str] = ""

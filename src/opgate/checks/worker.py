@@ -59,6 +59,7 @@ def run_request(request: dict[str, Any]) -> bool:
         verb=ctx_data.get("verb", "doctor"),
         level=ctx_data.get("level", "basic"),
         options=ctx_data.get("options", {}),
+        timeout_s=ctx_data.get("timeout_s"),
     )
     previous = os.environ.get(CHECK_ENV)
     os.environ[CHECK_ENV] = str(request["check_id"])  # processes the check starts inherit it: a leak names its check

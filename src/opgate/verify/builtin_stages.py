@@ -18,6 +18,8 @@ class NumericsStage(Stage):
     default = True
     order = 40
     per_dtype_plans = True  # a dtype's checks start as soon as its plan is written
+    timeout_s = None  # the run's --timeout (by budget level: verify/engine.py TIMEOUT_BY_BUDGET)
+    exclusive = False  # side by side: it judges answers, not time
 
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         from opgate.verify.backends import backend
@@ -54,7 +56,7 @@ class NumericsStage(Stage):
                     time_budget_s=0.0 if plan.replaying else check_seconds(
                         operator_budget, checks, plan.jobs, weights[choice.name], total_weight))
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
-                                     plan.timeout_s, payload, choice, labels={"dtype": dtype}))
+                                     self.timeout_s, payload, choice, labels={"dtype": dtype}))
         return out
 
 
@@ -64,8 +66,6 @@ class _GpuStage(Stage):
     # Each check draws its own inputs on the GPU (no plan file): the tasks start while the parent calibrates.
     needs = StageNeeds(gpu=True, gpu_implementations=True, calibration=False)
     target: ClassVar[str] = ""
-    timeout_s: ClassVar[float] = 300.0
-    exclusive: ClassVar[bool] = True
     per_dtype: ClassVar[bool] = False
     retire: ClassVar[bool] = False
     warm: ClassVar[bool] = True  # in the implementation's warm workers (False: a fresh process per task)
@@ -88,8 +88,7 @@ class _GpuStage(Stage):
                                           seed=plan.seed, **{**fields, "dtype": dtype})  # type: ignore[arg-type]
                 title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
                 out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,
-                                     self.timeout_s, payload, choice, exclusive=self.exclusive,
-                                     retire=self.retire, warm=self.warm,
+                                     self.timeout_s, payload, choice, retire=self.retire, warm=self.warm,
                                      labels={k: str(v) for k, v in fields.items() if k in ("dtype", "tool")}))
         return out
 
@@ -105,7 +104,8 @@ class RuntimeStage(_GpuStage):
     # GPU waits (opgate.runner), so a library's numerics are not queued behind every operator's timing.
     order = 10
     target = "opgate.verify.runtime:VerifyRuntimeCheck"
-    timeout_s = 300.0
+    timeout_s = 300.0  # its warm-up too (the same task, not exclusive)
+    exclusive = True
     per_dtype = True
     title_text = "in {dtype} on the GPU"
     # Before each exclusive timing check, a warm-up call at the timing size in the same warm worker key, side by
@@ -191,6 +191,8 @@ class RecoveryStage(_GpuStage):
     # retires, so the engine prestarts one worker more per implementation (verify/engine.py).
     order = 12
     target = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
+    timeout_s = 300.0
+    exclusive = True
     retire = True  # it fills the GPU's memory: its worker is not reused
     title_text = "recovers from out-of-memory"
 
@@ -201,7 +203,8 @@ class NcuStage(_GpuStage):
     order = 25
     needs = StageNeeds(gpu=True, tools=("ncu",), gpu_implementations=True, calibration=False)
     target = "opgate.verify.runtime:VerifyNcuCheck"
-    timeout_s = 360.0
+    timeout_s = 360.0  # the check gives ncu this less NCU_TEARDOWN_S (verify/runtime.py)
+    exclusive = True
     title_text = "under Nsight Compute"
 
     def find_tool(self, tool: str) -> str | None:
@@ -218,5 +221,6 @@ class QosStage(_GpuStage):
     summary = "p50/p95/p99 at perf_dims alone, time-sliced, high-priority stream, under MPS; the SLO (GPU, opt-in)"
     order = 26
     target = "opgate.verify.qos_stage:VerifyQosCheck"
-    timeout_s = 240.0
+    timeout_s = 240.0  # the check's measurement stops after VerifyQosCheck.budget_s (150 s): room for MPS's stop
+    exclusive = True  # it saturates the GPU on purpose: nothing else may measure meanwhile
     title_text = "latency beside a neighbour (QoS)"

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from opgate.checks.base import Check, CheckContext
 from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
 from opgate.core import dtypes as dt
-from opgate.verify.backends import PreparedImplementation, autotune_choice, prepare
+from opgate.verify.backends import PreparedImplementation, autotune_choice, backend, prepare
 from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
 from opgate.verify.calibrate import (
     K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
@@ -128,16 +128,6 @@ def _num(value: float) -> Any:
 RANGE_REGIMES = ("large", "huge", "mixed", "tiny", "nonfinite")
 
 
-def _interpreter_bf16_limitations() -> list[str]:
-    """bfloat16 operations Triton's interpreter still computes wrongly after opgate's fixes (the backend says)."""
-    from opgate.verify.backends import triton_backend
-
-    probe = getattr(triton_backend, "interpreter_bf16_limitations", None)
-    if probe is None:  # no probe: the interpreter's bfloat16 arithmetic is not known to be fixed
-        return ["bfloat16 arithmetic (acts on the 16-bit patterns)"]
-    return list(probe())
-
-
 def _torch() -> Any:
     import torch
 
@@ -200,12 +190,9 @@ def _form_mismatch(output: Any, reference_returns_tensor: bool | None) -> str:
 class VerifyImplementationCheck(Check):
     """One implementation of one operator in one dtype, over the whole case plan."""
 
-    check_id = "verify.implementation"
-    title = "numerics of one implementation in one dtype"
     reference_returns_tensor: bool | None = None  # from the plan (calibrator.reference_form); None: not known
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
-    timeout_s = 600.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         task = NumericsPayload.from_dict(ctx.options)
@@ -323,11 +310,12 @@ class VerifyImplementationCheck(Check):
             deviations += _limitation_deviations(limited, len(plan.cases))
         if not failing:
             return failing, deviations, ""
-        limitations = _interpreter_bf16_limitations() if prepared.facts.get("interpreter") else []
-        if plan.dtype == "bfloat16" and limitations:
+        limitations = backend(prepared.choice.backend).interpreter_limitations(prepared, plan.dtype)
+        if limitations:
             deviations.append(Deviation("interpreter", (
-                f"{len(failing)} case(s) fail in bfloat16 under Triton's CPU interpreter, which cannot compute "
-                f"{', '.join(limitations)} in bfloat16 exactly; not judged here: the GPU run decides")))
+                f"{len(failing)} case(s) fail in {plan.dtype} under the {prepared.choice.backend} backend's CPU "
+                f"interpreter, which cannot compute {', '.join(limitations)} in {plan.dtype} exactly; not judged "
+                "here: the GPU run decides")))
             return [], deviations, ""
         declared_max = {dim: max(sizes) for dim, sizes in op.dims.items()}
         too_big = [r for r in failing if r.verdict.reasons and all(x.startswith("raised") for x in r.verdict.reasons)

@@ -47,10 +47,6 @@ def judge(trials: Sequence[OomTrial]) -> tuple[Outcome, str]:
 class VerifyOomRecoveryCheck(GpuStageCheck):
     """The implementation driven into out-of-memory TRIALS times; the same process must recover."""
 
-    check_id = "verify.recovery"
-    title = "recovery from out-of-memory"
-    timeout_s = 300.0
-
     def evaluate(self, ctx: Any) -> CheckResult:
         options, torch = self.begin(ctx)
         op, implementation = load_implementation(options)

@@ -4,70 +4,29 @@ One call of the implementation at the operator's `perf_dims` is the latency-sens
 times it (submit to completion, seen from the host, p50/p95/p99) alone, beside a saturating neighbour process
 (time-slicing), on the highest-priority stream with the neighbour's kernels on the lowest, and under a private
 MPS control daemon with the neighbour capped by CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (when one can be started; no
-compute mode or other card setting is changed). The SLO is `Operator(slo_p95_us=...)` (or the task's payload);
-without one the result reports the percentiles per mode and says no SLO was declared.
+compute mode or other card setting is changed). The SLO is `Operator(slo_p95_us=...)` (or the `slo_p95_us` of the
+task's payload, the `GpuStagePayload` every GPU stage sends); without one the result reports the percentiles per
+mode and says no SLO was declared.
 
 Not a default stage (it saturates the GPU for tens of seconds); needs a GPU and skips with the reason elsewhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import InputError, SkipCheck
 from opgate.results import CheckResult, Outcome
+from opgate.verify.tasks import GpuStagePayload
 
-PAYLOAD_SCHEMA = 1
 QOS_BACKENDS = ("torch", "triton", "torch.compile")  # what runs on a torch stream the worker can prioritise
 
 
-@dataclass(frozen=True)
-class QosStagePayload:
-    """What one `qos` task needs: the implementation (spec file, operator, implementation, dtype, input seed) and
-    the SLO the task was given (None: the spec's `slo_p95_us`, if it declares one)."""
-
-    spec_file: str
-    op: str
-    impl: str
-    dtype: str
-    seed: int
-    slo_p95_us: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": PAYLOAD_SCHEMA, "spec_file": self.spec_file, "op": self.op, "impl": self.impl,
-                "dtype": self.dtype, "seed": self.seed, "slo_p95_us": self.slo_p95_us}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "QosStagePayload":
-        """The payload of a task's options; InputError naming the key when one is missing or of the wrong kind.
-        Keys beyond the payload's (the engine's check_id, title) are ignored."""
-        keys = ("schema", "spec_file", "op", "impl", "dtype", "seed", "slo_p95_us")
-        missing = [key for key in keys if key not in data]
-        if missing:
-            raise InputError(f"qos stage payload: missing key(s) {', '.join(missing)}; build it with "
-                             "QosStagePayload(...).to_dict()")
-        if data["schema"] != PAYLOAD_SCHEMA:
-            raise InputError(f"qos stage payload: schema {data['schema']!r} is not {PAYLOAD_SCHEMA}; rebuild it "
-                             "with this opgate's QosStagePayload")
-        for key in ("spec_file", "op", "impl", "dtype"):
-            if not isinstance(data[key], str) or not data[key]:
-                raise InputError(f"qos stage payload: {key} must be a non-empty string, not {data[key]!r}")
-        if isinstance(data["seed"], bool) or not isinstance(data["seed"], int):
-            raise InputError(f"qos stage payload: seed must be an int, not {data['seed']!r}")
-        slo = data["slo_p95_us"]
-        if slo is not None and (isinstance(slo, bool) or not isinstance(slo, (int, float)) or slo <= 0):
-            raise InputError(f"qos stage payload: slo_p95_us must be a positive number of microseconds or null, "
-                             f"not {slo!r}")
-        return cls(data["spec_file"], data["op"], data["impl"], data["dtype"], int(data["seed"]),
-                   None if slo is None else float(slo))
-
-
-def resolve_slo(payload: QosStagePayload, op: Any) -> tuple[float | None, str]:
+def resolve_slo(payload: GpuStagePayload, op: Any) -> tuple[float | None, str]:
     """(SLO p95 in us, where it comes from): the payload's, else the spec's `Operator(slo_p95_us=...)`."""
     if payload.slo_p95_us is not None:
-        return payload.slo_p95_us, "SLO given with the qos task"
+        return float(payload.slo_p95_us), "SLO given with the qos task"
     declared = getattr(op, "slo_p95_us", None)
     if declared is not None:
         return float(declared), f"declared in the spec: Operator({op.name!r}, slo_p95_us={declared:g})"
@@ -108,20 +67,16 @@ def judge_operator_qos(measurement: Any, slo_us: float | None, slo_source: str
 class VerifyQosCheck(Check):
     """p50/p95/p99 of one implementation at its perf_dims under each sharing mode, judged against its SLO."""
 
-    check_id = "verify.qos"
-    title = "latency SLO when sharing the GPU"
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
-    exclusive: ClassVar[bool] = True  # it saturates the GPU on purpose: nothing else may measure meanwhile
-    timeout_s = 240.0
-    budget_s: float = 150.0  # the measurement's own limit, inside timeout_s (room for the MPS daemon's stop)
+    budget_s: float = 150.0  # the measurement's own limit, inside the stage's timeout (QosStage.timeout_s, 240 s)
     samples: int = 300
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.device import gpu_unavailable_reason
 
         options = dict(ctx.options)
-        payload = QosStagePayload.from_dict(options)
+        payload = GpuStagePayload.from_dict(options)
         reason = gpu_unavailable_reason()
         if reason:
             raise SkipCheck(f"the qos stage times the implementation on a GPU: {reason}")
@@ -147,7 +102,7 @@ class VerifyQosCheck(Check):
                            labels={"dims": label} if label else {})
 
     @staticmethod
-    def _operator(payload: QosStagePayload) -> Any:
+    def _operator(payload: GpuStagePayload) -> Any:
         """The payload's operator, its implementation checked; InputError naming what does not exist."""
         from opgate.core.spec import load_spec_file
 

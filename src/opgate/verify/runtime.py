@@ -190,10 +190,6 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
     cold machine) then happen while other checks run, not while the GPU is held alone for timing. Its result is
     internal (not reported): the runtime check judges, and says so itself if the call fails."""
 
-    check_id = "verify.runtime_warm_up"
-    title = "compile at the timing size"
-    timeout_s = 300.0
-
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         started = time.perf_counter()
         options, torch = self.begin(ctx)
@@ -211,10 +207,6 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
 
 class VerifyRuntimeCheck(GpuStageCheck):
     """Timing, roofline fraction and CUDA-graph capturability of one implementation in one dtype."""
-
-    check_id = "verify.runtime"
-    title = "runtime behaviour on the GPU"
-    timeout_s = 300.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.graphs import check_graph_capture
@@ -335,10 +327,6 @@ class VerifySanitizerCheck(GpuStageCheck):
     """One call of the implementation under one compute-sanitizer tool (memcheck by default), in its own
     process."""
 
-    check_id = "verify.sanitizer"
-    title = "memory safety under compute-sanitizer"
-    timeout_s = SANITIZER_TIMEOUT_S + 30
-
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.sanitizer import (SanitizerNotFound, find_compute_sanitizer, run_under_sanitizer,
                                                  supported_tool_options)
@@ -442,12 +430,21 @@ def _sanitizer_figures(tool: str, findings: int, sizes_text: str, tool_options: 
     return figures
 
 
+# Seconds of the ncu stage's timeout (NcuStage.timeout_s) left to stop ncu and report after its profiling.
+NCU_TEARDOWN_S = 30.0
+
+
+def ncu_seconds(ctx: CheckContext) -> float:
+    """How long ncu may profile: the task's timeout less NCU_TEARDOWN_S; run outside the runner, the stage's."""
+    if ctx.timeout_s is None:
+        from opgate.verify.builtin_stages import NcuStage
+
+        return NcuStage.timeout_s - NCU_TEARDOWN_S
+    return ctx.timeout_s - NCU_TEARDOWN_S
+
+
 class VerifyNcuCheck(GpuStageCheck):
     """Nsight Compute counters of the implementation's kernels beside opgate's static byte model."""
-
-    check_id = "verify.ncu"
-    title = "Nsight Compute counters"
-    timeout_s = 360.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.core.work import operator_work
@@ -456,7 +453,7 @@ class VerifyNcuCheck(GpuStageCheck):
         options, _ = self.begin(ctx)
         op, _ = load_implementation(options)
         try:
-            kernels, stderr = run_ncu(run_once_command(options, profiled=True), timeout_s=self.timeout_s - 30)
+            kernels, stderr = run_ncu(run_once_command(options, profiled=True), timeout_s=ncu_seconds(ctx))
         except NcuNotFound as exc:
             raise SkipCheck(str(exc)) from None
         if not kernels:

@@ -93,3 +93,11 @@ class GpuStagePayload(ImplementationPayload):
     # task the members it runs for all ([{op, impl, dtype}]); the other members read its record
     group_dir: str = ""
     group: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise PayloadError(f"GpuStagePayload: seed must be an int, not {self.seed!r}")
+        slo = self.slo_p95_us
+        if slo is not None and (isinstance(slo, bool) or not isinstance(slo, (int, float)) or slo <= 0):
+            raise PayloadError(f"GpuStagePayload: slo_p95_us must be a positive number of microseconds or None, "
+                               f"not {slo!r}")

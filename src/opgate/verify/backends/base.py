@@ -67,6 +67,12 @@ class Backend:
         """Why this backend cannot run on this machine at all (then its checks are `skipped` up front)."""
         return None
 
+    def interpreter_limitations(self, prepared: "PreparedImplementation", dtype: str) -> list[str]:
+        """The operations this backend's CPU interpreter (an emulation standing in for the GPU) still computes
+        inexactly in `dtype` in this process, for `prepared` (what `prepare` returned). The numerics check reports
+        failing cases there as the `interpreter` deviation, not judged: the GPU run decides. Default: none."""
+        return []
+
 
 # (shape, dtype name) of every output the reference returns: what an out= buffer must look like.
 OutSpecs = Sequence[tuple[tuple[int, ...], str]]

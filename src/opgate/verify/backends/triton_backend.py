@@ -309,3 +309,10 @@ class TritonBackend(Backend):
     def case_cost_weight(self, gpu: bool) -> float:
         # Triton's CPU interpreter emulates every program instance in Python: 10^3-10^5 times a compiled case
         return 0.25 if gpu else 1.0
+
+    def interpreter_limitations(self, prepared: PreparedImplementation, dtype: str) -> list[str]:
+        """Under the interpreter in bfloat16: what opgate's fixes left wrong in this Triton (mend_interpreter_bf16);
+        compiled kernels and the other dtypes have none."""
+        if dtype != "bfloat16" or not prepared.facts.get("interpreter"):
+            return []
+        return list(interpreter_bf16_limitations())
