@@ -64,9 +64,9 @@ def as_result(check_id: str, figures: Iterable[Figure], extra: dict[str, Any] | 
 
 
 def test_the_contention_link_matrix_collectives_and_qos_judges_key_their_figures() -> None:
-    from opgate.doctor.contention import combine_contention, judge_contention
-    from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
-    from opgate.doctor.qos import judge_qos
+    from opgate.gpu.judge.contention import combine_contention, judge_contention
+    from opgate.gpu.judge.link_matrix import link_matrix_verdict, unknown_links
+    from opgate.gpu.judge.qos import judge_qos
     from opgate.gpu.judge.collectives import CollectiveRun, judge_collectives, link_reference
 
     contention = doctor_test_module("test_contention_judge")

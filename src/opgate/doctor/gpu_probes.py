@@ -472,8 +472,8 @@ class P2PCheck(GpuProbeCheck):
 
     def probe(self, ctx: CheckContext) -> CheckResult:
         # The link matrix (issue 20): copy, SM read/write and latency per ordered pair beside NVML's topology,
-        # judged in opgate.doctor.link_matrix.
-        from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
+        # judged in opgate.gpu.judge.link_matrix.
+        from opgate.gpu.judge.link_matrix import link_matrix_verdict, unknown_links
         from opgate.gpu.probes.link_matrix import measure_link_matrix
         from opgate.gpu.judge.references import policy_band
         from opgate.probes.nvml import NvmlUnavailable
