@@ -102,7 +102,7 @@ def test_a_fanned_out_probe_keeps_its_keys_with_each_gpu_as_a_label() -> None:
 def test_the_gpu_inventory_and_topology_key_their_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """One GPU (the host's figures then carry that GPU's labels, as the derivation gave them) and two."""
     from opgate.doctor.gpu_inventory import GpuInventoryCheck
-    from opgate.doctor.topology import judge_topology
+    from opgate.gpu.judge.topology import judge_topology
     from opgate.probes import gpu_inventory
     from opgate.probes.gpu_inventory import Inventory
 
