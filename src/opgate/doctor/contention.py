@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from opgate.checks.base import CheckContext
-from opgate.doctor.gpu_probes import GpuProbeCheck
+from opgate.doctor.gpu_checks.base import GpuProbeCheck
 from opgate.errors import SkipCheck
 from opgate.gpu.judge.contention import combine_contention, judge_contention
 from opgate.results import CheckResult, Outcome

@@ -11,7 +11,7 @@ reporters render.
   explanations, the ncu limiter diagnosis, the stored ceilings, the collectives, link-matrix, contention and QoS
   verdicts);
   needs no live GPU and imports no torch, CuPy or CUDA at module level. The doctor's checks
-  (`opgate.doctor.gpu_probes`, `doctor.qos`, `doctor.runtime_features`, `doctor.collectives`, `doctor.contention`)
+  (`opgate.doctor.gpu_checks`, `doctor.qos`, `doctor.runtime_features`, `doctor.collectives`, `doctor.contention`)
   and verify's stages call probes, then judges, and return `CheckResult`s.
 - `explain`: the `opgate explain` command (an ncu report judged by `judge.limiter`, rendered).
 

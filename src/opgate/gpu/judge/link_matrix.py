@@ -2,7 +2,7 @@
 below their siblings. A sibling is another ordered pair of the same link class (NV18, PIX, SYS, ...) and the same
 peer access: a PCIe pair slower than an NVLink pair is the topology, not a finding, and a pair without peer access
 is its own finding; one NVLink pair at half its siblings is. `link_matrix_verdict` is doctor.p2p's whole verdict
-(recorded matrices test it); the check (opgate.doctor.gpu_probes) measures and calls it."""
+(recorded matrices test it); the check (opgate.doctor.gpu_checks.p2p) measures and calls it."""
 
 from __future__ import annotations
 
