@@ -134,6 +134,7 @@ def test_only_the_nvml_probe_imports_pynvml() -> None:
     "gpu/recovery_worker.py", "gpu/planted.py", "gpu/judge.py", "gpu/sanitizer.py", "gpu/device.py",
     "gpu/qos.py", "gpu/qos_worker.py", "gpu/collectives.py", "gpu/collectives_worker.py", "gpu/collective_judge.py",
     "gpu/contention.py", "gpu/link_matrix.py", "gpu/link_matrix_judge.py", "doctor/link_matrix.py",
+    "doctor/gpu_probes.py",
 ])
 def test_a_job_with_one_home_left_no_second(old: str) -> None:
     assert not (PACKAGE / old).exists(), f"opgate/{old} is back beside its one home (see opgate/gpu/__init__.py)"
