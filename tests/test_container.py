@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from opgate_testing import DATA
 
-from opgate.doctor.container import judge_container
+from opgate.gpu.judge.container import judge_container
 from opgate.probes.container import (ContainerFacts, DeviceNode, detect_runtime, parse_proc_cgroup,
                                      parse_visible_devices, read_cgroup)
 from opgate.results import Outcome

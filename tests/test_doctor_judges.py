@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from opgate.doctor.arch_support import arch_coverage, toolkit_range
-from opgate.doctor.gpu_inventory import judge_gpu
-from opgate.doctor.library_stack import judge_loaded
+from opgate.gpu.judge.arch_support import arch_coverage, toolkit_range
+from opgate.gpu.judge.gpu_health import judge_gpu
+from opgate.gpu.judge.library_stack import judge_loaded
 from opgate.probes.gpu_inventory import GpuSnapshot
 from opgate.probes.libraries import loaded_cuda_libraries, version_from_filename
 from opgate.results import Outcome

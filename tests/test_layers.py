@@ -4,6 +4,8 @@
   not even inside a function.
 - A judge module (opgate/gpu/judge/) imports no torch, CuPy, CUDA bindings or NVML at module level.
 - Nothing in opgate but opgate/probes/nvml.py imports pynvml.
+- A doctor module (opgate/doctor/) judges nothing itself: the outcome-deciding functions and tables live in
+  opgate/gpu/judge/, which the checks call.
 - The GPU jobs that used to exist twice have one home: the old modules are gone.
 """
 
@@ -19,6 +21,7 @@ from opgate_testing import SRC
 PACKAGE = SRC / "opgate"
 PROBE_DIRS = (PACKAGE / "gpu" / "probes", PACKAGE / "probes")
 JUDGE_DIR = PACKAGE / "gpu" / "judge"
+DOCTOR_DIR = PACKAGE / "doctor"
 NOT_FOR_PROBES = ("opgate.gpu.judge", "opgate.doctor", "opgate.checks", "opgate.verify", "opgate.reporting",
                   "opgate.results", "opgate.policy", "opgate.runner", "opgate.analyze")
 DEVICE_LIBRARIES = ("torch", "cupy", "cuda", "pynvml", "triton", "numba")
@@ -84,6 +87,41 @@ def test_a_judge_imports_no_device_library_at_module_level(path: Path) -> None:
     assert not wrong, f"{path.relative_to(PACKAGE)} needs a device library to import: {wrong}"
 
 
+def names_an_outcome(node: ast.AST | None) -> bool:
+    """Whether an annotation or expression names Outcome (a member, the type) or a *Verdict type."""
+    for sub in ast.walk(node) if node is not None else ():
+        name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            name = sub.value  # a quoted annotation
+        if name and ("Outcome" in name or name.endswith("Verdict")):
+            return True
+    return False
+
+
+def judging_defined(tree: ast.Module) -> list[str]:
+    """What in a module decides outcomes itself: a top-level function named judge*/*_verdict, any function or method
+    annotated to return an Outcome or a *Verdict, a module-level table of Outcomes."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and names_an_outcome(node.returns):
+            found.append(f"line {node.lineno}: {node.name}() returns an outcome")
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                node.name.startswith("judge") or node.name.endswith("_verdict")):
+            found.append(f"line {node.lineno}: {node.name}() is named as a judge")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and names_an_outcome(node.value):
+            found.append(f"line {node.lineno}: a module-level table of outcomes")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("path", modules_in(DOCTOR_DIR), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_doctor_module_judges_through_gpu_judge(path: Path) -> None:
+    """A doctor check collects (through probes), calls a judge in opgate/gpu/judge/ and returns its CheckResult; a
+    function that turns figures into an outcome is a judge and lives there, where recorded figures test it."""
+    wrong = judging_defined(parsed(path))
+    assert not wrong, f"{path.relative_to(PACKAGE)} judges outside opgate/gpu/judge/: {wrong}"
+
+
 def test_only_the_nvml_probe_imports_pynvml() -> None:
     wrong = [f"{path.relative_to(PACKAGE)}:{line}" for path in modules_in(PACKAGE)
              if path != PACKAGE / "probes" / "nvml.py"
@@ -95,7 +133,8 @@ def test_only_the_nvml_probe_imports_pynvml() -> None:
     "measure/timing.py", "measure/graph_capture.py", "gpu/stats.py", "gpu/timing.py", "gpu/recovery.py",
     "gpu/recovery_worker.py", "gpu/planted.py", "gpu/judge.py", "gpu/sanitizer.py", "gpu/device.py",
     "gpu/qos.py", "gpu/qos_worker.py", "gpu/collectives.py", "gpu/collectives_worker.py", "gpu/collective_judge.py",
-    "gpu/contention.py", "gpu/link_matrix.py", "gpu/link_matrix_judge.py",
+    "gpu/contention.py", "gpu/link_matrix.py", "gpu/link_matrix_judge.py", "doctor/link_matrix.py",
+    "doctor/gpu_probes.py",
 ])
 def test_a_job_with_one_home_left_no_second(old: str) -> None:
     assert not (PACKAGE / old).exists(), f"opgate/{old} is back beside its one home (see opgate/gpu/__init__.py)"

@@ -33,7 +33,7 @@ import json, sys
 from opgate.checks.base import CheckContext
 from opgate.runner import CheckTask, run_checks
 out, targets = sys.argv[1], sys.argv[2:]
-names = ["doctor." + t.split(":")[0].split(".")[-1] if "gpu_probes" not in t else "doctor.p2p" for t in targets]
+names = ["doctor." + t.split(":")[0].split(".")[-1] for t in targets]
 tasks = [CheckTask(n, n, t, 200.0, CheckContext(level="standard"), exclusive=True) for n, t in zip(names, targets)]
 results = run_checks(tasks)
 for r in results:
@@ -58,7 +58,7 @@ PYEOF
   step doctor_p2p_contention 35 "$PY" -m opgate doctor --level standard --check p2p --check contention \
     --json "$OUT/multigpu-links.json" -v
   if [[ "${STATUS[doctor_p2p_contention]}" == rc=2* ]]; then
-    step p2p_contention_direct 33 "$PY" "$DIRECT" "$OUT/multigpu-links.json" opgate.doctor.gpu_probes:P2PCheck \
+    step p2p_contention_direct 33 "$PY" "$DIRECT" "$OUT/multigpu-links.json" opgate.doctor.gpu_checks.p2p:P2PCheck \
       opgate.doctor.contention:ContentionCheck
   fi
   step plain_allreduce 22 "$PY" benchmarks/collectives.py --plain-only --max-bytes 1073741824

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.doctor.contention import combine_contention, judge_contention
+from opgate.gpu.judge.contention import combine_contention, judge_contention
 from opgate.gpu.probes.contention import ContentionFigures
 from opgate.gpu.judge.references import policy_band
 from opgate.results import Outcome

@@ -7,7 +7,7 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.doctor import gpu_probes
+from opgate.doctor import gpu_checks
 from opgate.doctor.fanout import FANOUT_GPU_ENV, fanout_tasks, merge_per_gpu, run_per_gpu, visible_device_ids
 from opgate.results import CheckResult, Figure, Outcome
 
@@ -41,10 +41,10 @@ def test_merge_prefixes_figures_and_keeps_the_worst() -> None:
 
 
 def test_which_probes_fan_out() -> None:
-    local = {c.check_id for c in gpu_probes.STANDARD_CHECKS if c.device_local}
+    local = {c.check_id for c in gpu_checks.STANDARD_CHECKS if c.device_local}
     assert local == {"doctor.launch_latency", "doctor.stream_priority", "doctor.event_timing"}
     # link-sharing probes stay serial in one process
-    assert not gpu_probes.HostLinksCheck.device_local and not gpu_probes.P2PCheck.device_local
+    assert not gpu_checks.HostLinksCheck.device_local and not gpu_checks.P2PCheck.device_local
 
 
 def test_real_children_overlap_and_each_sees_its_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

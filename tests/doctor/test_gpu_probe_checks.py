@@ -13,7 +13,7 @@ import pytest
 
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import discover_checks
-from opgate.doctor.gpu_probes import STANDARD_CHECKS
+from opgate.doctor.gpu_checks import STANDARD_CHECKS
 from opgate.gpu.probes.device import gpu_unavailable_reason
 from opgate.results import Outcome
 from opgate.session import tasks_for

@@ -17,7 +17,7 @@ import pytest
 from opgate_testing import source_key_problems
 
 from opgate.checks.base import CheckContext
-from opgate.doctor import gpu_probes
+from opgate.doctor import gpu_checks
 from opgate.gpu.probes import bandwidth, device, events, host_links, launch, p2p, priority
 from opgate.gpu.probes.bandwidth import HbmMeasurement, L2Measurement, TimedFigure
 from opgate.gpu.probes.clocks import ClockWindow
@@ -79,7 +79,7 @@ def run(check: type, monkeypatch: pytest.MonkeyPatch | None = None):
 ])
 def test_hbm_verdicts(gpu_here: pytest.MonkeyPatch, read: float, copy: float, expected: Outcome) -> None:
     gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(read, copy, 4.30))
-    result = run(gpu_probes.HbmBandwidthCheck)
+    result = run(gpu_checks.HbmBandwidthCheck)
     assert result.outcome == expected, result.reason
     figures = {f.name: f for f in result.figures}
     read_fig = figures["HBM read (opgate kernel)"]
@@ -93,7 +93,7 @@ def test_a_slow_read_is_shown_beside_what_the_clocks_did(gpu_here: pytest.Monkey
     # INPUT: an H200 held back by a thermal slowdown, memory clock 2619 of 3201 MHz during the read
     hot = ClockWindow(120, 1320, 1980, 2619, 3201, 1980, 3201, 91, 690.0, ("GpuIdle", "HwThermalSlowdown"))
     gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(4.30, 4.31, 4.30, clocks=hot))
-    result = run(gpu_probes.HbmBandwidthCheck)
+    result = run(gpu_checks.HbmBandwidthCheck)
     assert result.outcome == Outcome.WARNED
     assert "memory clock 2619-3201 of 3201 MHz" in result.reason and "slowdowns: HwThermalSlowdown" in result.reason
     figures = {f.name: f.value for f in result.figures}
@@ -102,7 +102,7 @@ def test_a_slow_read_is_shown_beside_what_the_clocks_did(gpu_here: pytest.Monkey
     # A passing read keeps its reason short; the clocks stay in the figures.
     cool = ClockWindow(120, 1980, 1980, 3201, 3201, 1980, 3201, 45, 400.0, ("GpuIdle",))
     gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(4.51, 4.31, 4.30, clocks=cool))
-    result = run(gpu_probes.HbmBandwidthCheck)
+    result = run(gpu_checks.HbmBandwidthCheck)
     assert result.outcome == Outcome.PASSED and "MHz" not in result.reason
     assert {f.name: f.value for f in result.figures}[
         "during the read: clock slowdowns (NVML clock-event reasons)"] == "none"
@@ -117,7 +117,7 @@ def test_hbm_and_l2_measure_every_gpu_at_once_and_report_in_device_order(gpu_her
         return hbm(4.51 if dev == 0 else 4.30, 4.31, 4.30, dataclasses.replace(H200, index=dev))  # INPUT
 
     gpu_here.setattr(bandwidth, "measure_hbm", measure)
-    result = run(gpu_probes.HbmBandwidthCheck)
+    result = run(gpu_checks.HbmBandwidthCheck)
     assert result.outcome == Outcome.WARNED  # GPU1 reads at 89.6% of the datasheet
     assert result.reason.index("GPU0 NVIDIA H200: HBM read 4.51") < result.reason.index("GPU1 NVIDIA H200: HBM read 4.30")
 
@@ -131,7 +131,7 @@ def test_hbm_and_l2_measure_every_gpu_at_once_and_report_in_device_order(gpu_her
                              1.0)  # INPUT
 
     gpu_here.setattr(bandwidth, "measure_l2", measure_l2)
-    result = run(gpu_probes.L2BandwidthCheck)
+    result = run(gpu_checks.L2BandwidthCheck)
     assert result.outcome == Outcome.PASSED
     assert result.reason.index("GPU0 L2 read 9.00") < result.reason.index("GPU1 L2 read 10.00")
 
@@ -139,7 +139,7 @@ def test_hbm_and_l2_measure_every_gpu_at_once_and_report_in_device_order(gpu_her
 def test_hbm_on_a_gpu_opgate_has_no_datasheet_for_is_reported_unjudged(gpu_here: pytest.MonkeyPatch) -> None:
     other = DeviceInfo(0, "NVIDIA Imaginary 9000", (12, 0), 10, 1 << 20, 1 << 34, 1536, "0000:01:00.0")
     gpu_here.setattr(bandwidth, "measure_hbm", lambda dev, include_torch=True: hbm(1.0, 1.0, 1.0, other))
-    result = run(gpu_probes.HbmBandwidthCheck)
+    result = run(gpu_checks.HbmBandwidthCheck)
     assert result.outcome == Outcome.WARNED and "no datasheet bandwidth" in result.reason
 
 
@@ -148,7 +148,7 @@ def test_l2_verdict(gpu_here: pytest.MonkeyPatch) -> None:
     m = L2Measurement(H200, ws, 500, timed("L2", ws * 500, ms_for(ws * 500, 9.0)),
                       timed("HBM", GiB, ms_for(GiB, 4.5)), 1.0)  # INPUT
     gpu_here.setattr(bandwidth, "measure_l2", lambda dev: m)
-    result = run(gpu_probes.L2BandwidthCheck)
+    result = run(gpu_checks.L2BandwidthCheck)
     assert result.outcome == Outcome.PASSED
     ratio = {f.name: f.value for f in result.figures}["HBM / L2 bandwidth ratio"]
     assert ratio == pytest.approx(0.5, abs=0.01)
@@ -174,7 +174,7 @@ def links(h2d: float, d2h: float, gen: int | None = 5, info: DeviceInfo = H200,
 ])
 def test_host_link_verdicts(gpu_here: pytest.MonkeyPatch, h2d: float, d2h: float, expected: Outcome) -> None:
     gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(h2d, d2h))
-    result = run(gpu_probes.HostLinksCheck)
+    result = run(gpu_checks.HostLinksCheck)
     assert result.outcome == expected, result.reason
     figures = {f.name: f for f in result.figures}
     assert figures["H2D pinned"].threshold.value == pytest.approx(0.9 * 63.015, abs=0.01)
@@ -188,7 +188,7 @@ def test_host_links_judge_against_the_payload_ceiling_with_the_raw_rate_beside(g
     issue 16's 93% of that ceiling, with the raw-rate fraction shown beside."""
     express = ExpressFacts(256, 256, 512, 5, 16, 5, 16)
     gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(55.4, 55.3, express=express))
-    result = run(gpu_probes.HostLinksCheck)
+    result = run(gpu_checks.HostLinksCheck)
     assert result.outcome == Outcome.PASSED, result.reason
     assert "judged against the payload ceiling (goal >= 93%)" in result.reason
     by_name = {f.name: f for f in result.figures}
@@ -211,12 +211,12 @@ def test_host_links_judge_against_the_payload_ceiling_with_the_raw_rate_beside(g
 
 def run_with(gpu_here: pytest.MonkeyPatch, measurement: HostLinkMeasurement) -> Any:
     gpu_here.setattr(host_links, "measure_host_links", lambda dev: measurement)
-    return run(gpu_probes.HostLinksCheck)
+    return run(gpu_checks.HostLinksCheck)
 
 
 def test_host_link_without_nvml_is_unjudged(gpu_here: pytest.MonkeyPatch) -> None:
     gpu_here.setattr(host_links, "measure_host_links", lambda dev: links(57.0, 57.0, gen=None))
-    result = run(gpu_probes.HostLinksCheck)
+    result = run(gpu_checks.HostLinksCheck)
     assert result.outcome == Outcome.WARNED and "not judged" in result.reason
 
 
@@ -226,14 +226,14 @@ def test_host_links_with_several_gpus_report_contention(gpu_here: pytest.MonkeyP
         H200, index=dev, pci_bus_id=f"0000:{0x1b + dev:02x}:00.0")))
     gpu_here.setattr(host_links, "measure_all_to_host", lambda devs, direction: ContentionMeasurement(
         direction, 1 << 28, 4, {0: 40.0, 1: 20.0}, 60.0))  # INPUT: one GPU gets half the other's share
-    result = run(gpu_probes.HostLinksCheck)
+    result = run(gpu_checks.HostLinksCheck)
     assert result.outcome == Outcome.WARNED  # spread 50% sits at the warn line
     names = {f.name for f in result.figures}
     assert {"GPU0 H2D pinned", "GPU1 D2H pinned", "all GPUs D2H at once, aggregate"} <= names
 
 
 def test_p2p_skips_on_one_gpu_and_judges_pairs_on_two(gpu_here: pytest.MonkeyPatch) -> None:
-    result = run(gpu_probes.P2PCheck)
+    result = run(gpu_checks.P2PCheck)
     assert result.outcome == Outcome.SKIPPED and "two or more" in result.reason
     gpu_here.setattr(device, "device_count", lambda: 2)
     pairs = (PeerPair(0, 1, True, 370.0, Samples.of([0.3]), 2.1),
@@ -242,7 +242,7 @@ def test_p2p_skips_on_one_gpu_and_judges_pairs_on_two(gpu_here: pytest.MonkeyPat
         PairFigures(p.src, p.dst, p.can_access_peer, p.bandwidth_gbs, p.latency_us, 300.0 if p.can_access_peer else None,
                     310.0 if p.can_access_peer else None) for p in pairs), P2PMeasurement((0, 1), 1 << 27, pairs, 1.0), 1.0)
     gpu_here.setattr(link_matrix, "measure_link_matrix", lambda devs: matrix)
-    result = run(gpu_probes.P2PCheck)
+    result = run(gpu_checks.P2PCheck)
     assert result.outcome == Outcome.WARNED and "GPU1->GPU0" in result.reason
     assert "peer read" in result.extra["matrix_text"]
 
@@ -252,12 +252,12 @@ def test_launch_latency_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
         return LaunchLatency(H200, 1000, Samples.of([eager]), Samples.of([graph]), Samples.of([eager]), 3.0, 1.0)
 
     gpu_here.setattr(launch, "measure_launch_latency", lambda dev: make(5.1, 0.70))  # INPUT: issue 6's figures
-    result = run(gpu_probes.LaunchLatencyCheck)
+    result = run(gpu_checks.LaunchLatencyCheck)
     assert result.outcome == Outcome.PASSED and "7.3x less" in result.reason
     thresholds = {f.name: f.threshold for f in result.figures if f.threshold}
     assert any("issue 6" in t.source for t in thresholds.values())
     gpu_here.setattr(launch, "measure_launch_latency", lambda dev: make(5.1, 6.0))  # INPUT: graphs slower
-    assert run(gpu_probes.LaunchLatencyCheck).outcome == Outcome.FAILED
+    assert run(gpu_checks.LaunchLatencyCheck).outcome == Outcome.FAILED
 
 
 def test_stream_priority_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
@@ -266,12 +266,12 @@ def test_stream_priority_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
                                          Samples.of([equal]), 1.0, 2, 1.0)
 
     gpu_here.setattr(priority, "measure_stream_priority", lambda dev: make(40.0, 900.0))  # INPUT
-    assert run(gpu_probes.StreamPriorityCheck).outcome == Outcome.PASSED
+    assert run(gpu_checks.StreamPriorityCheck).outcome == Outcome.PASSED
     gpu_here.setattr(priority, "measure_stream_priority", lambda dev: make(880.0, 900.0))  # INPUT: no effect
-    assert run(gpu_probes.StreamPriorityCheck).outcome == Outcome.FAILED
+    assert run(gpu_checks.StreamPriorityCheck).outcome == Outcome.FAILED
     gpu_here.setattr(priority, "measure_stream_priority",
                      lambda dev: StreamPriorityMeasurement(H200, 0, 0, "test", None, None, None, 0.0, 0, 0.1))
-    result = run(gpu_probes.StreamPriorityCheck)
+    result = run(gpu_checks.StreamPriorityCheck)
     assert result.outcome == Outcome.SKIPPED and "no stream priorities" in result.reason
 
 
@@ -284,25 +284,25 @@ def event_timing(async_ok: bool = True, roundtrip: float = 18.0, timer_step: flo
 
 def test_event_timing_verdicts(gpu_here: pytest.MonkeyPatch) -> None:
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing())
-    result = run(gpu_probes.EventTimingCheck)
+    result = run(gpu_checks.EventTimingCheck)
     assert result.outcome == Outcome.PASSED and "1024 launches" in result.reason
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(async_ok=False))
-    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.FAILED
+    assert run(gpu_checks.EventTimingCheck).outcome == Outcome.FAILED
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(roundtrip=400.0))
-    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.WARNED
+    assert run(gpu_checks.EventTimingCheck).outcome == Outcome.WARNED
 
 
 def test_event_timing_is_judged_on_the_timer_step_not_back_to_back_records(gpu_here: pytest.MonkeyPatch) -> None:
     # Back-to-back records 2.24 us apart (one H200 host of this project) are the front end's cost, not the timer.
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=0.032, back_to_back=2.24))
-    result = run(gpu_probes.EventTimingCheck)
+    result = run(gpu_checks.EventTimingCheck)
     assert result.outcome == Outcome.PASSED and "timer step 32 ns" in result.reason
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=3.0))  # INPUT: coarse
-    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.WARNED
+    assert run(gpu_checks.EventTimingCheck).outcome == Outcome.WARNED
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=8.0))
-    assert run(gpu_probes.EventTimingCheck).outcome == Outcome.FAILED
+    assert run(gpu_checks.EventTimingCheck).outcome == Outcome.FAILED
     gpu_here.setattr(events, "measure_event_timing", lambda dev: event_timing(timer_step=None))
-    result = run(gpu_probes.EventTimingCheck)
+    result = run(gpu_checks.EventTimingCheck)
     assert result.outcome == Outcome.WARNED and "could not be found" in result.reason
 
 
@@ -314,7 +314,7 @@ def test_cuda_errors_during_a_probe_are_explained(gpu_here: pytest.MonkeyPatch) 
         raise CUDARuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
 
     gpu_here.setattr(launch, "measure_launch_latency", boom)
-    result = run(gpu_probes.LaunchLatencyCheck)
+    result = run(gpu_checks.LaunchLatencyCheck)
     assert result.outcome == Outcome.ERROR and "must be restarted" in result.remediation
 
 
@@ -323,7 +323,7 @@ def test_a_failed_self_check_is_an_error_not_a_verdict(gpu_here: pytest.MonkeyPa
         raise device.ProbeError("the tiny kernel ran 3 times, not the 4 launched")
 
     gpu_here.setattr(launch, "measure_launch_latency", wrong)
-    result = run(gpu_probes.LaunchLatencyCheck)
+    result = run(gpu_checks.LaunchLatencyCheck)
     assert result.outcome == Outcome.ERROR and "measurement unusable" in result.reason
 
 

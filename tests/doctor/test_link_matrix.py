@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
 from opgate.gpu.probes.link_matrix import PairFigures
-from opgate.gpu.judge.link_matrix import find_outliers, render_link_matrix
+from opgate.gpu.judge.link_matrix import find_outliers, link_matrix_verdict, render_link_matrix, unknown_links
 from opgate.gpu.judge.references import policy_band
 from opgate.results import Outcome
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from opgate.doctor.topology import judge_topology
+from opgate.gpu.judge.topology import judge_topology
 from opgate.plan.mig_solver import link_is_poor, nic_local
 from opgate.probes.topology import (GpuPlace, NicPlace, TopologySnapshot, count_numa_nodes, pci_link_class,
                                     pci_path, read_nics, sysfs_bus_id)

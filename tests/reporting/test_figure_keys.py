@@ -64,9 +64,9 @@ def as_result(check_id: str, figures: Iterable[Figure], extra: dict[str, Any] | 
 
 
 def test_the_contention_link_matrix_collectives_and_qos_judges_key_their_figures() -> None:
-    from opgate.doctor.contention import combine_contention, judge_contention
-    from opgate.doctor.link_matrix import link_matrix_verdict, unknown_links
-    from opgate.doctor.qos import judge_qos
+    from opgate.gpu.judge.contention import combine_contention, judge_contention
+    from opgate.gpu.judge.link_matrix import link_matrix_verdict, unknown_links
+    from opgate.gpu.judge.qos import judge_qos
     from opgate.gpu.judge.collectives import CollectiveRun, judge_collectives, link_reference
 
     contention = doctor_test_module("test_contention_judge")
@@ -102,7 +102,7 @@ def test_a_fanned_out_probe_keeps_its_keys_with_each_gpu_as_a_label() -> None:
 def test_the_gpu_inventory_and_topology_key_their_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """One GPU (the host's figures then carry that GPU's labels, as the derivation gave them) and two."""
     from opgate.doctor.gpu_inventory import GpuInventoryCheck
-    from opgate.doctor.topology import judge_topology
+    from opgate.gpu.judge.topology import judge_topology
     from opgate.probes import gpu_inventory
     from opgate.probes.gpu_inventory import Inventory
 

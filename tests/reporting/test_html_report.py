@@ -78,12 +78,12 @@ def test_verify_runtime_and_doctor_band_charts_draw_from_the_judging_layer(monke
     sys.path.insert(0, str(ROOT / "tests" / "doctor"))
     import test_gpu_probe_verdicts as probes  # noqa: E402
 
-    from opgate.doctor import gpu_probes
+    from opgate.doctor import gpu_checks
     from opgate.gpu.probes import bandwidth, device
 
     monkeypatch.setattr(device, "gpu_unavailable_reason", lambda: None)
     monkeypatch.setattr(device, "device_count", lambda: 1)
     monkeypatch.setattr(bandwidth, "measure_hbm", lambda dev, **kw: probes.hbm(3.00, 4.31, 4.30))  # INPUT: slow
-    result = probes.run(gpu_probes.HbmBandwidthCheck)
+    result = probes.run(gpu_checks.HbmBandwidthCheck)
     page = render_html(RunReport("doctor", (result,), "2026-01-01T00:00:00+00:00", 1.0))
     assert 'id="svg-bands"' in page and "HBM read (opgate kernel)" in page and 'id="problem-0"' in page

@@ -120,7 +120,7 @@ def test_every_gpu_probe_figure_has_a_key_and_number_or_text(monkeypatch: pytest
     sys.path.insert(0, str(ROOT / "tests" / "doctor"))
     import test_gpu_probe_verdicts as probes  # noqa: E402
 
-    from opgate.doctor import gpu_probes
+    from opgate.doctor import gpu_checks
     from opgate.gpu.probes import bandwidth, device, host_links
     from opgate.gpu.probes.pcie_config import ExpressFacts
 
@@ -129,7 +129,7 @@ def test_every_gpu_probe_figure_has_a_key_and_number_or_text(monkeypatch: pytest
     monkeypatch.setattr(bandwidth, "measure_hbm", lambda dev, **kw: probes.hbm(4.51, 4.31, 4.30))
     express = ExpressFacts(256, 256, 512, 5, 16, 5, 16)
     monkeypatch.setattr(host_links, "measure_host_links", lambda dev: probes.links(55.4, 55.3, express=express))
-    results = [probes.run(gpu_probes.HbmBandwidthCheck), probes.run(gpu_probes.HostLinksCheck)]
+    results = [probes.run(gpu_checks.HbmBandwidthCheck), probes.run(gpu_checks.HostLinksCheck)]
     report = RunReport("doctor", tuple(results), "2026-01-01T00:00:00+00:00", 1.0)
     document = report_to_dict(report)
     assert_schema2(document)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
 from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.results import CheckResult, Figure, Outcome, worst_outcome
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,22 @@ class Check:
             extra=dict(extra or {}),
             labels=dict(labels or {}),
         )
+
+    def verdict(
+        self,
+        outcomes: Sequence[Outcome],
+        figures: Sequence[Figure],
+        reasons: Sequence[str],
+        remediation: str = "",
+        extra: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> CheckResult:
+        """The result of a check that judged several things (each GPU, each direction, each sub-check): the worst of
+        `outcomes` (nothing judged is `skipped`), the `reasons` joined by "; ", and `remediation` only when that
+        verdict is a warning or a problem, never beside a pass."""
+        outcome = worst_outcome(outcomes)
+        shown = remediation if outcome in (Outcome.WARNED, Outcome.FAILED, Outcome.ERROR) else ""
+        return self.result(outcome, "; ".join(reasons), figures, remediation=shown, extra=extra, labels=labels)
 
     def passed(self, reason: str, **kw: Any) -> CheckResult:
         return self.result(Outcome.PASSED, reason, **kw)

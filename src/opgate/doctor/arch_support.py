@@ -2,49 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
+from opgate.gpu.judge.arch_support import COVERAGE_OUTCOME, arch_coverage, toolkit_outcome, toolkit_range
 from opgate.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
-
-
-def arch_coverage(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
-    """How a framework's build serves a GPU: ("sass", arch) when machine code runs on it (same major,
-    minor <= GPU's; `a` variants only on their exact arch), ("ptx", arch) when only PTX can be JIT-compiled
-    (virtual arch <= GPU), ("none", "") otherwise."""
-    gpu = cc[0] * 10 + cc[1]
-    sass, ptx = [], []
-    for arch in arch_list:
-        match = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", arch)
-        if not match:
-            continue
-        kind, number, suffix = match.group(1), int(match.group(2)), match.group(3)
-        major, minor = divmod(number, 10)
-        if kind == "sm":
-            if suffix == "a" and number != gpu:
-                continue
-            if suffix == "f" and (major != cc[0] or minor > cc[1]):
-                continue
-            if major == cc[0] and minor <= cc[1]:
-                sass.append(arch)
-        elif kind == "compute" and not suffix and number <= gpu:
-            ptx.append(arch)
-    if sass:
-        return "sass", sass[-1]
-    if ptx:
-        return "ptx", ptx[-1]
-    return "none", ""
-
-
-def toolkit_range(release: tuple[int, int]) -> dict | None:
-    from opgate.cuda_versions import parse_version
-    from opgate.data import load_table
-
-    for row in load_table("cuda_arch_targets"):
-        if parse_version(row["first_cuda"])[:2] <= release <= parse_version(row["last_cuda"])[:2]:
-            return row
-    return None
 
 
 class ArchSupportCheck(Check):
@@ -72,8 +33,7 @@ class ArchSupportCheck(Check):
             if toolkit.release:
                 row = toolkit_range(toolkit.release)
                 if row:
-                    ok = row["lowest_sm"] <= sm <= row["highest_sm"]
-                    outcome = Outcome.PASSED if ok else (Outcome.FAILED if sm < row["lowest_sm"] else Outcome.WARNED)
+                    outcome = toolkit_outcome(sm, row)
                     outcomes.append(outcome)
                     figures.append(Figure(f"{label}: nvcc {toolkit.release[0]}.{toolkit.release[1]} targets",
                                           f"sm_{row['lowest_sm']}..sm_{row['highest_sm']}",
@@ -98,15 +58,12 @@ class ArchSupportCheck(Check):
                                           f"{how} ({arch})" if arch else how,
                                           key=f"arch_support.sm_{sm}_torch_{slug(torch.version)}_cuda_"
                                               f"{slug(torch.cuda)}_coverage"))
+                    outcomes.append(COVERAGE_OUTCOME[how])
                     if how == "none":
-                        outcomes.append(Outcome.FAILED)
                         findings.append(f"torch {torch.version} has no SASS or PTX for {label} "
                                         f"(built for {', '.join(torch.arch_list)})")
                     elif how == "ptx":
-                        outcomes.append(Outcome.WARNED)
                         findings.append(f"torch serves {label} only by JIT-compiling {arch} PTX (slow first launch)")
-                    else:
-                        outcomes.append(Outcome.PASSED)
         if not toolkit.release:
             figures.append(Figure("nvcc", toolkit.reason or "not found", key="arch_support.nvcc"))
         if torch is None:

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
 from opgate.errors import SkipCheck
+from opgate.gpu.judge.driver_runtime import runtime_outcome
 from opgate.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
-
-COMPAT_OUTCOME = {
-    "native": Outcome.PASSED,
-    "minor-version compatibility": Outcome.WARNED,
-    "needs forward-compat package": Outcome.FAILED,
-    "incompatible": Outcome.FAILED,
-}
-
 
 class DriverRuntimeCheck(Check):
     check_id = "doctor.driver_runtime"
@@ -39,9 +32,7 @@ class DriverRuntimeCheck(Check):
                 findings.append(f"{copy.path}: version unknown ({copy.error})")
                 continue
             verdict = classify_runtime(driver_cuda, copy.cuda, driver.driver_version)
-            outcome = COMPAT_OUTCOME[verdict.compat.value]
-            if verdict.ptx_jit_risk and outcome is Outcome.PASSED:
-                outcome = Outcome.WARNED
+            outcome = runtime_outcome(verdict.compat.value, verdict.ptx_jit_risk)
             outcomes.append(outcome)
             label = f"runtime {format_cuda(copy.cuda)} ({copy.origin})"
             figures.append(Figure(label, verdict.compat.value,

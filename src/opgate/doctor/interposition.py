@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult, Figure, Outcome, slug
+from opgate.gpu.judge.interposition import judge_providers
+from opgate.results import CheckResult, Figure, Outcome
 
 # Which disk copy of each family to load in the probe: one per family, pip wheels first (what a
 # framework in this environment loads), then the system toolkit.
@@ -26,22 +27,6 @@ def pick_vendor_libraries(copies: Mapping[str, list[str]]) -> list[str]:
         if paths:
             chosen.append(paths[0])
     return chosen
-
-
-def judge_providers(report: Mapping[str, Any]) -> tuple[Outcome, list[str], list[Figure]]:
-    """Pure judgement of the probe's JSON: every provider that is not the vendor library fails."""
-    from opgate.probes.interposition import how_it_got_there, is_vendor_provider
-
-    findings, figures = [], []
-    for symbol, provider in report["providers"].items():
-        if provider is None:
-            figures.append(Figure(symbol, "not provided (library not installed)", key=f"interposition.{slug(symbol)}"))
-            continue
-        figures.append(Figure(symbol, provider, key=f"interposition.{slug(symbol)}"))
-        if not is_vendor_provider(symbol, provider):
-            how = how_it_got_there(provider, report.get("ld_preload", []), report.get("preload_file", []))
-            findings.append(f"{symbol} is provided by {provider} via {how}")
-    return (Outcome.FAILED if findings else Outcome.PASSED), findings, figures
 
 
 class InterpositionCheck(Check):

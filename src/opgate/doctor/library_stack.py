@@ -2,36 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from opgate.checks.base import Check, CheckContext
-from opgate.probes.libraries import LoadedLibrary
+from opgate.gpu.judge.library_stack import judge_loaded
 from opgate.results import CheckResult, Figure, Outcome, slug, worst_outcome
-
-
-def judge_loaded(libraries: list[LoadedLibrary]) -> tuple[Outcome, list[str]]:
-    """Fail on two different versions of one library in one process; warn on major versions that
-    disagree with the runtime's (cudart's) major. Pure: tested with recorded maps."""
-    by_family: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    for lib in libraries:
-        by_family[lib.family].add((lib.version, lib.path))
-    outcomes, findings = [], []
-    for family, copies in sorted(by_family.items()):
-        versions = {v for v, _ in copies}
-        if len(copies) > 1 and (len(versions) > 1 or len({p for _, p in copies}) > 1):
-            outcomes.append(Outcome.FAILED)
-            listing = "; ".join(f"{v or '?'} at {p}" for v, p in sorted(copies))
-            findings.append(f"two copies of {family} loaded in one process: {listing}")
-    runtime_majors = {lib.major for lib in libraries if lib.family == "cudart" and lib.major}
-    if len(runtime_majors) == 1:
-        runtime_major = next(iter(runtime_majors))
-        for lib in libraries:
-            # cuBLAS and NVRTC carry the CUDA major in their soname; cuDNN, NCCL, cuFFT and cuSPARSE
-            # version on their own scale (CUDA 13.0 ships cuFFT 12.0 and cuSPARSE 12.6).
-            if lib.family in ("cublas", "cublasLt", "nvrtc") and lib.major and lib.major != runtime_major:
-                outcomes.append(Outcome.WARNED)
-                findings.append(f"{lib.family} {lib.version} is for CUDA {lib.major}, the runtime is CUDA {runtime_major}")
-    return (worst_outcome(outcomes) if outcomes else Outcome.PASSED), findings
 
 
 class LibraryStackCheck(Check):

@@ -8,9 +8,10 @@ reporters render.
   recovery trial; `collectives` (+ `collectives_worker`, one rank), `link_matrix`, `contention` and `qos` (+
   `qos_worker`; an operator request is added by `opgate.verify.qos_worker`) the multi-GPU and sharing measurements.
 - `judge/`: pure functions and tables over those figures (bands, references, host-link verdicts, CUDA error
-  explanations, the ncu limiter diagnosis, the stored ceilings, the collectives, link-matrix and QoS verdicts);
+  explanations, the ncu limiter diagnosis, the stored ceilings, the collectives, link-matrix, contention and QoS
+  verdicts);
   needs no live GPU and imports no torch, CuPy or CUDA at module level. The doctor's checks
-  (`opgate.doctor.gpu_probes`, `doctor.qos`, `doctor.runtime_features`, `doctor.collectives`, `doctor.contention`)
+  (`opgate.doctor.gpu_checks`, `doctor.qos`, `doctor.runtime_features`, `doctor.collectives`, `doctor.contention`)
   and verify's stages call probes, then judges, and return `CheckResult`s.
 - `explain`: the `opgate explain` command (an ncu report judged by `judge.limiter`, rendered).
 

@@ -2,7 +2,7 @@
 pair copying peer-to-peer at once, each against the same copy alone. Host copies reuse opgate.gpu.probes.host_links'
 `measure_all_to_host` (one GPU for "alone", all for "together"), so both figures come from one method.
 
-The judgement (spread across GPUs, worst GPU named, share kept against alone) is pure: `opgate.doctor.contention`.
+The judgement (spread across GPUs, worst GPU named, share kept against alone) is pure: `opgate.gpu.judge.contention`.
 """
 
 from __future__ import annotations
