@@ -25,10 +25,8 @@ DOCTOR_DIR = PACKAGE / "doctor"
 NOT_FOR_PROBES = ("opgate.gpu.judge", "opgate.doctor", "opgate.checks", "opgate.verify", "opgate.reporting",
                   "opgate.results", "opgate.policy", "opgate.runner", "opgate.analyze")
 DEVICE_LIBRARIES = ("torch", "cupy", "cuda", "pynvml", "triton", "numba")
-# Plumbing a probe may use, named one function at a time (neither judges, checks nor renders): the one atomic file
-# write (a collectives rank writes its result file through it). opgate.children (children die with opgate, killed
-# with their process group) is plumbing below every layer and needs no exception.
-PROBE_MAY_IMPORT = {"opgate.reporting.atomic": ("write_atomically",)}
+# opgate.children (children die with opgate) and opgate.atomic_file (the one atomic file write, which a collectives
+# rank uses for its result file) are plumbing below every layer and need no exception.
 
 
 def imported_modules(tree: ast.AST, top_level_only: bool = False) -> list[tuple[int, str]]:
@@ -42,17 +40,6 @@ def imported_modules(tree: ast.AST, top_level_only: bool = False) -> list[tuple[
             found.append((node.lineno, node.module))
             found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
     return found
-
-
-def allowed_in_probes(tree: ast.AST) -> set[tuple[int, str]]:
-    """(line, module) entries of `from M import a, b` where every name is in PROBE_MAY_IMPORT[M]."""
-    allowed: set[tuple[int, str]] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in PROBE_MAY_IMPORT:
-            names = [alias.name for alias in node.names]
-            if all(name in PROBE_MAY_IMPORT[node.module] for name in names):
-                allowed |= {(node.lineno, node.module), *((node.lineno, f"{node.module}.{n}") for n in names)}
-    return allowed
 
 
 def parsed(path: Path) -> ast.Module:
@@ -73,10 +60,8 @@ def test_the_layers_exist() -> None:
 
 @pytest.mark.parametrize("path", modules_in(*PROBE_DIRS), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_a_probe_imports_no_judge_check_or_reporter(path: Path) -> None:
-    tree = parsed(path)
-    allowed = allowed_in_probes(tree)
-    wrong = [f"line {line}: {module}" for line, module in imported_modules(tree)
-             if within(module, NOT_FOR_PROBES) and (line, module) not in allowed]
+    wrong = [f"line {line}: {module}" for line, module in imported_modules(parsed(path))
+             if within(module, NOT_FOR_PROBES)]
     assert not wrong, f"{path.relative_to(PACKAGE)} reaches above the probe layer: {wrong}"
 
 
@@ -140,9 +125,9 @@ def test_a_job_with_one_home_left_no_second(old: str) -> None:
     assert not (PACKAGE / old).exists(), f"opgate/{old} is back beside its one home (see opgate/gpu/__init__.py)"
 
 
-def test_atomic_writes_go_through_reporting_atomic() -> None:
-    """os.replace (the rename of a temp file) appears only in reporting/atomic.py."""
-    allowed = {PACKAGE / "reporting" / "atomic.py"}
+def test_atomic_writes_go_through_atomic_file() -> None:
+    """os.replace (the rename of a temp file) appears only in atomic_file.py."""
+    allowed = {PACKAGE / "atomic_file.py"}
     wrong = []
     for path in modules_in(PACKAGE):
         if path in allowed:
@@ -151,4 +136,4 @@ def test_atomic_writes_go_through_reporting_atomic() -> None:
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "replace"
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "os"):
                 wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-    assert not wrong, f"atomic writes outside opgate.reporting.atomic.write_atomically: {wrong}"
+    assert not wrong, f"atomic writes outside opgate.atomic_file.write_atomically: {wrong}"

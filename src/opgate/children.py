@@ -215,3 +215,29 @@ def end_processes(processes: Any) -> None:
             if done:
                 break
             time.sleep(0.02)
+
+
+# Lines of a dead child's stderr a crash report shows.
+STDERR_LINES_SHOWN = 12
+
+
+def stderr_excerpt(text: str, max_lines: int = STDERR_LINES_SHOWN) -> list[str]:
+    """The last lines of a dead child's stderr worth reading: the error lines and the innermost frames of a
+    Python stack dump (faulthandler prints the most recent call first), not the interpreter's outer frames."""
+    kept: list[str] = []
+    frames_left: int | None = None  # inside a stack dump: how many more frames to keep
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not stripped or stripped.startswith(("Extension modules:", "Total: ")):
+            continue
+        if stripped.startswith(("Current thread", "Thread 0x", "Stack (most recent call first)")):
+            frames_left = 4
+        elif stripped.startswith('File "') and frames_left is not None:
+            if frames_left > 0:
+                kept.append("  " + stripped[:200])
+                frames_left -= 1
+            continue
+        else:
+            frames_left = None
+        kept.append(stripped[:200])
+    return kept[-max_lines:]

@@ -14,9 +14,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from opgate.atomic_file import write_atomically
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
-from opgate.reporting.atomic import write_atomically
 from opgate.results import CheckResult, Outcome
 
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from opgate.atomic_file import write_atomically
 from opgate.errors import InputError
-from opgate.reporting.atomic import write_atomically
 from opgate.reporting.metrics import figure_to_v2
 from opgate.results import SCHEMA_VERSION as SCHEMA_V1
 from opgate.results import Outcome, RunReport

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from opgate.reporting.atomic import write_atomically
+from opgate.atomic_file import write_atomically
 from opgate.results import CheckResult, Outcome, RunReport
 
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from opgate.reporting.atomic import write_atomically
+from opgate.atomic_file import write_atomically
 from opgate.reporting.metrics import check_labels
 from opgate.reporting.replay import reason_without_replay, replay_command
 from opgate.reporting.terminal import skip_groups

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from opgate.reporting.atomic import write_atomically
+from opgate.atomic_file import write_atomically
+from opgate.children import stderr_excerpt
 from opgate.results import CheckResult, Figure, Outcome, Threshold
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
@@ -49,7 +50,6 @@ CASE_TIMEOUT_S = 300.0
 CASE_TIMEOUT_SHARE = 0.9
 # Exit status of a child that found the CUDA context unusable after the implementation raised (sticky error).
 EXIT_CONTEXT_LOST = 75
-STDERR_LINES_SHOWN = 12
 _FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!")
 
 PHASE_WORDS = {
@@ -328,27 +328,3 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     with contextlib.suppress(OSError):
         (folder / "running.json").unlink()
     return task
-
-
-# -- showing it -----------------------------------------------------------------------------------------
-
-def stderr_excerpt(text: str, max_lines: int = STDERR_LINES_SHOWN) -> list[str]:
-    """The last lines of a dead child's stderr worth reading: the error lines and the innermost frames of a
-    Python stack dump (faulthandler prints the most recent call first), not the interpreter's outer frames."""
-    kept: list[str] = []
-    frames_left: int | None = None  # inside a stack dump: how many more frames to keep
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if not stripped or stripped.startswith(("Extension modules:", "Total: ")):
-            continue
-        if stripped.startswith(("Current thread", "Thread 0x", "Stack (most recent call first)")):
-            frames_left = 4
-        elif stripped.startswith('File "') and frames_left is not None:
-            if frames_left > 0:
-                kept.append("  " + stripped[:200])
-                frames_left -= 1
-            continue
-        else:
-            frames_left = None
-        kept.append(stripped[:200])
-    return kept[-max_lines:]

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import opgate  # noqa: E402
-from opgate.reporting.atomic import write_atomically  # noqa: E402
+from opgate.atomic_file import write_atomically  # noqa: E402
 
 WORKER_SCRIPT = str(Path(__file__).resolve().with_name("gpu_recovery_worker.py"))
 

@@ -1,4 +1,6 @@
-"""Write report files atomically: a temp file beside the target, then rename. Never a partial file."""
+"""Write a file atomically: a temp file beside the target, then rename. Never a partial file.
+
+Plumbing below every layer: reports, a worker's result file, a rank's result and the caches all go through it."""
 
 from __future__ import annotations
 
