@@ -15,6 +15,7 @@ from rich.console import Console
 
 from opgate.cli_options import (history_option, html_option, json_report_option, junit_option, markdown_option,
                                 strict_option, verbose_option)
+from opgate.console import make_console
 from opgate.errors import InputError
 from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.results import ExitCode, Outcome
@@ -30,22 +31,6 @@ app = typer.Typer(
 )
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-# Tables are laid out to fit this many columns when output is piped (CI logs) and on wider terminals.
-OUTPUT_COLUMNS = 100
-
-
-def make_console() -> Console:
-    """Terminal console at most OUTPUT_COLUMNS wide (the terminal's width when narrower); COLUMNS, when set,
-    is the width asked for."""
-    probe = Console()
-    asked = os.environ.get("COLUMNS", "")
-    if asked.isdigit() and int(asked) > 0:
-        width = int(asked)
-    else:
-        width = min(probe.width, OUTPUT_COLUMNS) if probe.is_terminal else OUTPUT_COLUMNS
-    return Console(highlight=False, width=width)
 
 
 class Level(str, Enum):
@@ -441,7 +426,7 @@ def occupancy(
         if str(json_path) == "-":
             print(text, end="")
         else:
-            from opgate.reporting.atomic import write_atomically
+            from opgate.atomic_file import write_atomically
 
             write_atomically(json_path, text)
             render_occupancy(result, Console(highlight=False), label)

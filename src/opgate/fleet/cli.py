@@ -31,7 +31,7 @@ def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes
               strict: bool, verbose: bool, markdown_path: Optional[Path] = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from opgate.cli import make_console
+    from opgate.console import make_console
     from opgate.fleet.cluster import alive_nodes, connect, run_on_nodes
     from opgate.fleet.report import fleet_report, node_outcome, now_iso, render_fleet_terminal
     from opgate.outputs import check_distinct_outputs, check_report_path

@@ -14,7 +14,7 @@ plan_app = typer.Typer(name="plan", help="Plan GPU sharing (MIG, MPS) and autosc
 
 
 def _console():
-    from opgate.cli import make_console
+    from opgate.console import make_console
 
     return make_console()
 
