@@ -429,6 +429,14 @@ def _sample_elements(truth: Any, seed: int, floor: float = 0.0) -> tuple[list[in
     return samples + smallest, len(smallest)
 
 
+def _all_finite(values: Any, torch: Any) -> bool:
+    """Whether every element is finite, in one reduction: a sum is finite when every term is (NaN and Inf carry
+    into it), and only a sum that overflowed or met a non-finite term needs the elementwise test. torch.isfinite's
+    mask then all() was a fifth of a large gradient twin's bound terms (fla_linear_cross_entropy.grad: 4.2 M terms
+    per sampled element, 31 s of 165 s)."""
+    return math.isfinite(float(values.sum())) or bool(torch.isfinite(values).all())
+
+
 def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], samples: Sequence[int],
                    intermediates: Sequence[Any] = (), magnitudes: Sequence[Any] | None = None,
                    ) -> list[tuple[Any, bool, float]] | None:
@@ -462,8 +470,9 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
                 # dense: `value` is finite (non-finite inputs zeroed), so g * value is non-finite exactly where a
                 # moving g is (NaN or Inf), and 0 where g is; masking g != 0 first cost a third of the bound terms
                 product = g.detach().reshape(-1) * value
-                finite = finite and bool(torch.isfinite(product).all())
-                product = product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                if not _all_finite(product, torch):
+                    finite = False
+                    product = product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
                 parts.append(product[product != 0])
             terms = torch.cat(parts) if len(parts) > 1 else parts[0] if parts else torch.zeros(0, dtype=torch.float64)
             carried = 0.0
