@@ -74,14 +74,7 @@ ALLOWED_CIRCLES = {
 # Report formats and who may write them: the output layer. emit() is the one writer a verb calls; interrupts writes
 # the report so far to the same paths when a run is cancelled.
 REPORT_WRITE_FUNCTIONS = ("write_json", "write_junit", "write_html", "write_markdown")
-REPORT_WRITERS = {
-    "opgate.reporting.emit",
-    "opgate.interrupts",
-    # Bypasses left (issue #29): each writes a --json/--junit report itself instead of through reporting.emit.
-    "opgate.cli",  # _emit_reports (doctor/inspect/analyze --json, --junit)
-    "opgate.gpu.explain",  # explain --json
-    "opgate.fleet.slurm",  # the sbatch job's per-node JSON report
-}
+REPORT_WRITERS = {"opgate.reporting.emit", "opgate.interrupts"}
 
 
 @dataclass(frozen=True)
