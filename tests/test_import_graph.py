@@ -58,12 +58,10 @@ ALLOWED_UPWARD = {
 
 # Circles through function-level imports that stay, each with why (module-level circles: none allowed).
 ALLOWED_CIRCLES = {
-    # Issue #29's verify circle, still here: check.py imports loaded_specs and calibrator at module level;
-    # loaded_specs' warm-up imports verify.check and verify.runtime inside a function (to pay their imports before the
-    # first case); runtime and calibrator ask loaded_specs for the operators; runtime runs NcuStage (builtin_stages)
-    # and sanitizer_batch runs runtime's loaders, both lazily. To break it: inject the warm-up imports.
-    frozenset({"opgate.verify.builtin_stages", "opgate.verify.calibrator", "opgate.verify.check",
-               "opgate.verify.loaded_specs", "opgate.verify.runtime", "opgate.verify.sanitizer_batch"}),
+    # What is left of issue #29's verify circle (the warm-up moved to verify/warm_up.py, which nothing imports):
+    # runtime runs NcuStage (builtin_stages: its timeout) and sanitizer_batch (the shared compute-sanitizer run);
+    # builtin_stages reads runtime's SANITIZER_TIMEOUT_S and sanitizer_batch's child runs runtime's loaders, all lazily.
+    frozenset({"opgate.verify.builtin_stages", "opgate.verify.runtime", "opgate.verify.sanitizer_batch"}),
     # calibrate saves its bounds through bounds_cache; bounds_cache rebuilds calibrate.CaseBounds when it reads.
     frozenset({"opgate.verify.bounds_cache", "opgate.verify.calibrate"}),
     # The backend registry (verify/backends/__init__.py) imports base.py; base.py asks it for the plugin backends'
@@ -74,14 +72,7 @@ ALLOWED_CIRCLES = {
 # Report formats and who may write them: the output layer. emit() is the one writer a verb calls; interrupts writes
 # the report so far to the same paths when a run is cancelled.
 REPORT_WRITE_FUNCTIONS = ("write_json", "write_junit", "write_html", "write_markdown")
-REPORT_WRITERS = {
-    "opgate.reporting.emit",
-    "opgate.interrupts",
-    # Bypasses left (issue #29): each writes a --json/--junit report itself instead of through reporting.emit.
-    "opgate.cli",  # _emit_reports (doctor/inspect/analyze --json, --junit)
-    "opgate.gpu.explain",  # explain --json
-    "opgate.fleet.slurm",  # the sbatch job's per-node JSON report
-}
+REPORT_WRITERS = {"opgate.reporting.emit", "opgate.interrupts"}
 
 
 @dataclass(frozen=True)

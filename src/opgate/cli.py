@@ -51,17 +51,12 @@ def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] 
 
 def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path], console: Console,
                   verbose: bool) -> None:
-    from opgate.reporting.json_report import write_json
-    from opgate.reporting.junit import write_junit
+    """The terminal table, then --json and --junit through the one output layer (opgate.reporting.emit)."""
+    from opgate.reporting.emit import ReportOutputs, emit
     from opgate.reporting.terminal import render_terminal
 
     render_terminal(report, console, verbose=verbose)
-    if json_path:
-        write_json(report, json_path)
-        console.print(f"JSON report: {json_path}")
-    if junit_path:
-        write_junit(report, junit_path)
-        console.print(f"JUnit report: {junit_path}")
+    emit(report, ReportOutputs(json=json_path, junit=junit_path), console.print)
 
 
 def _check_more(html_path: Optional[Path], history_db: Optional[str], markdown_path: Optional[Path] = None) -> None:

@@ -245,3 +245,26 @@ def test_the_gpu_stages_key_their_figures_at_the_source() -> None:
                                        {"dims": dims}, dims="M=4096,N=4096"))
     assert figure_count(results) >= 25
     assert source_key_problems(results) == []
+
+
+def test_the_fleet_baseline_keys_its_outlier_rows_at_the_source() -> None:
+    """`NODE:fleet.baseline.KEY` rows: a GPU's figure (its index a label), a GPU pair's, a host-level one, and a node
+    name with a dot (the derived stem stops at its first dot: kept as reports had it)."""
+    from opgate.fleet.node_task import NodeOutcome
+    from opgate.fleet.report import baseline_results
+
+    def outcome(name: str, slow: bool) -> NodeOutcome:
+        figures = (Figure("GPU1 HBM read (opgate kernel)", 4.1 if slow else 4.5, "TB/s"),
+                   Figure("GPU0->GPU1 copy bandwidth", 200.0 if slow else 300.0, "GB/s"),
+                   Figure("host memory", 10.0 if slow else 512.0, "GiB"))
+        report = {"results": [CheckResult("doctor.mixed", "t", Outcome.PASSED, "r", figures).to_dict()]}
+        gpus = [{"index": i, "model": "NVIDIA H200", "driver": "580.159.04"} for i in range(2)]
+        return NodeOutcome(node=name, hostname=name, gpus=gpus, driver="580.159.04", exit_code=0, duration_s=1.0,
+                           report=report)
+
+    outcomes = [outcome(f"node-{i:02d}", False) for i in range(8)]
+    outcomes += [outcome("slow", True), outcome("slow.cluster.local", True)]
+    results, _ = baseline_results(outcomes)
+    assert {r.check_id.split(":")[0] for r in results} == {"slow", "slow.cluster.local"} and len(results) == 6
+    assert figure_count(results) == 30
+    assert source_key_problems(results) == []

@@ -15,7 +15,7 @@ from opgate import __version__
 from opgate.fleet.baseline import (MIN_GROUP_SIZE, MODIFIED_Z_LIMIT, GpuIdentity, NodeFigures,
                                    baseline_summary, find_outliers)
 from opgate.fleet.node_task import NodeOutcome
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold, worst_outcome
+from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold, slug, worst_outcome
 
 BASELINE_SOURCE = ("fleet median/MAD per GPU model and driver; modified z-score limit 3.5 from Iglewicz & "
                    "Hoaglin, How to Detect and Handle Outliers (ASQC, 1993)")
@@ -61,17 +61,24 @@ def baseline_results(outcomes: Sequence[NodeOutcome]) -> tuple[list[CheckResult]
     results = []
     for outlier in find_outliers(answered):
         sample = outlier.sample
+        check_id = f"{sample.node}{SEPARATOR}fleet.baseline.{outlier.key}"
+        # The keys these rows had when reporting/metrics.py derived them (the contract reports and `opgate diff`
+        # rely on): the check id's first two dot-separated parts (a node name with a dot cuts that stem short)
+        # and the figure's name; a single GPU's index is a label, a pair's ("0-1") stays in the name.
+        stem = ".".join(check_id.split(".")[:2])
+        name = f"{'GPU' + sample.gpu + ' ' if sample.gpu else ''}{sample.figure}"
+        own = sample.figure if sample.gpu.isdigit() else name
         figures = (
-            Figure(f"{'GPU' + sample.gpu + ' ' if sample.gpu else ''}{sample.figure}", sample.value, sample.unit,
-                   Threshold(MODIFIED_Z_LIMIT, "<=", BASELINE_SOURCE)),
-            Figure("fleet median", outlier.median, sample.unit),
-            Figure("fleet MAD", outlier.mad, sample.unit),
+            Figure(name, sample.value, sample.unit, Threshold(MODIFIED_Z_LIMIT, "<=", BASELINE_SOURCE),
+                   key=f"{stem}.{slug(own)}", labels={"gpu": sample.gpu} if sample.gpu.isdigit() else {}),
+            Figure("fleet median", outlier.median, sample.unit, key=f"{stem}.fleet_median"),
+            Figure("fleet MAD", outlier.mad, sample.unit, key=f"{stem}.fleet_mad"),
             Figure("modified z-score", round(outlier.modified_z, 2) if outlier.modified_z != float("inf")
-                   else outlier.modified_z),
-            Figure("nodes in the group", outlier.group_size),
+                   else outlier.modified_z, key=f"{stem}.modified_z_score"),
+            Figure("nodes in the group", outlier.group_size, key=f"{stem}.nodes_in_the_group"),
         )
         results.append(CheckResult(
-            f"{sample.node}{SEPARATOR}fleet.baseline.{outlier.key}", "fleet baseline", Outcome.WARNED,
+            check_id, "fleet baseline", Outcome.WARNED,
             outlier.sentence(), figures,
             remediation="In-band for the datasheet but not for its siblings: compare the node's clocks, "
                         "power, PCIe link and firmware with a median node; re-run the probe to rule out noise.",

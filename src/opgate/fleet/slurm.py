@@ -94,11 +94,11 @@ def main(argv: Sequence[str]) -> int:
         from rich.console import Console
 
         from opgate.fleet.report import render_fleet_terminal
-        from opgate.reporting.json_report import write_json
+        from opgate.reporting.emit import ReportOutputs, emit
 
         try:
             report = merge_reports([Path(p) for p in argv[3:]])
-            write_json(report, Path(argv[2]))
+            emit(report, ReportOutputs(json=Path(argv[2])))
         except InputError as exc:
             print(f"opgate: error: {exc}", file=sys.stderr)
             return 2

@@ -89,10 +89,9 @@ def run_explain(paths: Sequence[Path], gpu: str | None, kernel: str | None, json
                 table.add_row(name, str(value), unit)
             console.print(table)
     if json_path:
-        from opgate.reporting.json_report import write_json
+        from opgate.reporting.emit import ReportOutputs, emit
 
-        write_json(to_run_report(diagnoses, paths), json_path)
-        console.print(f"JSON report: {json_path}")
+        emit(to_run_report(diagnoses, paths), ReportOutputs(json=json_path), console.print)
     if chart:
         try:
             drawn = write_roofline_chart(diagnoses, chart)

@@ -374,7 +374,7 @@ def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
     env = child_env({}, request.jobs, gpu=True)
     for _ in range(min(request.jobs, SPARE_WORKERS_MAX)):
         pool.start_spare(CheckTask("verify.spare_warm_up", "spare warm-up",
-                                   "opgate.verify.loaded_specs:SpareWarmUpCheck", 600.0, CheckContext(verb="verify"),
+                                   "opgate.verify.warm_up:SpareWarmUpCheck", 600.0, CheckContext(verb="verify"),
                                    env=env, uses_gpu=True))  # a CUDA context: under the GPU guard
 
 
@@ -404,7 +404,7 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
     for _, key, env, name, count, spec in wanted:
         order += [(key, env, name, spec)] * (count - 1)
     for key, env, name, spec in order[:request.jobs]:
-        pool.prestart(CheckTask("verify.warm_up", "warm-up", "opgate.verify.loaded_specs:WarmUpCheck", 600.0,
+        pool.prestart(CheckTask("verify.warm_up", "warm-up", "opgate.verify.warm_up:WarmUpCheck", 600.0,
                                 CheckContext(verb="verify", options={"spec_file": spec, "backend": name}),
                                 env=env, worker=key, uses_gpu=gpu))
 

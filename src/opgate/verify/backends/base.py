@@ -55,7 +55,7 @@ class Backend:
         raise NotImplementedError
 
     def warm_up(self) -> None:
-        """Runs in a prestarted warm worker while the parent calibrates (verify/loaded_specs.py WarmUpCheck): pay
+        """Runs in a prestarted warm worker while the parent calibrates (verify/warm_up.py WarmUpCheck): pay
         what the first check would otherwise pay on the critical path (imports, a compiler's first start). It must
         leave no state a check could see."""
 
