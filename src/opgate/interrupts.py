@@ -30,6 +30,7 @@ def interruptible(verb: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(verb)
     def run(*args: Any, **kwargs: Any) -> Any:
+        _STOPPING[0] = False  # a verb run in this process after an interrupted one (tests, the pytest plugin)
         try:
             return verb(*args, **kwargs)
         except KeyboardInterrupt as stop:
@@ -38,8 +39,18 @@ def interruptible(verb: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+# Set by the first interrupt: the run is stopping, and a second signal must not stop the stopping.
+_STOPPING = [False]
+
+
 def raise_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM handler: stop the run exactly as Ctrl-C does."""
+    """SIGTERM and SIGINT handler: stop the run, once. A second signal while the run writes its report and stops its
+    children is ignored: timeout(1) signals opgate and then its whole process group, so opgate gets SIGTERM twice,
+    and the second KeyboardInterrupt cut a library run's report short on the H200 (2026-12-02: "interrupted before
+    any check finished" after 40 checks had). SIGKILL still ends it."""
+    if _STOPPING[0]:
+        return
+    _STOPPING[0] = True
     raise KeyboardInterrupt
 
 

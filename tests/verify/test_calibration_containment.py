@@ -169,3 +169,63 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     assert json.loads(report_path.read_text())["interrupted"] is True
     # main says where it is without writing it a second time
     assert str(report_path) in interrupts.write_interrupted_report(stop.value.report)
+
+
+SLOW_SPEC = '''
+import time
+import torch
+import opgate
+
+fast = opgate.Operator("fast", reference=lambda x: x * 2, inputs=[opgate.TensorSpec("x", ("N",))],
+                       dims={"N": [8]}, dtypes=["float32"])
+slow = opgate.Operator("slow", reference=lambda x: x * 3, inputs=[opgate.TensorSpec("x", ("N",))],
+                       dims={"N": [8]}, dtypes=["float32"])
+
+
+@fast.implementation("torch")
+def fast_torch(x):
+    return x * 2
+
+
+@slow.implementation("torch")
+def slow_torch(x):
+    time.sleep(60)
+    return x * 3
+'''
+
+
+def test_a_second_sigterm_while_the_run_stops_does_not_lose_its_report(tmp_path: Path) -> None:
+    """timeout(1) sends SIGTERM to opgate and then to its whole process group: opgate gets it twice. The second
+    one raised a new KeyboardInterrupt in the middle of the first one's report writing, and an H200 library run ended
+    with "interrupted before any check finished" and no report after 40 finished checks (2026-12-02)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = tmp_path / "slow.py"
+    spec.write_text(SLOW_SPEC)
+    report = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "opgate", "verify", str(spec), "--budget", "quick",
+                             "--stages", "numerics", "--jobs", "2", "--json", str(report)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # a check has finished: the report will hold it
+            if "verify.fast.torch.float32" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        for _ in range(20):  # and again, while it stops (writes the report, stops its children)
+            time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "before any check finished" not in stderr, stderr
+    written = json.loads(report.read_text())
+    assert written["interrupted"] is True
+    assert "verify.fast.torch.float32" in {r["check_id"] for r in written["results"]}
