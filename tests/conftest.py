@@ -13,6 +13,9 @@ def pytest_configure(config: pytest.Config) -> None:
         import tempfile
 
         os.environ["OPGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="opgate-test-cache-")
+    # ... and no stored verdicts: a test that runs a spec another test ran must see it judged
+    # (tests/verify/test_verdict_cache.py turns the verdict cache on where it is the subject)
+    os.environ.setdefault("OPGATE_VERDICT_CACHE", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

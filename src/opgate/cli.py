@@ -275,11 +275,19 @@ def verify(
     changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="GIT_REF", help="Verify only "
                                                 "the spec files whose file, or a module inside the repository it "
                                                 "imports, changed since this git ref (e.g. origin/main): for CI."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse the stored verdicts of spec files that did "
+                               "not change (their file, local imports, installed packages, opgate, GPUs, options) "
+                               "and the float64 bound terms of unchanged cases; --no-cache judges everything again "
+                               "(same as OPGATE_CACHE=0)."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
     from opgate.verify.engine import VerifyRequest, parse_sanitizer_tools, parse_stages, run_verify
     from opgate.verify.spec_files import changed_specs, expand_spec_paths
 
+    if not cache:  # the environment, so the calibration's children skip the bound cache too
+        from opgate.verify.bounds_cache import CACHE_ENV
+
+        os.environ[CACHE_ENV] = "0"
     console = make_console()
     chosen_stages = parse_stages(stages)
     dtypes = [d.strip() for entry in (dtype or []) for d in entry.split(",") if d.strip()]
@@ -564,6 +572,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             stream.reconfigure(errors="replace")
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
+    signal.signal(signal.SIGINT, raise_interrupt)  # ... and a second one of either waits for the report
     try:
         _run_app(argv)
     except InputError as exc:

@@ -91,6 +91,8 @@ def _render_lines(report: RunReport, console: Console) -> None:
         label, style = OUTCOME_STYLE[result.outcome]
         head = Text.assemble((f"{label:5} ", style), (result.check_id, "cyan"))
         took = f"  {result.duration_s:.1f}s"
+        if isinstance(result.extra, dict) and result.extra.get("cached_from"):  # verify's verdict cache
+            took += " (reused)"
         if result.outcome is Outcome.PASSED:
             room = max(0, console.width - len(head) - len(took) - 2)
             reason = _short_pass(result.reason)

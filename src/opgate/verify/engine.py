@@ -472,6 +472,19 @@ def _operator_plan(sel: Selection, request: VerifyRequest, budget_name: str, gpu
 
 
 def run_verify(request: VerifyRequest, console: Any) -> RunReport:
+    """Judge the spec files that changed since their verdicts were stored (all of them when the verdict cache is
+    off: verify/verdict_cache.py), reuse the stored verdicts of the others, and store what was wholly judged."""
+    from opgate.verify.verdict_cache import VerdictCache
+
+    cache = VerdictCache.for_request(request)
+    if cache is None:
+        return _judge(request, console)
+    from opgate.verify import verdict_reuse
+
+    return verdict_reuse.run_with_cache(request, console, cache, _judge)
+
+
+def _judge(request: VerifyRequest, console: Any) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.session import SessionInterrupted, run_session

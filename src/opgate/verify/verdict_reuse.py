@@ -1,0 +1,127 @@
+"""One `opgate verify` run with the verdict cache: judge the spec files whose key changed, reuse the others' stored
+verdicts in the same report, and store each file this run judged wholly (verify/verdict_cache.py says what a key is
+and what is stored)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from opgate.results import CheckResult, Outcome, RunReport
+from opgate.verify.verdict_cache import CachedFile, VerdictCache, gpu_facts, mark_reused, now
+
+if TYPE_CHECKING:
+    from opgate.verify.engine import VerifyRequest
+
+Judge = Callable[["VerifyRequest", Any], RunReport]
+
+
+def _file_of(result: CheckResult) -> Path | None:
+    spec = result.extra.get("spec_file") if isinstance(result.extra, dict) else None
+    return Path(str(spec)).resolve() if spec else None
+
+
+def _operator_of(result: CheckResult) -> str | None:
+    op = (result.labels or {}).get("op")
+    if op is None and isinstance(result.extra, dict):
+        op = result.extra.get("op")
+    return str(op) if op is not None else None
+
+
+def results_by_file(results: Sequence[CheckResult]) -> tuple[dict[Path, list[CheckResult]], list[CheckResult]]:
+    """Each spec file's results (by extra["spec_file"]), and the results no file owns (whole-run ones)."""
+    owned: dict[Path, list[CheckResult]] = {}
+    unowned: list[CheckResult] = []
+    for result in results:
+        spec = _file_of(result)
+        if spec is None:
+            unowned.append(result)
+        else:
+            owned.setdefault(spec, []).append(result)
+    return owned, unowned
+
+
+def _case_counts_of(results: Sequence[CheckResult], case_counts: Mapping[str, int]) -> dict[str, int]:
+    """The case counts of the operators these results judged."""
+    ops = {op for op in map(_operator_of, results) if op is not None}
+    ids = [r.check_id for r in results]
+    for name in case_counts:  # a calibration result names its operator only in its id
+        if any(check_id.startswith(f"verify.{name}.") for check_id in ids):
+            ops.add(name)
+    return {name: count for name, count in case_counts.items() if name in ops}
+
+
+def _only(request: "VerifyRequest", files: Sequence[Path]) -> "VerifyRequest":
+    return dataclasses.replace(request, spec_file=files[0], spec_files=tuple(files) if len(files) > 1 else ())
+
+
+def _reused_only_report(request: "VerifyRequest") -> RunReport:
+    """The report of a run that judged nothing: every file's verdicts came from the cache."""
+    from opgate import __version__
+    from opgate.session import host_facts
+
+    facts = gpu_facts()
+    extra: dict[str, Any] = {"budget": request.budget, "seed": request.seed, "spec": str(request.spec_file),
+                             "gpu": len(facts) > 1, "case_counts": {}, "replay": None}
+    return RunReport(verb="verify", results=(), started_at=now(), duration_s=0.0, host=host_facts(),
+                     tool_version=__version__, extra=extra)
+
+
+def run_with_cache(request: "VerifyRequest", console: Any, cache: VerdictCache, judge: Judge) -> RunReport:
+    started = time.perf_counter()
+    reused: dict[Path, CachedFile] = {}
+    to_judge: list[Path] = []
+    for spec in request.files:
+        entry = cache.load(spec)
+        if entry is None:
+            to_judge.append(spec)
+        else:
+            reused[spec] = entry
+    if reused:
+        console.print(f"verdict cache: {len(reused)} of {len(request.files)} spec file(s) unchanged since they "
+                      f"were judged: {sum(len(e.results) for e in reused.values())} results reused "
+                      "(--no-cache judges them again)", highlight=False)
+    judged_at = now()
+    report = judge(_only(request, to_judge), console) if to_judge else _reused_only_report(request)
+    stored = _store_judged(cache, report, to_judge, judged_at)
+    return _merged(report, request, reused, to_judge, stored, started)
+
+
+def _store_judged(cache: VerdictCache, report: RunReport, judged: Sequence[Path], judged_at: str) -> list[Path]:
+    """Store each judged file whose every task ran; the files stored."""
+    if not judged or report.extra.get("interrupted") or report.extra.get("not_run"):
+        return []
+    owned, unowned = results_by_file(report.results)
+    if any(r.outcome is not Outcome.SKIPPED for r in unowned):  # a whole-run finding (a leaked process) is no file's
+        return []
+    case_counts = report.extra.get("case_counts") or {}
+    stored = []
+    for spec in judged:
+        results = owned.get(Path(spec).resolve(), [])
+        if cache.store(spec, results, _case_counts_of(results, case_counts), judged_at):
+            stored.append(spec)
+    return stored
+
+
+def _merged(report: RunReport, request: "VerifyRequest", reused: Mapping[Path, CachedFile],
+            judged: Sequence[Path], stored: Sequence[Path], started: float) -> RunReport:
+    """The run's report with the reused files' verdicts after the judged ones, and what the cache did."""
+    results = list(report.results)
+    case_counts = dict(report.extra.get("case_counts") or {})
+    for spec, entry in reused.items():
+        results += [mark_reused(r, entry.judged_at) for r in entry.results]
+        case_counts.update(entry.case_counts)
+    extra = dict(report.extra)
+    extra["case_counts"] = case_counts
+    if len(request.files) > 1:
+        extra["specs"] = [str(path) for path in request.files]
+        extra["spec"] = str(request.spec_file)
+    extra["verdict_cache"] = {
+        "reused": {str(spec): entry.judged_at for spec, entry in reused.items()},
+        "judged": [str(spec) for spec in judged],
+        "stored": [str(spec) for spec in stored],
+    }
+    duration = report.duration_s if judged else time.perf_counter() - started
+    return dataclasses.replace(report, results=tuple(results), extra=extra, duration_s=duration)

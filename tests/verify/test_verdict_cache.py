@@ -1,0 +1,132 @@
+"""The verdict cache (verify/verdict_cache.py, verdict_reuse.py): an unchanged spec file's verdicts are reused, a
+changed file (or a module it imports, an option, the environment that steers the kernels) is judged again, and
+only wholly judged files without an `error` are stored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from opgate.results import CheckResult, Outcome, RunReport
+from opgate.verify.engine import VerifyRequest
+from opgate.verify.verdict_cache import VerdictCache
+from opgate.verify.verdict_reuse import _store_judged
+from test_verify_many import run_verify, write_spec
+
+
+IMPORT_KERNELS = "import sys, pathlib\nsys.path.insert(0, str(pathlib.Path(__file__).parent))\nimport kernels\n"
+
+
+@pytest.fixture
+def cache_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OPGATE_VERDICT_CACHE", "1")
+    monkeypatch.delenv("OPGATE_CACHE", raising=False)
+    return tmp_path / "cache"
+
+
+def _cache(request: VerifyRequest) -> VerdictCache:
+    cache = VerdictCache.for_request(request)
+    assert cache is not None
+    return cache
+
+
+def test_a_key_changes_with_the_spec_its_local_imports_the_options_and_the_steering_environment(
+        tmp_path, cache_on, monkeypatch):
+    (tmp_path / "kernels.py").write_text("def relu(x):\n    return x.clamp_min(0)\n")
+    spec = write_spec(tmp_path / "relu.py", "relu", "torch.relu(x)", implementation="kernels.relu(x)")
+    spec.write_text("import kernels\n" + spec.read_text())
+    request = VerifyRequest(spec_file=spec, budget="quick")
+    first = _cache(request).key(spec)
+    assert _cache(request).key(spec) == first
+    assert _cache(VerifyRequest(spec_file=spec, budget="quick", jobs=7)).key(spec) == first  # --jobs judges alike
+    monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
+    assert _cache(request).key(spec) == first
+    assert _cache(VerifyRequest(spec_file=spec, budget="standard")).key(spec) != first
+    assert _cache(VerifyRequest(spec_file=spec, budget="quick", dtypes=["float16"])).key(spec) != first
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    assert _cache(request).key(spec) != first
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
+    (tmp_path / "kernels.py").write_text("def relu(x):\n    return x.clamp_min(0)  # edited\n")
+    assert _cache(request).key(spec) != first
+
+
+def test_the_cache_is_off_for_a_partial_or_uncached_run(tmp_path, cache_on, monkeypatch):
+    spec = write_spec(tmp_path / "relu.py", "relu", "torch.relu(x)")
+    assert VerdictCache.for_request(VerifyRequest(spec_file=spec, ops=["relu"])) is None
+    assert VerdictCache.for_request(VerifyRequest(spec_file=spec, impls=["torch"])) is None
+    assert VerdictCache.for_request(VerifyRequest(spec_file=spec, replay="ogv1.x")) is None
+    monkeypatch.setenv("OPGATE_VERDICT_CACHE", "0")
+    assert VerdictCache.for_request(VerifyRequest(spec_file=spec)) is None
+    monkeypatch.setenv("OPGATE_VERDICT_CACHE", "1")
+    monkeypatch.setenv("OPGATE_CACHE", "0")  # --no-cache
+    assert VerdictCache.for_request(VerifyRequest(spec_file=spec)) is None
+
+
+def _result(check_id: str, outcome: Outcome, spec: Path | None) -> CheckResult:
+    return CheckResult(check_id, check_id, outcome, "r", extra={"spec_file": str(spec)} if spec else {},
+                       labels={"op": check_id.split(".")[1]})
+
+
+def _report(results: list[CheckResult], **extra) -> RunReport:
+    return RunReport(verb="verify", results=tuple(results), started_at="t", duration_s=1.0,
+                     extra={"case_counts": {"relu": 3, "tanh": 4}, **extra})
+
+
+def test_only_a_wholly_judged_file_without_errors_is_stored(tmp_path, cache_on):
+    relu = write_spec(tmp_path / "relu.py", "relu", "torch.relu(x)")
+    tanh = write_spec(tmp_path / "tanh.py", "tanh", "torch.tanh(x)")
+    cache = _cache(VerifyRequest(spec_file=relu, spec_files=(relu, tanh)))
+    report = _report([_result("verify.relu.torch.float32", Outcome.FAILED, relu),
+                      _result("verify.tanh.torch.float32", Outcome.ERROR, tanh)])
+    assert _store_judged(cache, report, [relu, tanh], "then") == [relu]  # a failure is a verdict, an error is not
+    stored = cache.load(relu)
+    assert stored is not None and stored.case_counts == {"relu": 3} and stored.judged_at == "then"
+    assert [r.outcome for r in stored.results] == [Outcome.FAILED]
+    assert cache.load(tanh) is None
+    # an interrupted run, or a finding no file owns (a leaked process), stores nothing
+    passed = [_result("verify.tanh.torch.float32", Outcome.PASSED, tanh)]
+    assert _store_judged(cache, _report(passed, interrupted=True, not_run=["x"]), [tanh], "t") == []
+    leaked = _result("verify.leaked_processes", Outcome.FAILED, None)
+    assert _store_judged(cache, _report([*passed, leaked]), [tanh], "t") == []
+    # an entry that cannot be read is a miss, not an error
+    entry = next((cache_on / "verdicts").rglob("*.json"))
+    entry.write_text("{not json")
+    assert cache.load(relu) is None
+
+
+@pytest.mark.slow
+def test_an_unchanged_library_is_judged_once_and_a_changed_file_again(tmp_path, monkeypatch):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "kernels.py").write_text("def relu(x):\n    return x.clamp_min(0)\n")
+    relu = write_spec(specs / "relu.py", "relu", "torch.relu(x)", implementation="kernels.relu(x)")
+    relu.write_text(IMPORT_KERNELS + relu.read_text())
+    write_spec(specs / "scale.py", "scale", "x * 2", implementation="x * 2 + (x.shape[-1] == 33)")  # wrong at N=33
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OPGATE_VERDICT_CACHE", "1")
+    reports = []
+    for name, edit in (("first", None), ("unchanged", None), ("kernel edited", "  # faster\n")):
+        if edit:
+            (specs / "kernels.py").write_text((specs / "kernels.py").read_text() + edit)
+        path = tmp_path / f"{len(reports)}.json"
+        proc = run_verify(str(specs), "--json", str(path), cache=cache)
+        assert proc.returncode == 1, f"{name}: {proc.stdout}{proc.stderr}"  # scale's failure, every time
+        reports.append((proc.stdout, json.loads(path.read_text())))
+    (_, first), (said, unchanged), (_, edited) = reports
+    assert first["extra"]["verdict_cache"]["stored"] == [str(relu), str(specs / "scale.py")]
+
+    def outcomes(report):
+        return {r["check_id"]: r["outcome"] for r in report["results"]}
+
+    assert outcomes(unchanged) == outcomes(first) and outcomes(edited) == outcomes(first)
+    assert unchanged["extra"]["verdict_cache"]["judged"] == []
+    assert all(r["extra"].get("cached_from") for r in unchanged["results"])
+    assert "2 of 2 spec file(s) unchanged" in said and "(reused)" in said
+    assert unchanged["extra"]["case_counts"] == first["extra"]["case_counts"]
+    # the edited kernel module re-judges the spec that imports it, and only that one
+    assert edited["extra"]["verdict_cache"]["judged"] == [str(relu)]
+    assert list(edited["extra"]["verdict_cache"]["reused"]) == [str(specs / "scale.py")]
+    assert not any(r["extra"].get("cached_from") for r in edited["results"] if r["check_id"].startswith("verify.relu"))
