@@ -119,3 +119,14 @@ def test_the_bisection_tells_a_break_at_the_start_from_one_scaled_values_never_r
     assert bisect_breaking_scale(lambda s: True, 1.0, 1e36) is None  # fails unscaled: not a range effect
     # passes even at `far`: the failing case's own values decide (fla's group norm at a `huge` case, library corpus)
     assert bisect_breaking_scale(lambda s: False, 1.0, 1e36) == NOT_REPRODUCED
+
+
+def test_a_layout_refused_with_an_explicit_error_is_a_layout_limit_and_other_errors_still_fail(report):
+    refused = report["verify.row_scale.refuses_views.float32"]
+    assert refused["outcome"] == "warned", refused["reason"]
+    assert _deviations(refused) == {"layout_limit"}
+    assert "must be contiguous" in refused["reason"] and "contiguous=True" in refused["reason"]
+    broken = report["verify.row_scale.breaks_on_views.float32"]  # an accidental error on the same layouts
+    assert broken["outcome"] == "failed" and "not enough values to unpack" in broken["reason"]
+    wrong = report["verify.row_scale.reads_storage_order.float32"]  # a silent wrong answer
+    assert wrong["outcome"] == "failed" and wrong["extra"].get("failure_class") == "layout", wrong["reason"]

@@ -140,6 +140,19 @@ def _limitations(reasons: Sequence[str]) -> list[BackendLimitation]:
     return [f for f in found if f is not None] if found and all(f is not None for f in found) else []
 
 
+# Words of an error that refuses an input's memory layout (an explicit precondition, e.g. FlagGems' rotary embedding:
+# "cos must be contiguous at the last dimension"), as opposed to an error the layout provokes by accident.
+LAYOUT_REFUSAL_WORDS = ("contiguous", "stride")
+
+
+def _refuses_layout(record: "CaseRecord") -> bool:
+    """A case in a layout opgate chose (not contiguous) that only raised, every time with an error naming the
+    layout: the implementation refuses the layout, it does not compute it wrong."""
+    reasons = record.verdict.reasons
+    return (record.case.layout != "contiguous" and bool(reasons)
+            and all(r.startswith("raised") and any(w in r.lower() for w in LAYOUT_REFUSAL_WORDS) for r in reasons))
+
+
 def _limitation_deviations(limited: Sequence["CaseRecord"], n_cases: int) -> list[Deviation]:
     """One deviation per class of backend limitation, naming its first construct and how many cases it stopped."""
     by_class: dict[str, list[BackendLimitation]] = {}
@@ -327,6 +340,14 @@ class VerifyImplementationCheck(Check):
                 f"the reference returns a result (e.g. {too_big[0].case.label()}: {too_big[0].verdict.reasons[0][:160]}); "
                 "support them, or declare the supported sizes")))
             failing = [r for r in failing if r not in too_big]
+        refused = [r for r in failing if _refuses_layout(r)]
+        if refused and any(c.layout == "contiguous" for c in plan.cases):
+            deviations.append(Deviation("layout_limit", (
+                f"refuses {len(refused)} case(s) in a non-contiguous layout opgate chose, with an explicit error "
+                f"(e.g. {refused[0].case.label()}: {refused[0].verdict.reasons[0][:160]}); a caller with such a "
+                "view gets that error, not a wrong answer; declare TensorSpec(contiguous=True) on the inputs it needs "
+                "contiguous, or make them contiguous in the implementation")))
+            failing = [r for r in failing if r not in refused]
         if op.subnormals != "exact":
             flushed_ok = [r for r in failing if self._explained_by_ftz(op, prepared, plan, r)]
             if flushed_ok:

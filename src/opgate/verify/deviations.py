@@ -15,6 +15,9 @@ legitimate production choices or limits, and are reported as `warned` with what 
   (backends/triton_interpreter_gaps.py); the GPU run decides.
 * an unsupported size (`size_limit`): the implementation raises (cleanly) only on sizes opgate added above every
   declared size.
+* an unsupported layout (`layout_limit`): the implementation refuses a non-contiguous layout opgate chose with an
+  error that names it ("must be contiguous", a stride check) while contiguous cases run; a wrong answer or any other
+  error on such a layout stays a `layout` (or `crash`) failure. TensorSpec(contiguous=True) declares the need.
 
 Cases whose truth is undefined (a NaN converted to an integer, undefined in C and in PyTorch) are not judged and
 are counted (`undefined_masks`). A `precision` failure carries a finding (`precision_finding`): its factor over
@@ -34,7 +37,7 @@ from opgate.core.spec import Operator
 
 FAILURE_CLASSES = ("typical", "tail", "layout", "range", "nonfinite", "precision", "unwritten", "crash", "gaming",
                    "stream", "gradient", "memory", "structure")
-DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "undefined", "output_dtype")
+DEVIATION_CLASSES = ("ftz", "range_limit", "interpreter", "size_limit", "layout_limit", "undefined", "output_dtype")
 FLUSH_THRESHOLD = 2.0**-126  # float32's smallest normal: what -ftz=true flushes (float16 maths does not flush)
 FTZ_DTYPES = ("float32", "bfloat16")  # dtypes whose values a float32 FTZ kernel can see as subnormal
 BISECT_STEPS = 14  # log-space bisection of the breaking magnitude: a factor of ~1.4 at the end

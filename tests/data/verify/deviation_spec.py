@@ -165,3 +165,28 @@ def logsumexp_unguarded(x):
     # max-subtracted without the -inf guard: a fully masked row gives -inf + log(sum(exp(NaN))) = NaN, not -inf
     m = x.float().amax(-1, keepdim=True)
     return (m + torch.log(torch.exp(x.float() - m).sum(-1, keepdim=True))).squeeze(-1).to(x.dtype)
+
+
+# A layout the implementation refuses with an explicit error (FlagGems' rotary embedding: "cos must be contiguous at
+# the last dimension") is a `layout_limit`; an accidental error on the same layouts (FlagGems' cross-entropy backward:
+# "not enough values to unpack") or a wrong answer stays a failure.
+row_scale = opgate.Operator("row_scale", reference=lambda x: x * 3, inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                            dims={"M": [4], "N": [32]}, dtypes=["float32"])
+
+
+@row_scale.implementation("refuses_views", backend="torch")
+def _refuses_views(x):
+    assert x.stride(-1) == 1 and x.is_contiguous(), "x must be contiguous"
+    return x * 3
+
+
+@row_scale.implementation("breaks_on_views", backend="torch")
+def _breaks_on_views(x):
+    saved = (x, x, x) if x.is_contiguous() else ()
+    a, b, c = saved
+    return a + b + c
+
+
+@row_scale.implementation("reads_storage_order", backend="torch")
+def _reads_storage_order(x):
+    return torch.as_strided(x, x.shape, (x.shape[-1], 1)) * 3  # the view's strides ignored
