@@ -15,6 +15,7 @@ from opgate import __version__
 from opgate.fleet.baseline import (MIN_GROUP_SIZE, MODIFIED_Z_LIMIT, GpuIdentity, NodeFigures,
                                    baseline_summary, find_outliers)
 from opgate.fleet.node_task import NodeOutcome
+from opgate.reporting.schema import decode_result
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold, slug, worst_outcome
 
 BASELINE_SOURCE = ("fleet median/MAD per GPU model and driver; modified z-score limit 3.5 from Iglewicz & "
@@ -31,7 +32,7 @@ def node_results(outcome: NodeOutcome) -> tuple[CheckResult, ...]:
                             remediation="The node, not a check, failed: look at the node (ray status, its raylet "
                                         "logs) and re-run the fleet verb for it.",
                             extra={"stderr_tail": outcome.stderr_tail, **outcome.extra}),)
-    results = tuple(CheckResult.from_dict(r) for r in outcome.report.get("results", ()))
+    results = tuple(decode_result(r) for r in outcome.report.get("results", ()))
     if outcome.error:  # a report and an error (e.g. a timeout after the report): keep both
         results += (CheckResult(NODE_CHECK, "node answered", Outcome.ERROR, outcome.error,
                                 duration_s=outcome.duration_s),)

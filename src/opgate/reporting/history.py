@@ -198,11 +198,11 @@ def gpu_of(report: RunReport) -> str:
 
 def append_run(db: str, report: RunReport) -> int:
     """Store one run; returns its id."""
-    from opgate.reporting.json_report import report_to_dict
     from opgate.reporting.metrics import report_metrics
+    from opgate.reporting.schema import encode_report
 
     engine, runs, figures = _engine(db)
-    document = report_to_dict(report)
+    document = encode_report(report)
     counts = ", ".join(f"{n} {k}" for k, n in report.counts().items() if n)
     with engine.begin() as conn:
         run_id = conn.execute(runs.insert().values(
@@ -262,7 +262,7 @@ def last_run_like(db: str, report: RunReport) -> tuple[int, RunReport] | None:
     """The latest stored run of the same verb and subject (started before `report`, or any if it is not stored)."""
     import sqlalchemy as sa
 
-    from opgate.reporting.json_report import report_from_dict
+    from opgate.reporting.schema import decode_report
 
     engine, runs, _ = _engine(db, read_only=True)
     query = (sa.select(runs.c.id, runs.c.report_json, runs.c.started_at)
@@ -272,7 +272,7 @@ def last_run_like(db: str, report: RunReport) -> tuple[int, RunReport] | None:
         rows = list(conn.execute(query))
     engine.dispose()
     for run_id, document, started_at in rows:
-        stored = report_from_dict(json.loads(document))
+        stored = decode_report(json.loads(document))
         if stored.started_at == report.started_at and stored.duration_s == round(report.duration_s, 6):
             continue  # the same run, appended with --history: compare with the one before it
         return int(run_id), stored
