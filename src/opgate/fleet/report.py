@@ -15,6 +15,7 @@ from opgate import __version__
 from opgate.fleet.baseline import (MIN_GROUP_SIZE, MODIFIED_Z_LIMIT, GpuIdentity, NodeFigures,
                                    baseline_summary, find_outliers)
 from opgate.fleet.node_task import NodeOutcome
+from opgate.reporting.renderers import VerbRenderers
 from opgate.reporting.schema import decode_result
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold, slug, worst_outcome
 
@@ -142,3 +143,7 @@ def render_fleet_terminal(report: RunReport, console: Console, verbose: bool = F
     counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
     console.print(f"{len(report.extra.get('nodes', []))} node(s): {counts} in {report.duration_s:.1f}s "
                   f"— exit code {int(report.exit_code)}" + (" (--strict: warnings fail)" if report.strict else ""))
+
+
+# The `fleet` entry point of opgate.report.renderers: a fleet report's terminal summary is its node table.
+RENDERERS = VerbRenderers(terminal=render_fleet_terminal)

@@ -97,8 +97,8 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) >= 3 and argv[0] == "merge" and argv[1] == "--json":
         from rich.console import Console
 
-        from opgate.fleet.report import render_fleet_terminal
         from opgate.reporting.emit import ReportOutputs, emit
+        from opgate.reporting.terminal import render_summary
 
         try:
             report = merge_reports([Path(p) for p in argv[3:]])
@@ -106,7 +106,7 @@ def main(argv: Sequence[str]) -> int:
         except InputError as exc:
             print(f"opgate: error: {exc}", file=sys.stderr)
             return 2
-        render_fleet_terminal(report, Console(highlight=False, width=160))
+        render_summary(report, Console(highlight=False, width=160))
         return int(report.exit_code)
     print("usage: python -m opgate.fleet.slurm reason REPORT.json | merge --json OUT.json REPORT.json...",
           file=sys.stderr)

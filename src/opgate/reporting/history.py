@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from opgate.errors import InputError
-from opgate.results import CheckResult, RunReport
+from opgate.results import RunReport
 
 
 @dataclass(frozen=True)
@@ -163,24 +163,14 @@ def _engine(db: str, read_only: bool = False):  # type: ignore[no-untyped-def]
 
 
 def subject_of(report: RunReport) -> str:
-    """What a run judged, so runs of the same thing compare: the spec file, the binaries, or the host."""
-    extra = report.extra or {}
-    if report.verb in ("verify", "analyze") and extra.get("spec_file"):
-        return str(extra["spec_file"])
-    if report.verb == "verify":
-        return "ops:" + ",".join(sorted({op for op in map(_op_of, report.results) if op}))
-    if report.verb == "inspect":
-        return ",".join(sorted(str(b.get("path", "")) for b in extra.get("binaries", []))) or "(none)"
+    """What a run judged, so runs of the same thing compare: its verb's history subject (the spec file, the
+    binaries: opgate.reporting.renderers), else the host."""
+    from opgate.reporting.renderers import renderers_for
+
+    own = renderers_for(report.verb).history_subject
+    if own is not None:
+        return own(report)
     return str(report.host.get("hostname", "")) if report.host else ""
-
-
-def _op_of(result: CheckResult) -> str:
-    """The operator a verify result judged: the label its task was planned with, else its check id's second part
-    (verify.OP.IMPL...; a report written before results carried labels)."""
-    if result.labels.get("op"):
-        return result.labels["op"]
-    parts = result.check_id.split(".")
-    return parts[1] if len(parts) >= 3 else ""
 
 
 def gpu_of(report: RunReport) -> str:
