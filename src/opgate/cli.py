@@ -18,7 +18,7 @@ from opgate.cli_options import (history_option, html_option, json_report_option,
 from opgate.console import make_console
 from opgate.errors import InputError
 from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
-from opgate.results import ExitCode, Outcome
+from opgate.results import ExitCode
 from opgate.runner import default_jobs
 
 app = typer.Typer(
@@ -53,9 +53,9 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
                   verbose: bool) -> None:
     """The terminal table, then --json and --junit through the one output layer (opgate.reporting.emit)."""
     from opgate.reporting.emit import ReportOutputs, emit
-    from opgate.reporting.terminal import render_terminal
+    from opgate.reporting.terminal import render_summary
 
-    render_terminal(report, console, verbose=verbose)
+    render_summary(report, console, verbose=verbose)
     emit(report, ReportOutputs(json=json_path, junit=junit_path), console.print)
 
 
@@ -348,7 +348,7 @@ def analyze(
     from opgate.analyze.portability import parse_targets
     from opgate.analyze.render import render_matrix
     from opgate.analyze.run import AnalyzeOptions, parse_gpus, parse_stages, render_roofline, run_analyze
-    from opgate.reporting.terminal import render_terminal
+    from opgate.reporting.terminal import render_summary
 
     from opgate.specload import check_spec_path
 
@@ -367,16 +367,7 @@ def analyze(
     if findings.outcomes:
         render_matrix(findings.outcomes, [t.label for t in [*required, *optional]], console, verbose=verbose)
     render_roofline(findings, console, verbose=verbose)
-    problems = [r for r in report.results if r.outcome in (Outcome.FAILED, Outcome.WARNED, Outcome.ERROR)]
-    for result in problems:
-        console.print(f"{result.outcome.value.upper()} {result.check_id}: {result.reason}", highlight=False,
-                      markup=False)
-        if result.remediation:
-            console.print(f"  → {result.remediation}", highlight=False, markup=False)
-    if verbose:
-        render_terminal(report, console, verbose=True)
-    counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
-    console.print(f"{counts} in {report.duration_s:.1f}s — exit code {int(report.exit_code)}")
+    render_summary(report, console, verbose=verbose)  # analyze's: each problem with its remedy, the counts
     from opgate.reporting.emit import ReportOutputs, emit
 
     emit(report, ReportOutputs(json_path, junit_path, html_path, history_db, markdown_path), console.print)

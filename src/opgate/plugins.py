@@ -1,4 +1,5 @@
-"""Entry-point plugins: how opgate finds its doctor checks, verify stages and verify backends.
+"""Entry-point plugins: how opgate finds its doctor checks, verify stages, verify backends and each verb's
+report renderers.
 
 Shipped parts are plugins like any other: pyproject.toml declares them in these groups, and a third-party
 package adds its own by declaring entry points in the same groups, without touching opgate. When opgate runs
@@ -17,6 +18,7 @@ from typing import Any
 CHECKS_GROUP = "opgate.checks"
 VERIFY_STAGES_GROUP = "opgate.verify.stages"
 VERIFY_BACKENDS_GROUP = "opgate.verify.backends"
+RENDERERS_GROUP = "opgate.report.renderers"  # each verb's renderers (opgate.reporting.renderers.VerbRenderers)
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,8 @@
 """Check results: evidence, not booleans.
 
-One encode/decode pair per type; the JSON carries SCHEMA_VERSION so readers can refuse what they
-do not understand. Declared fields plus one explicit `extra` dict, never free attributes.
+Declared fields plus one explicit `extra` dict, never free attributes. Each type's `to_dict`/`from_dict` is its
+plain layout (schema 1): what a check's worker hands the runner. The report document `--json` writes (schema 2:
+every figure with its key and labels) is encoded and decoded in one place, `opgate.reporting.schema`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-SCHEMA_VERSION = 1  # the in-memory dict layout; `--json` files are schema 2 (opgate.reporting.json_report)
-READABLE_SCHEMA_VERSIONS = (1, 2)  # schema 2 adds key/labels/text/kind to each figure; both decode here
+SCHEMA_VERSION = 1  # the plain layout of to_dict/from_dict; `--json` files are schema 2 (opgate.reporting.schema)
 
 
 
@@ -107,16 +107,7 @@ class Figure:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Figure":
         value = data["value"]
-        kind = data.get("kind")  # schema 2 (opgate.reporting.metrics): the value as written, back from value/text
-        if kind == "bool":
-            value = data.get("text") == "true"
-        elif kind in ("text", "numstr"):
-            value = data.get("text")
-        elif kind == "nonfinite":
-            value = float(data.get("text") or "nan")
-        elif kind == "none":
-            value = None
-        elif value in ("nan", "inf", "-inf"):
+        if value in ("nan", "inf", "-inf") and not data.get("kind"):  # to_dict's spelling of a non-finite float
             value = float(value)
         threshold = data.get("threshold")
         labels = data.get("labels")
@@ -260,10 +251,11 @@ class RunReport:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunReport":
         version = data.get("schema_version")
-        if version not in READABLE_SCHEMA_VERSIONS:
+        if version != SCHEMA_VERSION:
             raise ValueError(
-                f"report schema version {version!r} is not one of {READABLE_SCHEMA_VERSIONS}; "
-                "read it with the opgate release that wrote it"
+                f"report schema version {version!r} is not this plain layout's ({SCHEMA_VERSION}); decode a "
+                "`--json` report with opgate.reporting.schema.decode_report, or read it with the opgate release "
+                "that wrote it"
             )
         return cls(
             verb=data["verb"],

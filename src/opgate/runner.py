@@ -38,7 +38,7 @@ from opgate.checks.base import CheckContext
 from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, package_root, reap_seconds_left,
                              register_child, signal_name, signal_process_group, unregister_child)
 from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
 
 # How much of a dead child's stderr to keep as evidence.
 STDERR_TAIL_CHARS = 2000
@@ -616,11 +616,24 @@ class _GpuClaims:
         self.held.clear()
 
 
+GPU_WAIT = "waited for the GPU (another opgate run held it)"
+
+
+def gpu_wait_figure(check_id: str, stage: str, waited_s: float, limit_s: float) -> Figure:
+    """How long a task waited for its GPU, keyed where it is made: VERB.STAGE.waited_for_the_gpu_another_opgate_run_
+    held_it, the key reports carried while opgate.reporting.metrics derived it from a planned task's check id; the
+    op, impl, dtype and tool are the result's labels (its task's, copied by the runner). A task planned without a
+    stage (none of opgate's take the GPU guard) leaves the key to that derivation."""
+    key = f"{check_id.split('.', 1)[0]}.{stage}.{slug(GPU_WAIT)}" if stage else ""
+    return Figure(GPU_WAIT, waited_s, "s", Threshold(limit_s, "<=", "the GPU guard's limit (OPGATE_GPU_WAIT_S)"),
+                  key=key)
+
+
 def with_gpu_wait(result: CheckResult, claim: Waiting) -> CheckResult:
-    """The result with the seconds its task waited for its GPU (held by another opgate run) before it started."""
+    """The result (its task's stage and labels on it) with the seconds its task waited for its GPU (held by another
+    opgate run) before it started."""
     waited = round(claim.granted_after_s or 0.0, 2)
-    figure = Figure("waited for the GPU (another opgate run held it)", waited, "s",
-                    Threshold(claim.limit_s, "<=", "the GPU guard's limit (OPGATE_GPU_WAIT_S)"))
+    figure = gpu_wait_figure(result.check_id, result.stage, waited, claim.limit_s)
     extra = {**result.extra, "gpu_guard": {"waited_s": waited, "mode": claim.request.mode,
                                           "gpus": list(claim.request.keys)}}
     return dataclasses.replace(result, figures=(*result.figures, figure), extra=extra)
@@ -633,8 +646,7 @@ def gpu_wait_error(task: CheckTask, claim: Waiting, holder: str) -> CheckResult:
         task.check_id, task.title, Outcome.ERROR,
         f"not run: its GPU ({', '.join(claim.request.keys)}) stayed held{by} for {claim.waited_s():.0f} s, past the "
         f"GPU guard's limit of {claim.limit_s:g} s (lock files in {claim.request.directory})",
-        figures=(Figure("waited for the GPU (another opgate run held it)", round(claim.waited_s(), 1), "s",
-                        Threshold(claim.limit_s, "<=", "the GPU guard's limit (OPGATE_GPU_WAIT_S)")),),
+        figures=(gpu_wait_figure(task.check_id, task.stage, round(claim.waited_s(), 1), claim.limit_s),),
         remediation="Run the opgate verify runs of one GPU one after another or give each its own GPU "
                     "(CUDA_VISIBLE_DEVICES), or wait longer: OPGATE_GPU_WAIT_S=<seconds>.",
         extra={"gpu_guard": {"waited_s": round(claim.waited_s(), 1), "mode": claim.request.mode,
@@ -737,8 +749,8 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
                 running.append(_start(task, index, workdir, pool))
             except OSError as exc:
                 result = claims.finished(index, CheckResult(task.check_id, task.title, Outcome.ERROR,
-                                                            f"could not start the check process: {exc}"))
-                result = result.with_identity(task.stage, task.labels)
+                                                            f"could not start the check process: {exc}")
+                                         .with_identity(task.stage, task.labels))
                 results[index] = result
                 if on_done:
                     on_done(task, result)
@@ -765,7 +777,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             if isinstance(slot, _WarmRunning):
                 pool.give_back(slot.worker, healthy)
             running.remove(slot)
-            result = claims.finished(slot.index, result).with_identity(slot.task.stage, slot.task.labels)
+            result = claims.finished(slot.index, result.with_identity(slot.task.stage, slot.task.labels))
             if follow_up is not None:
                 after = follow_up(slot.task, result)
                 if isinstance(after, CheckTask):

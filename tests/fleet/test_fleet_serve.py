@@ -105,7 +105,8 @@ def test_metrics_have_stable_names_and_labels_and_a_failure_recovers(exporter: t
         {("scheduler", 0.0), ("label", 0.0)}
 
     code, body = fetch(f"{base}/report.json")
-    assert code == 200 and json.loads(body)["verb"] == "doctor"
+    document = json.loads(body)  # the document --json writes (opgate.reporting.schema)
+    assert code == 200 and document["verb"] == "doctor" and document["schema_version"] == 2
     assert fetch(f"{base}/healthz")[0] == 200
 
     flap.write_text("pass")  # the fault goes away: the next run must clear it

@@ -268,3 +268,38 @@ def test_the_fleet_baseline_keys_its_outlier_rows_at_the_source() -> None:
     assert {r.check_id.split(":")[0] for r in results} == {"slow", "slow.cluster.local"} and len(results) == 6
     assert figure_count(results) == 30
     assert source_key_problems(results) == []
+
+
+def test_the_runners_gpu_wait_figure_is_keyed_at_the_source(tmp_path: Path) -> None:
+    """The runner's "waited for the GPU" figure, on a result that waited and on the error of a task whose GPU
+    stayed held, for every GPU-guarded task verify's stages plan (softmax, triton, float16): keyed by the runner
+    with its task's stage, the labels its task's (the runner copies them onto the result)."""
+    from types import SimpleNamespace
+
+    import opgate.core.spec as spec
+    from opgate.gpu_guard import Waiting
+    from opgate.runner import CheckTask, gpu_wait_error, with_gpu_wait
+    from opgate.stage_api import OperatorPlan, discover_stages
+    from opgate.verify.backends.base import ImplementationChoice
+
+    softmax = Path(__file__).resolve().parents[2] / "examples" / "ops" / "softmax.py"
+    [op] = spec.load_spec_file(softmax)
+    choice = ImplementationChoice("triton", "triton", "user")
+    plan = OperatorPlan(op, [choice], ["float16"], softmax, "quick", 0, True, 1, tmp_path, tmp_path, 900.0,
+                        plans={"float16": tmp_path / "plan.json"}, gpu_choices=[choice])
+    # a runtime warm-up's result is internal (left out of the report): its check id names no stage
+    tasks = [task for stage in discover_stages().values() for task in stage.tasks(plan)
+             if isinstance(task, CheckTask) and task.uses_gpu and not task.check_id.endswith("_warm_up")]
+    assert {task.stage for task in tasks} >= {"numerics", "runtime", "sanitizer", "recovery", "ncu", "qos"}
+    request = SimpleNamespace(mode="exclusive", keys=("0",), directory=tmp_path)
+    claim = Waiting(request, limit_s=600.0, blocked=True, granted_after_s=12.5)  # type: ignore[arg-type]
+    results = []
+    for task in tasks:
+        done = CheckResult(task.check_id, task.title, Outcome.PASSED, "r").with_identity(task.stage, task.labels)
+        results.append(with_gpu_wait(done, claim))
+        results.append(gpu_wait_error(task, claim, "pid 42").with_identity(task.stage, task.labels))
+    assert figure_count(results) == 2 * len(tasks)
+    assert {f.key for r in results for f in r.figures} >= {
+        "verify.numerics.waited_for_the_gpu_another_opgate_run_held_it",
+        "verify.sanitizer.waited_for_the_gpu_another_opgate_run_held_it"}
+    assert source_key_problems(results) == []

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from opgate.reporting.json_report import read_json, render_json, report_from_dict, report_to_dict
+from opgate.reporting.json_report import read_json, render_json
+from opgate.reporting.schema import decode_report, encode_report
 from opgate.reporting.metrics import metric_for
 from opgate.results import Outcome, RunReport
 
@@ -131,7 +132,7 @@ def test_every_gpu_probe_figure_has_a_key_and_number_or_text(monkeypatch: pytest
     monkeypatch.setattr(host_links, "measure_host_links", lambda dev: probes.links(55.4, 55.3, express=express))
     results = [probes.run(gpu_checks.HbmBandwidthCheck), probes.run(gpu_checks.HostLinksCheck)]
     report = RunReport("doctor", tuple(results), "2026-01-01T00:00:00+00:00", 1.0)
-    document = report_to_dict(report)
+    document = encode_report(report)
     assert_schema2(document)
     keys = {f["key"] for r in document["results"] for f in r["figures"]}
     assert {"hbm.read_bandwidth", "host_links.h2d_pinned", "host_links.pcie_raw_rate"} <= keys
@@ -142,8 +143,8 @@ def test_schema1_reports_still_load_and_round_trip_through_schema2() -> None:
     written with (a schema-1 report's, derived on the first encoding)."""
     for path in sorted(REPORTS.glob("*.json")):
         report = read_json(path)
-        again = report_from_dict(json.loads(render_json(report)))
-        assert report_to_dict(again) == report_to_dict(report), path.name
+        again = decode_report(json.loads(render_json(report)))
+        assert encode_report(again) == encode_report(report), path.name
         assert [r.outcome for r in again.results] == [r.outcome for r in report.results], path.name
 
 

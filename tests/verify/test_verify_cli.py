@@ -97,12 +97,13 @@ def test_results_show_budget_beside_the_candidate_and_say_why_triton_has_no_ir(f
 
 @pytest.mark.slow
 def test_json_round_trips_and_junit_counts_failures(float16_run):
-    from opgate.reporting.json_report import read_json, report_to_dict
+    from opgate.reporting.json_report import read_json
+    from opgate.reporting.schema import encode_report
 
     _, out = float16_run
     raw = json.loads((out / "report.json").read_text())
     report = read_json(out / "report.json")
-    assert report_to_dict(report)["results"] == raw["results"]
+    assert encode_report(report)["results"] == raw["results"]
     assert report.exit_code == 1 == raw["exit_code"]
     suite = ET.parse(out / "report.xml").getroot().find("testsuite")
     assert suite.get("failures") == str(len(BUGGY))

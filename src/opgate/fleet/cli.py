@@ -33,9 +33,10 @@ def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes
 
     from opgate.console import make_console
     from opgate.fleet.cluster import alive_nodes, connect, run_on_nodes
-    from opgate.fleet.report import fleet_report, node_outcome, now_iso, render_fleet_terminal
+    from opgate.fleet.report import fleet_report, node_outcome, now_iso
     from opgate.outputs import check_distinct_outputs, check_report_path
     from opgate.reporting.emit import ReportOutputs, emit
+    from opgate.reporting.terminal import render_summary
 
     reserved = {"--json", "--junit", "--markdown"} & set(node_args)
     if reserved:
@@ -71,7 +72,7 @@ def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes
     report = fleet_report(verb, outcomes, started_at, time.perf_counter() - t0, strict,
                           {"node_args": list(node_args), "address": address or "local",
                            "max_nodes_at_once": max_nodes_at_once})
-    render_fleet_terminal(report, console, verbose=verbose)
+    render_summary(report, console, verbose=verbose)  # the fleet's node table (fleet.report.RENDERERS)
     emit(report, ReportOutputs(json=json_path, junit=junit_path, markdown=markdown_path), console.print)
     return int(report.exit_code)
 

@@ -15,6 +15,8 @@ from opgate import __version__
 from opgate.fleet.baseline import (MIN_GROUP_SIZE, MODIFIED_Z_LIMIT, GpuIdentity, NodeFigures,
                                    baseline_summary, find_outliers)
 from opgate.fleet.node_task import NodeOutcome
+from opgate.reporting.renderers import VerbRenderers
+from opgate.reporting.schema import decode_result
 from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold, slug, worst_outcome
 
 BASELINE_SOURCE = ("fleet median/MAD per GPU model and driver; modified z-score limit 3.5 from Iglewicz & "
@@ -31,7 +33,7 @@ def node_results(outcome: NodeOutcome) -> tuple[CheckResult, ...]:
                             remediation="The node, not a check, failed: look at the node (ray status, its raylet "
                                         "logs) and re-run the fleet verb for it.",
                             extra={"stderr_tail": outcome.stderr_tail, **outcome.extra}),)
-    results = tuple(CheckResult.from_dict(r) for r in outcome.report.get("results", ()))
+    results = tuple(decode_result(r) for r in outcome.report.get("results", ()))
     if outcome.error:  # a report and an error (e.g. a timeout after the report): keep both
         results += (CheckResult(NODE_CHECK, "node answered", Outcome.ERROR, outcome.error,
                                 duration_s=outcome.duration_s),)
@@ -141,3 +143,7 @@ def render_fleet_terminal(report: RunReport, console: Console, verbose: bool = F
     counts = ", ".join(f"{n} {name}" for name, n in report.counts().items() if n)
     console.print(f"{len(report.extra.get('nodes', []))} node(s): {counts} in {report.duration_s:.1f}s "
                   f"— exit code {int(report.exit_code)}" + (" (--strict: warnings fail)" if report.strict else ""))
+
+
+# The `fleet` entry point of opgate.report.renderers: a fleet report's terminal summary is its node table.
+RENDERERS = VerbRenderers(terminal=render_fleet_terminal)

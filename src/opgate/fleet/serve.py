@@ -305,7 +305,9 @@ class Exporter:
                     if report is None:
                         self._send(503, b'{"error": "no run has finished yet"}\n', "application/json")
                     else:
-                        self._send(200, json.dumps(report.to_dict(), default=str).encode(), "application/json")
+                        from opgate.reporting.schema import encode_report
+
+                        self._send(200, json.dumps(encode_report(report), default=str).encode(), "application/json")
                 else:
                     self._send(404, b"not found: try /metrics, /healthz, /report.json\n", "text/plain")
 

@@ -41,9 +41,13 @@ def one_line_reason(report: RunReport) -> tuple[bool, str]:
     return False, text + more
 
 
-def _read(path: Path) -> RunReport:
+def _read(path: Path) -> tuple[RunReport, dict[str, Any]]:
+    """(the report, its document as written: a node's results for fleet_report, decoded there)."""
+    from opgate.reporting.schema import decode_report
+
     try:
-        return RunReport.from_dict(json.loads(path.read_text()))
+        document = json.loads(path.read_text())
+        return decode_report(document), document
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"report {path} cannot be read ({exc}); pass a file written by opgate doctor --json") from exc
 
@@ -71,12 +75,12 @@ def merge_reports(paths: Sequence[Path]) -> RunReport:
 
     outcomes = []
     for path in paths:
-        report = _read(path)
+        report, document = _read(path)
         gpus, driver = gpus_from_report(report)
         node = str(report.host.get("hostname") or path.stem)
         outcomes.append(NodeOutcome(node=node, hostname=node, gpus=gpus, driver=driver,
                                     exit_code=int(report.exit_code), duration_s=report.duration_s,
-                                    report=report.to_dict(), extra={"report_file": str(path)}))
+                                    report=document, extra={"report_file": str(path)}))
     return fleet_report("doctor", outcomes, now_iso(), sum(o.duration_s for o in outcomes), False,
                         {"source": "slurm srun sweep", "reports": len(paths)})
 
@@ -84,7 +88,7 @@ def merge_reports(paths: Sequence[Path]) -> RunReport:
 def main(argv: Sequence[str]) -> int:
     if len(argv) >= 2 and argv[0] == "reason":
         try:
-            ready, reason = one_line_reason(_read(Path(argv[1])))
+            ready, reason = one_line_reason(_read(Path(argv[1]))[0])
         except InputError as exc:
             print(f"{REASON_PREFIX} no verdict: {exc}"[:MAX_REASON_CHARS])
             return 2
@@ -93,8 +97,8 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) >= 3 and argv[0] == "merge" and argv[1] == "--json":
         from rich.console import Console
 
-        from opgate.fleet.report import render_fleet_terminal
         from opgate.reporting.emit import ReportOutputs, emit
+        from opgate.reporting.terminal import render_summary
 
         try:
             report = merge_reports([Path(p) for p in argv[3:]])
@@ -102,7 +106,7 @@ def main(argv: Sequence[str]) -> int:
         except InputError as exc:
             print(f"opgate: error: {exc}", file=sys.stderr)
             return 2
-        render_fleet_terminal(report, Console(highlight=False, width=160))
+        render_summary(report, Console(highlight=False, width=160))
         return int(report.exit_code)
     print("usage: python -m opgate.fleet.slurm reason REPORT.json | merge --json OUT.json REPORT.json...",
           file=sys.stderr)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from opgate.errors import InputError
-from opgate.results import CheckResult, RunReport
+from opgate.results import RunReport
 
 
 @dataclass(frozen=True)
@@ -163,24 +163,14 @@ def _engine(db: str, read_only: bool = False):  # type: ignore[no-untyped-def]
 
 
 def subject_of(report: RunReport) -> str:
-    """What a run judged, so runs of the same thing compare: the spec file, the binaries, or the host."""
-    extra = report.extra or {}
-    if report.verb in ("verify", "analyze") and extra.get("spec_file"):
-        return str(extra["spec_file"])
-    if report.verb == "verify":
-        return "ops:" + ",".join(sorted({op for op in map(_op_of, report.results) if op}))
-    if report.verb == "inspect":
-        return ",".join(sorted(str(b.get("path", "")) for b in extra.get("binaries", []))) or "(none)"
+    """What a run judged, so runs of the same thing compare: its verb's history subject (the spec file, the
+    binaries: opgate.reporting.renderers), else the host."""
+    from opgate.reporting.renderers import renderers_for
+
+    own = renderers_for(report.verb).history_subject
+    if own is not None:
+        return own(report)
     return str(report.host.get("hostname", "")) if report.host else ""
-
-
-def _op_of(result: CheckResult) -> str:
-    """The operator a verify result judged: the label its task was planned with, else its check id's second part
-    (verify.OP.IMPL...; a report written before results carried labels)."""
-    if result.labels.get("op"):
-        return result.labels["op"]
-    parts = result.check_id.split(".")
-    return parts[1] if len(parts) >= 3 else ""
 
 
 def gpu_of(report: RunReport) -> str:
@@ -198,11 +188,11 @@ def gpu_of(report: RunReport) -> str:
 
 def append_run(db: str, report: RunReport) -> int:
     """Store one run; returns its id."""
-    from opgate.reporting.json_report import report_to_dict
     from opgate.reporting.metrics import report_metrics
+    from opgate.reporting.schema import encode_report
 
     engine, runs, figures = _engine(db)
-    document = report_to_dict(report)
+    document = encode_report(report)
     counts = ", ".join(f"{n} {k}" for k, n in report.counts().items() if n)
     with engine.begin() as conn:
         run_id = conn.execute(runs.insert().values(
@@ -262,7 +252,7 @@ def last_run_like(db: str, report: RunReport) -> tuple[int, RunReport] | None:
     """The latest stored run of the same verb and subject (started before `report`, or any if it is not stored)."""
     import sqlalchemy as sa
 
-    from opgate.reporting.json_report import report_from_dict
+    from opgate.reporting.schema import decode_report
 
     engine, runs, _ = _engine(db, read_only=True)
     query = (sa.select(runs.c.id, runs.c.report_json, runs.c.started_at)
@@ -272,7 +262,7 @@ def last_run_like(db: str, report: RunReport) -> tuple[int, RunReport] | None:
         rows = list(conn.execute(query))
     engine.dispose()
     for run_id, document, started_at in rows:
-        stored = report_from_dict(json.loads(document))
+        stored = decode_report(json.loads(document))
         if stored.started_at == report.started_at and stored.duration_s == round(report.duration_s, 6):
             continue  # the same run, appended with --history: compare with the one before it
         return int(run_id), stored

@@ -1,7 +1,7 @@
 """`--html PATH`: one self-contained page (inline CSS and SVG, no script from anywhere, no network).
 
-Summary first (verdict, counts, what failed and why, how to replay it), then the charts, then every check
-with its evidence table (schema-2 key and labels beside the prose name, thresholds with their sources).
+Summary first (verdict, counts, what failed and why, how to replay it), then the charts, then the verb's own
+sections if it registers any (opgate.reporting.renderers), then every check with its evidence table (schema-2 key and labels beside the prose name, thresholds with their sources).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from opgate.atomic_file import write_atomically
 from opgate.reporting.metrics import metric_for
+from opgate.reporting.renderers import HtmlSection, renderers_for
 from opgate.reporting.replay import replay_command
 from opgate.results import CheckResult, Outcome, RunReport
 
@@ -123,6 +124,12 @@ def _check_section(report: RunReport, result: CheckResult) -> str:
     return "".join(body)
 
 
+def html_sections(report: RunReport) -> list[HtmlSection]:
+    """The verb's own sections, between the charts and the checks (opgate.reporting.renderers); none by default."""
+    own = renderers_for(report.verb).html_sections
+    return own(report) if own is not None else []
+
+
 def render_html(report: RunReport) -> str:
     from opgate.reporting.charts import charts_for
 
@@ -138,6 +145,8 @@ def render_html(report: RunReport) -> str:
         for chart_id, caption, svg in charts:
             parts.append(f'<figure id="{escape(chart_id)}">{svg}<figcaption>{escape(caption)}</figcaption></figure>')
         parts.append("</section>")
+    for section_id, heading, body in html_sections(report):
+        parts.append(f'<section id="{escape(section_id)}"><h2>{escape(heading)}</h2>{body}</section>')
     parts.append(f'<section id="checks"><h2>Checks ({len(report.results)})</h2>')
     order = {Outcome.FAILED: 0, Outcome.ERROR: 1, Outcome.WARNED: 2, Outcome.PASSED: 3, Outcome.SKIPPED: 4}
     for result in sorted(report.results, key=lambda r: order[r.outcome]):

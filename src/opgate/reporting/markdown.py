@@ -1,9 +1,10 @@
 """`--markdown PATH`: a short Markdown summary of one run for a CI job's page (GitHub's job summary, a GitLab
 merge-request note), built from the RunReport like the JSON and HTML reports.
 
-The verdict and what the exit code means; a table (verify: one row per operator x implementation x dtype with
-its worst outcome; other verbs: one row per check); every failure, error and warning with its reason, remedy and
-replay command; for verify, whose table has no reasons, the skipped checks grouped by reason.
+The verdict and what the exit code means; a table (one row per check, or the verb's own: verify's one row per
+operator x implementation x dtype with its worst outcome, opgate.reporting.renderers); every failure, error and
+warning with its reason, remedy and replay command; below a table whose rows carry no reasons, the skipped checks
+grouped by reason.
 
 GitHub drops a step's whole summary when it is over 1 MiB (the runner's annotation: "$GITHUB_STEP_SUMMARY upload
 aborted, supports content up to a size of 1024k"), so long lists are cut here, each with a line saying how many
@@ -13,15 +14,14 @@ were left out, and the text stays under MAX_BYTES whatever the report holds.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
 from opgate.atomic_file import write_atomically
-from opgate.reporting.metrics import check_labels
+from opgate.reporting.renderers import MarkdownTable, renderers_for
 from opgate.reporting.replay import reason_without_replay, replay_command
 from opgate.reporting.terminal import skip_groups
-from opgate.results import CheckResult, ExitCode, Outcome, RunReport, worst_outcome
+from opgate.results import CheckResult, ExitCode, Outcome, RunReport
 
 # Half of GitHub's 1 MiB per step: a doctor and a verify summary appended in one step still fit.
 MAX_BYTES = 512 * 1024
@@ -115,36 +115,15 @@ def _header(report: RunReport) -> list[str]:
     return head
 
 
-def _verify_rows(results: Sequence[CheckResult]) -> list[str]:
-    """One row per operator x implementation x dtype: its worst outcome and each stage's outcome. An op-wide
-    result (calibration, a stage skipped for want of a GPU) is the operator's row with no implementation."""
-    groups: dict[tuple[str, str, str], list[tuple[str, Outcome]]] = defaultdict(list)
-    for result in results:
-        stem, labels = check_labels(result)
-        stage = stem.split(".", 1)[-1]
-        impl = labels.get("impl", "")
-        if impl == stage:  # verify.OP.STAGE: the stage of the whole operator, not an implementation
-            impl = ""
-        if impl and labels.get("tool"):  # an implementation's sanitizer results: one per tool
-            stage = f"{stage}:{labels['tool']}"
-        groups[(labels.get("op", result.check_id), impl, labels.get("dtype", ""))].append((stage, result.outcome))
-    rows = []
-    for (op, impl, dtype), stages in groups.items():
-        worst = worst_outcome([outcome for _, outcome in stages])
-        detail = ", ".join(f"{stage} {LABEL[outcome].strip('*')}" for stage, outcome in stages)
-        rows.append(f"| {code(op, True)} | {code(impl, True) if impl else 'all'} | {dtype or '—'} | "
-                    f"{LABEL[worst]} | {escape(detail)} |")
-    return rows
-
-
-def _table(report: RunReport) -> tuple[list[str], list[str]]:
-    """(the table's head lines, its rows)."""
-    if report.verb == "verify":
-        return (["| operator | implementation | dtype | verdict | stages |", "| --- | --- | --- | --- | --- |"],
-                _verify_rows(report.results))
-    rows = [f"| {code(r.check_id, True)} | {LABEL[r.outcome]} | "
-            f"{escape(cut(reason_without_replay(r.reason), MAX_CELL))} |" for r in report.results]
-    return ["| check | verdict | reason |", "| --- | --- | --- |"], rows
+def _table(report: RunReport) -> MarkdownTable:
+    """The verb's own table (opgate.reporting.renderers: verify's one row per operator x implementation x dtype),
+    else one row per check with its reason."""
+    own = renderers_for(report.verb).markdown_table
+    if own is not None:
+        return own(report)
+    rows = tuple(f"| {code(r.check_id, True)} | {LABEL[r.outcome]} | "
+                 f"{escape(cut(reason_without_replay(r.reason), MAX_CELL))} |" for r in report.results)
+    return MarkdownTable(("| check | verdict | reason |", "| --- | --- | --- |"), rows)
 
 
 def _problem(report: RunReport, result: CheckResult) -> str:
@@ -170,10 +149,10 @@ def render_markdown(report: RunReport, max_bytes: int = MAX_BYTES) -> str:
     skipped checks each within a share of what is left."""
     out = _header(report)
     room = max_bytes - len("\n".join(out).encode()) - 1024  # 1 KiB for headings and the left-out lines
-    table_head, rows = _table(report)
-    if rows:
-        taken, dropped = fit(rows, MAX_TABLE_ROWS, room * 2 // 5)
-        out += ["", *table_head, *taken, *left_out(dropped, "rows")]
+    table = _table(report)
+    if table.rows:
+        taken, dropped = fit(list(table.rows), MAX_TABLE_ROWS, room * 2 // 5)
+        out += ["", *table.head, *taken, *left_out(dropped, "rows")]
     problems = sorted((r for r in report.results if r.outcome in PROBLEM_ORDER),
                       key=lambda r: PROBLEM_ORDER[r.outcome])
     if problems:
@@ -181,7 +160,7 @@ def render_markdown(report: RunReport, max_bytes: int = MAX_BYTES) -> str:
         taken, dropped = fit([_problem(report, r) for r in problems], MAX_PROBLEMS, room * 2 // 5)
         out += ["", f"### {heading} ({len(problems)})", ""]
         out += ["\n".join(taken).rstrip("\n"), *left_out(dropped, "failures, errors and warnings")]
-    skipped = _skipped(report) if report.verb == "verify" else []  # other verbs' table rows carry the reason
+    skipped = [] if table.carries_reasons else _skipped(report)  # rows with reasons say why a check skipped
     if skipped:
         taken, dropped = fit(skipped, MAX_SKIP_GROUPS, room // 5)
         out += ["", "### Skipped", "", *taken, *left_out(dropped, "skip reasons")]

@@ -287,15 +287,6 @@ def derived_metric_for(result: CheckResult, figure: Figure) -> Metric:
                   threshold=figure.threshold.to_dict() if figure.threshold else None)
 
 
-def figure_to_v2(result: CheckResult, figure: Figure) -> dict[str, Any]:
-    """A figure as schema 2 writes it: the prose name stays beside key, labels, value, unit and text."""
-    metric = metric_for(result, figure)
-    data: dict[str, Any] = {"name": figure.name, "key": metric.key, "labels": dict(metric.labels),
-                            "value": metric.value, "unit": figure.unit, "text": metric.text, "kind": metric.kind,
-                            "threshold": figure.threshold.to_dict() if figure.threshold else None}
-    return data
-
-
 def report_metrics(results: Any) -> list[tuple[CheckResult, Metric]]:
     """Every figure of every result as a Metric, in report order."""
     return [(result, metric_for(result, figure)) for result in results for figure in result.figures]

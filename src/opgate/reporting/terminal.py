@@ -74,6 +74,14 @@ def skip_groups(results: list[CheckResult]) -> list[tuple[str, list[str]]]:
     return list(groups.items())
 
 
+def render_summary(report: RunReport, console: Console, verbose: bool = False) -> None:
+    """The report's terminal summary: its verb's own (opgate.reporting.renderers: the fleet's node table,
+    analyze's problems below its matrix), else `render_terminal`."""
+    from opgate.reporting.renderers import renderers_for
+
+    (renderers_for(report.verb).terminal or render_terminal)(report, console, verbose)
+
+
 def render_terminal(report: RunReport, console: Console, verbose: bool = False) -> None:
     if verbose:
         _render_table(report, console)
