@@ -128,5 +128,22 @@ def test_a_layout_refused_with_an_explicit_error_is_a_layout_limit_and_other_err
     assert "must be contiguous" in refused["reason"] and "contiguous=True" in refused["reason"]
     broken = report["verify.row_scale.breaks_on_views.float32"]  # an accidental error on the same layouts
     assert broken["outcome"] == "failed" and "not enough values to unpack" in broken["reason"]
+    viewed = report["verify.row_scale.views_a_view.float32"]  # PyTorch's view error names strides, by accident
+    assert viewed["outcome"] == "failed" and "view size is not compatible" in viewed["reason"], viewed["reason"]
     wrong = report["verify.row_scale.reads_storage_order.float32"]  # a silent wrong answer
     assert wrong["outcome"] == "failed" and wrong["extra"].get("failure_class") == "layout", wrong["reason"]
+
+
+@pytest.mark.parametrize("reason, refusal", [
+    ("raised AssertionError: cos must be contiguous at the last dimension", True),          # FlagGems' rotary
+    ("raised RuntimeError: x must be contiguous", True),                                     # TORCH_CHECK in an extension
+    ("raised ValueError: expected a contiguous tensor, got strides (1, 4)", True),
+    ("raised RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension "
+     "spans across two contiguous subspaces). Use .reshape(...) instead.", False),           # an accident
+    ("raised ValueError: not enough values to unpack (expected 3, got 0)", False),           # FlagGems' CE backward
+    ("out0: RMSE 1 > budget 5e-06", False),
+])
+def test_a_layout_refusal_states_a_requirement(reason: str, refusal: bool) -> None:
+    from opgate.verify.check import _is_layout_refusal
+
+    assert _is_layout_refusal(reason) is refusal

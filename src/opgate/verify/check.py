@@ -140,17 +140,27 @@ def _limitations(reasons: Sequence[str]) -> list[BackendLimitation]:
     return [f for f in found if f is not None] if found and all(f is not None for f in found) else []
 
 
-# Words of an error that refuses an input's memory layout (an explicit precondition, e.g. FlagGems' rotary embedding:
-# "cos must be contiguous at the last dimension"), as opposed to an error the layout provokes by accident.
-LAYOUT_REFUSAL_WORDS = ("contiguous", "stride")
+# An error that refuses an input's memory layout states a requirement about it: FlagGems' rotary embedding ("cos must
+# be contiguous at the last dimension"), a CUDA extension's TORCH_CHECK(x.is_contiguous(), "x must be contiguous").
+# An error the layout provokes by accident does not, even when it names strides: PyTorch's "view size is not
+# compatible with input tensor's size and stride ... Use .reshape(...)" is a crash of the implementation on a view.
+LAYOUT_WORDS = ("contiguous", "stride")
+REQUIREMENT_WORDS = ("must", "expect", "require", "only support", "not supported", "unsupported", "is not contiguous",
+                     "non-contiguous", "not contiguous")
+ACCIDENTAL_LAYOUT_ERRORS = ("view size is not compatible",)
+
+
+def _is_layout_refusal(reason: str) -> bool:
+    text = reason.lower()
+    return (reason.startswith("raised") and any(w in text for w in LAYOUT_WORDS)
+            and any(w in text for w in REQUIREMENT_WORDS) and not any(w in text for w in ACCIDENTAL_LAYOUT_ERRORS))
 
 
 def _refuses_layout(record: "CaseRecord") -> bool:
-    """A case in a layout opgate chose (not contiguous) that only raised, every time with an error naming the
-    layout: the implementation refuses the layout, it does not compute it wrong."""
+    """A case in a layout opgate chose (not contiguous) that only raised, every time with an error stating a layout
+    requirement: the implementation refuses the layout, it does not compute it wrong."""
     reasons = record.verdict.reasons
-    return (record.case.layout != "contiguous" and bool(reasons)
-            and all(r.startswith("raised") and any(w in r.lower() for w in LAYOUT_REFUSAL_WORDS) for r in reasons))
+    return record.case.layout != "contiguous" and bool(reasons) and all(_is_layout_refusal(r) for r in reasons)
 
 
 def _limitation_deviations(limited: Sequence["CaseRecord"], n_cases: int) -> list[Deviation]:

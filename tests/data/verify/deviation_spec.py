@@ -187,6 +187,11 @@ def _breaks_on_views(x):
     return a + b + c
 
 
+@row_scale.implementation("views_a_view", backend="torch")
+def _views_a_view(x):
+    return x.view(-1).view(x.shape) * 3  # "view size is not compatible with input tensor's size and stride"
+
+
 @row_scale.implementation("reads_storage_order", backend="torch")
 def _reads_storage_order(x):
     return torch.as_strided(x, x.shape, (x.shape[-1], 1)) * 3  # the view's strides ignored
