@@ -5,8 +5,13 @@
 1. naive:  `for f in DIR/*.py: opgate verify f` (one process per spec file, each paying its own imports, pool and
            calibration), with an empty bound cache;
 2. one run: `opgate verify DIR`, with another empty bound cache (the cold first run of a CI job);
-3. re-run: the same command again, nothing changed, the cache as the first run left it (a CI job that keeps
-           $OPGATE_CACHE_DIR between runs).
+3. re-run, bound cache only: the same command again, nothing changed, OPGATE_VERDICT_CACHE=0 (every check judged
+           again, the float64 bound terms from the cache the first run left);
+4. re-run: the same command again with the verdict cache too (a CI job that keeps $OPGATE_CACHE_DIR between runs:
+           verify/verdict_cache.py), nothing changed;
+5. one file edited: a comment appended to the first spec file, then the same command: that file judged, the others
+           reused.
+The folder is copied first (step 5 edits the copy).
 
 Printed: wall time, exit code and result counts per mode, whether every check's outcome agrees across the modes,
 and a profile of the one-run report: spec load, calibration (per phase: truth and baseline, bound terms, the rest),
@@ -31,16 +36,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def _env(cache: Path) -> dict[str, str]:
-    return {**os.environ, "OPGATE_CACHE_DIR": str(cache),
+def _env(cache: Path, verdicts: bool = True) -> dict[str, str]:
+    return {**os.environ, "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1" if verdicts else "0",
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)}
 
 
-def _run(paths: list[str], report: Path, cache: Path, extra: list[str], timeout_s: float) -> dict[str, Any]:
+def _run(paths: list[str], report: Path, cache: Path, extra: list[str], timeout_s: float,
+         verdicts: bool = True) -> dict[str, Any]:
     command = [sys.executable, "-m", "opgate", "verify", *paths, "--json", str(report), *extra]
     started = time.perf_counter()
     try:
-        proc = subprocess.run(command, env=_env(cache), capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(command, env=_env(cache, verdicts), capture_output=True, text=True, timeout=timeout_s)
         code: Any = proc.returncode
         tail = (proc.stdout + proc.stderr)[-400:]
     except subprocess.TimeoutExpired:
@@ -116,38 +122,51 @@ def main() -> int:
     args.extra = [a for a in [*args.extra, *unknown] if a != "--"]
     from opgate.verify.spec_files import specs_in_folder
 
-    specs = [str(p) for p in specs_in_folder(args.folder)]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="opgate-library-") as tmp:
         tmp_path = Path(tmp)
+        import shutil
+
+        folder = tmp_path / "library"
+        shutil.copytree(args.folder, folder, ignore=shutil.ignore_patterns("__pycache__"))
+        specs = [str(p) for p in specs_in_folder(folder)]
         if args.naive:
             cache = tmp_path / "cache-naive"
             started = time.perf_counter()
             merged: dict[str, str] = {}
             worst: Any = 0
             for k, spec in enumerate(specs):
-                run = _run([spec], tmp_path / f"naive-{k}.json", cache, args.extra, args.timeout)
+                run = _run([spec], tmp_path / f"naive-{k}.json", cache, args.extra, args.timeout, verdicts=False)
                 merged.update(_outcomes(run["report"]))
                 worst = run["exit"] if not isinstance(run["exit"], int) or not isinstance(worst, int) else max(
                     worst, run["exit"])
             rows.append({"mode": "naive loop", "wall_s": time.perf_counter() - started, "exit": worst,
                          "outcomes": merged})
         cache = tmp_path / "cache-one-run"
-        first = _run([str(args.folder)], tmp_path / "one.json", cache, args.extra, args.timeout)
+        first = _run([str(folder)], tmp_path / "one.json", cache, args.extra, args.timeout)
         rows.append({"mode": "one run (cold cache)", "wall_s": first["wall_s"], "exit": first["exit"],
                      "outcomes": _outcomes(first["report"]), "tail": first["tail"]})
-        again = _run([str(args.folder)], tmp_path / "again.json", cache, args.extra, args.timeout)
-        rows.append({"mode": "re-run (cache kept)", "wall_s": again["wall_s"], "exit": again["exit"],
+        again = _run([str(folder)], tmp_path / "again.json", cache, args.extra, args.timeout, verdicts=False)
+        rows.append({"mode": "re-run, bound cache only", "wall_s": again["wall_s"], "exit": again["exit"],
                      "outcomes": _outcomes(again["report"]), "tail": again["tail"]})
+        reused = _run([str(folder)], tmp_path / "reused.json", cache, args.extra, args.timeout)
+        rows.append({"mode": "re-run, verdicts reused", "wall_s": reused["wall_s"], "exit": reused["exit"],
+                     "outcomes": _outcomes(reused["report"]), "tail": reused["tail"]})
+        edited = Path(specs[0])
+        edited.write_text(edited.read_text() + "\n# edited\n")
+        one_edit = _run([str(folder)], tmp_path / "edited.json", cache, args.extra, args.timeout)
+        judged = len(((one_edit["report"] or {}).get("extra", {}).get("verdict_cache") or {}).get("judged", []))
+        rows.append({"mode": f"one file edited ({judged} judged)", "wall_s": one_edit["wall_s"],
+                     "exit": one_edit["exit"], "outcomes": _outcomes(one_edit["report"]), "tail": one_edit["tail"]})
         lines = profile(first["report"]) if first["report"] else [f"no report: {first['tail']}"]
         rerun_lines = profile(again["report"]) if again["report"] else [f"no report: {again['tail']}"]
 
     print(f"{len(specs)} spec files under {args.folder}; verify args: {' '.join(args.extra) or '(defaults)'}")
-    print(f"{'mode':24s} {'wall s':>8s} {'exit':>6s} {'checks':>7s}  outcomes")
-    reference = rows[-2]["outcomes"]
+    print(f"{'mode':28s} {'wall s':>8s} {'exit':>6s} {'checks':>7s}  outcomes")
+    reference = next(r for r in rows if r["mode"].startswith("one run"))["outcomes"]
     for row in rows:
         counts = Counter(row["outcomes"].values())
-        print(f"{row['mode']:24s} {row['wall_s']:8.1f} {str(row['exit']):>6s} {len(row['outcomes']):7d}  "
+        print(f"{row['mode']:28s} {row['wall_s']:8.1f} {str(row['exit']):>6s} {len(row['outcomes']):7d}  "
               + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for row in rows:
         if row["outcomes"] is not reference:
