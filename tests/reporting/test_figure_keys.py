@@ -188,12 +188,14 @@ ROOT = REPORTS.parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec, extras", [
-    ("examples/ops/softmax.py", True),  # the example, with opgate's extras (torch.compile, ONNX Runtime, TVM)
-    ("tests/data/verify/softmax_spec.py", False),  # planted bugs: failing cases, shrinking, replay
-    ("tests/data/verify/crash_on_one_case.py", False),  # a case that kills its process: the crash figures
+@pytest.mark.parametrize("spec, extras, case_timeout_s", [
+    ("examples/ops/softmax.py", True, None),  # the example, with opgate's extras (torch.compile, ONNX Runtime, TVM)
+    ("tests/data/verify/softmax_spec.py", False, None),  # planted bugs: failing cases, shrinking, replay
+    # a case that kills its process: the crash figures. Its hanging implementation's case times out in 4 s (as in
+    # test_verify_resume) instead of spinning for most of the default case timeout
+    ("tests/data/verify/crash_on_one_case.py", False, 4),
 ])
-def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, tmp_path: Path,
+def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, case_timeout_s: float | None, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """`opgate verify SPEC --budget quick --stages numerics --dtype float32` on this CPU, through the engine as the
     CLI runs it (one dtype: every kind of figure is there, at a third of the cost in `make test`)."""
@@ -203,7 +205,8 @@ def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, tmp_path
 
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
     report = run_verify(VerifyRequest(spec_file=ROOT / spec, budget="quick", stages=("numerics",), jobs=2,
-                                      extras=extras, dtypes=("float32",), out_dir=tmp_path / "out"),
+                                      extras=extras, dtypes=("float32",), case_timeout_s=case_timeout_s,
+                                      out_dir=tmp_path / "out"),
                          make_console())
     numerics = [r for r in report.results if r.stage == "numerics"]
     assert numerics and all(r.labels.keys() >= {"op", "impl", "dtype"} for r in numerics)
