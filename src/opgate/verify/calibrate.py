@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from opgate.core import dtypes as dt
-from opgate.verify.compare import OutputStats, compare_output, count_exceeding
+from opgate.verify.compare import OutputStats, compare_output, count_exceeding, selected
 from opgate.verify.error_bounds import (
     LOGSPACE_UNITS, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
 )
@@ -332,8 +332,10 @@ def baseline_lost_mask(truth: Any, baseline: Any) -> Any:
     lost_in_range = usable & ~torch.isfinite(b)
     both = usable & torch.isfinite(b)
     if bool(both.any()):
-        truth_rms = float(t[both].pow(2).mean().sqrt())
-        eager_rmse = float((b[both] - t[both]).pow(2).mean().sqrt())
+        everywhere = bool(both.all())
+        t_both, b_both = selected(t, both, everywhere), selected(b, both, everywhere)
+        truth_rms = float(t_both.pow(2).mean().sqrt())
+        eager_rmse = float((b_both - t_both).pow(2).mean().sqrt())
         if truth_rms > 0 and eager_rmse >= 0.5 * truth_rms:  # eager fails this case as a whole
             lost_in_range |= both & ((b - t).abs() >= 0.5 * t.abs()) & (b != t)
     lost_overflow = finite & ~fits & (b != t_in_dtype)

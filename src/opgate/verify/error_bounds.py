@@ -179,18 +179,16 @@ def _first_inexact_addition(terms: Any, count: int, mean_abs: float, spread: flo
 
 def _first_inexact_in(parts: Sequence[Any], count: int, mean_abs: float, spread: float, roundoff: float) -> int:
     """_first_inexact_addition over the terms of several flat vectors (a zero's quantum is inf: it never sets the
-    minimum). The sample is the vectors' first QUANTUM_SAMPLE entries; one with no non-zero term says nothing."""
+    minimum). The sample is each vector's first QUANTUM_SAMPLE entries and as many spread evenly over it (an element
+    of row m of a matrix input depends on that row alone: the first entries of the vector are then zeros); a sample
+    with no non-zero term says nothing."""
     def first_at(quantum: float) -> int:
         return first_inexact_step(count, mean_abs, spread, quantum / roundoff) if math.isfinite(quantum) else 1
 
     if sum(int(part.numel()) for part in parts) > QUANTUM_SAMPLE:
-        sample, left = [], QUANTUM_SAMPLE
-        for part in parts:
-            if left <= 0:
-                break
-            sample.append(part[:left])
-            left -= int(sample[-1].numel())
-        least = min(float(_quantum(piece).min()) for piece in sample if piece.numel())
+        sample = [piece for part in parts if part.numel()
+                  for piece in (part[:QUANTUM_SAMPLE], part[::max(1, int(part.numel()) // QUANTUM_SAMPLE)])]
+        least = min(float(_quantum(piece).min()) for piece in sample)
         if math.isfinite(least) and first_at(least) == 1:
             return 1
     return first_at(min(float(_quantum(part).min()) for part in parts if part.numel()))
