@@ -96,3 +96,23 @@ def test_stats_round_trip_through_json_dicts():
     assert OutputStats.from_dict(stats.to_dict()) == stats
     exact = compare_output(torch.tensor([1.0, 2.0]), truth, "float32")
     assert exact.sqnr_db == math.inf and OutputStats.from_dict(exact.to_dict()).sqnr_db == math.inf
+
+
+def test_statistics_read_in_place_equal_those_of_the_gathered_elements() -> None:
+    """Where every element is comparable compare_output reads the tensors in place (compare.selected), elsewhere it
+    gathers them: the statistics of a non-contiguous output are the same whichever way it went."""
+    import dataclasses
+
+    from opgate.verify import compare
+
+    truth = torch.randn(64, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).t()
+    candidate = truth.float()
+    in_place = compare_output(candidate, truth, "float32")
+    original = compare.selected
+    try:
+        compare.selected = lambda values, mask, everywhere: values[mask]
+        gathered = compare_output(candidate, truth, "float32")
+    finally:
+        compare.selected = original
+    assert dataclasses.astuple(in_place) == dataclasses.astuple(gathered)
+    assert in_place.compared == truth.numel()

@@ -144,3 +144,39 @@ def test_the_smallest_quantum_taken_from_a_sample_first_gives_the_same_bound() -
         spread = math.sqrt(max(float(terms.pow(2).sum()) / count - mean * mean, 0.0))
         assert error_bounds._first_inexact_addition(terms, count, abs(mean), spread, 2.0**-24) == full(terms, 2.0**-24), name
         assert row_bound(terms, 2.0**-24) > 0, name
+
+
+def test_terms_reduced_where_they_lie_give_the_bound_of_the_gathered_non_zeros() -> None:
+    """RowTerms.of reads the products as they lie, zeros and several vectors included (no gathered copy of the
+    non-zeros: fla's linear cross-entropy gradient, 4.2 M terms per element); fan-in, magnitude and bound are those of
+    the non-zero terms gathered, up to the order of the sums. The smallest-quantum sample must find an element of a
+    later row, whose first terms are zeros."""
+    import math
+
+    from opgate.verify.error_bounds import RowTerms, row_bound
+
+    generator = torch.Generator().manual_seed(5)
+    first = torch.zeros(64 * 1024, dtype=torch.float64)
+    first[40 * 1024:41 * 1024] = torch.randn(1024, generator=generator, dtype=torch.float64)  # row 40 alone
+    second = torch.randn(8192, generator=generator).half().double()  # 11-bit terms: exact first additions
+    second[::3] = 0.0
+    for roundoff in (2.0**-24, 2.0**-53):
+        reduced = RowTerms.of([first, second], roundoff)
+        gathered = torch.cat([first[first != 0], second[second != 0]])
+        assert reduced.count == int(gathered.numel())
+        assert math.isclose(reduced.magnitude, float(gathered.abs().sum()), rel_tol=1e-12)
+        assert math.isclose(reduced.bound, row_bound(gathered, roundoff), rel_tol=1e-12)
+    assert RowTerms.of([torch.zeros(10, dtype=torch.float64)], 2.0**-24) == RowTerms(0, 0.0, 0.0)
+
+
+def test_the_reused_one_hot_gives_each_sample_its_own_jacobian_row() -> None:
+    """The reverse passes start from one one-hot buffer moved from sample to sample; a gradient that is a view of it
+    (a sum's backward expands it) is used before the 1 moves on, and each sample's terms are its own."""
+    from opgate.verify.error_bounds import _sampled_terms
+
+    x = torch.arange(1.0, 13.0, dtype=torch.float64).reshape(3, 4).requires_grad_(True)
+    out = x.sum(-1)
+    found = _sampled_terms(out, [x], [x.detach()], [0, 1, 2, 1], 2.0**-24)
+    assert found is not None
+    assert [terms.magnitude for terms, _, _ in found] == [10.0, 26.0, 42.0, 26.0]
+    assert all(terms.count == 4 and finite for terms, finite, _ in found)
