@@ -319,3 +319,27 @@ def test_the_masked_regime_meets_every_multi_tile_row_size_of_the_plan():
         row_sizes = {c.dims_dict["V"] for c in cases if c.dims_dict["V"] > MASKED_TILE_SIZE}
         masked = {c.dims_dict["V"] for c in cases if c.regime == "masked"}
         assert row_sizes <= masked, (budget, row_sizes - masked)
+
+
+def test_a_freed_reference_s_id_does_not_decide_another_reference_s_masked_rows():
+    """The masked regime asks the reference once whether fully masked rows have a defined truth, keyed by the
+    reference's id: a logsumexp lambda freed and a softmax lambda given its id (same operator name, one process)
+    got logsumexp's answer, so softmax saw fully masked rows (0/0), an order-dependent failure under pytest-xdist."""
+    import gc
+
+    logsumexp_op = _logits_op(lambda x: torch.logsumexp(x, -1))  # fully masked rows defined (-inf)
+    masked = [c for c in plan_cases(logsumexp_op, "quick") if c.regime == "masked"]
+    for case in masked:
+        make_inputs(logsumexp_op, case, "float32")
+    freed_id = id(logsumexp_op.reference)
+    del logsumexp_op
+    gc.collect()
+    kept = []  # new functions until one takes the freed id (CPython reuses the freed memory at once, usually)
+    for _ in range(2000):
+        kept.append(lambda x: torch.softmax(x, -1))
+        if id(kept[-1]) == freed_id:
+            break
+    softmax_op = _logits_op(kept[-1])
+    for case in masked:
+        x = make_inputs(softmax_op, case, "float32").truth[0]
+        assert not bool(torch.isneginf(x).all(dim=-1).any()), case.label()

@@ -644,8 +644,11 @@ def inputs_generated_once() -> Iterator[None]:
         _SHARED = previous
 
 
-# (operator, spec file, reference, case, dtype) -> whether the masked regime's fully masked rows have a defined truth
-_FULL_ROWS_DEFINED: dict[tuple[Any, ...], bool] = {}
+# (operator, spec file, id of the reference, case, dtype) -> (the reference, whether the masked regime's fully masked
+# rows have a defined truth). The reference is held so its id cannot be reused by another function while the entry
+# lives: a freed logsumexp lambda's id, taken by a softmax lambda of an operator of the same name in one process,
+# gave the softmax fully masked rows (found as an order-dependent test failure under pytest-xdist).
+_FULL_ROWS_DEFINED: dict[tuple[Any, ...], tuple[Any, bool]] = {}
 
 
 def make_inputs(op: Operator, case: Case, dtype: str) -> GeneratedInputs:
@@ -672,7 +675,8 @@ def _full_rows_defined(op: Operator, case: Case, dtype: str) -> bool:
     import torch
 
     key = (op.name, str(op.spec_file), id(op.reference), case, dtype)
-    if key not in _FULL_ROWS_DEFINED:
+    cached = _FULL_ROWS_DEFINED.get(key)
+    if cached is None or cached[0] is not op.reference:
         generated = _make_inputs(op, case, dtype, full_rows=True)
         try:
             with torch.no_grad():
@@ -684,8 +688,8 @@ def _full_rows_defined(op: Operator, case: Case, dtype: str) -> bool:
             defined = False
         if len(_FULL_ROWS_DEFINED) > 256:
             _FULL_ROWS_DEFINED.clear()
-        _FULL_ROWS_DEFINED[key] = defined
-    return _FULL_ROWS_DEFINED[key]
+        _FULL_ROWS_DEFINED[key] = (op.reference, defined)
+    return _FULL_ROWS_DEFINED[key][1]
 
 
 def _make_inputs(op: Operator, case: Case, dtype: str, full_rows: bool) -> GeneratedInputs:
