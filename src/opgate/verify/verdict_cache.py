@@ -160,12 +160,16 @@ def steering_environment(environ: Mapping[str, str] | None = None) -> dict[str, 
             if name.startswith(ENV_PREFIXES) and name not in ENV_IGNORED}
 
 
+# VerifyRequest fields that do not change what is judged: which files (keyed one by one), how many at once, where
+# artefacts go. Every other field, a new one included, is part of the key.
+NOT_JUDGING_FIELDS = ("spec_file", "spec_files", "jobs", "out_dir")
+
+
 def judged_options(request: "VerifyRequest") -> dict[str, Any]:
-    """The request's options that change what is judged (not --jobs or where outputs go)."""
-    return {"budget": request.budget, "seed": request.seed, "dtypes": list(request.dtypes),
-            "stages": list(request.stages), "sanitizer_tools": list(request.sanitizer_tools),
-            "timeout_s": request.timeout_s, "case_timeout_s": request.case_timeout_s,
-            "time_budget_s": request.time_budget_s, "extras": request.extras, "shrink": request.shrink}
+    """The request's options that change what is judged (every field but NOT_JUDGING_FIELDS)."""
+    import dataclasses
+
+    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name not in NOT_JUDGING_FIELDS}
 
 
 def _repository_root(spec: Path) -> Path:
@@ -184,6 +188,8 @@ class VerdictCache:
 
     def __init__(self, root: Path, options: Mapping[str, Any], environment: Mapping[str, Any]) -> None:
         self.root = root
+        gpus = list(environment.get("gpus", []))
+        self.gpu_present = len(gpus) > 1  # a driver line and at least one device (gpu_facts)
         self._common = json.dumps({"format": CACHE_FORMAT, "options": options, **environment}, sort_keys=True,
                                   default=str)
         self._keys: dict[Path, str] = {}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from opgate.results import CheckResult, Outcome, RunReport
-from opgate.verify.verdict_cache import CachedFile, VerdictCache, gpu_facts, mark_reused, now
+from opgate.verify.verdict_cache import CachedFile, VerdictCache, mark_reused, now
 
 if TYPE_CHECKING:
     from opgate.verify.engine import VerifyRequest
@@ -57,14 +57,13 @@ def _only(request: "VerifyRequest", files: Sequence[Path]) -> "VerifyRequest":
     return dataclasses.replace(request, spec_file=files[0], spec_files=tuple(files) if len(files) > 1 else ())
 
 
-def _reused_only_report(request: "VerifyRequest") -> RunReport:
+def _reused_only_report(request: "VerifyRequest", gpu_present: bool) -> RunReport:
     """The report of a run that judged nothing: every file's verdicts came from the cache."""
     from opgate import __version__
     from opgate.session import host_facts
 
-    facts = gpu_facts()
     extra: dict[str, Any] = {"budget": request.budget, "seed": request.seed, "spec": str(request.spec_file),
-                             "gpu": len(facts) > 1, "case_counts": {}, "replay": None}
+                             "gpu": gpu_present, "case_counts": {}, "replay": None}
     return RunReport(verb="verify", results=(), started_at=now(), duration_s=0.0, host=host_facts(),
                      tool_version=__version__, extra=extra)
 
@@ -84,7 +83,7 @@ def run_with_cache(request: "VerifyRequest", console: Any, cache: VerdictCache, 
                       f"were judged: {sum(len(e.results) for e in reused.values())} results reused "
                       "(--no-cache judges them again)", highlight=False)
     judged_at = now()
-    report = judge(_only(request, to_judge), console) if to_judge else _reused_only_report(request)
+    report = judge(_only(request, to_judge), console) if to_judge else _reused_only_report(request, cache.gpu_present)
     stored = _store_judged(cache, report, to_judge, judged_at)
     return _merged(report, request, reused, to_judge, stored, started)
 
