@@ -53,6 +53,16 @@ CHILD = textwrap.dedent("""
         own.__class__ = type("OwnRun", (Autotuner,), {"run": lambda self, *a, **k: None})
         own.nargs = {"out_ptr": torch.zeros(1), "n": 33}
         runs["own_run_configs"] = len(own.prune_configs({}))
+        # a subclass whose run ends in Triton's (fla's CachedAutotuner looks for a shipped config first): steered
+        cached = triton.autotune(configs=CONFIGS, key=["n"])(write_block.fn)
+        cached.__class__ = type("CachedFirst", (Autotuner,), {"run": lambda self, *a, **k: Autotuner.run(self, *a, **k)})
+        out = torch.zeros(1, dtype=torch.int32)
+        try:
+            for n in range(33, 41):
+                cached[(1,)](out, n)
+            runs["super_run_keys"] = len(cached.cache)
+        except Exception as exc:  # benchmarked as Triton does: no GPU driver here
+            runs["super_run_keys"] = type(exc).__name__ + ": " + str(exc)[:80]
     runs["ran"] = ran
     runs["keys_after"] = len(write_block.cache)
     try:  # outside the scope: Triton's own path, which must benchmark and has no GPU driver here
@@ -97,6 +107,10 @@ def test_a_case_can_name_the_config_it_ran(runs: dict) -> None:
 
 def test_a_tuner_with_its_own_run_is_left_alone(runs: dict) -> None:
     assert runs["own_run_configs"] == 4
+
+
+def test_a_tuner_whose_run_ends_in_tritons_is_steered(runs: dict) -> None:
+    assert runs["super_run_keys"] == 8
 
 
 def test_the_autotuners_forget_the_scope_and_autotune_as_triton_does_after(runs: dict) -> None:

@@ -9,8 +9,11 @@ benchmark, a replay of a case runs the config the case ran, and a plan's cases s
 them judged than the one the autotuner would keep). A config this GPU cannot run (out of shared memory or
 registers, a compile-time assertion) is skipped, as the autotuner skips it, and the next one runs.
 
-Only Triton's own Autotuner is steered: a subclass with its own `run` (FlagGems' LibTuner, which stores every
-timing in a persistent database) autotunes as it does. Outside that scope (the runtime stage's warm-ups and
+Only Triton's own Autotuner.run is steered, whichever class reaches it: a subclass whose `run` ends in
+`super().run` (fla's CachedAutotuner, which first looks for a shipped config file; 200 compiles in 121 s of one
+fla l2norm check on the H200 while it was left alone) is steered there; one with a `run` of its own that never
+calls Triton's (FlagGems' LibTuner, which stores every timing in a persistent database, where a config chosen here
+would be stored as if it had been timed) autotunes as it does. Outside that scope (the runtime stage's warm-ups and
 timings, in the same warm worker) Triton autotunes as usual:
 the keys the scope chose are taken out of the autotuners' caches when it ends. `OPGATE_AUTOTUNE=benchmark` keeps
 Triton's own autotuning in the numerics too.
@@ -39,6 +42,7 @@ class _Scope:
     summary: dict[str, Any] = field(default_factory=dict)  # kernel -> {"configs": n, "ran": {key: config}}
     used: dict[str, str] = field(default_factory=dict)  # kernel -> the config of its last call (take_used)
     retrying: dict[int, set[str]] = field(default_factory=dict)  # tuner -> configs that failed in the call under way
+    inside_run: set[int] = field(default_factory=set)  # tuners whose call is inside Triton's own Autotuner.run
 
 
 _SCOPE = _Scope()
@@ -118,9 +122,9 @@ def install() -> bool:
     resource_errors = _resource_errors()
 
     def steered(tuner: Any) -> bool:
-        # Only Triton's own Autotuner.run: a subclass with its own run (FlagGems' LibTuner) keeps a persistent
-        # benchmark database of its own, where a config chosen here would be stored as if it had been timed.
-        return _SCOPE.active and getattr(type(tuner), "run", None) is run
+        # Only inside Triton's own Autotuner.run (module docstring): a run of a subclass's own that never reaches it
+        # (FlagGems' LibTuner) prunes and benchmarks for its database, untouched.
+        return _SCOPE.active and id(tuner) in _SCOPE.inside_run
 
     def prune_configs(self: Any, kwargs: Any, *args: Any, **more: Any) -> Any:
         configs = original_prune(self, kwargs, *args, **more)
@@ -139,6 +143,7 @@ def install() -> bool:
             return original_run(self, *args, **kwargs)
         # configs that failed in this call; once one runs, the key is cached with it and never chosen again
         failed_here = _SCOPE.retrying.setdefault(id(self), set())
+        _SCOPE.inside_run.add(id(self))
         try:
             for _attempt in range(len(self.configs)):
                 before = set(self.cache)
@@ -156,6 +161,7 @@ def install() -> bool:
             return original_run(self, *args, **kwargs)  # every config failed here: let the last error surface
         finally:
             _SCOPE.retrying.pop(id(self), None)
+            _SCOPE.inside_run.discard(id(self))
 
     tuner_class.prune_configs = prune_configs  # type: ignore[method-assign]
     tuner_class._bench = bench  # type: ignore[method-assign]
@@ -187,3 +193,4 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
         _SCOPE.added.clear()
         _SCOPE.used.clear()
         _SCOPE.retrying.clear()
+        _SCOPE.inside_run.clear()
