@@ -100,6 +100,33 @@ def test_a_member_reads_a_clean_shared_run_without_a_gpu_and_runs_alone_without_
         VerifySanitizerCheck().evaluate(CheckContext(verb="verify", options=payload.to_dict()))
 
 
+def test_the_first_member_runs_the_shared_run_without_loading_torch_or_the_spec(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared run's child loads the spec itself; the check's own process loading it too cost ~14 CPU-s per
+    group on the H200 host (fla's import). Here the spec file does not even exist."""
+    from opgate.gpu.probes import sanitizer as sanitizer_probe
+    from opgate.verify import runtime
+
+    def shared(group_dir: Path, spec_file: str, members: list, run: object) -> dict:
+        record = sanitizer_batch.judge_shared_run(_run(), members, _progress(tmp_path / "p.jsonl", 2))
+        (Path(group_dir) / sanitizer_batch.RECORD).write_text(json.dumps(record))
+        return record
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the shared run's first member loaded torch or the spec")
+
+    monkeypatch.setattr(sanitizer_probe, "find_compute_sanitizer", lambda: "/usr/bin/compute-sanitizer")
+    monkeypatch.setattr(sanitizer_probe, "supported_tool_options", lambda path, options: ([], []))
+    monkeypatch.setattr(sanitizer_batch, "run_shared", shared)
+    monkeypatch.setattr(runtime, "load_implementation", refuse)
+    monkeypatch.setattr(runtime, "_require_cuda", refuse)
+    payload = GpuStagePayload(spec_file="/lib/missing_ops.py", op="x", impl="triton", dtype="float32",
+                              tool="memcheck", group_dir=str(tmp_path), group=MEMBERS)
+    result = VerifySanitizerCheck().evaluate(CheckContext(verb="verify", options=payload.to_dict()))
+    assert result.outcome is Outcome.PASSED, result.reason
+    assert "one compute-sanitizer run of the 2 implementations of missing_ops.py under memcheck" in result.reason
+
+
 @pytest.mark.gpu
 def test_softmax_implementations_share_one_run_per_tool_and_planted_bugs_stay_their_own(tmp_path: Path) -> None:
     if gpu_reason():

@@ -325,7 +325,9 @@ SANITIZER_REMEDIES = {
 
 class VerifySanitizerCheck(GpuStageCheck):
     """One call of the implementation under one compute-sanitizer tool (memcheck by default), in its own
-    process."""
+    process. The check's own process imports neither torch nor the spec until it runs a single child: the shared
+    run's child loads them itself, and loading them here too cost each group's first task ~14 CPU-s for nothing on
+    the H200 host (fla's import pulls in torch's compiler stack; sixteenth H200 session, py-spy)."""
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.gpu.probes.sanitizer import (SanitizerNotFound, find_compute_sanitizer, run_under_sanitizer,
@@ -340,10 +342,7 @@ class VerifySanitizerCheck(GpuStageCheck):
             record = sanitizer_batch.shared_record(payload.group_dir, member)
             if record is not None:
                 return self._passed_in_shared_run(payload, record)
-        options, _ = self.begin(ctx)
-        tool = options.tool
-        op, _ = load_implementation(options)
-        sizes = sanitized_sizes(op)
+        tool = payload.tool
         try:
             path = find_compute_sanitizer()
             tool_options, dropped = supported_tool_options(path, SANITIZER_TOOL_OPTIONS.get(tool, ()))
@@ -353,11 +352,15 @@ class VerifySanitizerCheck(GpuStageCheck):
                                            timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path,
                                            env={**os.environ, **SANITIZER_CHILD_ENV})
 
-            if options.group:
-                sanitizer_batch.run_shared(Path(options.group_dir), options.spec_file, options.group, under_tool)
-                record = sanitizer_batch.shared_record(options.group_dir, member)
+            if payload.group:
+                sanitizer_batch.run_shared(Path(payload.group_dir), payload.spec_file, payload.group, under_tool)
+                record = sanitizer_batch.shared_record(payload.group_dir, member)
                 if record is not None:
-                    return self._passed_in_shared_run(options, record, tool_options, dropped)
+                    return self._passed_in_shared_run(payload, record, tool_options, dropped)
+            # a single run (alone, or after a shared run that was not clean): its sizes say where a finding is
+            options, _ = self.begin(ctx)
+            op, _ = load_implementation(options)
+            sizes = sanitized_sizes(op)
             run = under_tool(run_once_command(options, sanitized=True))
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None

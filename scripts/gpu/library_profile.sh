@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# H200: the GPU tests of the bound terms' device placement, then the library corpus at its default stages in one
+# `opgate verify DIR` run under py-spy (every process, raw stacks at PROFILE_RATE Hz: CPU seconds by process kind
+# and function, scripts/gpu/profile_summary.py), with per-process CPU seconds (cpu_by_process.py). Wheels in .whl/.
+#   OUT=/tmp/out LIB_TIMEOUT_S=440 bash scripts/gpu/library_profile.sh
+set -u
+OUT="${OUT:-/tmp/opgate-library-out}"
+source "$(dirname "$0")/step.sh"
+source "$(dirname "$0")/library_env.sh"
+library_env profile.log
+RATE="${PROFILE_RATE:-10}"
+LIMIT="${LIB_TIMEOUT_S:-440}"
+[[ -n "${GPU_TESTS-1}" ]] && step gpu_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/verify/test_verify_bounds_device.py}
+python3 scripts/gpu/cpu_by_process.py "$OUT/library/cpu.json" & SAMPLER=$!
+step library_profiled "$LIMIT" /tmp/site/bin/py-spy record --subprocesses --nonblocking --rate "$RATE" \
+  --duration $((LIMIT - 25)) --format raw -o "$OUT/library/run.prof" -- python3 -m opgate verify \
+  ${LIB_PATHS:-tests/data/verify/library_corpus} ${LIB_ARGS:-} --json "$OUT/library/default.json" --out /tmp/opgate-art
+sleep 4; kill "$SAMPLER"; python3 scripts/gpu/cpu_by_process.py --summary "$OUT/library/cpu.json" | tee -a "$LOG"
+[[ -s "$OUT/library/run.prof" ]] && python3 scripts/gpu/profile_summary.py "$OUT/library/run.prof" --rate "$RATE" \
+  --top 30 --json "$OUT/library/profile.json" > "$OUT/library/profile.txt" 2>&1
+gzip -f "$OUT/library/run.prof" 2>/dev/null
+for name in "${ORDER[@]}"; do echo "$name: ${STATUS[$name]}"; done | tee -a "$LOG"
+tar -czf "$OUT/library_profile.tgz" -C "$OUT" library
