@@ -10,14 +10,23 @@ source "$(dirname "$0")/library_env.sh"
 library_env profile.log
 RATE="${PROFILE_RATE:-10}"
 LIMIT="${LIB_TIMEOUT_S:-440}"
-[[ -n "${GPU_TESTS-1}" ]] && step gpu_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/verify/test_verify_bounds_device.py}
+[[ -n "${GPU_TESTS-1}" ]] && step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider ${GPU_TESTS:-tests/verify/test_verify_bounds_device.py tests/verify/test_sanitizer_shared_run.py}
 python3 scripts/gpu/cpu_by_process.py "$OUT/library/cpu.json" & SAMPLER=$!
-step library_profiled "$LIMIT" /tmp/site/bin/py-spy record --subprocesses --nonblocking --rate "$RATE" \
-  --duration $((LIMIT - 25)) --format raw -o "$OUT/library/run.prof" -- python3 -m opgate verify \
-  ${LIB_PATHS:-tests/data/verify/library_corpus} ${LIB_ARGS:-} --json "$OUT/library/default.json" --out /tmp/opgate-art
+# py-spy attaches to the run (started by `step` in the background) rather than starting it: at the end of its
+# --duration a py-spy that started the command kills it, and the report is lost
+STEP_OUT_DIR="$OUT/library" step library_profiled "$LIMIT" python3 -m opgate verify \
+  ${LIB_PATHS:-tests/data/verify/library_corpus} ${LIB_ARGS:-} --json "$OUT/library/default.json" --out /tmp/opgate-art &
+RUN=$!
+for _ in $(seq 50); do PID=$(pgrep -f -o "opgate verify ${LIB_PATHS:-tests/data/verify/library_corpus}" | head -1); [[ -n "$PID" ]] && break; sleep 0.2; done
+[[ -n "${PID:-}" ]] && /tmp/site/bin/py-spy record --pid "$PID" --subprocesses --nonblocking --rate "$RATE" \
+  --duration $((LIMIT - 15)) --format raw -o "$OUT/library/run.prof" >> "$LOG" 2>&1 &
+SPY=$!
+wait "$RUN"
+cat "$OUT/library/library_profiled.status" >> "$LOG"
+tail -60 "$OUT/library/library_profiled.out" >> "$LOG"
+wait "$SPY"
 sleep 4; kill "$SAMPLER"; python3 scripts/gpu/cpu_by_process.py --summary "$OUT/library/cpu.json" | tee -a "$LOG"
 [[ -s "$OUT/library/run.prof" ]] && python3 scripts/gpu/profile_summary.py "$OUT/library/run.prof" --rate "$RATE" \
   --top 30 --json "$OUT/library/profile.json" > "$OUT/library/profile.txt" 2>&1
 gzip -f "$OUT/library/run.prof" 2>/dev/null
-for name in "${ORDER[@]}"; do echo "$name: ${STATUS[$name]}"; done | tee -a "$LOG"
 tar -czf "$OUT/library_profile.tgz" -C "$OUT" library

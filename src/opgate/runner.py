@@ -21,6 +21,7 @@ kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), so a SIGKILL of opga
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -373,6 +374,10 @@ class WarmPool:
         # the spec); the first key whose environment matches adopts one instead of starting a worker.
         self.spares: list[_WarmWorker] = []
         self.started = 0
+        # why workers started and ended: each start pays its imports and the spec's (~14 CPU-s for a library like
+        # fla on the H200 host), so a run's count of them is where worker churn shows (WarmPool.stats)
+        self.events: collections.Counter[str] = collections.Counter()
+        self.starts_by_key: collections.Counter[str] = collections.Counter()
 
     def _alive(self) -> int:
         return len(self.idle) + len(self.busy) + len(self.spares)
@@ -399,6 +404,7 @@ class WarmPool:
         if lock is False:
             return
         self.started += 1
+        self.events["started as a spare"] += 1
         worker = _WarmWorker(dataclasses.replace(task, worker=""), self.workdir, self.started)
         self._send_warm_up(worker, task, lock)
         self.spares.append(worker)
@@ -452,7 +458,10 @@ class WarmPool:
             oldest = min(self.idle, key=lambda w: w.last_used)
             self.idle.remove(oldest)
             oldest.close()
+            self.events["ended idle to make room"] += 1
         self.started += 1
+        self.events["started for a task (no idle worker of its key)"] += 1
+        self.starts_by_key[task.worker] += 1
         worker = _WarmWorker(task, self.workdir, self.started)
         self.busy.add(worker)
         return worker
@@ -472,6 +481,8 @@ class WarmPool:
                     lock.release()
                 return
             self.started += 1
+            self.events["prestarted"] += 1
+            self.starts_by_key[task.worker] += 1
             worker = _WarmWorker(task, self.workdir, self.started)
         self._send_warm_up(worker, task, lock)
         self.idle.append(worker)
@@ -482,7 +493,13 @@ class WarmPool:
         if healthy and worker.alive():
             self.idle.append(worker)
         else:
+            self.events["ended after its task (retired, died or poisoned)"] += 1
             worker.discard()
+
+    def stats(self) -> dict[str, Any]:
+        """How many workers started and ended, and why; the starts per key (the report's engine facts)."""
+        return {"limit": self.limit, "started": self.started, "events": dict(self.events),
+                "starts_by_key": dict(self.starts_by_key.most_common())}
 
     def close(self, grace_s: float = 10.0) -> None:
         """End every worker: all inputs closed first, so they exit side by side, then each reaped (or killed

@@ -519,12 +519,12 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
                                      follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
             except SessionInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True
-                report = prepared.finish(stop.report)
+                report = _with_worker_stats(prepared.finish(stop.report), pool)
                 # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace
                 write_interrupted_report(report)
                 raise SessionInterrupted(report) from None
             prepared.calibrator.join()
-            report = prepared.finish(report)
+            report = _with_worker_stats(prepared.finish(report), pool)
         finally:
             if interrupted:  # the empty-case probes' children first: their threads are joined at exit
                 from opgate.children import kill_all_children
@@ -550,6 +550,12 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
     if not request.replay:
         report = _with_whole_run_stages(report, request, console)
     return report
+
+
+def _with_worker_stats(report: RunReport, pool: WarmPool) -> RunReport:
+    """The report with the warm pool's worker starts and ends (extra.engine.warm_workers)."""
+    engine = {**report.extra.get("engine", {}), "warm_workers": pool.stats()}
+    return dataclasses.replace(report, extra={**report.extra, "engine": engine})
 
 
 LEAKED_CHECK_ID = "verify.leaked_processes"
