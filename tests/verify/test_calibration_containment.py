@@ -229,3 +229,47 @@ def test_a_second_sigterm_while_the_run_stops_does_not_lose_its_report(tmp_path:
     written = json.loads(report.read_text())
     assert written["interrupted"] is True
     assert "verify.fast.torch.float32" in {r["check_id"] for r in written["results"]}
+
+
+def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Path) -> None:
+    """Longest first across the library: in file order a library's heaviest plans (fla's loss gradients) started
+    last and ran on alone while everything else waited (H200 host)."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from opgate.runner import TaskFeed
+    from opgate.verify import calibrator
+
+    def op(name: str, rows: int) -> SimpleNamespace:
+        shape = SimpleNamespace(concrete_shape=lambda dims: (dims["M"], 64))
+        return SimpleNamespace(name=name, derived_dims={}, tensor_inputs=[shape], with_derived=dict)
+
+    def cases(rows: int) -> list[SimpleNamespace]:
+        return [SimpleNamespace(dims=(("M", rows),), to_dict=dict)]
+
+    submitted: list[tuple[str, str]] = []
+
+    class OneProcessPool:
+        processes = 1
+
+        def submit(self, spec: str, name: str, dtype: str, *rest: object) -> Future:
+            submitted.append((name, dtype))
+            future: Future = Future()
+            future.set_result(None)
+            return future
+
+    first, second = tmp_path / "a.py", tmp_path / "b.py"
+    jobs = [calibrator.CalibrationJob(op("small", 8), ["float32", "float16"], lambda plans: None, first, cases(8)),
+            calibrator.CalibrationJob(op("big.grad", 8), ["float32"], lambda plans: None, second, cases(8)),
+            calibrator.CalibrationJob(op("large", 1024), ["float32"], lambda plans: None, second, cases(1024))]
+    fatal: dict[Path, Future] = {}
+    for file, names in ((first, ["small"]), (second, ["big.grad", "large"])):
+        fatal[file] = Future()
+        fatal[file].set_result({name: [] for name in names})
+    run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, {})
+    run._done_dtype = lambda *args: None  # type: ignore[method-assign]
+    run._done_operator = lambda *args: None  # type: ignore[method-assign]
+    run._calibrate_in_pool(OneProcessPool(), {first: [0], second: [1, 2]}, fatal)  # type: ignore[arg-type]
+    # both files' plans are ready at once here: the 1024-row plan, then the gradient twin (3 x 8 rows), then the rest
+    assert submitted == [("large", "float32"), ("big.grad", "float32"), ("small", "float32"), ("small", "float16")]
+    assert calibrator.plan_cost(jobs[1].op, jobs[1].cases) == 3 * calibrator.plan_cost(jobs[0].op, jobs[0].cases)
