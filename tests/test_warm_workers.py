@@ -75,3 +75,17 @@ def test_a_spare_worker_is_adopted_by_the_first_key_of_its_environment(tmp_path)
     assert adopted.extra["seen_mark"] == "spare"  # it ran the spare's warm-up first, in the same process
     assert adopted.extra["worker"]["task_number"] == 2
     assert fresh.extra["seen_mark"] == ""  # another environment: a worker of its own
+
+
+def test_the_warm_worker_limit_is_three_per_slot_where_memory_holds_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library's spec files each have their own key: at 2 per slot most worker starts on the H200 host evicted an
+    idle worker another file then started again. Memory still bounds it, and never below one per slot."""
+    from opgate.probes import host_memory
+    from opgate.runner import WARM_WORKER_BYTES, warm_worker_limit
+
+    monkeypatch.setattr(host_memory, "available_memory_bytes", lambda: 120 * 2**30)
+    assert warm_worker_limit(16) == 48
+    monkeypatch.setattr(host_memory, "available_memory_bytes", lambda: 5 * WARM_WORKER_BYTES)
+    assert warm_worker_limit(2) == 5
+    monkeypatch.setattr(host_memory, "available_memory_bytes", lambda: WARM_WORKER_BYTES)
+    assert warm_worker_limit(4) == 4

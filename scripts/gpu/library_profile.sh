@@ -2,7 +2,7 @@
 # H200: the GPU tests of the bound terms' device placement, then the library corpus at its default stages in one
 # `opgate verify DIR` run under py-spy (every process, raw stacks at PROFILE_RATE Hz: CPU seconds by process kind
 # and function, scripts/gpu/profile_summary.py), with per-process CPU seconds (cpu_by_process.py). Wheels in .whl/.
-#   OUT=/tmp/out LIB_TIMEOUT_S=440 bash scripts/gpu/library_profile.sh
+#   OUT=/tmp/out LIB_TIMEOUT_S=440 [NO_PYSPY=1] [GPU_TESTS="tests/..."|GPU_TESTS=] bash scripts/gpu/library_profile.sh
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
 source "$(dirname "$0")/step.sh"
@@ -18,7 +18,7 @@ STEP_OUT_DIR="$OUT/library" step library_profiled "$LIMIT" python3 -m opgate ver
   ${LIB_PATHS:-tests/data/verify/library_corpus} ${LIB_ARGS:-} --json "$OUT/library/default.json" --out /tmp/opgate-art &
 RUN=$!
 for _ in $(seq 50); do PID=$(pgrep -f -o "opgate verify ${LIB_PATHS:-tests/data/verify/library_corpus}" | head -1); [[ -n "$PID" ]] && break; sleep 0.2; done
-[[ -n "${PID:-}" ]] && /tmp/site/bin/py-spy record --pid "$PID" --subprocesses --nonblocking --rate "$RATE" \
+[[ -n "${PID:-}" && -z "${NO_PYSPY:-}" ]] && /tmp/site/bin/py-spy record --pid "$PID" --subprocesses --nonblocking --rate "$RATE" \
   --duration $((LIMIT - 15)) --format raw -o "$OUT/library/run.prof" >> "$LOG" 2>&1 &
 SPY=$!
 wait "$RUN"

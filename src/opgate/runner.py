@@ -96,14 +96,22 @@ class RunInterrupted(KeyboardInterrupt):
 WARM_WORKER_BYTES = 2 * 2**30
 
 
+# Warm workers alive per slot at most. A library's spec files each have their own key, and a new worker pays its
+# imports and the spec's again (~14 CPU-s with fla on the H200 host): at 2 per slot, 80 of a library run's 112
+# worker starts evicted an idle worker of another file that a later task of that file then had to start again
+# (sixteenth H200 session, extra.engine.warm_workers).
+WARM_WORKERS_PER_SLOT = 3
+
+
 def warm_worker_limit(jobs: int) -> int:
-    """How many warm workers may be alive at once: 2 x jobs (idle ones of other implementations wait), fewer when
-    the host's available memory would not hold them, never fewer than jobs."""
+    """How many warm workers may be alive at once: WARM_WORKERS_PER_SLOT x jobs (idle ones of other spec files
+    wait), fewer when the host's available memory would not hold them, never fewer than jobs."""
     from opgate.probes.host_memory import available_memory_bytes
 
     available = available_memory_bytes()
-    by_memory = 2 * jobs if available is None else int(available // WARM_WORKER_BYTES)
-    return max(1, jobs, min(2 * jobs, by_memory))
+    wanted = WARM_WORKERS_PER_SLOT * jobs
+    by_memory = wanted if available is None else int(available // WARM_WORKER_BYTES)
+    return max(1, jobs, min(wanted, by_memory))
 
 
 def default_jobs() -> int:
@@ -566,10 +574,10 @@ def run_checks(
     after the given ones, in their order of arrival).
 
     Exclusive tasks wait until no task that runs side by side on their GPU is waiting, then for an empty slot
-    table, and run alone. Tasks with a `worker` key share warm workers
-    (at most 2 x jobs of them alive at once). `feed`: more tasks that arrive during the run (`on_added` is told
-    how many each time); the run ends when the feed is closed and every task has finished. Tasks that use a GPU
-    start once they hold its host-wide lock (`gpu_guard`, default: by the GPUs' UUIDs in /tmp/opgate-gpu-locks).
+    table, and run alone. Tasks with a `worker` key share warm workers (at most warm_worker_limit(jobs) of them
+    alive at once). `feed`: more tasks that arrive during the run (`on_added` is told how many each time); the run
+    ends when the feed is closed and every task has finished. Tasks that use a GPU start once they hold its
+    host-wide lock (`gpu_guard`, default: by the GPUs' UUIDs in /tmp/opgate-gpu-locks).
     """
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = list(enumerate(tasks))
