@@ -188,14 +188,18 @@ ROOT = REPORTS.parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec, extras, case_timeout_s", [
-    ("examples/ops/softmax.py", True, None),  # the example, with opgate's extras (torch.compile, ONNX Runtime, TVM)
-    ("tests/data/verify/softmax_spec.py", False, None),  # planted bugs: failing cases, shrinking, replay
+@pytest.mark.parametrize("spec, extras, case_timeout_s, impls", [
+    # the example, with opgate's extras (torch.compile, ONNX Runtime, TVM)
+    ("examples/ops/softmax.py", True, None, ()),
+    # planted bugs: a correct implementation, failing cases with shrinking and replay (the tail bug), NaN where the
+    # truth is finite (no max subtracted); the spec's other twins add no kind of figure and cost 40 s in `make test`
+    ("tests/data/verify/softmax_spec.py", False, None, ("torch", "triton_tail_bug", "triton_no_max")),
     # a case that kills its process: the crash figures. Its hanging implementation's case times out in 4 s (as in
     # test_verify_resume) instead of spinning for most of the default case timeout
-    ("tests/data/verify/crash_on_one_case.py", False, 4),
+    ("tests/data/verify/crash_on_one_case.py", False, 4, ()),
 ])
-def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, case_timeout_s: float | None, tmp_path: Path,
+def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, case_timeout_s: float | None,
+                                               impls: tuple[str, ...], tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """`opgate verify SPEC --budget quick --stages numerics --dtype float32` on this CPU, through the engine as the
     CLI runs it (one dtype: every kind of figure is there, at a third of the cost in `make test`)."""
@@ -206,7 +210,7 @@ def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, case_tim
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
     report = run_verify(VerifyRequest(spec_file=ROOT / spec, budget="quick", stages=("numerics",), jobs=2,
                                       extras=extras, dtypes=("float32",), case_timeout_s=case_timeout_s,
-                                      out_dir=tmp_path / "out"),
+                                      impls=impls, out_dir=tmp_path / "out"),
                          make_console())
     numerics = [r for r in report.results if r.stage == "numerics"]
     assert numerics and all(r.labels.keys() >= {"op", "impl", "dtype"} for r in numerics)
