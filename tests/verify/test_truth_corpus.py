@@ -162,3 +162,11 @@ def test_gpu_corpus_side_streams_are_stream_and_the_rounded_down_grid_is_unwritt
         if failure_class == "stream":  # named for what was measured, with the interop fix
             assert result["reason"].startswith("[stream] runs on a stream other than the caller's current stream")
             assert "cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)" in result["remediation"]
+
+
+def test_the_library_corpus_manifest_loads_with_opgates_own_classes() -> None:
+    """The library corpus uses the same runner; every verdict in its manifest is one of opgate's classes (the
+    runner's own copy of the classes once lacked layout_limit and refused the library manifest)."""
+    runner = _runner()
+    rows = runner.load_manifest(REPO / "tests" / "data" / "verify" / "library_corpus" / "manifest.toml")
+    assert any(row.expect == "warn:layout_limit" for row in rows)
