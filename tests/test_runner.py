@@ -212,3 +212,22 @@ def test_a_task_starts_after_the_tasks_it_names_have_finished() -> None:
     results = run_checks([then, first, other], jobs=3, on_start=lambda t: started.append(t.check_id))
     assert [r.outcome for r in results] == [Outcome.PASSED] * 3
     assert started.index("planted.then") > started.index("planted.first")
+
+
+def test_a_ready_task_whose_key_has_an_idle_worker_goes_before_one_that_would_start_a_worker() -> None:
+    """A library's spec files each have their own warm-worker key: taking, among tasks of one order, one whose key
+    has an idle worker saves a worker start (imports and the spec again) and the eviction of another key's worker."""
+    from opgate.runner import _next_position
+
+    def keyed(name: str, key: str, order: int = 40, exclusive: bool = False) -> CheckTask:
+        return dataclasses.replace(task(name, "PassingCheck"), worker=key, order=order, exclusive=exclusive)
+
+    a, b, c = keyed("a", "verify:a.py"), keyed("b", "verify:b.py"), keyed("c", "verify:a.py")
+    assert _next_position([(0, a), (1, b)], idle_keys={"verify:b.py"}) == 1
+    assert _next_position([(0, a), (1, b)], idle_keys={"verify:a.py", "verify:b.py"}) == 0  # the head has one
+    assert _next_position([(0, a), (1, c)], idle_keys={"verify:b.py"}) == 0  # no later task has one: the head
+    assert _next_position([(0, a), (1, b)]) == 0  # no idle worker at all
+    later_order = keyed("late", "verify:b.py", order=42)
+    assert _next_position([(0, a), (1, later_order)], idle_keys={"verify:b.py"}) == 0  # never past its order
+    fresh = task("fresh", "PassingCheck")  # no key: a process of its own
+    assert _next_position([(0, fresh), (1, b)], idle_keys={"verify:b.py"}) == 0

@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
 from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, package_root, reap_seconds_left,
@@ -495,6 +495,10 @@ class WarmPool:
         self._send_warm_up(worker, task, lock)
         self.idle.append(worker)
 
+    def idle_keys(self) -> set[str]:
+        """The keys with an idle warm worker alive now."""
+        return {worker.key for worker in self.idle if worker.alive()}
+
     def give_back(self, worker: _WarmWorker, healthy: bool) -> None:
         self.busy.discard(worker)
         worker.last_used = time.perf_counter()
@@ -722,22 +726,51 @@ def _over_share(task: CheckTask, running: Sequence[Any], jobs: int) -> bool:
     return sum(1 for slot in running if slot.task.target == task.target) >= cap
 
 
-def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any] = (), jobs: int = 1) -> int | None:
+def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any] = (), jobs: int = 1,
+                   idle_keys: Collection[str] = ()) -> int | None:
     """Where in the queue the next task to start is (None: none may start now): the first one that is not over its
     share of the slots, unless it is an exclusive (measuring) task and tasks that run side by side on its GPU still
     wait behind it; then the first of those. Measurements go after the side-by-side work instead of draining the
     slots before it: on a library the runtime stage's exclusive checks of every operator came before any numerics
-    (tenth H200 session, in the history of docs/benchmarks.md)."""
+    (tenth H200 session, in the history of docs/benchmarks.md). `idle_keys`: the keys with an idle warm worker
+    (_with_idle_worker)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
     unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
-    for at, (_, task) in enumerate(pending):
+
+    def may_start(task: CheckTask) -> bool:
         if _over_share(task, running, jobs) or unfinished.intersection(task.after):
-            continue
+            return False
         if not task.exclusive or not side_by_side:
-            return at
-        if None not in side_by_side and (task.device is not None and task.device not in side_by_side):
-            return at  # pinned to a GPU with no side-by-side work waiting: it may start now
+            return True
+        # pinned to a GPU with no side-by-side work waiting: it may start now
+        return None not in side_by_side and task.device is not None and task.device not in side_by_side
+
+    for at, (_, task) in enumerate(pending):
+        if may_start(task):
+            return _with_idle_worker(pending, at, idle_keys, may_start)
     return None  # only side-by-side work over its share, or measurements that wait for it
+
+
+# How far down the queue a task of the same order may be taken instead of the head, for its idle warm worker.
+IDLE_WORKER_LOOKAHEAD = 64
+
+
+def _with_idle_worker(pending: Sequence[tuple[int, CheckTask]], at: int, idle_keys: Collection[str],
+                      may_start: Callable[[CheckTask], bool]) -> int:
+    """`at`, or a later task of the same order and kind whose key has an idle warm worker when `at`'s has none: a
+    task whose key has no idle worker starts one (its imports and its spec's again) and, at the pool's limit, ends
+    an idle worker of another key that a later task of that key then starts again. Tasks of one order are ready
+    alike (a library's numerics checks, its runtime checks), so taking one of them first costs no other a place."""
+    head = pending[at][1]
+    if not head.worker or head.worker in idle_keys or not idle_keys:
+        return at
+    for later in range(at + 1, min(len(pending), at + 1 + IDLE_WORKER_LOOKAHEAD)):
+        task = pending[later][1]
+        if task.order != head.order or task.exclusive != head.exclusive:
+            break
+        if task.worker in idle_keys and may_start(task):
+            return later
+    return at
 
 
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
@@ -750,7 +783,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
         if feed is not None:
             _take_arrivals(feed, pending, results, running, on_added)
         while pending and len(running) < max(1, jobs):
-            at = _next_position(pending, running, jobs)
+            at = _next_position(pending, running, jobs, pool.idle_keys())
             if at is None:
                 break
             index, task = pending[at]
