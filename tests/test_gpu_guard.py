@@ -21,7 +21,7 @@ from opgate_testing import child_pythonpath
 from opgate.checks.base import CheckContext
 from opgate.gpu_guard import EXCLUSIVE, SHARED, GpuGuard, GpuLockRequest
 from opgate.probes.gpu_identity import PhysicalGpu, candidate_uuids
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 from opgate.runner import CheckTask, run_checks
 
 KEY = "GPU-fake-0000"

@@ -28,11 +28,11 @@ PACKAGE = SRC / "opgate"
 # and any layer below it. (verify and analyze, both verbs, never import each other: tests/test_import_layers.py.)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Plumbing: no judgement, no results; anything may use it (cli_options: typer options several verbs share).
-    ("plumbing", ("opgate.errors", "opgate.children", "opgate.atomic_file", "opgate.plugins", "opgate.optional",
+    ("plumbing", ("opgate.model.errors", "opgate.children", "opgate.atomic_file", "opgate.plugins", "opgate.optional",
                   "opgate.torch_modes", "opgate.outputs", "opgate.console", "opgate.cli_options",
                   "opgate.gpu.cuda_wait", "opgate.data", "opgate.cuda_versions")),
     # The domain: results (outcome, figures, thresholds), specs, GPU tables, limits, occupancy.
-    ("model", ("opgate", "opgate.results", "opgate.core", "opgate.gpus", "opgate.gpu")),
+    ("model", ("opgate", "opgate.model.results", "opgate.core", "opgate.gpus", "opgate.gpu")),
     # Collect: plain snapshots of the host and the device (gpu_guard asks NVML who holds a GPU).
     ("probes", ("opgate.probes", "opgate.gpu.probes", "opgate.gpu_guard")),
     # Decide: figures -> outcome, against tables and thresholds.

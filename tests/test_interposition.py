@@ -12,7 +12,7 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 from opgate.runner import CheckTask, run_checks
 
 HIJACK_SOURCE = """

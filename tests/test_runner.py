@@ -8,7 +8,7 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 from opgate.runner import CheckTask, run_checks
 
 
@@ -139,7 +139,7 @@ def test_a_feed_brings_tasks_during_the_run_and_holds_a_later_exclusive_task_unt
 def test_a_feed_closed_with_an_error_stops_the_run_with_that_error() -> None:
     """A reference that cannot be evaluated (an InputError in the calibration thread) ends the run with exit 2's
     error, not a report, and kills the checks still running."""
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.runner import TaskFeed
 
     feed = TaskFeed(upcoming_order=40)

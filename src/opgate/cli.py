@@ -16,9 +16,9 @@ from rich.console import Console
 from opgate.cli_options import (history_option, html_option, json_report_option, junit_option, markdown_option,
                                 strict_option, verbose_option)
 from opgate.console import make_console
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
-from opgate.results import ExitCode
+from opgate.model.results import ExitCode
 from opgate.runner import default_jobs
 
 app = typer.Typer(

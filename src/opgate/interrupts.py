@@ -10,7 +10,7 @@ import functools
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 # Where this invocation writes its reports, set once the paths are checked: an interrupted run still writes there.
 REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None, "markdown": None}

@@ -38,7 +38,7 @@ from opgate.checks.base import CheckContext
 from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, package_root, reap_seconds_left,
                              register_child, signal_name, signal_process_group, unregister_child)
 from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
-from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
 # How much of a dead child's stderr to keep as evidence.
 STDERR_TAIL_CHARS = 2000

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, TaskFeed, WarmPool, run_checks
 
 

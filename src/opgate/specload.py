@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.children import (die_with_parent, exit_without_teardown, kill_process_group, package_root, register_child,
                              signal_name)
 
@@ -45,7 +45,7 @@ def check_spec_path(path: Path) -> None:
     elif path.exists():
         problem = "is not a regular file"
     else:
-        from opgate.errors import why_missing
+        from opgate.model.errors import why_missing
 
         problem = why_missing(path)
     raise InputError(f"spec file {path} {problem}; pass the path of a Python file that defines opgate.Operator "

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
 from opgate.plugins import VERIFY_STAGES_GROUP, entry_points, load
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 from opgate.runner import CheckTask
 
 if TYPE_CHECKING:
     from opgate.core.spec import Operator
-    from opgate.results import RunReport
+    from opgate.model.results import RunReport
     from opgate.verify.backends.base import ImplementationChoice
     from opgate.verify.tasks import Payload
 

@@ -15,7 +15,7 @@ import pytest
 from opgate_testing import source_key_problems
 
 from opgate.checks.base import CheckContext
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 
 def figure_count(results: Iterable[CheckResult]) -> int:

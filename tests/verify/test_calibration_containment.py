@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "tests" / "data" / "verify" / "softmax_spec.py"
@@ -133,7 +133,7 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     later in that wait, with no report (2026-12-02). The report must be on disk before the first reap."""
     from opgate import interrupts, session
     from opgate.cli import make_console
-    from opgate.results import RunReport
+    from opgate.model.results import RunReport
     from opgate.runner import WarmPool
     from opgate.verify import calibrator
     from opgate.verify.engine import VerifyRequest, run_verify

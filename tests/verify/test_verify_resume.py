@@ -16,7 +16,7 @@ import pytest
 
 from tests_verify_support import DATA, ROOT, SRC
 
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CHECK_TARGET, MAX_CRASHES, death_status, stderr_excerpt
 

@@ -26,8 +26,8 @@ from opgate.core.limits import SmLimits, known_ccs, sm_limits
 from opgate.core.occupancy import KernelLaunch, OccupancyResult, occupancy
 from opgate.analyze.roofline import dims_cases
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import InputError
-from opgate.results import CheckResult, Outcome
+from opgate.model.errors import InputError
+from opgate.model.results import CheckResult, Outcome
 
 DEFAULT_TARGETS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
 STATUS_OUTCOME = {

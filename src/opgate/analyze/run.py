@@ -26,9 +26,9 @@ from opgate.analyze.portability import (
     run_matrix,
 )
 from opgate.analyze.roofline import RooflineAnalysis, analyze_operator, write_chart
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.gpus import GpuModel, lookup_gpu
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold
 
 STAGES = ("portability", "occupancy", "roofline")
 # One representative GPU per default target (sm_75, 80, 86, 89, 90, 100, 120) for the roofline.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.results import RunReport
+from opgate.model.results import RunReport
 from opgate.stage_api import OperatorPlan, Stage
 
 

@@ -9,8 +9,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, worst_outcome
+from opgate.model.errors import SkipCheck
+from opgate.model.results import CheckResult, Figure, Outcome, worst_outcome
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plugins import CHECKS_GROUP as ENTRY_POINT_GROUP
 from opgate.plugins import entry_points, load
 

@@ -17,7 +17,7 @@ from typing import Any
 from opgate.atomic_file import write_atomically
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 
 
 def cuda_context_fault() -> str:

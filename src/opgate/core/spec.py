@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 
 
@@ -341,7 +341,7 @@ def load_spec_file(path: str | Path) -> list[Operator]:
     """
     path = Path(path)
     if not path.is_file():
-        from opgate.errors import why_missing
+        from opgate.model.errors import why_missing
 
         reason = why_missing(path) if not path.exists() else "is not a file"
         raise SpecError(f"spec file {path} {reason}; pass the path of a Python file that defines opgate.Operator "

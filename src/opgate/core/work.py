@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from opgate.core.dtypes import ITEMSIZE
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.gpus import GpuModel
 
 # Which catalogue precisions can execute an operator in a given dtype (the highest listed rate is used).

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.driver_runtime import runtime_outcome
-from opgate.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
 
 class DriverRuntimeCheck(Check):
     check_id = "doctor.driver_runtime"

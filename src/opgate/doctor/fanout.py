@@ -14,7 +14,7 @@ import os
 from typing import Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.results import CheckResult, Figure, worst_outcome
+from opgate.model.results import CheckResult, Figure, worst_outcome
 from opgate.runner import CheckTask
 
 # Set in each per-GPU child: the GPU index (as the parent counted them) that child measures. A child never fans

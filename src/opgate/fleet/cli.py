@@ -13,7 +13,7 @@ from typing import List, Optional
 import typer
 
 from opgate.cli_options import json_report_option, junit_option, markdown_option, strict_option, verbose_option
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 fleet_app = typer.Typer(
     name="fleet", help="Run a verb on every node of a Ray cluster and merge one fleet report "

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Optional
 
 import typer
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
@@ -350,7 +350,7 @@ def serve(
                                      "where a pod without the driver would otherwise pass on skips)."),
 ) -> None:
     """Prometheus exporter: re-run the doctor on a schedule and expose outcomes and figures."""
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
 
     try:
         import prometheus_client  # noqa: F401

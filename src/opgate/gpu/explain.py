@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.gpu.judge.limiter import Diagnosis, ceilings_for, diagnose, load_profiles
 
 
@@ -40,7 +40,7 @@ def diagnosis_result(d: Diagnosis):
     """One launch's diagnosis as a CheckResult: informational (passed), the line as the reason, the figures with
     units and, where a rule used one, its threshold."""
     from opgate.gpu.judge import limiter
-    from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
+    from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
     policy = "opgate.gpu.judge.limiter (opgate's rule, not a vendor figure)"
     thresholds = {
@@ -63,7 +63,7 @@ def to_run_report(diagnoses: Sequence[Diagnosis], paths: Sequence[Path]):
     import datetime as _dt
 
     from opgate import __version__
-    from opgate.results import RunReport
+    from opgate.model.results import RunReport
     from opgate.session import host_facts
 
     return RunReport(verb="explain", results=tuple(diagnosis_result(d) for d in diagnoses),

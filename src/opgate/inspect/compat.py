@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from opgate.cuda_versions import parse_version
 from opgate.data import load_table
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport, FatbinEntry, sm_to_cc
 
 NATIVE = "native"

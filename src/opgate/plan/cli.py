@@ -118,7 +118,7 @@ def plan_autoscale_command(
 
     import yaml
 
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.plan import autoscale as scale
 
     if (service_ms is None) == (service_histogram is None):

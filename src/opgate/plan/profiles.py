@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from opgate.data import load_table
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 try:
     import tomllib  # type: ignore[import-not-found]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 
 def render_crash_details(report: RunReport, console: Console) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from opgate.results import RunReport
+from opgate.model.results import RunReport
 
 Printer = Callable[[str], None]
 

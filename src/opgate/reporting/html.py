@@ -14,7 +14,7 @@ from opgate.atomic_file import write_atomically
 from opgate.reporting.metrics import metric_for
 from opgate.reporting.renderers import HtmlSection, renderers_for
 from opgate.reporting.replay import replay_command
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#1b1b1b;background:#fafafa}

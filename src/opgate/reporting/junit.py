@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from opgate.atomic_file import write_atomically
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 
 def _details(result: CheckResult) -> str:

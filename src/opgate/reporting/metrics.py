@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from opgate.core.dtypes import KNOWN_DTYPES
-from opgate.results import CheckResult, Figure, slug
+from opgate.model.results import CheckResult, Figure, slug
 
 # Doctor figures whose prose names embed the GPU: name (after the "GPUn " prefix) -> stable key.
 DOCTOR_FIGURE_KEYS: dict[str, str] = {

@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Optional
 
 from opgate.plugins import RENDERERS_GROUP, entry_points, load
-from opgate.results import CheckResult, RunReport
+from opgate.model.results import CheckResult, RunReport
 
 if TYPE_CHECKING:
     from rich.console import Console

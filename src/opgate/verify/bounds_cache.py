@@ -187,7 +187,7 @@ def store(key: str, bounds: "CaseBounds") -> None:
     root = cache_root()
     if root is None:
         return
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.atomic_file import write_atomically
 
     path = _path(root, key)

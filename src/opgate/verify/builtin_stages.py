@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 from opgate.runner import CheckTask
 from opgate.stage_api import OperatorPlan, Stage, StageNeeds
 from opgate.verify.tasks import GpuStagePayload, NumericsPayload

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from opgate.errors import InputError
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.model.errors import InputError
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 from opgate.runner import TaskFeed
 from opgate.stage_api import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.errors import InputError
+from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.checks.base import CheckContext
 from opgate.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
 from opgate.stage_api import OperatorPlan, Stage, StageOptions, stage_tasks

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Sequence
 
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.probes.oom import OomTrial, run_trial
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation
 
 TRIALS = 3

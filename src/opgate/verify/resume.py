@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from opgate.atomic_file import write_atomically
 from opgate.children import stderr_excerpt
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
 # Crashed children restarted per implementation x dtype before the remaining cases are given up as not run.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 SKIPPED_FOLDERS = ("__pycache__", "node_modules", "build", "dist", "site-packages")
 GIT_TIMEOUT_S = 30.0

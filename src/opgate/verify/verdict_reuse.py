@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.verify.verdict_cache import CachedFile, VerdictCache, mark_reused, now
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ def python_command(target: str, args: Sequence[str] = ()) -> list[str]:
     """The child command for a script (x.py), a module (pkg.mod) or a callable (pkg.mod:function)."""
     if target.endswith(".py"):
         if not Path(target).is_file():
-            from opgate.errors import InputError
+            from opgate.model.errors import InputError
 
             raise InputError(f"script {target!r} does not exist; pass a .py file, a module or module:function")
         return [sys.executable, target, *args]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 def arch_coverage(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:

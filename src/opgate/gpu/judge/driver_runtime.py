@@ -4,7 +4,7 @@ finds the runtimes and calls it."""
 
 from __future__ import annotations
 
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 COMPAT_OUTCOME = {

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.gpu.probes.ncu import LAUNCH_METRICS, LIMITER_METRICS, METRICS, UNIT_SCALE, KernelCounters, NcuNotFound, find_ncu
 
 # -- thresholds (opgate's policy, not vendor figures) -------------------------------------------------------
@@ -244,7 +244,7 @@ def load_profiles(path: Path) -> list[KernelProfile]:
     """Launches of an ncu CSV file or `.ncu-rep` report; InputError when neither gives any."""
     path = Path(path)
     if not path.is_file():
-        from opgate.errors import why_missing
+        from opgate.model.errors import why_missing
 
         why = why_missing(path)
         problem = ("a directory" if path.is_dir() else "not a regular file" if path.exists()

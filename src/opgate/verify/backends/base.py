@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
-from opgate.errors import InputError
-from opgate.results import Figure
+from opgate.model.errors import InputError
+from opgate.model.results import Figure
 from opgate.verify.inputs import apply_layout
 from opgate.core.spec import Operator
 

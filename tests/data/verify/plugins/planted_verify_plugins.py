@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult
+from opgate.model.results import CheckResult
 from opgate.stage_api import OperatorPlan, Stage, StageNeeds
 from opgate.verify.backends.base import (Backend, ImplementationChoice, PreparedImplementation, function_runner,
                                          implementation_function)
