@@ -415,7 +415,7 @@ def test_sigint_before_any_check_leaves_no_report(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
 
     def importing(marker: str, pid: int) -> bool:  # the hanging spec's pre-flight child is running
-        return any(b"opgate.specload" in Path(f"/proc/{p}/cmdline").read_bytes()
+        return any(b"opgate.engine.specload" in Path(f"/proc/{p}/cmdline").read_bytes()
                    for p in processes_with(marker) if Path(f"/proc/{p}").exists())
 
     run = _interrupt(["verify", str(BAD / "spec_hangs.py"), "--json", str(report)], importing)
@@ -439,7 +439,7 @@ def test_sigkill_of_opgate_takes_its_workers_with_it(tmp_path: Path) -> None:
         found = []
         for pid in processes_with(marker):
             try:
-                if b"opgate.checks.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b"opgate.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     found.append(pid)
             except OSError:
                 continue

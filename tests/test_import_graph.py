@@ -28,20 +28,20 @@ PACKAGE = SRC / "opgate"
 # and any layer below it. (verify and analyze, both verbs, never import each other: tests/test_import_layers.py.)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Plumbing: no judgement, no results; anything may use it (cli_options: typer options several verbs share).
-    ("plumbing", ("opgate.model.errors", "opgate.children", "opgate.atomic_file", "opgate.plugins", "opgate.optional",
-                  "opgate.torch_modes", "opgate.outputs", "opgate.console", "opgate.cli_options",
+    ("plumbing", ("opgate.model.errors", "opgate.engine.children", "opgate.engine.atomic", "opgate.engine.plugins",
+                  "opgate.optional", "opgate.engine.torch_modes", "opgate.outputs", "opgate.console", "opgate.cli_options",
                   "opgate.gpu.cuda_wait", "opgate.data", "opgate.cuda_versions")),
     # The domain: results (outcome, figures, thresholds), specs, GPU tables, limits, occupancy.
     ("model", ("opgate", "opgate.model.results", "opgate.core", "opgate.gpus", "opgate.gpu")),
     # Collect: plain snapshots of the host and the device (gpu_guard asks NVML who holds a GPU).
-    ("probes", ("opgate.probes", "opgate.gpu.probes", "opgate.gpu_guard")),
+    ("probes", ("opgate.probes", "opgate.gpu.probes", "opgate.engine.gpu_guard")),
     # Decide: figures -> outcome, against tables and thresholds.
     ("judges", ("opgate.gpu.judge", "opgate.policy")),
     # The engine every verb runs its checks on: check base and registry, worker processes, runner, session, spec
     # loading, the verify-stage extension surface.
-    ("engine", ("opgate.checks", "opgate.runner", "opgate.session", "opgate.specload", "opgate.stage_api")),
+    ("engine", ("opgate.checks", "opgate.engine")),
     # Render: every report format and the one place that writes them (emit; interrupts writes the report so far).
-    ("reporting", ("opgate.reporting", "opgate.interrupts")),
+    ("reporting", ("opgate.reporting", "opgate.engine.interrupts")),
     # The verbs: each builds its checks or its analysis on the layers below and renders through reporting.
     ("verbs", ("opgate.doctor", "opgate.inspect", "opgate.verify", "opgate.analyze", "opgate.fleet", "opgate.plan",
                "opgate.gpu.explain")),
@@ -53,7 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 ALLOWED_UPWARD = {
     # `analyze` pre-flights a spec by importing it under Triton's compile-only driver, in specload's child.
     # analyze.capture needs only core.limits and Triton; the call is inside import_spec_guarded(mode="analyze").
-    ("opgate.specload", "opgate.analyze.capture"),
+    ("opgate.engine.specload", "opgate.analyze.capture"),
 }
 
 # Circles through function-level imports that stay, each with why (module-level circles: none allowed).
@@ -72,7 +72,7 @@ ALLOWED_CIRCLES = {
 # Report formats and who may write them: the output layer. emit() is the one writer a verb calls; interrupts writes
 # the report so far to the same paths when a run is cancelled.
 REPORT_WRITE_FUNCTIONS = ("write_json", "write_junit", "write_html", "write_markdown")
-REPORT_WRITERS = {"opgate.reporting.emit", "opgate.interrupts"}
+REPORT_WRITERS = {"opgate.reporting.emit", "opgate.engine.interrupts"}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.reporting.json_report import read_json, write_json
 from opgate.reporting.junit import render_junit, write_junit
 from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold

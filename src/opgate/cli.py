@@ -17,9 +17,9 @@ from opgate.cli_options import (history_option, html_option, json_report_option,
                                 strict_option, verbose_option)
 from opgate.console import make_console
 from opgate.model.errors import InputError
-from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
+from opgate.engine.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.model.results import ExitCode
-from opgate.runner import default_jobs
+from opgate.engine.runner import default_jobs
 
 app = typer.Typer(
     name="opgate",
@@ -107,7 +107,7 @@ def doctor(
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
     from opgate.policy import apply_skip_policy
-    from opgate.session import run_session, tasks_for
+    from opgate.engine.session import run_session, tasks_for
 
     console = make_console()
     specs = select_checks("doctor.", check)
@@ -211,7 +211,7 @@ class Budget(str, Enum):
 
 
 def _verify_stage_names() -> list[str]:
-    from opgate.stage_api import stage_names  # reads entry-point declarations only: no stage module is imported
+    from opgate.engine.stages import stage_names  # reads entry-point declarations only: no stage module is imported
 
     return list(stage_names())
 
@@ -350,7 +350,7 @@ def analyze(
     from opgate.analyze.run import AnalyzeOptions, parse_gpus, parse_stages, render_roofline, run_analyze
     from opgate.reporting.terminal import render_summary
 
-    from opgate.specload import check_spec_path
+    from opgate.engine.specload import check_spec_path
 
     check_spec_path(spec_file)
     _check_outputs(json_path, junit_path, out_dir)
@@ -420,7 +420,7 @@ def occupancy(
         if str(json_path) == "-":
             print(text, end="")
         else:
-            from opgate.atomic_file import write_atomically
+            from opgate.engine.atomic import write_atomically
 
             write_atomically(json_path, text)
             render_occupancy(result, Console(highlight=False), label)
@@ -570,7 +570,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         err_console.print(f"opgate: error: {exc}", markup=False)  # [[gpu]] is text, not rich markup
         sys.exit(int(ExitCode.BAD_INPUT))
     except (Interrupted, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM; a run's report so far comes along
-        from opgate.children import kill_all_children
+        from opgate.engine.children import kill_all_children
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
         kill_all_children()
@@ -616,7 +616,7 @@ def console_main() -> None:
     status = code if isinstance(code, int) else (0 if code is None else 1)
     if not isinstance(code, int) and code is not None:
         print(code, file=sys.stderr)
-    from opgate.children import exit_without_teardown
+    from opgate.engine.children import exit_without_teardown
 
     exit_without_teardown(status)
 

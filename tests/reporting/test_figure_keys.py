@@ -37,8 +37,8 @@ def doctor_here() -> list[CheckResult]:
     skip without a GPU; their figures are built below)."""
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
-    from opgate.runner import run_checks
-    from opgate.session import tasks_for
+    from opgate.engine.runner import run_checks
+    from opgate.engine.session import tasks_for
 
     tasks, broken = tasks_for(select_checks("doctor.", None), CheckContext(verb="doctor", level="standard"))
     return [*broken, *run_checks(tasks, jobs=2)]
@@ -280,9 +280,9 @@ def test_the_runners_gpu_wait_figure_is_keyed_at_the_source(tmp_path: Path) -> N
     from types import SimpleNamespace
 
     import opgate.core.spec as spec
-    from opgate.gpu_guard import Waiting
-    from opgate.runner import CheckTask, gpu_wait_error, with_gpu_wait
-    from opgate.stage_api import OperatorPlan, discover_stages
+    from opgate.engine.gpu_guard import Waiting
+    from opgate.engine.runner import CheckTask, gpu_wait_error, with_gpu_wait
+    from opgate.engine.stages import OperatorPlan, discover_stages
     from opgate.verify.backends.base import ImplementationChoice
 
     softmax = Path(__file__).resolve().parents[2] / "examples" / "ops" / "softmax.py"

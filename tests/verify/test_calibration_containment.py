@@ -131,10 +131,10 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reaping waits for each CUDA context's teardown: on the H200 a library run stopped by SIGTERM was SIGKILLed 5 s
     later in that wait, with no report (2026-12-02). The report must be on disk before the first reap."""
-    from opgate import interrupts, session
+    from opgate.engine import interrupts, session
     from opgate.cli import make_console
     from opgate.model.results import RunReport
-    from opgate.runner import WarmPool
+    from opgate.engine.runner import WarmPool
     from opgate.verify import calibrator
     from opgate.verify.engine import VerifyRequest, run_verify
 
@@ -155,7 +155,7 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     monkeypatch.setattr(calibrator.CalibrationPool, "close", lambda self: on_disk_at_reap.append(report_path.is_file()))
     monkeypatch.setattr(session, "run_session", interrupted_session)
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
-    from opgate.children import start_afresh
+    from opgate.engine.children import start_afresh
 
     try:
         with pytest.raises(session.SessionInterrupted) as stop:

@@ -17,7 +17,7 @@ from tests_verify_support import ROOT, SRC, gpu_reason
 
 from opgate.checks.base import CheckContext
 from opgate.model.results import Outcome
-from opgate.runner import CheckTask
+from opgate.engine.runner import CheckTask
 from opgate.verify import sanitizer_batch
 from opgate.verify.runtime import VerifySanitizerCheck
 from opgate.verify.tasks import GpuStagePayload

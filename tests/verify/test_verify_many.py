@@ -241,7 +241,7 @@ def test_a_folder_without_spec_files_is_exit_2_and_changed_since_with_no_change_
 def test_one_preflight_child_names_the_file_that_fails_among_several(tmp_path, second, said):
     """Every file is pre-flighted in one child, in order; the error names the file it stopped in, not the first."""
     from opgate.model.errors import InputError
-    from opgate.specload import preflight_specs
+    from opgate.engine.specload import preflight_specs
 
     first, bad, third = tmp_path / "a_spec.py", tmp_path / "b_spec.py", tmp_path / "c_spec.py"
     write_spec(first, "a_op", "x * 2")

@@ -439,8 +439,8 @@ def with_occupancy(outcome: CompileOutcome) -> CompileOutcome:
 
 def run_matrix(requests: Sequence[MatrixRequest], jobs: int, timeout_s: float,
                on_done: Any = None) -> list[CompileOutcome]:
-    """Run every request in its own child process (opgate.runner), at most `jobs` at once."""
-    from opgate.runner import CheckTask, run_checks
+    """Run every request in its own child process (opgate.engine.runner), at most `jobs` at once."""
+    from opgate.engine.runner import CheckTask, run_checks
 
     tasks = [
         CheckTask(

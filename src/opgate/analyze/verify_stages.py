@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.model.results import RunReport
-from opgate.stage_api import OperatorPlan, Stage
+from opgate.engine.stages import OperatorPlan, Stage
 
 
 class _AnalyzeStage(Stage):

@@ -32,7 +32,7 @@ class Check:
     `timeout_s` how long the runner lets its child process live.
 
     A check a verify stage runs sets none of `check_id`, `title`, `timeout_s`: the stage declares its tasks'
-    timeout and exclusivity (opgate.stage_api.Stage), the runner names the result after its task, and the
+    timeout and exclusivity (opgate.engine.stages.Stage), the runner names the result after its task, and the
     check reads its limit from `CheckContext.timeout_s`.
     """
 

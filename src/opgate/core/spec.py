@@ -31,7 +31,7 @@ from opgate.model.errors import InputError
 
 def known_backends() -> tuple[str, ...]:
     """Backend names registered in the `opgate.verify.backends` entry-point group (shipped and plugins)."""
-    from opgate.plugins import VERIFY_BACKENDS_GROUP, entry_points
+    from opgate.engine.plugins import VERIFY_BACKENDS_GROUP, entry_points
 
     return tuple(entry_points(VERIFY_BACKENDS_GROUP))
 from opgate.core.dtypes import FLOAT_DTYPES, INT_DTYPES, KNOWN_DTYPES  # noqa: F401  (one dtype table)

@@ -89,7 +89,7 @@ def run_doctor_once(level: str, checks: list[str], frameworks: list[str], requir
 
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
-    from opgate.session import run_session, tasks_for
+    from opgate.engine.session import run_session, tasks_for
 
     ctx = CheckContext(verb="doctor", level=level, options={"frameworks": frameworks})
     tasks, broken = tasks_for(select_checks("doctor.", checks or None), ctx)

@@ -64,7 +64,7 @@ def to_run_report(diagnoses: Sequence[Diagnosis], paths: Sequence[Path]):
 
     from opgate import __version__
     from opgate.model.results import RunReport
-    from opgate.session import host_facts
+    from opgate.engine.session import host_facts
 
     return RunReport(verb="explain", results=tuple(diagnosis_result(d) for d in diagnoses),
                      started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), duration_s=0.0,

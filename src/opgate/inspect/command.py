@@ -416,7 +416,7 @@ def verdict_result(verdict: Verdict) -> CheckResult:
 def to_run_report(reports: Sequence[BinaryReport], targets: Sequence[Target], verdicts: Sequence[Verdict],
                   started_at: str, duration: float, code: int | None = None) -> RunReport:
     from opgate import __version__
-    from opgate.session import host_facts
+    from opgate.engine.session import host_facts
 
     return RunReport(
         verb="inspect",

@@ -364,7 +364,7 @@ def render_comparison(comparison: Comparison, console) -> None:
 def to_run_report(comparison: Comparison, started_at: str, duration: float):
     from opgate import __version__
     from opgate.model.results import CheckResult, Figure, Outcome, RunReport, slug
-    from opgate.session import host_facts
+    from opgate.engine.session import host_facts
 
     results = []
     for name in comparison.kernel_names:

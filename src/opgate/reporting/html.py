@@ -10,7 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.reporting.metrics import metric_for
 from opgate.reporting.renderers import HtmlSection, renderers_for
 from opgate.reporting.replay import replay_command

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.model.errors import InputError
 from opgate.reporting.schema import READABLE_SCHEMAS, decode_report, encode_report, structure_problem
 from opgate.model.results import RunReport

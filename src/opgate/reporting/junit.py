@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.model.results import CheckResult, Outcome, RunReport
 
 

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.reporting.renderers import MarkdownTable, renderers_for
 from opgate.reporting.replay import reason_without_replay, replay_command
 from opgate.reporting.terminal import skip_groups

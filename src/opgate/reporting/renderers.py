@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Optional
 
-from opgate.plugins import RENDERERS_GROUP, entry_points, load
+from opgate.engine.plugins import RENDERERS_GROUP, entry_points, load
 from opgate.model.results import CheckResult, RunReport
 
 if TYPE_CHECKING:

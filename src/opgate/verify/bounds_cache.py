@@ -188,7 +188,7 @@ def store(key: str, bounds: "CaseBounds") -> None:
     if root is None:
         return
     from opgate.model.errors import InputError
-    from opgate.atomic_file import write_atomically
+    from opgate.engine.atomic import write_atomically
 
     path = _path(root, key)
     try:

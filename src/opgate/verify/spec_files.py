@@ -64,7 +64,7 @@ def specs_in_folder(folder: Path) -> list[Path]:
 def expand_spec_paths(paths: Sequence[Path]) -> list[Path]:
     """Files as given (each must exist), folders replaced by the spec files below them; no path twice. A folder
     without a spec file is an input error (a run must never be green on nothing)."""
-    from opgate.specload import check_spec_path
+    from opgate.engine.specload import check_spec_path
 
     expanded: list[Path] = []
     for path in paths:

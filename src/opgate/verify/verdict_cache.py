@@ -243,7 +243,7 @@ class VerdictCache:
     def store(self, spec: Path, results: Sequence[CheckResult], case_counts: Mapping[str, int],
               judged_at: str) -> bool:
         """Store a wholly judged file's verdicts (none an `error`); whether it was stored."""
-        from opgate.atomic_file import write_atomically
+        from opgate.engine.atomic import write_atomically
 
         if not results or any(r.outcome is Outcome.ERROR for r in results):
             return False

@@ -30,7 +30,7 @@ from gpu_planted import CASES_BY_NAME, PLANTED_CASES  # noqa: E402
 
 from opgate.gpu.probes.sanitizer import (TOOLS, SanitizerNotFound, SanitizerRun, find_compute_sanitizer,  # noqa: E402
                                          run_under_sanitizer, supported_tool_options)
-from opgate.atomic_file import write_atomically  # noqa: E402
+from opgate.engine.atomic import write_atomically  # noqa: E402
 
 PLANTED_SCRIPT = str(Path(__file__).resolve().with_name("gpu_planted.py"))
 

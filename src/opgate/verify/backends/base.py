@@ -205,7 +205,7 @@ def enable_empty_poisoning() -> None:
 
     import torch
 
-    from opgate.torch_modes import set_deterministic
+    from opgate.engine.torch_modes import set_deterministic
 
     set_deterministic(torch, True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True

@@ -9,7 +9,7 @@ from typing import Any
 
 from opgate.checks.base import Check, CheckContext
 from opgate.model.results import CheckResult
-from opgate.stage_api import OperatorPlan, Stage, StageNeeds
+from opgate.engine.stages import OperatorPlan, Stage, StageNeeds
 from opgate.verify.backends.base import (Backend, ImplementationChoice, PreparedImplementation, function_runner,
                                          implementation_function)
 from opgate.verify.tasks import GpuStagePayload

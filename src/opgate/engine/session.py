@@ -16,7 +16,7 @@ from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
 from opgate.model.results import CheckResult, Outcome, RunReport
-from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, TaskFeed, WarmPool, run_checks
+from opgate.engine.runner import CheckTask, FollowUpHook, RunInterrupted, TaskFeed, WarmPool, run_checks
 
 
 class SessionInterrupted(KeyboardInterrupt):
