@@ -479,7 +479,7 @@ def test_skips_fail_when_asked(args: list[str], failed: str, tmp_path: Path) -> 
 def test_a_missing_optional_dependency_names_its_extra(tmp_path: Path) -> None:
     """matplotlib made unimportable for real (None in sys.modules): one line naming the extra, exit 2."""
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from opgate.cli import main\n"
+            "from opgate.cli.main import main\n"
             f"main(['analyze', {str(DATA / 'analyze' / 'analyze_ops.py')!r}, '--targets', 'sm_90', '--stages', "
             f"'roofline', '--gpus', 'h100', '--out', {str(tmp_path)!r}])")
     marker = uuid.uuid4().hex

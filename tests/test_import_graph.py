@@ -29,14 +29,14 @@ PACKAGE = SRC / "opgate"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Plumbing: no judgement, no results; anything may use it (cli_options: typer options several verbs share).
     ("plumbing", ("opgate.model.errors", "opgate.engine.children", "opgate.engine.atomic", "opgate.engine.plugins",
-                  "opgate.optional", "opgate.engine.torch_modes", "opgate.outputs", "opgate.console", "opgate.cli_options",
+                  "opgate.cli.optional", "opgate.engine.torch_modes", "opgate.cli.outputs", "opgate.cli.console", "opgate.cli.options",
                   "opgate.gpu.cuda_wait", "opgate.data", "opgate.cuda_versions")),
     # The domain: results (outcome, figures, thresholds), specs, GPU tables, limits, occupancy.
     ("model", ("opgate", "opgate.model.results", "opgate.core", "opgate.gpus", "opgate.gpu")),
     # Collect: plain snapshots of the host and the device (gpu_guard asks NVML who holds a GPU).
     ("probes", ("opgate.probes", "opgate.gpu.probes", "opgate.engine.gpu_guard")),
     # Decide: figures -> outcome, against tables and thresholds.
-    ("judges", ("opgate.gpu.judge", "opgate.policy")),
+    ("judges", ("opgate.gpu.judge", "opgate.cli.policy")),
     # The engine every verb runs its checks on: check base and registry, worker processes, runner, session, spec
     # loading, the verify-stage extension surface.
     ("engine", ("opgate.checks", "opgate.engine")),

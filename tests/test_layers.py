@@ -23,7 +23,7 @@ PROBE_DIRS = (PACKAGE / "gpu" / "probes", PACKAGE / "probes")
 JUDGE_DIR = PACKAGE / "gpu" / "judge"
 DOCTOR_DIR = PACKAGE / "doctor"
 NOT_FOR_PROBES = ("opgate.gpu.judge", "opgate.doctor", "opgate.checks", "opgate.verify", "opgate.reporting",
-                  "opgate.model.results", "opgate.policy", "opgate.engine.runner", "opgate.analyze")
+                  "opgate.model.results", "opgate.cli.policy", "opgate.engine.runner", "opgate.analyze")
 DEVICE_LIBRARIES = ("torch", "cupy", "cuda", "pynvml", "triton", "numba")
 # opgate.engine.children (children die with opgate) and opgate.engine.atomic (the one atomic file write, which a collectives
 # rank uses for its result file) are plumbing below every layer and need no exception.

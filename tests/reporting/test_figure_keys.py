@@ -200,7 +200,7 @@ def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, case_tim
     """`opgate verify SPEC --budget quick --stages numerics --dtype float32` on this CPU, through the engine as the
     CLI runs it (one dtype: every kind of figure is there, at a third of the cost in `make test`)."""
     pytest.importorskip("torch")
-    from opgate.cli import make_console
+    from opgate.cli.console import make_console
     from opgate.verify.engine import VerifyRequest, run_verify
 
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))

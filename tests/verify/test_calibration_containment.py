@@ -16,7 +16,7 @@ SPEC = ROOT / "tests" / "data" / "verify" / "softmax_spec.py"
 
 def test_a_dtype_whose_calibration_raises_is_an_error_and_the_others_are_judged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from opgate.cli import make_console
+    from opgate.cli.main import make_console
     from opgate.verify import calibrator
     from opgate.verify.engine import VerifyRequest, run_verify
 
@@ -132,7 +132,7 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     """Reaping waits for each CUDA context's teardown: on the H200 a library run stopped by SIGTERM was SIGKILLed 5 s
     later in that wait, with no report (2026-12-02). The report must be on disk before the first reap."""
     from opgate.engine import interrupts, session
-    from opgate.cli import make_console
+    from opgate.cli.main import make_console
     from opgate.model.results import RunReport
     from opgate.engine.runner import WarmPool
     from opgate.verify import calibrator

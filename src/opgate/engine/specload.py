@@ -177,7 +177,7 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
         raise InputError(f"spec file {path} called sys.exit({exc.code!r}) while being imported; a spec must only "
                          "define opgate.Operator objects at import") from None
     except ModuleNotFoundError as exc:
-        from opgate.optional import missing_module_message
+        from opgate.cli.optional import missing_module_message
 
         hint = missing_module_message(exc.name)
         raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}"

@@ -96,7 +96,7 @@ def run_doctor_once(level: str, checks: list[str], frameworks: list[str], requir
     quiet = Console(file=io.StringIO(), force_terminal=False)
     report = run_session("doctor", tasks, quiet, jobs=2, preset=broken, extra={"level": level})
     if require_gpu:
-        from opgate.policy import apply_skip_policy
+        from opgate.cli.policy import apply_skip_policy
 
         report = apply_skip_policy(report, False, True)
     return report

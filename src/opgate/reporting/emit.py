@@ -34,7 +34,7 @@ class ReportOutputs:
 def check_outputs(outputs: ReportOutputs) -> None:
     """Before any work: --html and --markdown must be writable and a --history SQLite path's folder must exist
     (InputError)."""
-    from opgate.outputs import check_report_path
+    from opgate.cli.outputs import check_report_path
 
     check_report_path(outputs.html, "--html")
     check_report_path(outputs.markdown, "--markdown")

@@ -13,9 +13,9 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from opgate.cli_options import (history_option, html_option, json_report_option, junit_option, markdown_option,
+from opgate.cli.options import (history_option, html_option, json_report_option, junit_option, markdown_option,
                                 strict_option, verbose_option)
-from opgate.console import make_console
+from opgate.cli.console import make_console
 from opgate.model.errors import InputError
 from opgate.engine.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
 from opgate.model.results import ExitCode
@@ -41,7 +41,7 @@ class Level(str, Enum):
 def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] = None,
                    out_dir: Optional[Path] = None) -> None:
     """Every output path is checked before any work (a report that cannot be written is bad input)."""
-    from opgate.outputs import check_output_folder, check_report_path
+    from opgate.cli.outputs import check_output_folder, check_report_path
 
     check_report_path(json_path, "--json")
     check_report_path(junit_path, "--junit")
@@ -62,7 +62,7 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
 def _check_more(html_path: Optional[Path], history_db: Optional[str], markdown_path: Optional[Path] = None) -> None:
     """--html, --markdown and --history are checked before any work, like --json and --junit (after them: no two
     name one file)."""
-    from opgate.outputs import check_distinct_outputs
+    from opgate.cli.outputs import check_distinct_outputs
     from opgate.reporting.emit import ReportOutputs, check_outputs
 
     check_distinct_outputs({"--json": REPORT_PATHS["json"], "--junit": REPORT_PATHS["junit"], "--html": html_path,
@@ -106,7 +106,7 @@ def doctor(
     """Is this host, container, driver and toolkit stack fit to run GPU operators?"""
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
-    from opgate.policy import apply_skip_policy
+    from opgate.cli.policy import apply_skip_policy
     from opgate.engine.session import run_session, tasks_for
 
     console = make_console()
@@ -311,7 +311,7 @@ def verify(
     )
     report = run_verify(request, console)
     if fail_on_skip or require_gpu:
-        from opgate.policy import apply_skip_policy
+        from opgate.cli.policy import apply_skip_policy
 
         report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
@@ -556,7 +556,7 @@ def _run_app(argv: Optional[List[str]]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3, an interrupt to 130."""
-    from opgate.optional import missing_module_message
+    from opgate.cli.optional import missing_module_message
 
     for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: a "—" in a summary line is a "?", not a crash
         if hasattr(stream, "reconfigure"):
