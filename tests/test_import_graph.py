@@ -30,9 +30,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Plumbing: no judgement, no results; anything may use it (cli_options: typer options several verbs share).
     ("plumbing", ("opgate.model.errors", "opgate.engine.children", "opgate.engine.atomic", "opgate.engine.plugins",
                   "opgate.cli.optional", "opgate.engine.torch_modes", "opgate.cli.outputs", "opgate.cli.console", "opgate.cli.options",
-                  "opgate.gpu.cuda_wait", "opgate.data", "opgate.cuda_versions")),
+                  "opgate.gpu.cuda_wait", "opgate.data", "opgate.core.cuda_versions")),
     # The domain: results (outcome, figures, thresholds), specs, GPU tables, limits, occupancy.
-    ("model", ("opgate", "opgate.model.results", "opgate.core", "opgate.gpus", "opgate.gpu")),
+    ("model", ("opgate", "opgate.model.results", "opgate.core", "opgate.core.gpus", "opgate.gpu")),
     # Collect: plain snapshots of the host and the device (gpu_guard asks NVML who holds a GPU).
     ("probes", ("opgate.probes", "opgate.gpu.probes", "opgate.engine.gpu_guard")),
     # Decide: figures -> outcome, against tables and thresholds.

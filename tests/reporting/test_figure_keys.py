@@ -133,7 +133,7 @@ def test_analyze_keys_its_figures_at_the_source() -> None:
     from opgate.analyze.portability import CompileOutcome, with_occupancy
     from opgate.analyze.roofline import analyze_operator, measurement_key
     from opgate.analyze.run import _occupancy_result, _portability_result, _roofline_results
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
     from opgate.reporting.json_report import read_json
 
     recorded = read_json(REPORTS / "analyze_ops.v1.json")

@@ -60,7 +60,7 @@ def parse_targets(text: str | Sequence[str], allow_unknown: bool = False) -> lis
     An architecture opgate has no SM limits for (sm_999) is refused unless `allow_unknown`
     (`--allow-unknown-arch`): its compile would fail in the compiler, not in the user's kernel."""
     from opgate.core.limits import parse_cc
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
     targets: list[Target] = []
@@ -317,7 +317,7 @@ def _report_for(compiled: Any, limits: SmLimits | None, target: str, arch: int) 
 
 
 def _representative_sm_count(cc: tuple[int, int]) -> int:
-    from opgate.gpus import all_gpus
+    from opgate.core.gpus import all_gpus
 
     for gpu in all_gpus():
         if gpu.compute_capability == cc:

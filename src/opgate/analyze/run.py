@@ -27,7 +27,7 @@ from opgate.analyze.portability import (
 )
 from opgate.analyze.roofline import RooflineAnalysis, analyze_operator, write_chart
 from opgate.model.errors import InputError
-from opgate.gpus import GpuModel, lookup_gpu
+from opgate.core.gpus import GpuModel, lookup_gpu
 from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold
 
 STAGES = ("portability", "occupancy", "roofline")

@@ -398,7 +398,7 @@ def occupancy(
     from opgate.core.occupancy import KernelLaunch
     from opgate.core.occupancy import occupancy as compute_occupancy
     from opgate.analyze.render import render_occupancy
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     if (gpu is None) == (cc is None):
         raise InputError("give exactly one of --gpu (e.g. --gpu h200) or --cc (e.g. --cc 9.0)")

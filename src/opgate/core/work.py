@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from opgate.core.dtypes import ITEMSIZE
 from opgate.model.errors import InputError
-from opgate.gpus import GpuModel
+from opgate.core.gpus import GpuModel
 
 # Which catalogue precisions can execute an operator in a given dtype (the highest listed rate is used).
 DTYPE_PRECISIONS: Mapping[str, tuple[str, ...]] = {

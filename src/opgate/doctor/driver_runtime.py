@@ -13,7 +13,7 @@ class DriverRuntimeCheck(Check):
     timeout_s = 60.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.cuda_versions import classify_runtime, cuda_for_driver, format_cuda
+        from opgate.core.cuda_versions import classify_runtime, cuda_for_driver, format_cuda
         from opgate.probes.cuda_runtimes import driver_version, find_runtimes
 
         runtimes = find_runtimes()

@@ -18,7 +18,7 @@ def explain_reports(paths: Sequence[Path], gpu: str | None = None, kernel: str |
     except re.error as exc:
         raise InputError(f"--kernel {kernel!r} is not a regular expression ({exc})") from None
     if gpu:  # a GPU the user names must be one opgate knows: an unknown one was ignored silently
-        from opgate.gpus import lookup_gpu
+        from opgate.core.gpus import lookup_gpu
 
         try:
             lookup_gpu(gpu)

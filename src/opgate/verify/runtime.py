@@ -70,7 +70,7 @@ def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float
     from opgate.core.work import operator_work, roofline_point
     from opgate.model.errors import InputError
     from opgate.gpu.judge.ceilings import load_ceilings
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     try:
         gpu = lookup_gpu(gpu_name)

@@ -401,7 +401,7 @@ def ceilings_for(gpu_name: str | None) -> Ceilings:
     if not gpu_name:
         return Ceilings()
     from opgate.gpu.judge.ceilings import load_ceilings
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     try:
         gpu = lookup_gpu(gpu_name)
