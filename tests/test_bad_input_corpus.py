@@ -395,7 +395,7 @@ def test_sigint_during_doctor_stops_every_child_and_writes_the_report_so_far(tmp
 
 @pytest.mark.slow
 def test_sigint_during_verify_stops_every_child_and_writes_the_report_so_far(tmp_path: Path) -> None:
-    report = tmp_path / "r.json"
+    report, html = tmp_path / "r.json", tmp_path / "r.html"
     private_tmp = tmp_path / "tmp"  # this run's own TMPDIR: other opgate runs on the machine do not count
     private_tmp.mkdir()
 
@@ -406,9 +406,11 @@ def test_sigint_during_verify_stops_every_child_and_writes_the_report_so_far(tmp
                 and any(private_tmp.glob("opgate-run-*")))
 
     run = _interrupt(["verify", str(BAD / "slow_spec.py"), "--budget", "quick", "--no-extras",
-                      "--json", str(report), "--out", str(tmp_path / "out")], ready,
+                      "--json", str(report), "--html", str(html), "--out", str(tmp_path / "out")], ready,
                      env_extra={"TMPDIR": str(private_tmp)})
     _assert_interrupted(run, report, finished=1)
+    # the HTML report too: the interrupt path writes every planned file through reporting.emit
+    assert str(html) in run.stderr_lines[0] and 'id="verdict">INTERRUPTED<' in html.read_text()
 
 
 def test_sigint_before_any_check_leaves_no_report(tmp_path: Path) -> None:

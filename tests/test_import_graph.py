@@ -40,8 +40,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The engine every verb runs its checks on: check base and registry, worker processes, runner, session, spec
     # loading, the verify-stage extension surface.
     ("engine", ("opgate.checks", "opgate.engine")),
-    # Render: every report format and the one place that writes them (emit; interrupts writes the report so far).
-    ("reporting", ("opgate.reporting", "opgate.engine.interrupts")),
+    # Render: every report format and the one place that writes them (emit, the report so far of an interrupt too).
+    ("reporting", ("opgate.reporting",)),
     # The verbs: each builds its checks or its analysis on the layers below and renders through reporting.
     ("verbs", ("opgate.doctor", "opgate.inspect", "opgate.verify", "opgate.analyze", "opgate.fleet", "opgate.plan",
                "opgate.gpu.explain")),
@@ -69,10 +69,10 @@ ALLOWED_CIRCLES = {
     frozenset({"opgate.verify.backends", "opgate.verify.backends.base"}),
 }
 
-# Report formats and who may write them: the output layer. emit() is the one writer a verb calls; interrupts writes
-# the report so far to the same paths when a run is cancelled.
+# Report formats and who may write them: the output layer. emit() is the one writer a verb calls, and
+# emit_interrupted (beside it) writes the report so far to the same planned paths when a run is cancelled.
 REPORT_WRITE_FUNCTIONS = ("write_json", "write_junit", "write_html", "write_markdown")
-REPORT_WRITERS = {"opgate.reporting.emit", "opgate.engine.interrupts"}
+REPORT_WRITERS = {"opgate.reporting.emit"}
 
 
 @dataclass(frozen=True)

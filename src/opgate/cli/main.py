@@ -8,7 +8,7 @@ import sys
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -17,7 +17,7 @@ from opgate.cli.options import (history_option, html_option, json_report_option,
                                 strict_option, verbose_option)
 from opgate.cli.console import make_console
 from opgate.model.errors import InputError
-from opgate.engine.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
+from opgate.engine.interrupts import interruptible, raise_interrupt, report_of, take_caught
 from opgate.model.results import ExitCode
 from opgate.engine.runner import default_jobs
 
@@ -46,7 +46,9 @@ def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] 
     check_report_path(json_path, "--json")
     check_report_path(junit_path, "--junit")
     check_output_folder(out_dir, "--out")
-    REPORT_PATHS.update(json=json_path, junit=junit_path, markdown=None)  # --markdown: set by _check_more
+    from opgate.reporting.emit import ReportOutputs, plan_outputs
+
+    plan_outputs(ReportOutputs(json=json_path, junit=junit_path))  # --html, --markdown: added by _check_more
 
 
 def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path], console: Console,
@@ -63,12 +65,13 @@ def _check_more(html_path: Optional[Path], history_db: Optional[str], markdown_p
     """--html, --markdown and --history are checked before any work, like --json and --junit (after them: no two
     name one file)."""
     from opgate.cli.outputs import check_distinct_outputs
-    from opgate.reporting.emit import ReportOutputs, check_outputs
+    from opgate.reporting.emit import ReportOutputs, check_outputs, plan_outputs, planned_outputs
 
-    check_distinct_outputs({"--json": REPORT_PATHS["json"], "--junit": REPORT_PATHS["junit"], "--html": html_path,
+    planned = planned_outputs()
+    check_distinct_outputs({"--json": planned.json, "--junit": planned.junit, "--html": html_path,
                             "--markdown": markdown_path, "--history": history_db})
     check_outputs(ReportOutputs(html=html_path, history=history_db, markdown=markdown_path))
-    REPORT_PATHS.update(markdown=markdown_path)
+    plan_outputs(ReportOutputs(json=planned.json, junit=planned.junit, html=html_path, markdown=markdown_path))
 
 
 def _emit_more(report, html_path: Optional[Path], history_db: Optional[str], console: Console,
@@ -554,6 +557,23 @@ def _run_app(argv: Optional[List[str]]) -> None:
         sys.exit(code)
 
 
+def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
+    """Stop every child, write the report so far to the planned files (once: verify wrote it already), say where,
+    exit 130."""
+    from opgate.engine.children import kill_all_children
+    from opgate.reporting.emit import emit_interrupted
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+    kill_all_children()
+    report = report_of(stop)
+    if report is not None:
+        err_console.print(f"opgate: interrupted; every child process was stopped{emit_interrupted(report)}")
+    else:
+        err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
+                          "no report was written")
+    sys.exit(int(ExitCode.INTERRUPTED))
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3, an interrupt to 130."""
     from opgate.cli.optional import missing_module_message
@@ -564,25 +584,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
     signal.signal(signal.SIGINT, raise_interrupt)  # ... and a second one of either waits for the report
+    take_caught()  # an interrupt a verb ended with before, outside main (a test calling the app), is not this one
     try:
         _run_app(argv)
     except InputError as exc:
         err_console.print(f"opgate: error: {exc}", markup=False)  # [[gpu]] is text, not rich markup
         sys.exit(int(ExitCode.BAD_INPUT))
-    except (Interrupted, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM; a run's report so far comes along
-        from opgate.engine.children import kill_all_children
-
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        kill_all_children()
-        report = getattr(stop, "report", None)
-        if report is not None:
-            err_console.print(f"opgate: interrupted; every child process was stopped"
-                              f"{write_interrupted_report(report)}")
-        else:
-            err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
-                              "no report was written")
-        sys.exit(int(ExitCode.INTERRUPTED))
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM outside a verb (a verb's: the SystemExit 130 below)
+        _interrupted(stop)
     except SystemExit as exc:
+        stop = take_caught() if exc.code == int(ExitCode.INTERRUPTED) else None
+        if stop is not None:  # typer turned a verb's interrupt into exit 130; the report so far comes along
+            _interrupted(stop)
         if exc.code == int(ExitCode.INTERRUPTED):  # typer turns a Ctrl-C outside a verb into a silent exit 130
             err_console.print("opgate: interrupted before any check started; no report was written")
         raise

@@ -1,42 +1,62 @@
 """Ctrl-C and SIGTERM: every verb ends with one line and exit 130, writing the report so far when a run started.
 
-typer turns a KeyboardInterrupt inside a command into a silent exit 130, so each verb is wrapped
-(`interruptible`) to carry the interrupt, and the RunReport of the checks that finished, to `opgate.cli.main`.
+One exception, `RunInterrupted`: the runner raises it with the checks that finished, the session adds the report
+so far, verify adds its calibration results. It is a KeyboardInterrupt, so no `except Exception` on the way up
+swallows it. typer turns a KeyboardInterrupt inside a command into a silent exit 130; `interruptible` keeps the
+interrupt for `opgate.cli.main.main`, which writes the report so far (`opgate.reporting.emit.emit_interrupted`).
 """
 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from opgate.model.errors import InputError
-
-# Where this invocation writes its reports, set once the paths are checked: an interrupted run still writes there.
-REPORT_PATHS: dict[str, Optional[Path]] = {"json": None, "junit": None, "markdown": None}
+if TYPE_CHECKING:
+    from opgate.model.results import CheckResult, RunReport
 
 
-class Interrupted(Exception):
-    """Ctrl-C/SIGTERM inside a verb, carried past typer (which would turn KeyboardInterrupt into a silent
-    exit 130) to `main`; `report` is the report so far when a run had started."""
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a run: every child is killed; `results` are the checks that finished, `not_run`
+    the ids of those that did not, `report` the RunReport so far once the session has assembled it."""
 
-    def __init__(self, report: Any = None) -> None:
+    def __init__(self, results: Sequence["CheckResult"] = (), not_run: Sequence[str] = (),
+                 report: Optional["RunReport"] = None) -> None:
         super().__init__("interrupted")
+        self.results = list(results)
+        self.not_run = list(not_run)
         self.report = report
 
 
+# The interrupt the last verb ended with: typer answers it with exit 130 and drops it; main reads it here.
+_CAUGHT: list[KeyboardInterrupt] = []
+
+
 def interruptible(verb: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a verb so an interrupt reaches `main` with the report so far."""
+    """Decorate a verb so `main` learns of an interrupt (and the report so far) that typer turns into exit 130."""
 
     @functools.wraps(verb)
     def run(*args: Any, **kwargs: Any) -> Any:
         _STOPPING[0] = False  # a verb run in this process after an interrupted one (tests, the pytest plugin)
+        _CAUGHT.clear()
         try:
             return verb(*args, **kwargs)
         except KeyboardInterrupt as stop:
-            raise Interrupted(getattr(stop, "report", None)) from None
+            _CAUGHT[:] = [stop]
+            raise
 
     return run
+
+
+def take_caught() -> KeyboardInterrupt | None:
+    """The interrupt the last verb ended with (once), or None when none did."""
+    caught = _CAUGHT[0] if _CAUGHT else None
+    _CAUGHT.clear()
+    return caught
+
+
+def report_of(stop: BaseException) -> Optional["RunReport"]:
+    """The report so far an interrupt carries (None for a bare Ctrl-C before any check finished)."""
+    return stop.report if isinstance(stop, RunInterrupted) else None
 
 
 # Set by the first interrupt: the run is stopping, and a second signal must not stop the stopping.
@@ -52,35 +72,3 @@ def raise_interrupt(signum: int, frame: object) -> None:
         return
     _STOPPING[0] = True
     raise KeyboardInterrupt
-
-
-# The report write_interrupted_report last wrote, and what it said: a verb writes its report as soon as it is
-# interrupted, before it stops its children (a CUDA context's teardown can outlast a CI runner's SIGTERM-to-SIGKILL
-# grace), and `main` then only says where it is.
-_LAST_WRITTEN: list[tuple[Any, str]] = []
-
-
-def write_interrupted_report(report: Any) -> str:
-    """The report so far, marked interrupted, to the --json/--junit/--markdown paths (a CI job cancelled or timed
-    out still gets its summary), once per report; returns what to say about it."""
-    if _LAST_WRITTEN and _LAST_WRITTEN[0][0] is report:
-        return _LAST_WRITTEN[0][1]
-    from opgate.reporting.json_report import write_json
-    from opgate.reporting.junit import write_junit
-    from opgate.reporting.markdown import write_markdown
-
-    writers = {"json": write_json, "junit": write_junit, "markdown": write_markdown}
-    written = []
-    for kind, path in REPORT_PATHS.items():
-        if path is None:
-            continue
-        try:
-            writers[kind](report, path)
-            written.append(str(path))
-        except (OSError, InputError):
-            pass
-    said = ""
-    if written:
-        said = f"; the report so far ({len(report.results)} results, marked interrupted) is in {', '.join(written)}"
-    _LAST_WRITTEN[:] = [(report, said)]
-    return said

@@ -38,6 +38,7 @@ from opgate.checks.base import CheckContext
 from opgate.engine.children import (die_with_parent, kill_process_group, kill_process_groups, package_root, reap_seconds_left,
                              register_child, signal_name, signal_process_group, unregister_child)
 from opgate.engine.gpu_guard import GpuGuard, GpuLockRequest, Waiting
+from opgate.engine.interrupts import RunInterrupted
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
 # How much of a dead child's stderr to keep as evidence.
@@ -79,15 +80,6 @@ class CheckTask:
     # check never has to name it: verify's stage ("numerics", "sanitizer", ...), and labels (op, impl, dtype, tool).
     stage: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM during a run: every child is killed; `results` are the checks that finished."""
-
-    def __init__(self, results: Sequence[CheckResult], not_run: Sequence[str]) -> None:
-        super().__init__("interrupted")
-        self.results = list(results)
-        self.not_run = list(not_run)
 
 
 # Host memory one warm verify worker holds (torch, Triton, CuPy imported, a CUDA context, the spec's tensors):

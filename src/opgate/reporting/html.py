@@ -44,8 +44,8 @@ svg .grid{stroke:#e5e5e5} svg .ref{stroke:#c62828;stroke-width:1.5;stroke-dashar
 
 def _verdict(report: RunReport) -> tuple[str, str]:
     code = int(report.exit_code)
-    return {0: ("PASSED", "v-pass"), 1: ("FAILED", "v-fail"), 2: ("BAD INPUT", "v-input")}.get(
-        code, ("INCOMPLETE", "v-error"))
+    return {0: ("PASSED", "v-pass"), 1: ("FAILED", "v-fail"), 2: ("BAD INPUT", "v-input"),
+            130: ("INTERRUPTED", "v-error")}.get(code, ("INCOMPLETE", "v-error"))  # as the Markdown summary says
 
 
 def _fmt_value(value: Any) -> str:

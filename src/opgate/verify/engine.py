@@ -487,10 +487,11 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
 def _judge(request: VerifyRequest, console: Any) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
-    from opgate.engine.session import SessionInterrupted, run_session
+    from opgate.engine.interrupts import RunInterrupted
+    from opgate.engine.session import run_session
 
     from opgate.engine.children import become_subreaper, start_afresh
-    from opgate.engine.interrupts import write_interrupted_report
+    from opgate.reporting.emit import emit_interrupted
 
     start_afresh()  # a run in this process after an interrupted one (tests, the pytest plugin)
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
@@ -517,12 +518,12 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
                                      follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
-            except SessionInterrupted as stop:  # the report so far keeps the calibration results that were in
+            except RunInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True
                 report = prepared.finish(stop.report)
                 # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace
-                write_interrupted_report(report)
-                raise SessionInterrupted(report) from None
+                emit_interrupted(report)
+                raise RunInterrupted(stop.results, stop.not_run, report=report) from None
             prepared.calibrator.join()
             report = prepared.finish(report)
         finally:
