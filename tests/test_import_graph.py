@@ -45,6 +45,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The verbs: each builds its checks or its analysis on the layers below and renders through reporting.
     ("verbs", ("opgate.doctor", "opgate.inspect", "opgate.verify", "opgate.analyze", "opgate.fleet", "opgate.plan",
                "opgate.gpu.explain")),
+    # The extension surface: gathers names from the layers below for plugin authors; nothing in opgate imports it.
+    ("api", ("opgate.api",)),
     # Entry points: the command line and the pytest plugin.
     ("entry", ("opgate.cli", "opgate.__main__", "opgate.testing")),
 )
