@@ -27,18 +27,22 @@ PACKAGE = SRC / "opgate"
 # The layers, bottom first; a module belongs to the longest prefix that names it. A module may import its own layer
 # and any layer below it. (verify and analyze, both verbs, never import each other: tests/test_import_layers.py.)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # Plumbing: no judgement, no results; anything may use it (cli_options: typer options several verbs share).
+    # Plumbing: no judgement, no results; anything may use it. The engine's primitives (child processes that die with
+    # opgate, the one atomic write, entry-point groups, torch's process modes) and the command line's (typer options,
+    # the console, output-path checks, optional-dependency advice) sit here, below the packages that hold them,
+    # because probes, judges and the verbs' own typer apps use them.
     ("plumbing", ("opgate.model.errors", "opgate.engine.children", "opgate.engine.atomic", "opgate.engine.plugins",
-                  "opgate.cli.optional", "opgate.engine.torch_modes", "opgate.cli.outputs", "opgate.cli.console", "opgate.cli.options",
-                  "opgate.gpu.cuda_wait", "opgate.data", "opgate.core.cuda_versions")),
+                  "opgate.engine.torch_modes", "opgate.cli.optional", "opgate.cli.outputs", "opgate.cli.console",
+                  "opgate.cli.options", "opgate.gpu.cuda_wait", "opgate.data", "opgate.core.cuda_versions")),
     # The domain: results (outcome, figures, thresholds), specs, GPU tables, limits, occupancy.
-    ("model", ("opgate", "opgate.model.results", "opgate.core", "opgate.core.gpus", "opgate.gpu")),
-    # Collect: plain snapshots of the host and the device (gpu_guard asks NVML who holds a GPU).
-    ("probes", ("opgate.probes", "opgate.gpu.probes", "opgate.engine.gpu_guard")),
-    # Decide: figures -> outcome, against tables and thresholds.
+    ("model", ("opgate", "opgate.model", "opgate.core", "opgate.gpu")),
+    # Collect: plain snapshots of the host and the device.
+    ("probes", ("opgate.probes", "opgate.gpu.probes")),
+    # Decide: figures -> outcome, against tables and thresholds (cli.policy: --fail-on-skip/--require-gpu, which
+    # `opgate serve` applies too).
     ("judges", ("opgate.gpu.judge", "opgate.cli.policy")),
-    # The engine every verb runs its checks on: check base and registry, worker processes, runner, session, spec
-    # loading, the verify-stage extension surface.
+    # The engine every verb runs its checks on: check base and registry, the worker, runner, session, spec loading,
+    # the host-wide GPU lock, the one interrupt, the verify-stage plugin API.
     ("engine", ("opgate.checks", "opgate.engine")),
     # Render: every report format and the one place that writes them (emit, the report so far of an interrupt too).
     ("reporting", ("opgate.reporting",)),
@@ -251,3 +255,9 @@ def test_the_report_formats_write_through_atomic_file(name: str) -> None:
                 if module.startswith("opgate.reporting.") and f"def {name}(" in path.read_text()]
     assert len(defining) == 1
     assert "write_atomically(" in modules()[defining[0]].read_text()
+
+
+def test_the_package_root_holds_no_loose_module() -> None:
+    """Every module lives in the package of its layer (issue #29: 16 loose modules); the root keeps the spec API
+    (`opgate.Operator`) and `python -m opgate`."""
+    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py"]

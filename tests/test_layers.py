@@ -25,8 +25,8 @@ DOCTOR_DIR = PACKAGE / "doctor"
 NOT_FOR_PROBES = ("opgate.gpu.judge", "opgate.doctor", "opgate.checks", "opgate.verify", "opgate.reporting",
                   "opgate.model.results", "opgate.cli.policy", "opgate.engine.runner", "opgate.analyze")
 DEVICE_LIBRARIES = ("torch", "cupy", "cuda", "pynvml", "triton", "numba")
-# opgate.engine.children (children die with opgate) and opgate.engine.atomic (the one atomic file write, which a collectives
-# rank uses for its result file) are plumbing below every layer and need no exception.
+# opgate.engine.children (children die with opgate) and opgate.engine.atomic (the one atomic file write, which a
+# collectives rank uses for its result file) are plumbing below every layer and need no exception.
 
 
 def imported_modules(tree: ast.AST, top_level_only: bool = False) -> list[tuple[int, str]]:

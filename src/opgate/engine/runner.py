@@ -11,8 +11,8 @@ isolation stays: a worker that dies or hangs fails only the check it was running
 started is the evidence); it is discarded and the next check of its key starts a fresh one. A worker whose
 check left the CUDA context unusable exits by itself (engine/worker.py).
 
-A task that uses a GPU starts only once it holds that GPU's host-wide lock (opgate.engine.gpu_guard): exclusive tasks alone,
-the others shared, so two opgate runs on one host do not starve each other's GPU stages.
+A task that uses a GPU starts only once it holds that GPU's host-wide lock (opgate.engine.gpu_guard): exclusive
+tasks alone, the others shared, so two opgate runs on one host do not starve each other's GPU stages.
 
 Children never outlive opgate: each is its own process group, killed as a group when the run is
 interrupted (Ctrl-C, SIGTERM: `RunInterrupted` carries the results so far), and on Linux each asks the
@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.engine.children import (die_with_parent, kill_process_group, kill_process_groups, package_root, reap_seconds_left,
-                             register_child, signal_name, signal_process_group, unregister_child)
+from opgate.engine.children import (die_with_parent, kill_process_group, kill_process_groups, package_root,
+                                    reap_seconds_left, register_child, signal_name, signal_process_group,
+                                    unregister_child)
 from opgate.engine.gpu_guard import GpuGuard, GpuLockRequest, Waiting
 from opgate.engine.interrupts import RunInterrupted
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
@@ -68,7 +69,8 @@ class CheckTask:
     # Where a task that arrives through a TaskFeed joins the queue: before every waiting task of a higher order.
     order: int = 0
     # It runs on its GPU (`device`, else the default one): it starts only once it holds that GPU's host-wide lock
-    # (opgate.engine.gpu_guard), exclusively when `exclusive`, else shared, so other opgate runs on the host cannot starve it.
+    # (opgate.engine.gpu_guard), exclusively when `exclusive`, else shared, so other opgate runs on the host cannot
+    # starve it.
     uses_gpu: bool = False
     # The share of the run's slots that tasks of this `target` may hold at once (1: no limit): work that nothing
     # else waits for must leave slots to the work that does.

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.model.errors import InputError
-from opgate.engine.children import (die_with_parent, exit_without_teardown, kill_process_group, package_root, register_child,
-                             signal_name)
+from opgate.engine.children import (die_with_parent, exit_without_teardown, kill_process_group, package_root,
+                                    register_child, signal_name)
 
 # Seconds a spec may take to import (torch and Triton alone take a few seconds on a cold CPU machine).
 DEFAULT_IMPORT_TIMEOUT_S = 120.0

@@ -173,7 +173,8 @@ def give_back_gpu_memory() -> None:
 
 
 # The check a worker is running, in its environment while it runs: a process the check starts (the implementation's
-# code) inherits it, so one that outlives the run is reported against its check (opgate.engine.children.escaped_processes).
+# code) inherits it, so one that outlives the run is reported against its check
+# (opgate.engine.children.escaped_processes).
 CHECK_ENV = "OPGATE_CHECK_ID"
 
 # A child that may yield the CPU to its siblings (verify's sanitizer runs beside the calibration that feeds every

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.model.errors import InputError
-from opgate.gpu.probes.ncu import LAUNCH_METRICS, LIMITER_METRICS, METRICS, UNIT_SCALE, KernelCounters, NcuNotFound, find_ncu
+from opgate.gpu.probes.ncu import (LAUNCH_METRICS, LIMITER_METRICS, METRICS, UNIT_SCALE, KernelCounters, NcuNotFound,
+                                   find_ncu)
 
 # -- thresholds (opgate's policy, not vendor figures) -------------------------------------------------------
 # A stall reason "dominates" at this share of the warp cycles between issued instructions.
