@@ -261,3 +261,14 @@ def test_the_package_root_holds_no_loose_module() -> None:
     """Every module lives in the package of its layer (issue #29: 16 loose modules); the root keeps the spec API
     (`opgate.Operator`) and `python -m opgate`."""
     assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py"]
+
+
+def test_the_moved_modules_still_find_the_package_and_the_source_tree() -> None:
+    """Two modules find a place by their own depth: a child's PYTHONPATH (the folder holding opgate/, never
+    opgate/ itself, whose inspect/ would shadow the standard library's) and the source tree's pyproject.toml (its
+    entry points stand for a stale editable install's)."""
+    from opgate.engine.children import package_root
+    from opgate.engine.plugins import CHECKS_GROUP, _source_tree_groups
+
+    assert Path(package_root()) == SRC
+    assert "doctor.collectives" in _source_tree_groups()[CHECKS_GROUP]
