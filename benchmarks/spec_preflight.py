@@ -10,7 +10,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from opgate.specload import preflight_spec, preflight_specs
+from opgate.engine.specload import preflight_spec, preflight_specs
 
 
 def one_child_per_file(files: list[str]) -> None:

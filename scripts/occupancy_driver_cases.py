@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from opgate.core.limits import sm_limits
         from opgate.analyze.portability import occupancy_static_shared
-        from opgate.errors import InputError
+        from opgate.model.errors import InputError
     except ImportError as exc:
         print(f"cannot import opgate from {REPO / 'src'}: {exc}", file=sys.stderr)
         return 2

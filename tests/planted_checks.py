@@ -8,7 +8,7 @@ import signal
 import time
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult, Figure
+from opgate.model.results import CheckResult, Figure
 
 
 class PassingCheck(Check):
@@ -126,7 +126,7 @@ class DeviceEnvCheck(Check):
     title = "reports CUDA_VISIBLE_DEVICES"
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.results import Figure
+        from opgate.model.results import Figure
 
         start = time.clock_gettime(time.CLOCK_MONOTONIC)
         time.sleep(2.0)  # long enough that children started together overlap even on a loaded 2-core runner

@@ -395,7 +395,7 @@ def test_sigint_during_doctor_stops_every_child_and_writes_the_report_so_far(tmp
 
 @pytest.mark.slow
 def test_sigint_during_verify_stops_every_child_and_writes_the_report_so_far(tmp_path: Path) -> None:
-    report = tmp_path / "r.json"
+    report, html = tmp_path / "r.json", tmp_path / "r.html"
     private_tmp = tmp_path / "tmp"  # this run's own TMPDIR: other opgate runs on the machine do not count
     private_tmp.mkdir()
 
@@ -406,16 +406,18 @@ def test_sigint_during_verify_stops_every_child_and_writes_the_report_so_far(tmp
                 and any(private_tmp.glob("opgate-run-*")))
 
     run = _interrupt(["verify", str(BAD / "slow_spec.py"), "--budget", "quick", "--no-extras",
-                      "--json", str(report), "--out", str(tmp_path / "out")], ready,
+                      "--json", str(report), "--html", str(html), "--out", str(tmp_path / "out")], ready,
                      env_extra={"TMPDIR": str(private_tmp)})
     _assert_interrupted(run, report, finished=1)
+    # the HTML report too: the interrupt path writes every planned file through reporting.emit
+    assert str(html) in run.stderr_lines[0] and 'id="verdict">INTERRUPTED<' in html.read_text()
 
 
 def test_sigint_before_any_check_leaves_no_report(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
 
     def importing(marker: str, pid: int) -> bool:  # the hanging spec's pre-flight child is running
-        return any(b"opgate.specload" in Path(f"/proc/{p}/cmdline").read_bytes()
+        return any(b"opgate.engine.specload" in Path(f"/proc/{p}/cmdline").read_bytes()
                    for p in processes_with(marker) if Path(f"/proc/{p}").exists())
 
     run = _interrupt(["verify", str(BAD / "spec_hangs.py"), "--json", str(report)], importing)
@@ -439,7 +441,7 @@ def test_sigkill_of_opgate_takes_its_workers_with_it(tmp_path: Path) -> None:
         found = []
         for pid in processes_with(marker):
             try:
-                if b"opgate.checks.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b"opgate.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     found.append(pid)
             except OSError:
                 continue
@@ -479,7 +481,7 @@ def test_skips_fail_when_asked(args: list[str], failed: str, tmp_path: Path) -> 
 def test_a_missing_optional_dependency_names_its_extra(tmp_path: Path) -> None:
     """matplotlib made unimportable for real (None in sys.modules): one line naming the extra, exit 2."""
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from opgate.cli import main\n"
+            "from opgate.cli.main import main\n"
             f"main(['analyze', {str(DATA / 'analyze' / 'analyze_ops.py')!r}, '--targets', 'sm_90', '--stages', "
             f"'roofline', '--gpus', 'h100', '--out', {str(tmp_path)!r}])")
     marker = uuid.uuid4().hex

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from opgate.checks.base import Check
-from opgate.results import Figure, Outcome
+from opgate.model.results import Figure, Outcome
 
 
 class Judged(Check):

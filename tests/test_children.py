@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 # Starts one child with die_with_parent as its preexec_fn, as the runner does, and prints the child's exit code.
 PARENT = """
 import subprocess, sys
-from opgate.children import die_with_parent
+from opgate.engine.children import die_with_parent
 import os
 child = subprocess.run([sys.executable, "-c", "print('child ran')"], preexec_fn=die_with_parent,
                        capture_output=True, text=True, timeout=60)
@@ -45,13 +45,13 @@ def test_a_child_of_opgate_as_pid_1_runs(opgate_env):
 
 def test_a_process_whose_parent_is_not_the_one_named_ends_at_once(opgate_env):
     """The re-parented case: the pid the process was told is not its parent any more, so it exits 1."""
-    code = "from opgate.children import die_with_parent; die_with_parent(parent_pid=-1); print('survived')"
+    code = "from opgate.engine.children import die_with_parent; die_with_parent(parent_pid=-1); print('survived')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=opgate_env)
     assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", "")
 
 
 def test_a_process_that_names_its_real_parent_runs_on(opgate_env):
-    code = ("import os; from opgate.children import die_with_parent; die_with_parent(parent_pid=os.getppid()); "
+    code = ("import os; from opgate.engine.children import die_with_parent; die_with_parent(parent_pid=os.getppid()); "
             "print('survived')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=opgate_env)
     assert (proc.returncode, proc.stdout.strip()) == (0, "survived"), proc.stderr[-2000:]
@@ -62,7 +62,7 @@ def test_the_interrupt_path_reaps_against_one_deadline_not_one_per_reaper() -> N
     2 s each outlasted `timeout -k 5` on the H200 host."""
     import time
 
-    from opgate import children
+    from opgate.engine import children
 
     try:
         assert children.reap_seconds_left(10.0) == 10.0  # not stopping: the caller's own wait

@@ -54,7 +54,7 @@ def verify_options() -> set[str]:
     """Every option name `opgate verify` accepts, from the CLI itself."""
     import typer
 
-    from opgate.cli import app
+    from opgate.cli.main import app
 
     command = typer.main.get_command(app).commands["verify"]  # type: ignore[attr-defined]
     return {name for param in command.params for name in (*param.opts, *param.secondary_opts)}

@@ -8,7 +8,7 @@ from opgate_testing import DATA
 from opgate.gpu.judge.container import judge_container
 from opgate.probes.container import (ContainerFacts, DeviceNode, detect_runtime, parse_proc_cgroup,
                                      parse_visible_devices, read_cgroup)
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 LAYOUTS = DATA / "cgroup"
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from opgate.cuda_versions import (Compat, classify_runtime, cuda_for_driver, min_driver_for_cuda, parse_version,
+from opgate.core.cuda_versions import (Compat, classify_runtime, cuda_for_driver, min_driver_for_cuda, parse_version,
                                   ptx_isa_for_cuda)
 
 

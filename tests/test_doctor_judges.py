@@ -9,7 +9,7 @@ from opgate.gpu.judge.gpu_health import judge_gpu
 from opgate.gpu.judge.library_stack import judge_loaded
 from opgate.probes.gpu_inventory import GpuSnapshot
 from opgate.probes.libraries import loaded_cuda_libraries, version_from_filename
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 def h200(**changes) -> GpuSnapshot:

@@ -1,4 +1,4 @@
-"""The GPU guard (opgate.gpu_guard): a host-wide reader-writer lock per GPU, keyed by a fake device id here, held by
+"""The GPU guard (opgate.engine.gpu_guard): a host-wide reader-writer lock per GPU, keyed by a fake device id here, held by
 real processes (flock is per open file, so two processes are what it is for); the runner waits for it, reports the
 wait, and turns a wait past the limit into an error; the CUDA-index-to-UUID mapping it keys by."""
 
@@ -19,16 +19,16 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.gpu_guard import EXCLUSIVE, SHARED, GpuGuard, GpuLockRequest
+from opgate.engine.gpu_guard import EXCLUSIVE, SHARED, GpuGuard, GpuLockRequest
 from opgate.probes.gpu_identity import PhysicalGpu, candidate_uuids
-from opgate.results import Outcome
-from opgate.runner import CheckTask, run_checks
+from opgate.model.results import Outcome
+from opgate.engine.runner import CheckTask, run_checks
 
 KEY = "GPU-fake-0000"
 HOLD = """
 import sys, time
 from pathlib import Path
-from opgate.gpu_guard import GpuLockRequest
+from opgate.engine.gpu_guard import GpuLockRequest
 request = GpuLockRequest(("{key}",), "{mode}", "held by the test's other process", Path(r"{folder}"))
 while not request.poll():
     time.sleep(0.01)
@@ -177,7 +177,7 @@ def test_on_a_gpu_host_verify_tasks_take_the_guard_and_measuring_ones_take_it_al
 
 def test_a_warm_up_holds_the_gpu_shared_until_it_ends_and_is_skipped_while_another_run_has_it(tmp_path: Path) -> None:
     """A CUDA context created while another run's recovery stage fills the card fails and spoils its worker."""
-    from opgate.runner import WarmPool
+    from opgate.engine.runner import WarmPool
 
     guard = GpuGuard(keys_for=lambda device: (KEY,), wait_s=60, directory=tmp_path / "locks")
     (tmp_path / "work").mkdir()
@@ -233,7 +233,7 @@ def test_physical_gpus_come_from_nvml_with_their_mig_instances(monkeypatch) -> N
 
 def test_without_nvml_every_run_locks_one_common_key(monkeypatch) -> None:
     import opgate.probes.gpu_identity as identity
-    from opgate.gpu_guard import UNIDENTIFIED, keys_from_nvml
+    from opgate.engine.gpu_guard import UNIDENTIFIED, keys_from_nvml
     from opgate.probes.nvml import NotAvailable
 
     monkeypatch.setattr(identity, "physical_gpus", lambda: NotAvailable("no NVIDIA driver"))

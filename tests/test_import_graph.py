@@ -27,24 +27,30 @@ PACKAGE = SRC / "opgate"
 # The layers, bottom first; a module belongs to the longest prefix that names it. A module may import its own layer
 # and any layer below it. (verify and analyze, both verbs, never import each other: tests/test_import_layers.py.)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # Plumbing: no judgement, no results; anything may use it (cli_options: typer options several verbs share).
-    ("plumbing", ("opgate.errors", "opgate.children", "opgate.atomic_file", "opgate.plugins", "opgate.optional",
-                  "opgate.torch_modes", "opgate.outputs", "opgate.console", "opgate.cli_options",
-                  "opgate.gpu.cuda_wait", "opgate.data", "opgate.cuda_versions")),
+    # Plumbing: no judgement, no results; anything may use it. The engine's primitives (child processes that die with
+    # opgate, the one atomic write, entry-point groups, torch's process modes) and the command line's (typer options,
+    # the console, output-path checks, optional-dependency advice) sit here, below the packages that hold them,
+    # because probes, judges and the verbs' own typer apps use them.
+    ("plumbing", ("opgate.model.errors", "opgate.engine.children", "opgate.engine.atomic", "opgate.engine.plugins",
+                  "opgate.engine.torch_modes", "opgate.cli.optional", "opgate.cli.outputs", "opgate.cli.console",
+                  "opgate.cli.options", "opgate.gpu.cuda_wait", "opgate.data", "opgate.core.cuda_versions")),
     # The domain: results (outcome, figures, thresholds), specs, GPU tables, limits, occupancy.
-    ("model", ("opgate", "opgate.results", "opgate.core", "opgate.gpus", "opgate.gpu")),
-    # Collect: plain snapshots of the host and the device (gpu_guard asks NVML who holds a GPU).
-    ("probes", ("opgate.probes", "opgate.gpu.probes", "opgate.gpu_guard")),
-    # Decide: figures -> outcome, against tables and thresholds.
-    ("judges", ("opgate.gpu.judge", "opgate.policy")),
-    # The engine every verb runs its checks on: check base and registry, worker processes, runner, session, spec
-    # loading, the verify-stage extension surface.
-    ("engine", ("opgate.checks", "opgate.runner", "opgate.session", "opgate.specload", "opgate.stage_api")),
-    # Render: every report format and the one place that writes them (emit; interrupts writes the report so far).
-    ("reporting", ("opgate.reporting", "opgate.interrupts")),
+    ("model", ("opgate", "opgate.model", "opgate.core", "opgate.gpu")),
+    # Collect: plain snapshots of the host and the device.
+    ("probes", ("opgate.probes", "opgate.gpu.probes")),
+    # Decide: figures -> outcome, against tables and thresholds (cli.policy: --fail-on-skip/--require-gpu, which
+    # `opgate serve` applies too).
+    ("judges", ("opgate.gpu.judge", "opgate.cli.policy")),
+    # The engine every verb runs its checks on: check base and registry, the worker, runner, session, spec loading,
+    # the host-wide GPU lock, the one interrupt, the verify-stage plugin API.
+    ("engine", ("opgate.checks", "opgate.engine")),
+    # Render: every report format and the one place that writes them (emit, the report so far of an interrupt too).
+    ("reporting", ("opgate.reporting",)),
     # The verbs: each builds its checks or its analysis on the layers below and renders through reporting.
     ("verbs", ("opgate.doctor", "opgate.inspect", "opgate.verify", "opgate.analyze", "opgate.fleet", "opgate.plan",
                "opgate.gpu.explain")),
+    # The extension surface: gathers names from the layers below for plugin authors; nothing in opgate imports it.
+    ("api", ("opgate.api",)),
     # Entry points: the command line and the pytest plugin.
     ("entry", ("opgate.cli", "opgate.__main__", "opgate.testing")),
 )
@@ -53,7 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 ALLOWED_UPWARD = {
     # `analyze` pre-flights a spec by importing it under Triton's compile-only driver, in specload's child.
     # analyze.capture needs only core.limits and Triton; the call is inside import_spec_guarded(mode="analyze").
-    ("opgate.specload", "opgate.analyze.capture"),
+    ("opgate.engine.specload", "opgate.analyze.capture"),
 }
 
 # Circles through function-level imports that stay, each with why (module-level circles: none allowed).
@@ -69,10 +75,10 @@ ALLOWED_CIRCLES = {
     frozenset({"opgate.verify.backends", "opgate.verify.backends.base"}),
 }
 
-# Report formats and who may write them: the output layer. emit() is the one writer a verb calls; interrupts writes
-# the report so far to the same paths when a run is cancelled.
+# Report formats and who may write them: the output layer. emit() is the one writer a verb calls, and
+# emit_interrupted (beside it) writes the report so far to the same planned paths when a run is cancelled.
 REPORT_WRITE_FUNCTIONS = ("write_json", "write_junit", "write_html", "write_markdown")
-REPORT_WRITERS = {"opgate.reporting.emit", "opgate.interrupts"}
+REPORT_WRITERS = {"opgate.reporting.emit"}
 
 
 @dataclass(frozen=True)
@@ -249,3 +255,20 @@ def test_the_report_formats_write_through_atomic_file(name: str) -> None:
                 if module.startswith("opgate.reporting.") and f"def {name}(" in path.read_text()]
     assert len(defining) == 1
     assert "write_atomically(" in modules()[defining[0]].read_text()
+
+
+def test_the_package_root_holds_no_loose_module() -> None:
+    """Every module lives in the package of its layer (issue #29: 16 loose modules); the root keeps the spec API
+    (`opgate.Operator`) and `python -m opgate`."""
+    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py"]
+
+
+def test_the_moved_modules_still_find_the_package_and_the_source_tree() -> None:
+    """Two modules find a place by their own depth: a child's PYTHONPATH (the folder holding opgate/, never
+    opgate/ itself, whose inspect/ would shadow the standard library's) and the source tree's pyproject.toml (its
+    entry points stand for a stale editable install's)."""
+    from opgate.engine.children import package_root
+    from opgate.engine.plugins import CHECKS_GROUP, _source_tree_groups
+
+    assert Path(package_root()) == SRC
+    assert "doctor.collectives" in _source_tree_groups()[CHECKS_GROUP]

@@ -12,8 +12,8 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.results import Outcome
-from opgate.runner import CheckTask, run_checks
+from opgate.model.results import Outcome
+from opgate.engine.runner import CheckTask, run_checks
 
 HIJACK_SOURCE = """
 int cublasSgemm_v2(void) { return 0; }

@@ -23,10 +23,10 @@ PROBE_DIRS = (PACKAGE / "gpu" / "probes", PACKAGE / "probes")
 JUDGE_DIR = PACKAGE / "gpu" / "judge"
 DOCTOR_DIR = PACKAGE / "doctor"
 NOT_FOR_PROBES = ("opgate.gpu.judge", "opgate.doctor", "opgate.checks", "opgate.verify", "opgate.reporting",
-                  "opgate.results", "opgate.policy", "opgate.runner", "opgate.analyze")
+                  "opgate.model.results", "opgate.cli.policy", "opgate.engine.runner", "opgate.analyze")
 DEVICE_LIBRARIES = ("torch", "cupy", "cuda", "pynvml", "triton", "numba")
-# opgate.children (children die with opgate) and opgate.atomic_file (the one atomic file write, which a collectives
-# rank uses for its result file) are plumbing below every layer and need no exception.
+# opgate.engine.children (children die with opgate) and opgate.engine.atomic (the one atomic file write, which a
+# collectives rank uses for its result file) are plumbing below every layer and need no exception.
 
 
 def imported_modules(tree: ast.AST, top_level_only: bool = False) -> list[tuple[int, str]]:
@@ -125,9 +125,9 @@ def test_a_job_with_one_home_left_no_second(old: str) -> None:
     assert not (PACKAGE / old).exists(), f"opgate/{old} is back beside its one home (see opgate/gpu/__init__.py)"
 
 
-def test_atomic_writes_go_through_atomic_file() -> None:
-    """os.replace (the rename of a temp file) appears only in atomic_file.py."""
-    allowed = {PACKAGE / "atomic_file.py"}
+def test_atomic_writes_go_through_the_engine_atomic_write() -> None:
+    """os.replace (the rename of a temp file) appears only in engine/atomic.py."""
+    allowed = {PACKAGE / "engine" / "atomic.py"}
     wrong = []
     for path in modules_in(PACKAGE):
         if path in allowed:
@@ -136,4 +136,4 @@ def test_atomic_writes_go_through_atomic_file() -> None:
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "replace"
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "os"):
                 wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-    assert not wrong, f"atomic writes outside opgate.atomic_file.write_atomically: {wrong}"
+    assert not wrong, f"atomic writes outside opgate.engine.atomic.write_atomically: {wrong}"

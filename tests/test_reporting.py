@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.reporting.json_report import read_json, write_json
 from opgate.reporting.junit import render_junit, write_junit
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
-from opgate.errors import InputError
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.model.errors import InputError
 
 
 def report(strict: bool = False) -> RunReport:

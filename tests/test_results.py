@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from opgate.results import (SCHEMA_VERSION, CheckResult, ExitCode, Figure, Outcome, RunReport, Threshold,
+from opgate.model.results import (SCHEMA_VERSION, CheckResult, ExitCode, Figure, Outcome, RunReport, Threshold,
                             exit_code_for)
 
 

@@ -8,8 +8,8 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.results import Outcome
-from opgate.runner import CheckTask, run_checks
+from opgate.model.results import Outcome
+from opgate.engine.runner import CheckTask, run_checks
 
 
 def task(name: str, cls: str, timeout: float = 30.0) -> CheckTask:
@@ -111,7 +111,7 @@ def test_a_feed_brings_tasks_during_the_run_and_holds_a_later_exclusive_task_unt
     (recovery after the numerics), and the run ends only once the feed is closed and drained."""
     import threading
 
-    from opgate.runner import TaskFeed
+    from opgate.engine.runner import TaskFeed
 
     feed = TaskFeed(upcoming_order=40)
     early = dataclasses.replace(task("early", "PassingCheck"), order=10)
@@ -139,8 +139,8 @@ def test_a_feed_brings_tasks_during_the_run_and_holds_a_later_exclusive_task_unt
 def test_a_feed_closed_with_an_error_stops_the_run_with_that_error() -> None:
     """A reference that cannot be evaluated (an InputError in the calibration thread) ends the run with exit 2's
     error, not a report, and kills the checks still running."""
-    from opgate.errors import InputError
-    from opgate.runner import TaskFeed
+    from opgate.model.errors import InputError
+    from opgate.engine.runner import TaskFeed
 
     feed = TaskFeed(upcoming_order=40)
     feed.close(InputError("spec file x.py: the reference raised"))
@@ -163,7 +163,7 @@ def test_an_exclusive_task_waits_for_the_side_by_side_tasks_queued_behind_it() -
 
 
 def test_an_exclusive_task_pinned_to_an_idle_gpu_does_not_wait_for_another_gpus_queue() -> None:
-    from opgate.runner import _next_position
+    from opgate.engine.runner import _next_position
 
     measure = dataclasses.replace(task("measure", "PassingCheck"), exclusive=True, device=1)
     other_gpu = dataclasses.replace(task("other", "PassingCheck"), device=0)
@@ -176,7 +176,7 @@ def test_an_exclusive_task_pinned_to_an_idle_gpu_does_not_wait_for_another_gpus_
 def test_tasks_over_their_share_of_the_slots_wait_and_leave_the_rest_to_others() -> None:
     """Work nothing waits for (the runtime stage's warm-ups) holds at most its share of the slots, so the numerics
     that arrive later find slots free."""
-    from opgate.runner import _next_position
+    from opgate.engine.runner import _next_position
 
     warm = [(i, dataclasses.replace(task(f"warm{i}", "PassingCheck"), slot_share=0.5)) for i in range(3)]
     other = (9, task("numerics", "PassingCheck"))
@@ -195,7 +195,7 @@ def test_tasks_over_their_share_of_the_slots_wait_and_leave_the_rest_to_others()
 
 def test_a_task_starts_after_the_tasks_it_names_have_finished() -> None:
     """`after`: a sanitizer run's other implementations read the one run their group's first task made."""
-    from opgate.runner import _next_position
+    from opgate.engine.runner import _next_position
 
     first = task("first", "PassingCheck")
     then = dataclasses.replace(task("then", "PassingCheck"), after=("planted.first",))

@@ -1,4 +1,4 @@
-"""Warm workers (opgate.runner): tasks of one worker key share a process; a crash or hang mid-sequence is an
+"""Warm workers (opgate.engine.runner): tasks of one worker key share a process; a crash or hang mid-sequence is an
 `error` of that check only, and the next check of the key runs in a fresh worker."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.results import Outcome
-from opgate.runner import CheckTask, run_checks
+from opgate.model.results import Outcome
+from opgate.engine.runner import CheckTask, run_checks
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def test_a_retiring_task_ends_its_worker_and_keys_do_not_mix() -> None:
 def test_a_spare_worker_is_adopted_by_the_first_key_of_its_environment(tmp_path) -> None:
     """verify starts spares before it has read the spec (GPU hosts): the first key whose environment matches
     adopts one, warm state and all, instead of starting a process; a key with another environment does not."""
-    from opgate.runner import WarmPool
+    from opgate.engine.runner import WarmPool
 
     pool = WarmPool(tmp_path, limit=4)
     pool.start_spare(CheckTask("spare", "spare", "planted_checks:PidCheck", 60.0,

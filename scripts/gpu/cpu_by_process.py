@@ -23,7 +23,7 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("opgate.verify.sanitizer_batch", "sanitized child (shared)"),
     ("opgate.verify.runtime", "sanitized or profiled child"),
     ("ptxas", "ptxas"),
-    ("opgate.checks.worker", "check worker"),
+    ("opgate.engine.worker", "check worker"),
     ("multiprocessing.spawn", "spawned pool (calibration)"),
     ("multiprocessing.forkserver", "spawned pool (calibration)"),
     ("-m opgate verify", "opgate verify (parent)"),

@@ -41,7 +41,7 @@ def workers():
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if (f"OPGATE_HARDENING_RUN={marker}".encode() in open(f"/proc/{pid}/environ", "rb").read()
-                    and b"opgate.checks.worker" in open(f"/proc/{pid}/cmdline", "rb").read()):
+                    and b"opgate.engine.worker" in open(f"/proc/{pid}/cmdline", "rb").read()):
                 found.append(pid)
         except OSError:
             pass

@@ -31,7 +31,7 @@ trap 'rm -f "$DIRECT"' EXIT
 cat > "$DIRECT" <<'PYEOF'
 import json, sys
 from opgate.checks.base import CheckContext
-from opgate.runner import CheckTask, run_checks
+from opgate.engine.runner import CheckTask, run_checks
 out, targets = sys.argv[1], sys.argv[2:]
 names = ["doctor." + t.split(":")[0].split(".")[-1] for t in targets]
 tasks = [CheckTask(n, n, t, 200.0, CheckContext(level="standard"), exclusive=True) for n, t in zip(names, targets)]

@@ -1,3 +1,3 @@
-from opgate.cli import console_main
+from opgate.cli.main import console_main
 
 console_main()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from opgate.reporting.json_report import read_json
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "analyze"

@@ -6,7 +6,7 @@ import pytest
 
 from opgate.core.limits import known_ccs, sm_limits
 from opgate.data import load_table
-from opgate.gpus import PRECISIONS, all_gpus, lookup_gpu
+from opgate.core.gpus import PRECISIONS, all_gpus, lookup_gpu
 
 REQUIRED = ("v100", "t4", "a10", "a100-40gb", "a100", "a30", "l4", "l40s", "h100", "h100-pcie", "h200", "b200",
             "rtx4090", "rtx5090")

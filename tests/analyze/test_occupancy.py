@@ -14,7 +14,7 @@ import pytest
 
 from opgate.core.limits import known_ccs, parse_cc, sm_limits
 from opgate.core.occupancy import UNLIMITED, KernelLaunch, calculate, occupancy
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "analyze"
 KB = 1024

@@ -19,8 +19,8 @@ from opgate.analyze.portability import (
 )
 from opgate.analyze.resources import parse_res_usage
 from opgate.analyze.run import _portability_result
-from opgate.errors import InputError
-from opgate.results import Outcome
+from opgate.model.errors import InputError
+from opgate.model.results import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "analyze"
 OPS = DATA / "analyze_ops.py"

@@ -13,7 +13,7 @@ from opgate.analyze.roofline import (
     roofline_point,
     write_chart,
 )
-from opgate.gpus import lookup_gpu
+from opgate.core.gpus import lookup_gpu
 
 torch = pytest.importorskip("torch")
 

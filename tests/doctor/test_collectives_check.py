@@ -11,8 +11,8 @@ from opgate.checks.registry import CheckSpec, discover_checks
 from opgate.doctor.collectives import CollectivesCheck, one_gpu_reason
 from opgate.doctor.contention import ContentionCheck
 from opgate.gpu.probes.device import gpu_unavailable_reason
-from opgate.plugins import CHECKS_GROUP, _source_tree_groups
-from opgate.results import Outcome
+from opgate.engine.plugins import CHECKS_GROUP, _source_tree_groups
+from opgate.model.results import Outcome
 
 no_gpu = pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is present: the checks measure")
 

@@ -15,7 +15,7 @@ from opgate.gpu.probes.collectives import (
     MAX_BYTES, CollectiveConfig, CollectiveRun, algbw_gbs, bus_factor, busbw_gbs, bytes_needed_per_rank, cap_sizes,
     effective_size, message_sizes)
 from opgate.probes.nvlink import LinkSnapshot
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "multigpu"
 

@@ -10,7 +10,7 @@ import pytest
 from opgate.gpu.judge.contention import combine_contention, judge_contention
 from opgate.gpu.probes.contention import ContentionFigures
 from opgate.gpu.judge.references import policy_band
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "multigpu"
 SHARE = policy_band("contention_vs_alone", None)

@@ -9,7 +9,7 @@ from opgate_testing import child_pythonpath
 from opgate.checks.base import CheckContext
 from opgate.doctor import gpu_checks
 from opgate.doctor.fanout import FANOUT_GPU_ENV, fanout_tasks, merge_per_gpu, run_per_gpu, visible_device_ids
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 CTX = CheckContext(level="standard")
 

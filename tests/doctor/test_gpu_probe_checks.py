@@ -15,8 +15,8 @@ from opgate.checks.base import CheckContext
 from opgate.checks.registry import discover_checks
 from opgate.doctor.gpu_checks import STANDARD_CHECKS
 from opgate.gpu.probes.device import gpu_unavailable_reason
-from opgate.results import Outcome
-from opgate.session import tasks_for
+from opgate.model.results import Outcome
+from opgate.engine.session import tasks_for
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = {"doctor.hbm_bandwidth", "doctor.l2_bandwidth", "doctor.host_links", "doctor.p2p",

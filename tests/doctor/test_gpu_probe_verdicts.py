@@ -31,7 +31,7 @@ from opgate.gpu.probes.link_matrix import LinkMatrixMeasurement, PairFigures
 from opgate.gpu.probes.p2p import P2PMeasurement, PeerPair
 from opgate.gpu.probes.priority import StreamPriorityMeasurement
 from opgate.gpu.probes.timing import Samples
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 CTX = CheckContext(level="standard")
 GiB = 1 << 30

@@ -9,7 +9,7 @@ from pathlib import Path
 from opgate.gpu.probes.link_matrix import PairFigures
 from opgate.gpu.judge.link_matrix import find_outliers, link_matrix_verdict, render_link_matrix, unknown_links
 from opgate.gpu.judge.references import policy_band
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "multigpu"
 BAND = policy_band("p2p_pair_vs_siblings", None)

@@ -9,11 +9,11 @@ import pytest
 
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
-from opgate.plugins import CHECKS_GROUP, _source_tree_groups
+from opgate.engine.plugins import CHECKS_GROUP, _source_tree_groups
 from opgate.doctor.qos import QosCheck
 from opgate.gpu.judge.qos import judge_qos
 from opgate.gpu.probes.qos import ModeResult, QosMeasurement
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 from opgate_testing import gpu_available
 
 

@@ -10,7 +10,7 @@ from opgate.gpu.judge.topology import judge_topology
 from opgate.plan.mig_solver import link_is_poor, nic_local
 from opgate.probes.topology import (GpuPlace, NicPlace, TopologySnapshot, count_numa_nodes, pci_link_class,
                                     pci_path, read_nics, sysfs_bus_id)
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 def _device(sys_root: Path, chain: list[str], numa: int) -> Path:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult, Figure
+from opgate.model.results import CheckResult, Figure
 
 
 class PlantedBandwidthCheck(Check):

@@ -55,7 +55,7 @@ def exported_metric_names() -> set[str]:
     from prometheus_client.parser import text_string_to_metric_families
 
     from opgate.fleet.serve import ExporterState, OpgateCollector
-    from opgate.results import CheckResult, Figure, Outcome, RunReport
+    from opgate.model.results import CheckResult, Figure, Outcome, RunReport
 
     result = CheckResult("planted.flapping", "planted", Outcome.FAILED, "planted failure",
                          figures=(Figure("GPU0 planted temperature", 91.0, "C"),), duration_s=0.1)

@@ -8,7 +8,7 @@ from opgate.fleet.baseline import GpuIdentity, NodeFigures, find_outliers, robus
 from opgate.fleet.keys import figure_key
 from opgate.fleet.node_task import NodeOutcome
 from opgate.fleet.report import fleet_report, order_nodes
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 H200 = "NVIDIA H200"
 
@@ -88,7 +88,7 @@ def test_failed_and_error_nodes_first_then_the_slowest() -> None:
 
 
 def test_the_fleet_report_round_trips_and_carries_every_node() -> None:
-    from opgate.results import RunReport
+    from opgate.model.results import RunReport
 
     report = fleet_report("doctor", [outcome("a", Outcome.PASSED, 1), outcome("b", Outcome.WARNED, 2)],
                           "2026-12-01T00:00:00+00:00", 3.0, False, {})

@@ -157,7 +157,7 @@ def test_a_port_in_use_is_one_line_exit_2(fleet_env: dict[str, str]) -> None:
 def test_require_gpu_fails_a_pod_that_sees_no_gpu_instead_of_passing_on_skips(fleet_env: dict[str, str]) -> None:
     """The chart sets OPGATE_REQUIRE_GPU on its GPU-node pods: without the NVIDIA runtime a pod sees no GPU, every
     GPU check skips, and the node was labelled ready=pass (found building the image, no GPU in the container)."""
-    from opgate.policy import gpu_missing_reason
+    from opgate.cli.policy import gpu_missing_reason
 
     if gpu_missing_reason() is None:
         pytest.skip("a GPU is visible here: the check passes, which the GPU tests cover")

@@ -13,7 +13,7 @@ import pytest
 from opgate_testing import REPO
 
 from opgate.fleet.slurm import MAX_REASON_CHARS, merge_reports, one_line_reason
-from opgate.results import CheckResult, Figure, Outcome, RunReport
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport
 
 SCRIPT = REPO / "deploy" / "slurm" / "opgate-healthcheck.sh"
 

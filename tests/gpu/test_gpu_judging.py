@@ -9,7 +9,7 @@ import pytest
 from opgate.data import load_table
 from opgate.gpu.judge.bands import band_threshold, judge, relative_spread
 from opgate.gpu.judge.references import Band, datasheet_bandwidth, gpu_key_for, has_model_band, policy_band
-from opgate.results import Outcome, worst_outcome
+from opgate.model.results import Outcome, worst_outcome
 
 HIGHER = Band("m", "default", ">=", 0.93, 0.85, "fraction", "src")
 LOWER = Band("m", "default", "<=", 1.0, 1.2, "fraction", "src")

@@ -92,7 +92,7 @@ def test_missing_sanitizer_is_a_skip_with_the_reason(tmp_path: Path, monkeypatch
 
 
 def test_unknown_tool_is_bad_input(stub: Path) -> None:
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
 
     with pytest.raises(InputError, match="not one of memcheck"):
         run_under_sanitizer(["true"], "helgrind")
@@ -105,7 +105,7 @@ def test_python_targets(tmp_path: Path) -> None:
     script = tmp_path / "s.py"
     script.write_text("pass\n")
     assert python_command(str(script)) == [sys.executable, str(script)]
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
 
     with pytest.raises(InputError, match="does not exist"):
         python_command(str(tmp_path / "missing.py"))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.gpu.judge.limiter import Ceilings, diagnose, load_profiles, read_ncu_csv, stall_reasons
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from opgate.checks.base import CheckContext
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 def gpu_count() -> int:

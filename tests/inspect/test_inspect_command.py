@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from inspect_helpers import FIXTURES, REPO
-from opgate.cli import main
+from opgate.cli.main import main
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +95,7 @@ def test_unknown_gpu_is_bad_usage(capsys):
 def test_help_stays_lazy():
     """`opgate --help` must not import the inspect machinery (or pyelftools)."""
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    code = ("import sys, opgate.cli; "
+    code = ("import sys, opgate.cli.main; "
             "print(any(m.startswith(('opgate.inspect', 'elftools', 'zstandard', 'lz4')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

@@ -95,6 +95,21 @@ def test_cli_compare_exit_codes(tmp_path, opgate_env):
     assert one.returncode == 2 and "exactly two builds" in one.stderr and "Traceback" not in one.stderr
 
 
+def test_cli_compare_writes_html_and_history_through_the_one_output_layer(tmp_path, opgate_env):
+    """--html and --history on `inspect --compare` (once accepted and ignored) write what they say, like every
+    verb's: the same emit() call as --json."""
+    html, history = tmp_path / "c.html", tmp_path / "runs.sqlite"
+    run = subprocess.run([sys.executable, "-m", "opgate", "inspect", "--compare", str(NVCC_BUILD), str(CLANG_BUILD),
+                          "--targets", "h200,a100", "--html", str(html), "--history", str(history)],
+                         capture_output=True, text=True, env=opgate_env, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"HTML report: {html}" in run.stdout and 'id="verdict">PASSED<' in html.read_text()
+    assert "run history: run 1 appended" in run.stdout
+    runs = subprocess.run([sys.executable, "-m", "opgate", "history", str(history)], capture_output=True, text=True,
+                          env=opgate_env, timeout=120)
+    assert runs.returncode == 0 and "inspect" in runs.stdout, runs.stdout + runs.stderr
+
+
 @pytest.fixture(scope="module")
 def planted_nvcc_builds(nvcc, tmp_path_factory) -> Path:
     """Fresh nvcc builds with the fleet's sm_90 SASS left out: once with compute_80 PTX, once without any PTX."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inspect_helpers import FIXTURES
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.inspect.compat import (
     JIT,
     NATIVE,

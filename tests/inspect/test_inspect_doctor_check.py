@@ -14,7 +14,7 @@ from inspect_helpers import FIXTURES, REPO
 from opgate.checks.base import CheckContext
 from opgate.doctor.extension_binaries import ExtensionBinariesCheck, loaded_shared_objects
 from opgate.inspect.compat import Target
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 def test_maps_parsing(tmp_path):

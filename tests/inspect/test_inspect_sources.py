@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from inspect_helpers import FIXTURES
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.inspect.model import SECTION_EXECUTABLE, SECTION_RELOCATABLE
 from opgate.inspect.sources import inspect_paths
 

@@ -13,7 +13,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plan import autoscale as scale
 
 ROOT = Path(__file__).resolve().parents[2]

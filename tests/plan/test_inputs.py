@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plan.inputs import load_fleet, load_workloads, model_from_nvml_name, parse_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plan"

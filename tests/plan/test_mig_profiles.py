@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plan.legality import check_gpu
 from opgate.plan.mig_solver import legal_layouts
 from opgate.plan.profiles import mig_models, slicing_for

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plan.inputs import parse_fleet, parse_workloads
 from opgate.plan.legality import check_plan
 from opgate.plan.mig_solver import legal_layouts, plan_mig

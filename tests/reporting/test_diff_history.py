@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.reporting.diff import diff_reports, parse_threshold
 from opgate.reporting.history import append_run, figure_trend, last_run_like, list_runs
 from opgate.reporting.json_report import read_json

@@ -15,7 +15,7 @@ import pytest
 from opgate_testing import source_key_problems
 
 from opgate.checks.base import CheckContext
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 
 def figure_count(results: Iterable[CheckResult]) -> int:
@@ -37,8 +37,8 @@ def doctor_here() -> list[CheckResult]:
     skip without a GPU; their figures are built below)."""
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
-    from opgate.runner import run_checks
-    from opgate.session import tasks_for
+    from opgate.engine.runner import run_checks
+    from opgate.engine.session import tasks_for
 
     tasks, broken = tasks_for(select_checks("doctor.", None), CheckContext(verb="doctor", level="standard"))
     return [*broken, *run_checks(tasks, jobs=2)]
@@ -133,7 +133,7 @@ def test_analyze_keys_its_figures_at_the_source() -> None:
     from opgate.analyze.portability import CompileOutcome, with_occupancy
     from opgate.analyze.roofline import analyze_operator, measurement_key
     from opgate.analyze.run import _occupancy_result, _portability_result, _roofline_results
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
     from opgate.reporting.json_report import read_json
 
     recorded = read_json(REPORTS / "analyze_ops.v1.json")
@@ -204,7 +204,7 @@ def test_verify_keys_its_figures_at_the_source(spec: str, extras: bool, case_tim
     """`opgate verify SPEC --budget quick --stages numerics --dtype float32` on this CPU, through the engine as the
     CLI runs it (one dtype: every kind of figure is there, at a third of the cost in `make test`)."""
     pytest.importorskip("torch")
-    from opgate.cli import make_console
+    from opgate.cli.console import make_console
     from opgate.verify.engine import VerifyRequest, run_verify
 
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
@@ -284,9 +284,9 @@ def test_the_runners_gpu_wait_figure_is_keyed_at_the_source(tmp_path: Path) -> N
     from types import SimpleNamespace
 
     import opgate.core.spec as spec
-    from opgate.gpu_guard import Waiting
-    from opgate.runner import CheckTask, gpu_wait_error, with_gpu_wait
-    from opgate.stage_api import OperatorPlan, discover_stages
+    from opgate.engine.gpu_guard import Waiting
+    from opgate.engine.runner import CheckTask, gpu_wait_error, with_gpu_wait
+    from opgate.engine.stages import OperatorPlan, discover_stages
     from opgate.verify.backends.base import ImplementationChoice
 
     softmax = Path(__file__).resolve().parents[2] / "examples" / "ops" / "softmax.py"

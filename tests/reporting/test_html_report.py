@@ -65,7 +65,7 @@ def test_verify_runtime_and_doctor_band_charts_draw_from_the_judging_layer(monke
     doctor's GPU probes run through their judging layer with tests/doctor's chosen inputs, must chart."""
     import sys
 
-    from opgate.results import CheckResult, Figure, Outcome, RunReport
+    from opgate.model.results import CheckResult, Figure, Outcome, RunReport
 
     runtime = [CheckResult(f"verify.softmax.{impl}.runtime", "t", Outcome.PASSED, "r", (
         Figure("median time", median, "us"), Figure("p95 time", median * 1.1, "us"),  # INPUT values

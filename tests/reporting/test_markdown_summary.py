@@ -16,7 +16,7 @@ from opgate_testing import REPO
 
 from opgate.reporting.json_report import read_json
 from opgate.reporting.markdown import MAX_BYTES, render_markdown, write_markdown
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (a dependency of rich) parses the summary")
 

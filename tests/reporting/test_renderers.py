@@ -13,7 +13,7 @@ from rich.console import Console
 
 from opgate.reporting import renderers
 from opgate.reporting.renderers import GENERIC, MarkdownTable, VerbRenderers, renderers_for
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "opgate"
 

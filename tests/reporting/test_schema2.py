@@ -13,7 +13,7 @@ import pytest
 from opgate.reporting.json_report import read_json, render_json
 from opgate.reporting.schema import decode_report, encode_report
 from opgate.reporting.metrics import metric_for
-from opgate.results import Outcome, RunReport
+from opgate.model.results import Outcome, RunReport
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "tests" / "data" / "reports"
@@ -101,7 +101,7 @@ def test_analyze_kernel_and_roofline_figures_split_into_key_and_labels() -> None
 def test_doctor_gpu_figures_map_to_stable_keys_with_the_gpu_as_label() -> None:
     """The doctor's GPU probes name figures 'GPU1 HBM read (opgate kernel)' on several GPUs and without the
     prefix on one; both map to hbm.read_bandwidth, the GPU in the labels (from the name or the evidence)."""
-    from opgate.results import CheckResult, Figure
+    from opgate.model.results import CheckResult, Figure
 
     two = CheckResult("doctor.hbm_bandwidth", "t", Outcome.PASSED, "r",
                       (Figure("GPU1 HBM read (opgate kernel)", 4.51, "TB/s"),))
@@ -160,7 +160,7 @@ def test_schema1_reports_still_load_and_round_trip_through_schema2() -> None:
 def test_every_gpu_stage_keys_its_own_results(check_id: str, key: str, labels: dict[str, str]) -> None:
     """A GPU stage's results are keyed by their stage, not read as numerics with the stage name as the dtype
     (the qos stage's and the sanitizer tools' were, while a fixed tuple listed the stages)."""
-    from opgate.results import CheckResult, Figure
+    from opgate.model.results import CheckResult, Figure
 
     result = CheckResult(check_id, "t", Outcome.PASSED, "r", (Figure("p95 alone", 1.0, "ms"),))
     metric = metric_for(result, result.figures[0])
@@ -170,7 +170,7 @@ def test_every_gpu_stage_keys_its_own_results(check_id: str, key: str, labels: d
 
 
 def test_a_figure_keyed_at_its_source_keeps_its_key_with_its_results_labels() -> None:
-    from opgate.results import CheckResult, Figure
+    from opgate.model.results import CheckResult, Figure
 
     result = CheckResult("doctor.hbm_bandwidth", "t", Outcome.PASSED, "r",
                          (Figure("GPU1 HBM read (opgate kernel)", 4.51, "TB/s", key="hbm.read_bandwidth",
@@ -182,7 +182,7 @@ def test_a_figure_keyed_at_its_source_keeps_its_key_with_its_results_labels() ->
 
 def test_a_third_party_figure_without_a_key_gets_one_derived_from_its_check_id_and_name() -> None:
     """The fallback: a plugin's check that sets no key is keyed as before keys were set at the source."""
-    from opgate.results import CheckResult, Figure
+    from opgate.model.results import CheckResult, Figure
 
     doctor = CheckResult("doctor.my_probe", "t", Outcome.PASSED, "r", (Figure("GPU2 fan speed (max)", 40, "%"),))
     metric = metric_for(doctor, doctor.figures[0])
@@ -196,7 +196,7 @@ def test_a_third_party_figure_without_a_key_gets_one_derived_from_its_check_id_a
 def test_a_planned_stage_and_labels_replace_the_check_id_grammar_for_a_keyless_figure() -> None:
     """A stage plugin's result (its task planned by OperatorPlan.task) is keyed by its stage and labels, whatever
     its check id looks like; the sizes it reports in extra stay a label."""
-    from opgate.results import CheckResult, Figure
+    from opgate.model.results import CheckResult, Figure
 
     result = CheckResult("verify.softmax.mine.float16.energy", "t", Outcome.PASSED, "r",
                          (Figure("joules per call", 0.2, "J"),), extra={"dims": {"M": 8}}, stage="energy",

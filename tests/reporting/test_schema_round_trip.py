@@ -12,7 +12,7 @@ import pytest
 
 from opgate.reporting.schema import (REPORT_SCHEMA_VERSION, decode_figure, decode_report, encode_figure,
                                      encode_report, structure_problem)
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

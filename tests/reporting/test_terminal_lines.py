@@ -9,7 +9,7 @@ import io
 from rich.console import Console
 
 from opgate.reporting.terminal import render_terminal
-from opgate.results import CheckResult, Figure, Outcome, RunReport
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport
 
 TOKEN = "ogv1." + "A" * 120
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "tests" / "data" / "verify" / "softmax_spec.py"
@@ -16,7 +16,7 @@ SPEC = ROOT / "tests" / "data" / "verify" / "softmax_spec.py"
 
 def test_a_dtype_whose_calibration_raises_is_an_error_and_the_others_are_judged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from opgate.cli import make_console
+    from opgate.cli.main import make_console
     from opgate.verify import calibrator
     from opgate.verify.engine import VerifyRequest, run_verify
 
@@ -130,16 +130,19 @@ def test_a_sigterm_to_the_process_group_does_not_kill_the_calibration_processes(
 def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reaping waits for each CUDA context's teardown: on the H200 a library run stopped by SIGTERM was SIGKILLed 5 s
-    later in that wait, with no report (2026-12-02). The report must be on disk before the first reap."""
-    from opgate import interrupts, session
-    from opgate.cli import make_console
-    from opgate.results import RunReport
-    from opgate.runner import WarmPool
+    later in that wait, with no report (2026-12-02). The report must be on disk before the first reap, the HTML
+    report too (it was left out of the interrupt path)."""
+    from opgate.engine import session
+    from opgate.engine.interrupts import RunInterrupted
+    from opgate.cli.console import make_console
+    from opgate.reporting import emit
+    from opgate.model.results import RunReport
+    from opgate.engine.runner import WarmPool
     from opgate.verify import calibrator
     from opgate.verify.engine import VerifyRequest, run_verify
 
-    report_path = tmp_path / "r.json"
-    monkeypatch.setitem(interrupts.REPORT_PATHS, "json", report_path)
+    report_path, html_path = tmp_path / "r.json", tmp_path / "r.html"
+    monkeypatch.setattr(emit, "_PLANNED", [emit.ReportOutputs(json=report_path, html=html_path)])
     on_disk_at_reap: list[bool] = []
     real_close = WarmPool.close
 
@@ -148,17 +151,17 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
         return real_close(self, *args, **kwargs)
 
     def interrupted_session(verb, *args, **kwargs):  # type: ignore[no-untyped-def]
-        raise session.SessionInterrupted(RunReport(verb=verb, results=(), started_at="", duration_s=1.0,
-                                                   extra={"interrupted": True, "not_run": ["planted"]}))
+        raise RunInterrupted(report=RunReport(verb=verb, results=(), started_at="", duration_s=1.0,
+                                             extra={"interrupted": True, "not_run": ["planted"]}))
 
     monkeypatch.setattr(WarmPool, "close", close)
     monkeypatch.setattr(calibrator.CalibrationPool, "close", lambda self: on_disk_at_reap.append(report_path.is_file()))
     monkeypatch.setattr(session, "run_session", interrupted_session)
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
-    from opgate.children import start_afresh
+    from opgate.engine.children import start_afresh
 
     try:
-        with pytest.raises(session.SessionInterrupted) as stop:
+        with pytest.raises(RunInterrupted) as stop:
             run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
                                      dtypes=("float32",), out_dir=tmp_path / "out"), make_console())
     finally:
@@ -167,8 +170,11 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     import json
 
     assert json.loads(report_path.read_text())["interrupted"] is True
-    # main says where it is without writing it a second time
-    assert str(report_path) in interrupts.write_interrupted_report(stop.value.report)
+    assert 'id="verdict">INTERRUPTED<' in html_path.read_text()
+    # main says where they are without writing them a second time
+    written = html_path.stat().st_mtime_ns
+    said = emit.emit_interrupted(stop.value.report)
+    assert str(report_path) in said and str(html_path) in said and html_path.stat().st_mtime_ns == written
 
 
 SLOW_SPEC = '''

@@ -16,8 +16,8 @@ import pytest
 from tests_verify_support import ROOT, SRC, gpu_reason
 
 from opgate.checks.base import CheckContext
-from opgate.results import Outcome
-from opgate.runner import CheckTask
+from opgate.model.results import Outcome
+from opgate.engine.runner import CheckTask
 from opgate.verify import sanitizer_batch
 from opgate.verify.runtime import VerifySanitizerCheck
 from opgate.verify.tasks import GpuStagePayload
@@ -94,7 +94,7 @@ def test_a_member_reads_a_clean_shared_run_without_a_gpu_and_runs_alone_without_
     (tmp_path / sanitizer_batch.RECORD).write_text(json.dumps({"clean": False, "why": "has findings"}))
     if not gpu_reason():
         pytest.skip("a GPU is present: the member would run its own child")
-    from opgate.errors import SkipCheck
+    from opgate.model.errors import SkipCheck
 
     with pytest.raises(SkipCheck):
         VerifySanitizerCheck().evaluate(CheckContext(verb="verify", options=payload.to_dict()))

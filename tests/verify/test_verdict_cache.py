@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.verify.engine import VerifyRequest
 from opgate.verify.verdict_cache import VerdictCache
 from opgate.verify.verdict_reuse import _store_judged

@@ -96,7 +96,7 @@ def test_a_reference_that_makes_cpu_tensors_keeps_its_terms_on_the_cpu(monkeypat
 
 @needs_gpu
 def test_a_gpu_another_run_keeps_past_the_wait_limit_leaves_the_terms_on_the_cpu(monkeypatch, tmp_path) -> None:
-    from opgate.gpu_guard import EXCLUSIVE, GpuLockRequest, keys_from_nvml
+    from opgate.engine.gpu_guard import EXCLUSIVE, GpuLockRequest, keys_from_nvml
 
     monkeypatch.setenv("OPGATE_GPU_LOCK_DIR", str(tmp_path))
     monkeypatch.setenv("OPGATE_GPU_WAIT_S", "0.3")

@@ -37,7 +37,7 @@ def test_an_interrupted_run_kills_the_probe_child_instead_of_waiting_for_it(tmp_
     import threading
     import time
 
-    from opgate.children import kill_all_children, start_afresh
+    from opgate.engine.children import kill_all_children, start_afresh
 
     spec = tmp_path / "slow_spec.py"
     spec.write_text("import time\nimport opgate\n"

@@ -9,7 +9,7 @@ import pytest
 from opgate_testing import child_pythonpath
 
 from opgate.checks.base import CheckContext
-from opgate.runner import CheckTask, run_checks
+from opgate.engine.runner import CheckTask, run_checks
 from opgate.verify.engine import fan_out_gpu_stages
 
 STAGES = {"runtime", "sanitizer", "recovery"}

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 from opgate.verify.gaming import (
     GamingFinding, GamingProbe, aliasing_pairs, apply_probe, probe_alias, probe_cached, probe_mutation,
     probe_side_stream, same_bits,

@@ -68,7 +68,7 @@ def test_a_folder_yields_its_spec_files_not_helpers_tests_or_caches(tmp_path):
 
 
 def test_a_folder_without_specs_and_a_missing_path_are_input_errors(tmp_path):
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.verify.spec_files import expand_spec_paths
 
     (tmp_path / "kernels.py").write_text("x = 1\n")
@@ -115,7 +115,7 @@ def test_changed_since_keeps_specs_whose_file_or_local_imports_changed(tmp_path)
 
 
 def test_changed_since_a_ref_the_clone_lacks_is_an_input_error(tmp_path):
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.verify.spec_files import changed_specs
 
     write_spec(tmp_path / "relu.py", "relu", "torch.relu(x)")
@@ -240,8 +240,8 @@ def test_a_folder_without_spec_files_is_exit_2_and_changed_since_with_no_change_
 ])
 def test_one_preflight_child_names_the_file_that_fails_among_several(tmp_path, second, said):
     """Every file is pre-flighted in one child, in order; the error names the file it stopped in, not the first."""
-    from opgate.errors import InputError
-    from opgate.specload import preflight_specs
+    from opgate.model.errors import InputError
+    from opgate.engine.specload import preflight_specs
 
     first, bad, third = tmp_path / "a_spec.py", tmp_path / "b_spec.py", tmp_path / "c_spec.py"
     write_spec(first, "a_op", "x * 2")

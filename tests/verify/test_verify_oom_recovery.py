@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from opgate_testing import REPO, run_opgate
 
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 from opgate.gpu.probes.oom import OomTrial, same_answer
 from opgate.verify.oom_recovery import judge
 

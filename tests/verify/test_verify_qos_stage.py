@@ -14,7 +14,7 @@ from opgate.checks.base import CheckContext
 from opgate.gpu.judge.qos import format_mode_table, judge_modes
 from opgate.gpu.probes import qos_worker
 from opgate.gpu.probes.qos import ModeResult, QosMeasurement
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 from opgate.verify import qos_worker as verify_qos_worker
 from opgate.verify.qos_stage import VerifyQosCheck, judge_operator_qos, resolve_slo
 from opgate.verify.tasks import GpuStagePayload, PayloadError

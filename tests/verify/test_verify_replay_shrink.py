@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.verify.inputs import Case
 from opgate.verify.replay import PREFIX, ReplayToken
 from opgate.verify.shrink import candidate_sizes, shrink_case

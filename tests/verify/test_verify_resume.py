@@ -16,7 +16,7 @@ import pytest
 
 from tests_verify_support import DATA, ROOT, SRC
 
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CHECK_TARGET, MAX_CRASHES, death_status, stderr_excerpt
 
@@ -184,7 +184,7 @@ def test_a_crash_while_shrinking_ends_shrinking_and_is_reported_with_the_other_f
 
 def test_the_parent_resumes_after_a_death_in_a_call_but_not_after_the_whole_timeout(tmp_path):
     from opgate.checks.base import CheckContext
-    from opgate.runner import CheckTask
+    from opgate.engine.runner import CheckTask
     from opgate.verify.inputs import Case
     from opgate.verify.resume import CaseJournal, follow_up, read_crashes
 

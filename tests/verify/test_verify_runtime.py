@@ -59,7 +59,7 @@ def test_each_timing_check_follows_a_warm_up_beside_other_work_in_the_same_worke
     numerics (order 40); the exclusive check, which the runner starts only once no side-by-side task of its GPU
     waits (tests/test_runner.py), only times. The warm-up's result is the engine's own: left out of the report."""
     from opgate.core.spec import load_spec_file
-    from opgate.results import CheckResult, Outcome
+    from opgate.model.results import CheckResult, Outcome
     from opgate.verify.engine import VerifyRequest, _internal, gpu_stage_tasks, select
 
     request = VerifyRequest(spec_file=GELU, impls=["triton"], stages=["numerics", "runtime"])

@@ -155,11 +155,11 @@ def test_declared_empty_sizes_are_skipped_for_the_sanitizer():
 def test_sanitizer_children_yield_the_cpu_and_a_library_calibrates_with_more_processes(monkeypatch) -> None:
     """The sanitizer's children start niced (their CPU is nothing the report waits for; the calibration is), and a
     run of several spec files calibrates in half the CPUs' processes instead of a quarter."""
-    from opgate.checks.worker import NICE_ENV
+    from opgate.engine.worker import NICE_ENV
     from opgate.verify.builtin_stages import SANITIZER_NICE
     from opgate.verify.calibrator import calibration_processes
 
-    child = subprocess.run([sys.executable, "-c", "import os; from opgate.checks.worker import lower_priority; "
+    child = subprocess.run([sys.executable, "-c", "import os; from opgate.engine.worker import lower_priority; "
                             "before = os.nice(0); lower_priority(); print(os.nice(0) - before)"],
                            env={**os.environ, "PYTHONPATH": str(SRC), NICE_ENV: str(SANITIZER_NICE)},
                            capture_output=True, text=True, check=True)

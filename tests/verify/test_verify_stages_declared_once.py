@@ -1,5 +1,5 @@
 """A verify stage is declared once (issue #29): each stage declares its tasks' timeout and exclusivity
-(opgate.stage_api.Stage), its tasks carry exactly that, and no check class a stage runs repeats them or names
+(opgate.engine.stages.Stage), its tasks carry exactly that, and no check class a stage runs repeats them or names
 itself (the runner gives a result its task's id and title; a check reads its limit from CheckContext.timeout_s)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opgate.stage_api import Stage, discover_stages
+from opgate.engine.stages import Stage, discover_stages
 from tests_verify_support import ROOT
 
 VERIFY = ROOT / "src" / "opgate" / "verify"
@@ -99,7 +99,7 @@ def test_the_gpu_stages_tasks_carry_what_their_stage_declares(tmp_path: Path, mo
 
 def test_a_plugin_stages_declaration_reaches_its_tasks_and_none_is_the_runs_timeout(tmp_path: Path) -> None:
     from opgate.core.spec import load_spec_file
-    from opgate.stage_api import OperatorPlan
+    from opgate.engine.stages import OperatorPlan
     from opgate.verify.backends.base import ImplementationChoice
     from opgate.verify.tasks import GpuStagePayload
 

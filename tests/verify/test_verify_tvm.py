@@ -47,7 +47,7 @@ for dtype in ("float32", "float16", "bfloat16"):
         runs.append({"dtype": str(y.dtype), "shape": list(y.shape), "max_abs_error": float((y.double() - truth).abs().max()),
                      "owns_memory": y.untyped_storage().data_ptr() != 0 and y.is_contiguous()})
     out[dtype] = {"runs": runs, "facts": prepared.facts, "device": prepared.device}
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 layernorm = load_spec_file(Path(sys.argv[2]))[0]
 try:
     prepare(choice, layernorm, "bfloat16", Path("."))

@@ -26,8 +26,8 @@ from opgate.core.limits import SmLimits, known_ccs, sm_limits
 from opgate.core.occupancy import KernelLaunch, OccupancyResult, occupancy
 from opgate.analyze.roofline import dims_cases
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import InputError
-from opgate.results import CheckResult, Outcome
+from opgate.model.errors import InputError
+from opgate.model.results import CheckResult, Outcome
 
 DEFAULT_TARGETS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
 STATUS_OUTCOME = {
@@ -60,7 +60,7 @@ def parse_targets(text: str | Sequence[str], allow_unknown: bool = False) -> lis
     An architecture opgate has no SM limits for (sm_999) is refused unless `allow_unknown`
     (`--allow-unknown-arch`): its compile would fail in the compiler, not in the user's kernel."""
     from opgate.core.limits import parse_cc
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
     targets: list[Target] = []
@@ -317,7 +317,7 @@ def _report_for(compiled: Any, limits: SmLimits | None, target: str, arch: int) 
 
 
 def _representative_sm_count(cc: tuple[int, int]) -> int:
-    from opgate.gpus import all_gpus
+    from opgate.core.gpus import all_gpus
 
     for gpu in all_gpus():
         if gpu.compute_capability == cc:
@@ -439,8 +439,8 @@ def with_occupancy(outcome: CompileOutcome) -> CompileOutcome:
 
 def run_matrix(requests: Sequence[MatrixRequest], jobs: int, timeout_s: float,
                on_done: Any = None) -> list[CompileOutcome]:
-    """Run every request in its own child process (opgate.runner), at most `jobs` at once."""
-    from opgate.runner import CheckTask, run_checks
+    """Run every request in its own child process (opgate.engine.runner), at most `jobs` at once."""
+    from opgate.engine.runner import CheckTask, run_checks
 
     tasks = [
         CheckTask(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from opgate.reporting.charts import threshold_band_charts
 from opgate.reporting.renderers import Chart, VerbRenderers
 from opgate.reporting.svg import Point, Series, scatter_chart
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 if TYPE_CHECKING:
     from rich.console import Console

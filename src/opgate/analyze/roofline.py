@@ -24,7 +24,7 @@ from opgate.core.dtypes import ITEMSIZE
 from opgate.core.work import (  # noqa: F401  (the work model: core)
     DTYPE_PRECISIONS, OperatorWork, RooflinePoint, operator_work, peak_for, roofline_point,
 )
-from opgate.gpus import GpuModel
+from opgate.core.gpus import GpuModel
 
 MAX_SHAPES = 64  # dims combinations per dtype beyond this are dropped, in declaration order
 

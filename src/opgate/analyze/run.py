@@ -26,9 +26,9 @@ from opgate.analyze.portability import (
     run_matrix,
 )
 from opgate.analyze.roofline import RooflineAnalysis, analyze_operator, write_chart
-from opgate.errors import InputError
-from opgate.gpus import GpuModel, lookup_gpu
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold
+from opgate.model.errors import InputError
+from opgate.core.gpus import GpuModel, lookup_gpu
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold
 
 STAGES = ("portability", "occupancy", "roofline")
 # One representative GPU per default target (sm_75, 80, 86, 89, 90, 100, 120) for the roofline.
@@ -83,7 +83,7 @@ def parse_stages(text: str | None) -> list[str]:
 
 def _load_operators(spec_file: Path) -> list[Any]:
     """Import the spec under the compile-only driver, so module-level device queries work without a GPU."""
-    from opgate.specload import load_spec_isolated
+    from opgate.engine.specload import load_spec_isolated
 
     return load_spec_isolated(spec_file, mode="analyze")
 
@@ -265,7 +265,7 @@ def run_analyze(options: AnalyzeOptions, console: Console | None = None) -> tupl
     t0 = time.perf_counter()
     findings = collect(options, console)
     results = judge(findings, options)
-    from opgate.session import host_facts
+    from opgate.engine.session import host_facts
 
     report = RunReport(
         verb="analyze",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.results import RunReport
-from opgate.stage_api import OperatorPlan, Stage
+from opgate.model.results import RunReport
+from opgate.engine.stages import OperatorPlan, Stage
 
 
 class _AnalyzeStage(Stage):

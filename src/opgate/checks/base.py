@@ -9,8 +9,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, worst_outcome
+from opgate.model.errors import SkipCheck
+from opgate.model.results import CheckResult, Figure, Outcome, worst_outcome
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Check:
     `timeout_s` how long the runner lets its child process live.
 
     A check a verify stage runs sets none of `check_id`, `title`, `timeout_s`: the stage declares its tasks'
-    timeout and exclusivity (opgate.stage_api.Stage), the runner names the result after its task, and the
+    timeout and exclusivity (opgate.engine.stages.Stage), the runner names the result after its task, and the
     check reads its limit from `CheckContext.timeout_s`.
     """
 

@@ -1,6 +1,6 @@
 """Find checks through the `opgate.checks` entry-point group.
 
-Shipped checks are plugins like any other: they are declared in pyproject.toml (opgate/plugins.py
+Shipped checks are plugins like any other: they are declared in pyproject.toml (opgate/engine/plugins.py
 finds them, installed or from a source tree).
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opgate.errors import InputError
-from opgate.plugins import CHECKS_GROUP as ENTRY_POINT_GROUP
-from opgate.plugins import entry_points, load
+from opgate.model.errors import InputError
+from opgate.engine.plugins import CHECKS_GROUP as ENTRY_POINT_GROUP
+from opgate.engine.plugins import entry_points, load
 
 
 @dataclass(frozen=True)

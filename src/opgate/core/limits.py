@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from opgate.data import load_table
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from opgate.core.limits import SmLimits
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 # cuda_occupancy.h uses INT_MAX for "this resource does not limit"
 UNLIMITED = 2**31 - 1

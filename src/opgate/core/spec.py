@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 
 
 def known_backends() -> tuple[str, ...]:
     """Backend names registered in the `opgate.verify.backends` entry-point group (shipped and plugins)."""
-    from opgate.plugins import VERIFY_BACKENDS_GROUP, entry_points
+    from opgate.engine.plugins import VERIFY_BACKENDS_GROUP, entry_points
 
     return tuple(entry_points(VERIFY_BACKENDS_GROUP))
 from opgate.core.dtypes import FLOAT_DTYPES, INT_DTYPES, KNOWN_DTYPES  # noqa: F401  (one dtype table)
@@ -341,7 +341,7 @@ def load_spec_file(path: str | Path) -> list[Operator]:
     """
     path = Path(path)
     if not path.is_file():
-        from opgate.errors import why_missing
+        from opgate.model.errors import why_missing
 
         reason = why_missing(path) if not path.exists() else "is not a file"
         raise SpecError(f"spec file {path} {reason}; pass the path of a Python file that defines opgate.Operator "

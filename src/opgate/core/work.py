@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from opgate.core.dtypes import ITEMSIZE
-from opgate.errors import InputError
-from opgate.gpus import GpuModel
+from opgate.model.errors import InputError
+from opgate.core.gpus import GpuModel
 
 # Which catalogue precisions can execute an operator in a given dtype (the highest listed rate is used).
 DTYPE_PRECISIONS: Mapping[str, tuple[str, ...]] = {

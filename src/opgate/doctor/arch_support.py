@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.arch_support import COVERAGE_OUTCOME, arch_coverage, toolkit_outcome, toolkit_range
-from opgate.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
 
 
 class ArchSupportCheck(Check):

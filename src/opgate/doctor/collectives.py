@@ -12,8 +12,8 @@ import os
 from typing import Any, ClassVar
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Outcome
+from opgate.model.errors import SkipCheck
+from opgate.model.results import CheckResult, Outcome
 
 # The sweep stays inside the check's budget on 2-8 H200s; OPGATE_COLLECTIVES_MAX_BYTES lowers the top (scripts).
 MAX_BYTES_ENV = "OPGATE_COLLECTIVES_MAX_BYTES"

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from opgate.checks.base import Check, CheckContext
 from opgate.gpu.judge.container import judge_container
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 
 def _format_bytes(value: int | None) -> str:

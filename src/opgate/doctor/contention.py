@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_checks.base import GpuProbeCheck
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.contention import combine_contention, judge_contention
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 
 
 class ContentionCheck(GpuProbeCheck):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.driver_runtime import runtime_outcome
-from opgate.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug, worst_outcome
 
 class DriverRuntimeCheck(Check):
     check_id = "doctor.driver_runtime"
@@ -13,7 +13,7 @@ class DriverRuntimeCheck(Check):
     timeout_s = 60.0
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.cuda_versions import classify_runtime, cuda_for_driver, format_cuda
+        from opgate.core.cuda_versions import classify_runtime, cuda_for_driver, format_cuda
         from opgate.probes.cuda_runtimes import driver_version, find_runtimes
 
         runtimes = find_runtimes()

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Sequence
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, slug
+from opgate.model.errors import SkipCheck
+from opgate.model.results import CheckResult, Figure, slug
 
 MAPS = Path("/proc/self/maps")
 
@@ -95,7 +95,7 @@ class ExtensionBinariesCheck(Check):
     def judge(self, paths: Sequence[str], targets, imported: Sequence[str] = (),
               import_failures: Sequence[str] = ()) -> CheckResult:
         """Judge the given libraries against the targets (separate from evaluate so it runs without a GPU)."""
-        from opgate.errors import InputError
+        from opgate.model.errors import InputError
         from opgate.inspect.compat import JIT, NATIVE, UNSUPPORTED, judge
         from opgate.inspect.sources import inspect_file
 

@@ -4,7 +4,7 @@ side, each seeing only its GPU (CUDA_VISIBLE_DEVICES), merged into one result wi
 Device-local probes (launch latency, stream priority, event timing) measure one GPU and its own launch path, so
 GPUs do not disturb each other; probes that share a link (host links, P2P, contention, collectives) keep running
 serially in one process. HBM and L2 already measure every GPU at once from threads of one process
-(GpuProbeCheck.measure_each). Children are opgate's ordinary check workers (opgate.runner), so a crash or hang of
+(GpuProbeCheck.measure_each). Children are opgate's ordinary check workers (opgate.engine.runner), so a crash or hang of
 one GPU's probe is that GPU's `error`, not the run's.
 """
 
@@ -14,8 +14,8 @@ import os
 from typing import Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.results import CheckResult, Figure, worst_outcome
-from opgate.runner import CheckTask
+from opgate.model.results import CheckResult, Figure, worst_outcome
+from opgate.engine.runner import CheckTask
 
 # Set in each per-GPU child: the GPU index (as the parent counted them) that child measures. A child never fans
 # out again.
@@ -69,7 +69,7 @@ def merge_per_gpu(check_id: str, title: str, per_gpu: Sequence[tuple[int, CheckR
 def run_per_gpu(check_id: str, title: str, target: str, timeout_s: float, ctx: CheckContext,
                 devices: Sequence[int]) -> CheckResult:
     """Run the check `target` once per GPU in `devices`, all at once, and merge."""
-    from opgate.runner import run_checks
+    from opgate.engine.runner import run_checks
 
     tasks = fanout_tasks(check_id, title, target, timeout_s, ctx, devices)
     results = run_checks(tasks, jobs=len(tasks))

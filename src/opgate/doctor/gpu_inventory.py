@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.gpu_health import judge_gpu
 from opgate.probes.gpu_inventory import GpuSnapshot
-from opgate.results import CheckResult, Figure, Outcome, gpu_labels, worst_outcome
+from opgate.model.results import CheckResult, Figure, Outcome, gpu_labels, worst_outcome
 
 NVML_SOURCE = "NVML API reference, https://docs.nvidia.com/deploy/nvml-api/"
 

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from opgate.checks.base import Check, CheckContext
 from opgate.gpu.judge.interposition import judge_providers
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 # Which disk copy of each family to load in the probe: one per family, pip wheels first (what a
 # framework in this environment loads), then the system toolkit.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
 from opgate.gpu.judge.library_stack import judge_loaded
-from opgate.results import CheckResult, Figure, Outcome, slug, worst_outcome
+from opgate.model.results import CheckResult, Figure, Outcome, slug, worst_outcome
 
 
 class LibraryStackCheck(Check):

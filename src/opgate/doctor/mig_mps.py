@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.probes.processes import MPS_PROCESS_NAMES, find_processes
-from opgate.results import CheckResult, Figure, gpu_labels, slug
+from opgate.model.results import CheckResult, Figure, gpu_labels, slug
 
 class MigMpsCheck(Check):
     check_id = "doctor.mig_mps"

@@ -11,9 +11,9 @@ import os
 from typing import Any, ClassVar
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.qos import judge_qos
-from opgate.results import CheckResult
+from opgate.model.results import CheckResult
 
 
 def _declared_slo(ctx: CheckContext) -> float | None:
@@ -23,7 +23,7 @@ def _declared_slo(ctx: CheckContext) -> float | None:
     try:
         return float(value)
     except (TypeError, ValueError):
-        from opgate.errors import InputError
+        from opgate.model.errors import InputError
 
         raise InputError(f"OPGATE_QOS_SLO_US={value!r} is not a number; give the probe's P95 SLO in microseconds")
 

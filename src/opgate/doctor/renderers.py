@@ -6,7 +6,7 @@ rendering."""
 from __future__ import annotations
 
 from opgate.reporting.renderers import VerbRenderers
-from opgate.results import CheckResult, RunReport
+from opgate.model.results import CheckResult, RunReport
 
 
 def replay_command(report: RunReport, result: CheckResult) -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.probes.device import CudaCallError
 from opgate.gpu.probes.device import cuda_result as _ok
 from opgate.gpu.probes.graphs import graph_smoke_test
-from opgate.results import CheckResult, Figure, Threshold, gpu_labels
+from opgate.model.results import CheckResult, Figure, Threshold, gpu_labels
 
 FEATURE_SOURCE = "CUDA Runtime API, cudaDeviceGetAttribute / cudaDeviceGetStreamPriorityRange, " \
                  "https://docs.nvidia.com/cuda/cuda-runtime-api/"

@@ -6,9 +6,9 @@ on a NUMA node without a NIC while NICs exist (their network traffic crosses the
 from __future__ import annotations
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.topology import judge_topology
-from opgate.results import CheckResult
+from opgate.model.results import CheckResult
 
 
 class TopologyCheck(Check):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from opgate.fleet.keys import figure_key
-from opgate.results import CheckResult
+from opgate.model.results import CheckResult
 
 MODIFIED_Z_LIMIT = 3.5
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): makes the MAD a consistent estimator of a normal sigma

@@ -12,8 +12,8 @@ from typing import List, Optional
 
 import typer
 
-from opgate.cli_options import json_report_option, junit_option, markdown_option, strict_option, verbose_option
-from opgate.errors import InputError
+from opgate.cli.options import json_report_option, junit_option, markdown_option, strict_option, verbose_option
+from opgate.model.errors import InputError
 
 fleet_app = typer.Typer(
     name="fleet", help="Run a verb on every node of a Ray cluster and merge one fleet report "
@@ -31,10 +31,10 @@ def run_fleet(verb: str, node_args: List[str], address: Optional[str], max_nodes
               strict: bool, verbose: bool, markdown_path: Optional[Path] = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from opgate.console import make_console
+    from opgate.cli.console import make_console
     from opgate.fleet.cluster import alive_nodes, connect, run_on_nodes
     from opgate.fleet.report import fleet_report, node_outcome, now_iso
-    from opgate.outputs import check_distinct_outputs, check_report_path
+    from opgate.cli.outputs import check_distinct_outputs, check_report_path
     from opgate.reporting.emit import ReportOutputs, emit
     from opgate.reporting.terminal import render_summary
 

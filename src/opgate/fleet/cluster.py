@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.fleet.node_task import NodeOutcome, run_verb_on_node
 
 NODE_NAME_RESOURCE_PREFIX = "opgate_node_"  # `ray start --resources '{"opgate_node_gpu17": 1}'` names a node

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opgate.reporting.metrics import metric_for
-from opgate.results import CheckResult, Figure
+from opgate.model.results import CheckResult, Figure
 
 DEVICE_LABELS = ("gpu", "peer", "uuid", "pci_bus_id")
 

@@ -17,7 +17,7 @@ from opgate.fleet.baseline import (MIN_GROUP_SIZE, MODIFIED_Z_LIMIT, GpuIdentity
 from opgate.fleet.node_task import NodeOutcome
 from opgate.reporting.renderers import VerbRenderers
 from opgate.reporting.schema import decode_result
-from opgate.results import CheckResult, Figure, Outcome, RunReport, Threshold, slug, worst_outcome
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport, Threshold, slug, worst_outcome
 
 BASELINE_SOURCE = ("fleet median/MAD per GPU model and driver; modified z-score limit 3.5 from Iglewicz & "
                    "Hoaglin, How to Detect and Handle Outliers (ASQC, 1993)")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Optional
 
 import typer
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
@@ -89,14 +89,14 @@ def run_doctor_once(level: str, checks: list[str], frameworks: list[str], requir
 
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
-    from opgate.session import run_session, tasks_for
+    from opgate.engine.session import run_session, tasks_for
 
     ctx = CheckContext(verb="doctor", level=level, options={"frameworks": frameworks})
     tasks, broken = tasks_for(select_checks("doctor.", checks or None), ctx)
     quiet = Console(file=io.StringIO(), force_terminal=False)
     report = run_session("doctor", tasks, quiet, jobs=2, preset=broken, extra={"level": level})
     if require_gpu:
-        from opgate.policy import apply_skip_policy
+        from opgate.cli.policy import apply_skip_policy
 
         report = apply_skip_policy(report, False, True)
     return report
@@ -350,7 +350,7 @@ def serve(
                                      "where a pod without the driver would otherwise pass on skips)."),
 ) -> None:
     """Prometheus exporter: re-run the doctor on a schedule and expose outcomes and figures."""
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
 
     try:
         import prometheus_client  # noqa: F401

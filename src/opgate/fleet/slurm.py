@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
-from opgate.results import Outcome, RunReport
+from opgate.model.errors import InputError
+from opgate.model.results import Outcome, RunReport
 
 REASON_PREFIX = "opgate:"
 MAX_REASON_CHARS = 200  # `scontrol show node` keeps the whole Reason; long ones are unreadable in sinfo -R

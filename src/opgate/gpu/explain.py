@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.gpu.judge.limiter import Diagnosis, ceilings_for, diagnose, load_profiles
 
 
@@ -18,7 +18,7 @@ def explain_reports(paths: Sequence[Path], gpu: str | None = None, kernel: str |
     except re.error as exc:
         raise InputError(f"--kernel {kernel!r} is not a regular expression ({exc})") from None
     if gpu:  # a GPU the user names must be one opgate knows: an unknown one was ignored silently
-        from opgate.gpus import lookup_gpu
+        from opgate.core.gpus import lookup_gpu
 
         try:
             lookup_gpu(gpu)
@@ -40,7 +40,7 @@ def diagnosis_result(d: Diagnosis):
     """One launch's diagnosis as a CheckResult: informational (passed), the line as the reason, the figures with
     units and, where a rule used one, its threshold."""
     from opgate.gpu.judge import limiter
-    from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
+    from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
     policy = "opgate.gpu.judge.limiter (opgate's rule, not a vendor figure)"
     thresholds = {
@@ -63,8 +63,8 @@ def to_run_report(diagnoses: Sequence[Diagnosis], paths: Sequence[Path]):
     import datetime as _dt
 
     from opgate import __version__
-    from opgate.results import RunReport
-    from opgate.session import host_facts
+    from opgate.model.results import RunReport
+    from opgate.engine.session import host_facts
 
     return RunReport(verb="explain", results=tuple(diagnosis_result(d) for d in diagnoses),
                      started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), duration_s=0.0,

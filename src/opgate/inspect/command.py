@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.inspect.compat import (
     JIT,
     NATIVE,
@@ -31,7 +31,7 @@ from opgate.inspect.compat import (
 )
 from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport
 from opgate.inspect.sources import inspect_paths
-from opgate.results import CheckResult, ExitCode, Figure, Outcome, RunReport
+from opgate.model.results import CheckResult, ExitCode, Figure, Outcome, RunReport
 
 if TYPE_CHECKING:
     from opgate.reporting.emit import ReportOutputs
@@ -416,7 +416,7 @@ def verdict_result(verdict: Verdict) -> CheckResult:
 def to_run_report(reports: Sequence[BinaryReport], targets: Sequence[Target], verdicts: Sequence[Verdict],
                   started_at: str, duration: float, code: int | None = None) -> RunReport:
     from opgate import __version__
-    from opgate.session import host_facts
+    from opgate.engine.session import host_facts
 
     return RunReport(
         verb="inspect",

@@ -363,8 +363,8 @@ def render_comparison(comparison: Comparison, console) -> None:
 
 def to_run_report(comparison: Comparison, started_at: str, duration: float):
     from opgate import __version__
-    from opgate.results import CheckResult, Figure, Outcome, RunReport, slug
-    from opgate.session import host_facts
+    from opgate.model.results import CheckResult, Figure, Outcome, RunReport, slug
+    from opgate.engine.session import host_facts
 
     results = []
     for name in comparison.kernel_names:
@@ -396,9 +396,9 @@ def run_compare(paths: Sequence[Path], targets: Sequence[Target], json_path: Pat
     import datetime as _dt
     import time
 
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.inspect.sources import inspect_paths
-    from opgate.results import ExitCode
+    from opgate.model.results import ExitCode
 
     if len(paths) != 2:
         raise InputError(f"--compare takes exactly two builds, got {len(paths)} path(s); e.g. "

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.cuda_versions import parse_version
+from opgate.core.cuda_versions import parse_version
 from opgate.data import load_table
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.inspect.model import KIND_PTX, KIND_SASS, BinaryReport, FatbinEntry, sm_to_cc
 
 NATIVE = "native"
@@ -153,7 +153,7 @@ def _target(name: str, driver: str | None, count: int | None, where: str, label:
             raise InputError(f"{where}: sm_{sm} is not an architecture any CUDA release in opgate's tables compiles "
                              f"for (sm_{lowest} to sm_{highest}); fix the name, e.g. sm_90")
         return Target(label or f"sm_{sm}", sm, None, driver, count)
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     try:
         gpu = lookup_gpu(name)
@@ -240,7 +240,7 @@ def runtime_floor_verdict(report: BinaryReport, target: Target, verdict: Verdict
     A host binary built with CUDA N.x loads an N.x runtime (libcudart.so.N or a static copy); under minor
     version compatibility it runs on any driver of the N major's branch or newer, and on no older one
     (cuda_minor_version_compat.toml, with its source row)."""
-    from opgate.cuda_versions import mvc_floor
+    from opgate.core.cuda_versions import mvc_floor
 
     runtime = report.metadata.get("cuda_runtime") if report.metadata else None
     if not target.driver or not runtime or verdict.status not in (NATIVE, JIT):

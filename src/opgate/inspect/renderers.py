@@ -9,7 +9,7 @@ from typing import Mapping
 
 from opgate.reporting.renderers import Chart, VerbRenderers
 from opgate.reporting.svg import matrix_chart
-from opgate.results import CheckResult, RunReport
+from opgate.model.results import CheckResult, RunReport
 
 
 def inspect_matrix_chart(report: RunReport) -> list[Chart]:

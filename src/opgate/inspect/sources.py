@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.inspect.cubin import EM_CUDA, CubinError, read_cubin
 from opgate.inspect.fatbin import (
     CONTAINER_MAGIC_BYTES,
@@ -92,7 +92,7 @@ def inspect_paths(paths: Sequence[Path], kernels: bool = False, deep: bool = Fal
 
 def _check_readable(path: Path) -> None:
     if not path.exists():
-        from opgate.errors import why_missing
+        from opgate.model.errors import why_missing
 
         reason = why_missing(path)
         raise InputError(f"{path}: no such file or directory; check the path" if reason == "does not exist"

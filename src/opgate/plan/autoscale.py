@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 HPA_TOLERANCE = 0.1  # kube-controller-manager --horizontal-pod-autoscaler-tolerance default
 HPA_SYNC_S = 15.0  # --horizontal-pod-autoscaler-sync-period default

@@ -1,4 +1,4 @@
-"""`opgate plan mig|mps|autoscale`: a typer sub-app; src/opgate/cli.py adds it with one line."""
+"""`opgate plan mig|mps|autoscale`: a typer sub-app; src/opgate/cli/main.py adds it with one line."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from typing import Optional
 
 import typer
 
-from opgate.outputs import check_output_folder
+from opgate.cli.outputs import check_output_folder
 
 plan_app = typer.Typer(name="plan", help="Plan GPU sharing (MIG, MPS) and autoscaling; emit the configs "
                        "schedulers read.", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 
 def _console():
-    from opgate.console import make_console
+    from opgate.cli.console import make_console
 
     return make_console()
 
@@ -118,7 +118,7 @@ def plan_autoscale_command(
 
     import yaml
 
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.plan import autoscale as scale
 
     if (service_ms is None) == (service_histogram is None):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plan.profiles import GpuSlicing, slicing_for
 
 ISOLATION_KINDS = ("mig", "mps", "any")

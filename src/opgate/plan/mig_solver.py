@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plan.inputs import Fleet, Workload
 from opgate.plan.layout import GpuLayout, Instance, MigPlan, SolveStats, Unplaced
 from opgate.plan.profiles import WHOLE_GPU, GpuSlicing, MigProfile

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from opgate.data import load_table
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.plan.inputs import Fleet, FleetGpu, Workload
 from opgate.plan.layout import SolveStats, Unplaced
 from opgate.plan.mig_solver import solver_name, status_name

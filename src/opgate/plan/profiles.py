@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from opgate.data import load_table
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 try:
     import tomllib  # type: ignore[import-not-found]
@@ -103,7 +103,7 @@ def _catalogue_aliases() -> dict[str, str]:
 def slicing_for(model: str) -> GpuSlicing:
     """The slicing of a GPU model named as the user types it: a MIG table key ("h100-80gb"), or a GPU catalogue
     name ("h100", "NVIDIA H200", "l4"); a catalogue GPU without a MIG table is whole-GPU only."""
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     text = model.strip().lower()
     models = mig_models()

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 
 def load_topology_facts(path: Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Which physical GPU a CUDA device index of this process is: the UUID NVML gives it.
 
 Two processes on one host name the same card differently (CUDA_VISIBLE_DEVICES=1 in one, =0,1 in another), so a
-host-wide lock per GPU (opgate.gpu_guard) is keyed by the card's UUID. NVML counts every GPU of the host in PCI bus
+host-wide lock per GPU (opgate.engine.gpu_guard) is keyed by the card's UUID. NVML counts every GPU of the host in PCI bus
 order; CUDA counts the visible ones, in CUDA_VISIBLE_DEVICES order, each entry an NVML index, a UUID (or a unique
 prefix of one) or a MIG instance's UUID. Where the mapping is uncertain (CUDA's default FASTEST_FIRST order on a host
 with different GPU models, where an index need not be NVML's), every candidate is returned: a lock on all of them is

@@ -15,7 +15,7 @@ from typing import Any
 from opgate.reporting.metrics import metric_for
 from opgate.reporting.renderers import Chart, renderers_for
 from opgate.reporting.svg import Band, band_chart
-from opgate.results import CheckResult, RunReport
+from opgate.model.results import CheckResult, RunReport
 
 _DIMS = re.compile(r"([A-Za-z_]\w*)=(\d+)")
 

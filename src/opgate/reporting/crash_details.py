@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 
 def render_crash_details(report: RunReport, console: Console) -> None:
@@ -27,7 +27,7 @@ def render_crash_details(report: RunReport, console: Console) -> None:
                                        f"{crash['replay']}"), soft_wrap=True, crop=False, overflow="ignore")
                 _print_tail(console, crash.get("stderr_excerpt") or [])
         elif result.outcome is Outcome.ERROR and result.extra.get("stderr_tail"):
-            from opgate.children import stderr_excerpt
+            from opgate.engine.children import stderr_excerpt
 
             console.print(Text(f"{result.check_id}: last lines of the check process's stderr", style="magenta"))
             _print_tail(console, stderr_excerpt(str(result.extra["stderr_tail"])))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.reporting.metrics import Metric, report_metrics
-from opgate.results import CheckResult, ExitCode, Outcome, RunReport
+from opgate.model.results import CheckResult, ExitCode, Outcome, RunReport
 
 BAD = (Outcome.FAILED, Outcome.ERROR)
 

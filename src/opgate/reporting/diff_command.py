@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.reporting.diff import diff_reports, parse_threshold, render_diff
 from opgate.reporting.json_report import read_json
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from opgate.errors import InputError
-from opgate.results import RunReport
+from opgate.model.errors import InputError
+from opgate.model.results import RunReport
 
 
 @dataclass(frozen=True)

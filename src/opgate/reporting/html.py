@@ -10,11 +10,11 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.reporting.metrics import metric_for
 from opgate.reporting.renderers import HtmlSection, renderers_for
 from opgate.reporting.replay import replay_command
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
@@ -44,8 +44,8 @@ svg .grid{stroke:#e5e5e5} svg .ref{stroke:#c62828;stroke-width:1.5;stroke-dashar
 
 def _verdict(report: RunReport) -> tuple[str, str]:
     code = int(report.exit_code)
-    return {0: ("PASSED", "v-pass"), 1: ("FAILED", "v-fail"), 2: ("BAD INPUT", "v-input")}.get(
-        code, ("INCOMPLETE", "v-error"))
+    return {0: ("PASSED", "v-pass"), 1: ("FAILED", "v-fail"), 2: ("BAD INPUT", "v-input"),
+            130: ("INTERRUPTED", "v-error")}.get(code, ("INCOMPLETE", "v-error"))  # as the Markdown summary says
 
 
 def _fmt_value(value: Any) -> str:

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from opgate.atomic_file import write_atomically
-from opgate.errors import InputError
+from opgate.engine.atomic import write_atomically
+from opgate.model.errors import InputError
 from opgate.reporting.schema import READABLE_SCHEMAS, decode_report, encode_report, structure_problem
-from opgate.results import RunReport
+from opgate.model.results import RunReport
 
 
 def render_json(report: RunReport) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from opgate.atomic_file import write_atomically
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.engine.atomic import write_atomically
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 
 def _details(result: CheckResult) -> str:

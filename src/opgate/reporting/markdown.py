@@ -17,11 +17,11 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.reporting.renderers import MarkdownTable, renderers_for
 from opgate.reporting.replay import reason_without_replay, replay_command
 from opgate.reporting.terminal import skip_groups
-from opgate.results import CheckResult, ExitCode, Outcome, RunReport
+from opgate.model.results import CheckResult, ExitCode, Outcome, RunReport
 
 # Half of GitHub's 1 MiB per step: a doctor and a verify summary appended in one step still fit.
 MAX_BYTES = 512 * 1024

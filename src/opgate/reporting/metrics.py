@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from opgate.core.dtypes import KNOWN_DTYPES
-from opgate.results import CheckResult, Figure, slug
+from opgate.model.results import CheckResult, Figure, slug
 
 # Doctor figures whose prose names embed the GPU: name (after the "GPUn " prefix) -> stable key.
 DOCTOR_FIGURE_KEYS: dict[str, str] = {
@@ -120,7 +120,7 @@ _OTHER_STAGE_SUFFIXES = ("portability", "occupancy", "roofline")
 def _stage_suffixes() -> frozenset[str]:
     """The last part of a verify GPU stage's check id: every registered stage's name (shipped and plugins: a
     fixed list here missed `qos`, whose results were keyed as numerics with dtype 'qos')."""
-    from opgate.stage_api import stage_names
+    from opgate.engine.stages import stage_names
 
     return frozenset(stage_names()) | frozenset(_OTHER_STAGE_SUFFIXES)
 

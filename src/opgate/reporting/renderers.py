@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Optional
 
-from opgate.plugins import RENDERERS_GROUP, entry_points, load
-from opgate.results import CheckResult, RunReport
+from opgate.engine.plugins import RENDERERS_GROUP, entry_points, load
+from opgate.model.results import CheckResult, RunReport
 
 if TYPE_CHECKING:
     from rich.console import Console

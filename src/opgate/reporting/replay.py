@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from opgate.reporting.renderers import renderers_for
-from opgate.results import CheckResult, RunReport
+from opgate.model.results import CheckResult, RunReport
 
 # A check's reason may end with "; replay: opgate verify SPEC --replay TOKEN": readers show the command on its own.
 REPLAY_TAIL = re.compile(r";\s*replay: opgate verify \S+ --replay (\S+)\s*$")

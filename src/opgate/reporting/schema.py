@@ -18,8 +18,8 @@ import dataclasses
 from typing import Any, Mapping
 
 from opgate.reporting.metrics import metric_for
-from opgate.results import SCHEMA_VERSION as SCHEMA_V1
-from opgate.results import CheckResult, Figure, Outcome, RunReport
+from opgate.model.results import SCHEMA_VERSION as SCHEMA_V1
+from opgate.model.results import CheckResult, Figure, Outcome, RunReport
 
 REPORT_SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (SCHEMA_V1, REPORT_SCHEMA_VERSION)

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from opgate.reporting.crash_details import render_crash_details
 from opgate.reporting.replay import REPLAY_TAIL
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 OUTCOME_STYLE = {
     Outcome.PASSED: ("PASS", "green"),

@@ -58,7 +58,7 @@ def _opgate_report_cache() -> Any:
 def opgate_verify(request: pytest.FixtureRequest, _opgate_report_cache: Any) -> Callable[[Any], Any]:
     """Verify an `opgate_case`: fails the test with opgate's verdict, smallest case and replay command; skips
     with opgate's reason when opgate skips (e.g. Triton without a GPU or interpreter)."""
-    from opgate.results import Outcome
+    from opgate.model.results import Outcome
     from opgate.testing.cases import verify_case
 
     def run(case: Any) -> Any:

@@ -187,8 +187,8 @@ def store(key: str, bounds: "CaseBounds") -> None:
     root = cache_root()
     if root is None:
         return
-    from opgate.errors import InputError
-    from opgate.atomic_file import write_atomically
+    from opgate.model.errors import InputError
+    from opgate.engine.atomic import write_atomically
 
     path = _path(root, key)
     try:

@@ -11,7 +11,7 @@ A case's terms move to the GPU only when all of these hold, else they stay on th
   and no faster than the CPU's);
 - the reference runs on the moved inputs and gives the CPU truth back (to AGREEMENT_RTOL): a reference that makes
   CPU tensors inside, or branches on the device, keeps its terms on the CPU.
-While the terms run, the process holds its GPU's host-wide lock shared (opgate.gpu_guard), so a timing or recovery
+While the terms run, the process holds its GPU's host-wide lock shared (opgate.engine.gpu_guard), so a timing or recovery
 check of this or another run, which holds it exclusively, never measures beside them; the memory the terms cached
 is returned before the lock is.
 """
@@ -86,7 +86,7 @@ def _agrees(reference: Any, moved: Sequence[Any], truth: Sequence[Any]) -> bool:
 def _shared_gpu_lock() -> Iterator[bool]:
     """This process's GPU lock, shared, held while the terms run; yields False (nothing held) when another run
     kept the GPU past the GPU guard's wait limit: the terms then run on the CPU instead of waiting on."""
-    from opgate.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml, wait_limit_s
+    from opgate.engine.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml, wait_limit_s
 
     request = GpuLockRequest(keys_from_nvml(None), SHARED, holder="calibration bound terms")
     deadline = time.perf_counter() + wait_limit_s()

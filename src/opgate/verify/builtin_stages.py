@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from opgate.results import CheckResult, Outcome
-from opgate.runner import CheckTask
-from opgate.stage_api import OperatorPlan, Stage, StageNeeds
+from opgate.model.results import CheckResult, Outcome
+from opgate.engine.runner import CheckTask
+from opgate.engine.stages import OperatorPlan, Stage, StageNeeds
 from opgate.verify.tasks import GpuStagePayload, NumericsPayload
 
 
@@ -101,7 +101,7 @@ class RuntimeStage(_GpuStage):
     summary = "GPU timing at perf_dims, roofline fraction, CUDA graph capture (GPU)"
     default = True
     # Exclusive: measured while nothing else runs on the GPU. The runner starts it once no side-by-side task of its
-    # GPU waits (opgate.runner), so a library's numerics are not queued behind every operator's timing.
+    # GPU waits (opgate.engine.runner), so a library's numerics are not queued behind every operator's timing.
     order = 10
     target = "opgate.verify.runtime:VerifyRuntimeCheck"
     timeout_s = 300.0  # its warm-up too (the same task, not exclusive)
@@ -175,7 +175,7 @@ class SanitizerStage(_GpuStage):
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         import dataclasses
 
-        from opgate.checks.worker import NICE_ENV
+        from opgate.engine.worker import NICE_ENV
 
         # a compute-sanitizer run is seconds of CPU (start-up under instrumentation) that nothing waits for: it
         # yields the cores to the calibration and the numerics checks, which the report waits for

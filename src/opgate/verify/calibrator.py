@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from opgate.errors import InputError
-from opgate.results import CheckResult, Figure, Outcome, Threshold
-from opgate.runner import TaskFeed
-from opgate.stage_api import OperatorPlan, Stage, stage_tasks
+from opgate.model.errors import InputError
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold
+from opgate.engine.runner import TaskFeed
+from opgate.engine.stages import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (
     CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, deferral_seconds,
     truth_and_baseline,
@@ -324,7 +324,7 @@ def _process_start(processes: int, parent_pid: int) -> None:
     host were the OpenMP oversubscription calibration_threads() documents), the imports."""
     import signal
 
-    from opgate.children import die_with_parent
+    from opgate.engine.children import die_with_parent
 
     die_with_parent(parent_pid)
     # Ctrl-C and a CI runner's SIGTERM reach the whole process group: a calibration process that died of them made
@@ -384,7 +384,7 @@ class CalibrationPool:
         for process in processes:  # an interrupted run leaves no calibration behind: all killed first
             if process.is_alive():
                 process.kill()
-        from opgate.children import reap_seconds_left
+        from opgate.engine.children import reap_seconds_left
 
         deadline = time.monotonic() + reap_seconds_left(self.REAP_S)  # interrupted: the run's one deadline
         for process in processes:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 from opgate.core import dtypes as dt
 from opgate.verify.backends import PreparedImplementation, autotune_choice, backend, prepare
 from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice

@@ -56,10 +56,10 @@ def surviving_cases_of_spec(spec_file: Path, probes: Mapping[str, tuple[str, Seq
 
 def _run_probe_child(spec_file: Path, payload: str, timeout_s: float) -> tuple[str, bool]:
     """(the probe child's stdout, whether the run is being interrupted). It is a registered
-    child in its own process group, so an interrupted run kills it (opgate.children) instead of waiting for it at
+    child in its own process group, so an interrupted run kills it (opgate.engine.children) instead of waiting for it at
     exit: its thread is joined when the interpreter ends, and a probe of a slow reference outlasted a CI runner's
     SIGTERM-to-SIGKILL grace."""
-    from opgate.children import STOPPING, die_with_parent, kill_process_group, register_child, unregister_child
+    from opgate.engine.children import STOPPING, die_with_parent, kill_process_group, register_child, unregister_child
 
     proc = subprocess.Popen([sys.executable, "-m", "opgate.verify.empty_probe", str(spec_file), payload],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,

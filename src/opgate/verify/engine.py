@@ -3,10 +3,10 @@
 1. Load the spec file (pre-flight in a child, specload.py) and pick the operators, implementations and dtypes
    asked for; on a GPU host spare warm workers start importing meanwhile, and once the selection is known the
    implementations' workers are prestarted.
-2. Every chosen stage (a plugin: opgate/stage_api.py, the shipped ones in verify/builtin_stages.py) turns each
+2. Every chosen stage (a plugin: opgate/engine/stages.py, the shipped ones in verify/builtin_stages.py) turns each
    op into check tasks; a stage whose needs are not met here (no GPU, no compute-sanitizer) is one `skipped`
    line. The stages that need no calibration (runtime, recovery, sanitizer: they draw their own inputs) start at
-   once, in the runner (opgate.runner), in warm workers, one pool per implementation: a crash or hang is an
+   once, in the runner (opgate.engine.runner), in warm workers, one pool per implementation: a crash or hang is an
    `error` (or, for a case, a FAIL: resume.py) of that check only.
 3. Meanwhile a thread (verify/calibrator.py) plans each op x dtype's cases, computes the float64 truth and the
    eager baseline once per case (here, on the CPU), calibrates the budget and writes it all to a plan file, whose
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.errors import InputError
+from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.checks.base import CheckContext
-from opgate.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
-from opgate.stage_api import OperatorPlan, Stage, StageOptions, stage_tasks
+from opgate.engine.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
+from opgate.engine.stages import OperatorPlan, Stage, StageOptions, stage_tasks
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
 from opgate.verify.calibrator import CalibrationJob, CalibrationPool, Calibrator, calibration_processes
 from opgate.verify.gradients import with_gradient_operators
@@ -87,7 +87,7 @@ class VerifyRequest:
 def parse_stages(text: str) -> list[str]:
     """`--stages`: comma-separated registered stage names (numerics always runs); an unknown one is an input
     error listing what is registered."""
-    from opgate.stage_api import stage_names
+    from opgate.engine.stages import stage_names
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     known = stage_names()
@@ -286,7 +286,7 @@ def _load_specs(request: VerifyRequest) -> tuple[list[Operator], dict[Path, Path
     """Every spec file's operators (pre-flight imports in one isolated child, then here: specload.py) with their `<op>.grad` twins (verify/gradients.py), and each resolved spec path -> the path as
     given. torch is imported here while the child imports the specs. An operator name defined by two spec files
     is an input error: check ids, replay tokens and reports name operators, not files."""
-    from opgate.specload import DEFAULT_IMPORT_TIMEOUT_S, import_spec_guarded, preflight_specs
+    from opgate.engine.specload import DEFAULT_IMPORT_TIMEOUT_S, import_spec_guarded, preflight_specs
 
     # every file in one pre-flight child, in the order given (torch imported here meanwhile)
     preflight_specs(request.files, request.timeout_s or DEFAULT_IMPORT_TIMEOUT_S, import_meanwhile=("torch",))
@@ -421,7 +421,7 @@ def gpu_stage_tasks(sel: Selection, request: VerifyRequest, workdir: Path, gpu: 
 
 def chosen_stages(request: VerifyRequest) -> list[Stage]:
     """The registered stages the request names, numerics always first; InputError for an unknown name."""
-    from opgate.stage_api import discover_stages
+    from opgate.engine.stages import discover_stages
 
     registry = discover_stages()
     names = ["numerics", *[n for n in request.stages if n != "numerics"]]
@@ -487,10 +487,11 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
 def _judge(request: VerifyRequest, console: Any) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
-    from opgate.session import SessionInterrupted, run_session
+    from opgate.engine.interrupts import RunInterrupted
+    from opgate.engine.session import run_session
 
-    from opgate.children import become_subreaper, start_afresh
-    from opgate.interrupts import write_interrupted_report
+    from opgate.engine.children import become_subreaper, start_afresh
+    from opgate.reporting.emit import emit_interrupted
 
     start_afresh()  # a run in this process after an interrupted one (tests, the pytest plugin)
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
@@ -517,17 +518,17 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
                                      follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
-            except SessionInterrupted as stop:  # the report so far keeps the calibration results that were in
+            except RunInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True
                 report = _with_worker_stats(prepared.finish(stop.report), pool)
                 # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace
-                write_interrupted_report(report)
-                raise SessionInterrupted(report) from None
+                emit_interrupted(report)
+                raise RunInterrupted(stop.results, stop.not_run, report=report) from None
             prepared.calibrator.join()
             report = _with_worker_stats(prepared.finish(report), pool)
         finally:
             if interrupted:  # the empty-case probes' children first: their threads are joined at exit
-                from opgate.children import kill_all_children
+                from opgate.engine.children import kill_all_children
 
                 kill_all_children()
             if prepared is not None:
@@ -541,7 +542,7 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
                 calibration_pool.close()
             pool.close(grace_s=0.0 if interrupted else 10.0)
             if interrupted:  # nothing a check started outlives the run, reported or not
-                from opgate.children import end_processes, escaped_processes
+                from opgate.engine.children import end_processes, escaped_processes
 
                 end_processes(escaped_processes())
         engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2)}
@@ -564,8 +565,8 @@ LEAKED_CHECK_ID = "verify.leaked_processes"
 def _with_escaped_processes(report: RunReport) -> RunReport:
     """End every process a check started that outlived the run (it left its killed process group with setsid and
     was re-parented to opgate, a child subreaper), and report it: a FAIL naming the process and the check."""
-    from opgate.checks.worker import CHECK_ENV
-    from opgate.children import end_processes, escaped_processes
+    from opgate.engine.worker import CHECK_ENV
+    from opgate.engine.children import end_processes, escaped_processes
 
     from opgate.probes.processes import MPS_PROCESS_NAMES
 

@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 
 FAILURE_CLASS = "gaming"
 STREAM_CLASS = "stream"

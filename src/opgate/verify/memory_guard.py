@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.probes.host_memory import available_memory_bytes
 from opgate.verify.inputs import Case
 from opgate.core.dtypes import ITEMSIZE

@@ -6,7 +6,7 @@ the GPU full (it should raise `torch.cuda.OutOfMemoryError`, or succeed when it 
 is freed, and the same process must compute the same answer again. Reported: the recovery success rate over
 the trials and the mean time from freeing to a verified answer. (The other fault of issue 6, a sticky error
 such as an illegal address, leaves the CUDA context unusable: opgate's runner detects it and the run goes on
-in a fresh worker, see `opgate.checks.worker`.)
+in a fresh worker, see `opgate.engine.worker`.)
 
 The check runs alone on the GPU (the runner's exclusive tasks): filling the card would starve any sibling.
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Sequence
 
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.probes.oom import OomTrial, run_trial
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation
 
 TRIALS = 3

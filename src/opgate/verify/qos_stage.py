@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import InputError, SkipCheck
-from opgate.results import CheckResult, Outcome
+from opgate.model.errors import InputError, SkipCheck
+from opgate.model.results import CheckResult, Outcome
 from opgate.verify.tasks import GpuStagePayload
 
 QOS_BACKENDS = ("torch", "triton", "torch.compile")  # what runs on a torch stream the worker can prioritise

@@ -11,7 +11,7 @@ from typing import Mapping
 from opgate.reporting.markdown import LABEL, code, escape
 from opgate.reporting.metrics import check_labels, metric_for
 from opgate.reporting.renderers import MarkdownTable, VerbRenderers
-from opgate.results import CheckResult, Outcome, RunReport, worst_outcome
+from opgate.model.results import CheckResult, Outcome, RunReport, worst_outcome
 from opgate.verify.report_charts import verify_charts
 
 

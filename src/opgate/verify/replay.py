@@ -12,7 +12,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 from opgate.verify.inputs import Case
 
 PREFIX = "ogv1."

@@ -9,7 +9,7 @@ from typing import Mapping
 from opgate.reporting.charts import as_float, figure_value, first_figure_labels, size_of
 from opgate.reporting.renderers import Chart
 from opgate.reporting.svg import Point, RefLine, Series, scatter_chart
-from opgate.results import Outcome, RunReport
+from opgate.model.results import Outcome, RunReport
 
 
 def verify_charts(report: RunReport) -> list[Chart]:

@@ -13,7 +13,7 @@ its task's workdir:
   the tail of that child's stderr.
 
 When a child dies (a signal, os._exit, sys.exit, a CUDA context left unusable, or a hang past its limit)
-while the implementation runs a case, the parent (`follow_up`, called by opgate.runner) records the crash
+while the implementation runs a case, the parent (`follow_up`, called by opgate.engine.runner) records the crash
 and starts the same task again: the fresh child takes the finished cases from the journal, marks the crashed
 ones failed (failure class `crash`), runs the rest, and returns one merged result. After `MAX_CRASHES`
 crashes it stops restarting and the remaining cases are counted as not run. A child that dies outside the
@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from opgate.atomic_file import write_atomically
-from opgate.children import stderr_excerpt
-from opgate.results import CheckResult, Figure, Outcome, Threshold
+from opgate.engine.atomic import write_atomically
+from opgate.engine.children import stderr_excerpt
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
 # Crashed children restarted per implementation x dtype before the remaining cases are given up as not run.
@@ -238,7 +238,7 @@ class CaseJournal:
 
 
 def _cuda_context_fault() -> str:
-    from opgate.checks.worker import cuda_context_fault
+    from opgate.engine.worker import cuda_context_fault
 
     return cuda_context_fault()
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
+from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.graphs import ROUNDING_ORDER
-from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 from opgate.verify.tasks import GpuStagePayload, ImplementationRef
 
 if TYPE_CHECKING:
@@ -68,9 +68,9 @@ def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float
                       gpu_name: str) -> tuple[list[Figure], str]:
     """Floor time for this case on this GPU and the achieved fraction; figures and a short text."""
     from opgate.core.work import operator_work, roofline_point
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.gpu.judge.ceilings import load_ceilings
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     try:
         gpu = lookup_gpu(gpu_name)
@@ -506,7 +506,7 @@ def model_occupancy_pct(kernel: Any) -> float | None:
     the block size, registers and shared memory ncu reported; None when ncu did not report them."""
     from opgate.core.limits import sm_limits
     from opgate.core.occupancy import KernelLaunch, calculate
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
 
     v = kernel.values
     if "block_size" not in v or "registers_per_thread" not in v or not kernel.cc:

@@ -88,7 +88,7 @@ def run_shared(group_dir: Path, spec_file: str, members: Sequence[dict[str, str]
         result = run([sys.executable, "-m", "opgate.verify.sanitizer_batch", str(request)])
         record = judge_shared_run(result, members, progress)
     finally:
-        from opgate.atomic_file import write_atomically
+        from opgate.engine.atomic import write_atomically
 
         write_atomically(group_dir / RECORD, json.dumps(record))
     return record

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 SKIPPED_FOLDERS = ("__pycache__", "node_modules", "build", "dist", "site-packages")
 GIT_TIMEOUT_S = 30.0
@@ -64,7 +64,7 @@ def specs_in_folder(folder: Path) -> list[Path]:
 def expand_spec_paths(paths: Sequence[Path]) -> list[Path]:
     """Files as given (each must exist), folders replaced by the spec files below them; no path twice. A folder
     without a spec file is an input error (a run must never be green on nothing)."""
-    from opgate.specload import check_spec_path
+    from opgate.engine.specload import check_spec_path
 
     expanded: list[Path] = []
     for path in paths:

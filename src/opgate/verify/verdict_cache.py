@@ -39,7 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 
 if TYPE_CHECKING:
     from opgate.verify.engine import VerifyRequest
@@ -174,7 +174,7 @@ def judged_options(request: "VerifyRequest") -> dict[str, Any]:
 
 def _repository_root(spec: Path) -> Path:
     """The git work tree holding the spec, else the spec's own folder (its imports are followed from there)."""
-    from opgate.errors import InputError
+    from opgate.model.errors import InputError
     from opgate.verify.spec_files import Repository
 
     try:
@@ -243,7 +243,7 @@ class VerdictCache:
     def store(self, spec: Path, results: Sequence[CheckResult], case_counts: Mapping[str, int],
               judged_at: str) -> bool:
         """Store a wholly judged file's verdicts (none an `error`); whether it was stored."""
-        from opgate.atomic_file import write_atomically
+        from opgate.engine.atomic import write_atomically
 
         if not results or any(r.outcome is Outcome.ERROR for r in results):
             return False

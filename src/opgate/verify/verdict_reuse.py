@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.verify.verdict_cache import CachedFile, VerdictCache, mark_reused, now
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def _only(request: "VerifyRequest", files: Sequence[Path]) -> "VerifyRequest":
 def _reused_only_report(request: "VerifyRequest", gpu_present: bool) -> RunReport:
     """The report of a run that judged nothing: every file's verdicts came from the cache."""
     from opgate import __version__
-    from opgate.session import host_facts
+    from opgate.engine.session import host_facts
 
     extra: dict[str, Any] = {"budget": request.budget, "seed": request.seed, "spec": str(request.spec_file),
                              "gpu": gpu_present, "case_counts": {}, "replay": None}

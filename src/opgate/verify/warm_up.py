@@ -18,7 +18,7 @@ class WarmUpCheck:
     title = "warm-up"
 
     def run(self, ctx: Any) -> Any:
-        from opgate.results import CheckResult, Outcome
+        from opgate.model.results import CheckResult, Outcome
         import opgate.verify.check  # noqa: F401  (the numerics check and what it imports)
         import opgate.verify.runtime  # noqa: F401
 
@@ -53,7 +53,7 @@ class SpareWarmUpCheck:
     def run(self, ctx: Any) -> Any:
         import importlib.util
 
-        from opgate.results import CheckResult, Outcome
+        from opgate.model.results import CheckResult, Outcome
         import opgate.verify.check  # noqa: F401
         import opgate.verify.runtime  # noqa: F401
         import torch

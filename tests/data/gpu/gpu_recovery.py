@@ -1,7 +1,7 @@
 """Sticky-error recovery trials for GPU sessions (scripts/gpu_check.sh), driven by a supervisor over worker
 processes (gpu_recovery_worker.py beside it). Not part of the `opgate` CLI: out-of-memory recovery is
 `opgate verify --stages recovery` (opgate.gpu.probes.oom), and `opgate verify` replaces a worker after a
-sticky error itself (opgate.checks.worker); these trials measure how long that replacement takes.
+sticky error itself (opgate.engine.worker); these trials measure how long that replacement takes.
 
 * Sticky error: a planted kernel stores to an unmapped address (error 700). The supervisor detects it
   (the worker reports the sticky error and exits, or dies, or stops answering), starts a new worker and
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import opgate  # noqa: E402
-from opgate.atomic_file import write_atomically  # noqa: E402
+from opgate.engine.atomic import write_atomically  # noqa: E402
 
 WORKER_SCRIPT = str(Path(__file__).resolve().with_name("gpu_recovery_worker.py"))
 

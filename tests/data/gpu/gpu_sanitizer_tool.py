@@ -30,7 +30,7 @@ from gpu_planted import CASES_BY_NAME, PLANTED_CASES  # noqa: E402
 
 from opgate.gpu.probes.sanitizer import (TOOLS, SanitizerNotFound, SanitizerRun, find_compute_sanitizer,  # noqa: E402
                                          run_under_sanitizer, supported_tool_options)
-from opgate.atomic_file import write_atomically  # noqa: E402
+from opgate.engine.atomic import write_atomically  # noqa: E402
 
 PLANTED_SCRIPT = str(Path(__file__).resolve().with_name("gpu_planted.py"))
 
@@ -48,7 +48,7 @@ def python_command(target: str, args: Sequence[str] = ()) -> list[str]:
     """The child command for a script (x.py), a module (pkg.mod) or a callable (pkg.mod:function)."""
     if target.endswith(".py"):
         if not Path(target).is_file():
-            from opgate.errors import InputError
+            from opgate.model.errors import InputError
 
             raise InputError(f"script {target!r} does not exist; pass a .py file, a module or module:function")
         return [sys.executable, target, *args]

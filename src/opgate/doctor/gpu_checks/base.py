@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 
 from opgate.checks.base import Check, CheckContext
-from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure, Outcome, gpu_labels, slug
+from opgate.model.errors import SkipCheck
+from opgate.model.results import CheckResult, Figure, Outcome, gpu_labels, slug
 
 if TYPE_CHECKING:  # the probes import CuPy-side modules lazily, inside each check
     from opgate.gpu.probes.clocks import ClockWindow

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_checks.base import GpuProbeCheck, band_figure, round_us
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 
 class EventTimingCheck(GpuProbeCheck):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_checks.base import GpuProbeCheck, band_figure, device_labels, percent, round_gbs
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 if TYPE_CHECKING:
     from opgate.gpu.probes.host_links import PcieLink

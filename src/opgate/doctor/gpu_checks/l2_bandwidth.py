@@ -9,7 +9,7 @@ from typing import Any
 from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_checks.base import (PROBE_BUDGET_NOTE, GpuProbeCheck, band_figure, device_labels,
                                           round_tbs)
-from opgate.results import CheckResult, Figure, Outcome
+from opgate.model.results import CheckResult, Figure, Outcome
 
 
 class L2BandwidthCheck(GpuProbeCheck):

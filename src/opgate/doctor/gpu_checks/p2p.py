@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_checks.base import GpuProbeCheck
-from opgate.errors import SkipCheck
-from opgate.results import CheckResult
+from opgate.model.errors import SkipCheck
+from opgate.model.results import CheckResult
 
 
 class P2PCheck(GpuProbeCheck):

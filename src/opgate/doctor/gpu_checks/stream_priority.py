@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from opgate.checks.base import CheckContext
 from opgate.doctor.gpu_checks.base import GpuProbeCheck, band_figure, round_us
-from opgate.errors import SkipCheck
-from opgate.results import CheckResult, Figure
+from opgate.model.errors import SkipCheck
+from opgate.model.results import CheckResult, Figure
 
 
 class StreamPriorityCheck(GpuProbeCheck):

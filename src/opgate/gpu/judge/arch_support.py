@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 def arch_coverage(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
@@ -38,7 +38,7 @@ def arch_coverage(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
 
 
 def toolkit_range(release: tuple[int, int]) -> dict | None:
-    from opgate.cuda_versions import parse_version
+    from opgate.core.cuda_versions import parse_version
     from opgate.data import load_table
 
     for row in load_table("cuda_arch_targets"):

@@ -6,7 +6,7 @@ import math
 from typing import Sequence
 
 from opgate.gpu.judge.references import Band
-from opgate.results import Outcome, Threshold
+from opgate.model.results import Outcome, Threshold
 
 
 def judge(value: float | None, band: Band) -> Outcome:

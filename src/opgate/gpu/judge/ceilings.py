@@ -38,7 +38,7 @@ def _load() -> dict[str, dict]:
 
 def save_ceilings(key: str, ceilings: MeasuredCeilings) -> None:
     """Record this device's measured ceilings (best effort: a read-only home only loses the cache)."""
-    from opgate.atomic_file import write_atomically
+    from opgate.engine.atomic import write_atomically
 
     data = _load()
     previous = data.get(key) or {}

@@ -12,7 +12,7 @@ from opgate.gpu.probes.collectives import OPS, LATENCY_MAX_BYTES, CollectiveRun
 from opgate.gpu.judge.bands import band_threshold, judge
 from opgate.gpu.judge.references import Band, gpu_key_for
 from opgate.probes.nvlink import LinkSnapshot
-from opgate.results import Figure, Outcome, slug, worst_outcome
+from opgate.model.results import Figure, Outcome, slug, worst_outcome
 
 # Below this the sweep never left the latency regime: busbw there says nothing about the links.
 MIN_JUDGED_BYTES = 256 << 20

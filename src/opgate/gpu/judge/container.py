@@ -4,7 +4,7 @@ recorded layouts test it. The doctor's `doctor.container` check (opgate.doctor.c
 from __future__ import annotations
 
 from opgate.probes.container import ContainerFacts, parse_visible_devices
-from opgate.results import Outcome, worst_outcome
+from opgate.model.results import Outcome, worst_outcome
 
 
 def judge_container(facts: ContainerFacts, nvml_gpu_count: int | None) -> tuple[Outcome, list[str]]:

@@ -11,7 +11,7 @@ from typing import Sequence
 from opgate.gpu.judge.bands import band_threshold, judge, relative_spread
 from opgate.gpu.judge.references import Band
 from opgate.gpu.probes.contention import ContentionFigures
-from opgate.results import Figure, Outcome, slug, worst_outcome
+from opgate.model.results import Figure, Outcome, slug, worst_outcome
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Pure judging of a CUDA runtime against the driver: the outcome of each compatibility class that
-opgate.cuda_versions.classify_runtime names. The doctor's `doctor.driver_runtime` check (opgate.doctor.driver_runtime)
+opgate.core.cuda_versions.classify_runtime names. The doctor's `doctor.driver_runtime` check (opgate.doctor.driver_runtime)
 finds the runtimes and calls it."""
 
 from __future__ import annotations
 
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 
 COMPAT_OUTCOME = {

@@ -5,7 +5,7 @@ clock slowdowns, a degraded PCIe link. Recorded snapshots test it. The doctor's 
 from __future__ import annotations
 
 from opgate.probes.gpu_inventory import HARMFUL_THROTTLE_REASONS, GpuSnapshot
-from opgate.results import Outcome, worst_outcome
+from opgate.model.results import Outcome, worst_outcome
 
 
 def judge_gpu(gpu: GpuSnapshot) -> tuple[Outcome, list[str]]:

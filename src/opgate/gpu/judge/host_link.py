@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from opgate.gpu.judge.bands import judge
 from opgate.gpu.judge.references import Band
-from opgate.results import Outcome
+from opgate.model.results import Outcome
 
 BASIS_PAYLOAD = "payload ceiling"
 BASIS_RAW = "PCIe generation x width"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from opgate.results import Figure, Outcome, slug
+from opgate.model.results import Figure, Outcome, slug
 
 
 def judge_providers(report: Mapping[str, Any]) -> tuple[Outcome, list[str], list[Figure]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from opgate.probes.libraries import LoadedLibrary
-from opgate.results import Outcome, worst_outcome
+from opgate.model.results import Outcome, worst_outcome
 
 
 def judge_loaded(libraries: list[LoadedLibrary]) -> tuple[Outcome, list[str]]:

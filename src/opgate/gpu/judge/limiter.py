@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
-from opgate.gpu.probes.ncu import LAUNCH_METRICS, LIMITER_METRICS, METRICS, UNIT_SCALE, KernelCounters, NcuNotFound, find_ncu
+from opgate.model.errors import InputError
+from opgate.gpu.probes.ncu import (LAUNCH_METRICS, LIMITER_METRICS, METRICS, UNIT_SCALE, KernelCounters, NcuNotFound,
+                                   find_ncu)
 
 # -- thresholds (opgate's policy, not vendor figures) -------------------------------------------------------
 # A stall reason "dominates" at this share of the warp cycles between issued instructions.
@@ -244,7 +245,7 @@ def load_profiles(path: Path) -> list[KernelProfile]:
     """Launches of an ncu CSV file or `.ncu-rep` report; InputError when neither gives any."""
     path = Path(path)
     if not path.is_file():
-        from opgate.errors import why_missing
+        from opgate.model.errors import why_missing
 
         why = why_missing(path)
         problem = ("a directory" if path.is_dir() else "not a regular file" if path.exists()
@@ -401,7 +402,7 @@ def ceilings_for(gpu_name: str | None) -> Ceilings:
     if not gpu_name:
         return Ceilings()
     from opgate.gpu.judge.ceilings import load_ceilings
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     try:
         gpu = lookup_gpu(gpu_name)

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 from opgate.gpu.judge.bands import band_threshold, judge
 from opgate.gpu.probes.link_matrix import PairFigures
 from opgate.gpu.judge.references import Band
-from opgate.results import Figure, Outcome, worst_outcome
+from opgate.model.results import Figure, Outcome, worst_outcome
 
 # (metric, what it is, unit, higher is better)
 METRICS: tuple[tuple[str, str, str, bool], ...] = (

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 from opgate.data import load_table
 from opgate.gpu.probes.qos import QosMeasurement
 from opgate.gpu.probes.timing import percentile
-from opgate.results import Figure, Outcome, Threshold, slug
+from opgate.model.results import Figure, Outcome, Threshold, slug
 
 SHARING_MODES = ("time_sliced", "priority", "mps")
 PROTECTING_MODES = ("priority", "mps")  # the modes meant to keep a latency-sensitive request's time

@@ -1,6 +1,6 @@
 """What the measured probes are judged against: datasheet peaks and per-model pass/warn bands.
 
-Datasheet memory bandwidth comes from the GPU catalogue (`opgate.gpus`, data/gpus.toml) when its row
+Datasheet memory bandwidth comes from the GPU catalogue (`opgate.core.gpus`, data/gpus.toml) when its row
 carries one, else from data/gpu_probe_thresholds.toml; bands come from data/gpu_probe_policy.toml.
 Everything here is pure lookup, testable without a GPU.
 """
@@ -54,7 +54,7 @@ def gpu_key_for(device_name: str) -> str | None:
 
 def _catalogue_row(device_name: str) -> dict | None:
     try:
-        from opgate.gpus import lookup_gpu
+        from opgate.core.gpus import lookup_gpu
     except ImportError:  # pragma: no cover - the catalogue ships with opgate
         return None
     candidates = [device_name]

@@ -5,7 +5,7 @@ multi-node host, or GPUs on a node without a NIC while NICs exist. Recorded snap
 from __future__ import annotations
 
 from opgate.probes.topology import TopologySnapshot
-from opgate.results import Figure, Outcome, gpu_labels
+from opgate.model.results import Figure, Outcome, gpu_labels
 
 
 def judge_topology(snapshot: TopologySnapshot) -> tuple[Outcome, str, list[Figure], str]:

@@ -333,7 +333,7 @@ def run_collectives(config: CollectiveConfig, env: Mapping[str, str] | None = No
 
     A rank that exits non-zero or outlives the timeout takes the others down with it (a collective would
     otherwise hang on the missing peer); CollectiveRunError names the rank and the tail of its stderr."""
-    from opgate.children import die_with_parent, kill_process_group, register_child, unregister_child
+    from opgate.engine.children import die_with_parent, kill_process_group, register_child, unregister_child
 
     started = time.perf_counter()
     children_env = child_env(config.backend, env)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.gpu.probes.collectives import (
     ITEMSIZE, MULTICAST_OFF_ENV, OPS, cap_sizes, effective_size, elements_per_rank, iterations_for)
 

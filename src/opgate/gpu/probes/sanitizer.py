@@ -392,7 +392,7 @@ def run_under_sanitizer(command: Sequence[str], tool: str = "memcheck", *, tool_
                         env: dict[str, str] | None = None, sanitizer: str | None = None) -> SanitizerRun:
     """Run `command` under `compute-sanitizer --tool tool`; SanitizerNotFound when it is not installed."""
     if tool not in TOOLS:
-        from opgate.errors import InputError
+        from opgate.model.errors import InputError
 
         raise InputError(f"sanitizer tool {tool!r} is not one of {', '.join(TOOLS)}")
     path = sanitizer or find_compute_sanitizer()

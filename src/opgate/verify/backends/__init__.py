@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from opgate.plugins import VERIFY_BACKENDS_GROUP, entry_points, load
+from opgate.engine.plugins import VERIFY_BACKENDS_GROUP, entry_points, load
 from opgate.verify.backends.base import Backend, ImplementationChoice, PreparedImplementation
 
 

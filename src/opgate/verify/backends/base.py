@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
-from opgate.errors import InputError
-from opgate.results import Figure
+from opgate.model.errors import InputError
+from opgate.model.results import Figure
 from opgate.verify.inputs import apply_layout
 from opgate.core.spec import Operator
 
@@ -205,7 +205,7 @@ def enable_empty_poisoning() -> None:
 
     import torch
 
-    from opgate.torch_modes import set_deterministic
+    from opgate.engine.torch_modes import set_deterministic
 
     set_deterministic(torch, True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import SkipCheck
-from opgate.results import Figure
+from opgate.model.errors import SkipCheck
+from opgate.model.results import Figure
 from opgate.verify.backends.base import Backend, ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput
 from opgate.verify.inputs import Case, make_inputs, resolve_dtype
 from opgate.core.spec import Operator, Scalar

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from opgate.results import Figure
+from opgate.model.results import Figure
 from opgate.verify.backends.base import (
     Backend,
     ImplementationChoice, PreparedImplementation, accepts_out, enable_empty_poisoning, function_runner,

@@ -15,8 +15,8 @@ import types
 from pathlib import Path
 from typing import Any, Iterable
 
-from opgate.errors import SkipCheck
-from opgate.results import Figure
+from opgate.model.errors import SkipCheck
+from opgate.model.results import Figure
 from opgate.verify.backends import autotune_choice
 from opgate.verify.backends.base import (
     Backend,

@@ -15,8 +15,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import SkipCheck
-from opgate.results import Figure
+from opgate.model.errors import SkipCheck
+from opgate.model.results import Figure
 from opgate.verify.backends.base import (
     Backend,
     ImplementationChoice, OutSpecs, PreparedImplementation, RunOutput, implementation_function,

@@ -7,12 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from opgate.checks.base import Check, CheckContext
-from opgate.results import CheckResult
-from opgate.stage_api import OperatorPlan, Stage, StageNeeds
-from opgate.verify.backends.base import (Backend, ImplementationChoice, PreparedImplementation, function_runner,
-                                         implementation_function)
-from opgate.verify.tasks import GpuStagePayload
+# A third party imports opgate.api only (tests/test_api.py holds it to that)
+from opgate.api import (Backend, Check, CheckContext, CheckResult, GpuStagePayload, ImplementationChoice,
+                        OperatorPlan, PreparedImplementation, Stage, StageNeeds, function_runner,
+                        implementation_function)
 
 
 class NumpyBackend(Backend):
@@ -52,7 +50,7 @@ class ShapeCheck(Check):
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         import torch
 
-        from opgate.verify.loaded_specs import loaded_operators
+        from opgate.api import loaded_operators
 
         task = GpuStagePayload.from_dict(ctx.options)
         op = next(o for o in loaded_operators(task.spec_file) if o.name == task.op)

@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 # The file name the error lines suggest for each report option.
 EXAMPLE_NAMES = {"--junit": "report.xml", "--html": "report.html", "--markdown": "summary.md"}

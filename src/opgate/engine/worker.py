@@ -1,4 +1,4 @@
-"""Child-process entry point: `python -m opgate.checks.worker REQUEST.json`, or `--serve` (a warm worker).
+"""Child-process entry point: `python -m opgate.engine.worker REQUEST.json`, or `--serve` (a warm worker).
 
 Loads one check class, runs it, writes its result as JSON; a warm worker does that for each request line it
 reads on stdin. Anything that escapes (a crash, a
@@ -14,10 +14,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from opgate.atomic_file import write_atomically
+from opgate.engine.atomic import write_atomically
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
-from opgate.results import CheckResult, Outcome
+from opgate.model.results import CheckResult, Outcome
 
 
 def cuda_context_fault() -> str:
@@ -123,7 +123,7 @@ class _ProcessState:
         if self._torch_state() in (None, before):
             return  # unchanged: nothing to pay (the public setter imports torch._inductor)
         torch = sys.modules["torch"]
-        from opgate.torch_modes import set_deterministic
+        from opgate.engine.torch_modes import set_deterministic
 
         set_deterministic(torch, before[0], warn_only=before[1])
         deterministic = getattr(torch.utils, "deterministic", None)
@@ -173,7 +173,8 @@ def give_back_gpu_memory() -> None:
 
 
 # The check a worker is running, in its environment while it runs: a process the check starts (the implementation's
-# code) inherits it, so one that outlives the run is reported against its check (opgate.children.escaped_processes).
+# code) inherits it, so one that outlives the run is reported against its check
+# (opgate.engine.children.escaped_processes).
 CHECK_ENV = "OPGATE_CHECK_ID"
 
 # A child that may yield the CPU to its siblings (verify's sanitizer runs beside the calibration that feeds every
@@ -197,7 +198,7 @@ def main(argv: list[str]) -> int:
 
         apply_from_environment()
     if len(argv) > 1 and argv[1] == "--serve":
-        from opgate.children import exit_without_teardown
+        from opgate.engine.children import exit_without_teardown
 
         exit_without_teardown(serve())  # every result is on disk: the parent's run ends when the last check does
     run_request(json.loads(Path(argv[1]).read_text()))

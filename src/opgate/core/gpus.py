@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from opgate.data import load_table
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 
 @dataclass(frozen=True)

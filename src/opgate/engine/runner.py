@@ -1,6 +1,6 @@
 """Run each check in its own child process, so one check cannot take the run down.
 
-A child is a fresh interpreter (`python -m opgate.checks.worker`): spawn semantics, never fork, so
+A child is a fresh interpreter (`python -m opgate.engine.worker`): spawn semantics, never fork, so
 no CUDA context, lock or thread state leaks in from the parent. A check that segfaults, hangs,
 calls os._exit, raises, or poisons its CUDA context becomes an `error` result naming the signal,
 timeout or exception; the next check starts in a clean process.
@@ -9,10 +9,10 @@ Tasks that share a `worker` key run in warm workers instead: one child serves ma
 imports (torch, Triton, CuPy), the CUDA context, the loaded spec and the compiled kernels are paid once. The
 isolation stays: a worker that dies or hangs fails only the check it was running (its stderr since that check
 started is the evidence); it is discarded and the next check of its key starts a fresh one. A worker whose
-check left the CUDA context unusable exits by itself (checks/worker.py).
+check left the CUDA context unusable exits by itself (engine/worker.py).
 
-A task that uses a GPU starts only once it holds that GPU's host-wide lock (opgate.gpu_guard): exclusive tasks alone,
-the others shared, so two opgate runs on one host do not starve each other's GPU stages.
+A task that uses a GPU starts only once it holds that GPU's host-wide lock (opgate.engine.gpu_guard): exclusive
+tasks alone, the others shared, so two opgate runs on one host do not starve each other's GPU stages.
 
 Children never outlive opgate: each is its own process group, killed as a group when the run is
 interrupted (Ctrl-C, SIGTERM: `RunInterrupted` carries the results so far), and on Linux each asks the
@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.children import (die_with_parent, kill_process_group, kill_process_groups, package_root, reap_seconds_left,
-                             register_child, signal_name, signal_process_group, unregister_child)
-from opgate.gpu_guard import GpuGuard, GpuLockRequest, Waiting
-from opgate.results import CheckResult, Figure, Outcome, Threshold, slug
+from opgate.engine.children import (die_with_parent, kill_process_group, kill_process_groups, package_root,
+                                    reap_seconds_left, register_child, signal_name, signal_process_group,
+                                    unregister_child)
+from opgate.engine.gpu_guard import GpuGuard, GpuLockRequest, Waiting
+from opgate.engine.interrupts import RunInterrupted
+from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
 # How much of a dead child's stderr to keep as evidence.
 STDERR_TAIL_CHARS = 2000
@@ -58,7 +60,7 @@ class CheckTask:
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for this child only
     exclusive: bool = False  # measuring checks run alone, with no sibling competing for the GPU
     # Warm workers: tasks with the same non-empty `worker` key run one after another in a long-lived child
-    # (`opgate.checks.worker --serve`) that keeps its imports, CUDA context and compiled kernels; "" is a fresh
+    # (`opgate.engine.worker --serve`) that keeps its imports, CUDA context and compiled kernels; "" is a fresh
     # process per task. `retire`: that worker exits after this task (e.g. after filling the GPU's memory).
     worker: str = ""
     retire: bool = False
@@ -68,7 +70,8 @@ class CheckTask:
     # Where a task that arrives through a TaskFeed joins the queue: before every waiting task of a higher order.
     order: int = 0
     # It runs on its GPU (`device`, else the default one): it starts only once it holds that GPU's host-wide lock
-    # (opgate.gpu_guard), exclusively when `exclusive`, else shared, so other opgate runs on the host cannot starve it.
+    # (opgate.engine.gpu_guard), exclusively when `exclusive`, else shared, so other opgate runs on the host cannot
+    # starve it.
     uses_gpu: bool = False
     # The share of the run's slots that tasks of this `target` may hold at once (1: no limit): work that nothing
     # else waits for must leave slots to the work that does.
@@ -80,15 +83,6 @@ class CheckTask:
     # check never has to name it: verify's stage ("numerics", "sanitizer", ...), and labels (op, impl, dtype, tool).
     stage: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM during a run: every child is killed; `results` are the checks that finished."""
-
-    def __init__(self, results: Sequence[CheckResult], not_run: Sequence[str]) -> None:
-        super().__init__("interrupted")
-        self.results = list(results)
-        self.not_run = list(not_run)
 
 
 # Host memory one warm verify worker holds (torch, Triton, CuPy imported, a CUDA context, the spec's tensors):
@@ -241,7 +235,7 @@ class _Running:
         self.started = time.perf_counter()
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "opgate.checks.worker", str(self.request_path)],
+                [sys.executable, "-m", "opgate.engine.worker", str(self.request_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -280,7 +274,7 @@ class _WarmWorker:
         self.stdout_path = workdir / f"worker-{serial}.stdout"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "opgate.checks.worker", "--serve"],
+                [sys.executable, "-m", "opgate.engine.worker", "--serve"],
                 stdin=subprocess.PIPE, stdout=out, stderr=err, env=self.env,
                 start_new_session=True, preexec_fn=die_with_parent,
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from opgate.results import CheckResult, Outcome, RunReport
+from opgate.model.results import CheckResult, Outcome, RunReport
 
 REQUIRE_GPU_ID = "gpu.required"
 

@@ -1,5 +1,5 @@
 """The terminal console every verb prints its tables to (`opgate`, `opgate fleet`, `opgate plan`), made in one place
-below the command line so a sub-app needs no import of src/opgate/cli.py."""
+below the command line so a sub-app needs no import of src/opgate/cli/main.py."""
 
 from __future__ import annotations
 

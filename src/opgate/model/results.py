@@ -125,7 +125,8 @@ class Figure:
 class CheckResult:
     """One check's verdict and its evidence. `stage` (verify's "numerics", "sanitizer", ...; analyze's
     "roofline", ...) and `labels` (op, impl, dtype, tool, ...) say what it judged: set where its task was planned
-    (opgate.runner.CheckTask) and copied onto the result by the runner, or by the check for what only it knows."""
+    (opgate.engine.runner.CheckTask) and copied onto the result by the runner, or by the check for what only it
+    knows."""
 
     check_id: str
     title: str

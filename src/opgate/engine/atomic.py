@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from opgate.errors import InputError
+from opgate.model.errors import InputError
 
 
 def _umask() -> int:

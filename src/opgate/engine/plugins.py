@@ -23,7 +23,7 @@ RENDERERS_GROUP = "opgate.report.renderers"  # each verb's renderers (opgate.rep
 
 @lru_cache(maxsize=1)
 def _source_tree_groups() -> dict[str, dict[str, str]]:
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"  # REPO/src/opgate/engine/plugins.py
     if not pyproject.is_file():
         return {}
     try:

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from opgate.checks.base import CheckContext
-from opgate.plugins import VERIFY_STAGES_GROUP, entry_points, load
-from opgate.results import CheckResult, Outcome
-from opgate.runner import CheckTask
+from opgate.engine.plugins import VERIFY_STAGES_GROUP, entry_points, load
+from opgate.model.results import CheckResult, Outcome
+from opgate.engine.runner import CheckTask
 
 if TYPE_CHECKING:
     from opgate.core.spec import Operator
-    from opgate.results import RunReport
+    from opgate.model.results import RunReport
     from opgate.verify.backends.base import ImplementationChoice
     from opgate.verify.tasks import Payload
 
@@ -116,7 +116,7 @@ class OperatorPlan:
         if timeout_s is None:
             timeout_s = self.timeout_s if stage.timeout_s is None else stage.timeout_s
         # On a GPU host every verify task may touch the GPU (numerics run torch, CuPy, ORT on CUDA): all take the
-        # GPU guard's lock, measuring ones exclusively (opgate.gpu_guard)
+        # GPU guard's lock, measuring ones exclusively (opgate.engine.gpu_guard)
         return CheckTask(check_id, title, target, timeout_s,
                          CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
                          exclusive=stage.exclusive if exclusive is None else exclusive,
@@ -134,11 +134,11 @@ class Stage:
     default: ClassVar[bool] = False  # among the stages run when --stages is not given
     needs: ClassVar[StageNeeds] = StageNeeds()
     # Scheduling: lower first among the tasks that run side by side; an exclusive GPU measurement starts once no
-    # side-by-side task of its GPU waits (opgate.runner), then alone.
+    # side-by-side task of its GPU waits (opgate.engine.runner), then alone.
     order: ClassVar[int] = 50
     # What the runner gives each of its tasks, declared here and nowhere else (not on the check classes; a check
     # that needs its limit reads CheckContext.timeout_s): seconds before the task's process is killed (None: the
-    # run's --timeout), and whether it measures alone on its GPU (opgate.runner, opgate.gpu_guard).
+    # run's --timeout), and whether it measures alone on its GPU (opgate.engine.runner, opgate.engine.gpu_guard).
     timeout_s: ClassVar[float | None] = None
     exclusive: ClassVar[bool] = False
     whole_run_group: ClassVar[str] = ""

@@ -3,7 +3,7 @@
 A spec is user code run at import. `verify` and `analyze` need its Operator objects here (the parent
 calibrates budgets with the reference), so the parent must import it too; but a spec that calls
 `sys.exit(0)`, `os._exit(7)`, segfaults or loops forever at import would otherwise decide opgate's exit
-code or hang it. The pre-flight child imports the spec first (`python -m opgate.specload`, its own process
+code or hang it. The pre-flight child imports the spec first (`python -m opgate.engine.specload`, its own process
 group, killed on timeout); whatever it did is one line, exit 2, naming the spec. Only a spec that imports
 cleanly there is imported here, with SystemExit and any BaseException from the import caught as well.
 """
@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from opgate.errors import InputError
-from opgate.children import (die_with_parent, exit_without_teardown, kill_process_group, package_root, register_child,
-                             signal_name)
+from opgate.model.errors import InputError
+from opgate.engine.children import (die_with_parent, exit_without_teardown, kill_process_group, package_root,
+                                    register_child, signal_name)
 
 # Seconds a spec may take to import (torch and Triton alone take a few seconds on a cold CPU machine).
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
@@ -45,7 +45,7 @@ def check_spec_path(path: Path) -> None:
     elif path.exists():
         problem = "is not a regular file"
     else:
-        from opgate.errors import why_missing
+        from opgate.model.errors import why_missing
 
         problem = why_missing(path)
     raise InputError(f"spec file {path} {problem}; pass the path of a Python file that defines opgate.Operator "
@@ -75,7 +75,7 @@ def preflight_specs(paths: Sequence[Path], timeout_s: float = DEFAULT_IMPORT_TIM
         stderr_path = Path(tmp) / "stderr"
         with open(stderr_path, "wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "opgate.specload", mode, str(progress_path), *map(str, paths)],
+                [sys.executable, "-m", "opgate.engine.specload", mode, str(progress_path), *map(str, paths)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
                 start_new_session=True, preexec_fn=die_with_parent,
             )
@@ -177,7 +177,7 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
         raise InputError(f"spec file {path} called sys.exit({exc.code!r}) while being imported; a spec must only "
                          "define opgate.Operator objects at import") from None
     except ModuleNotFoundError as exc:
-        from opgate.optional import missing_module_message
+        from opgate.cli.optional import missing_module_message
 
         hint = missing_module_message(exc.name)
         raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}"
@@ -214,5 +214,5 @@ def _child_main(mode: str, progress_path: str, spec_paths: Sequence[str]) -> Non
 
 if __name__ == "__main__":
     if len(sys.argv) < 4 or sys.argv[1] not in MODES:
-        sys.exit("usage: python -m opgate.specload {verify|analyze} PROGRESS.jsonl SPEC.py...")
+        sys.exit("usage: python -m opgate.engine.specload {verify|analyze} PROGRESS.jsonl SPEC.py...")
     _child_main(sys.argv[1], sys.argv[2], sys.argv[3:])

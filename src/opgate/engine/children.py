@@ -38,7 +38,7 @@ if hasattr(os, "register_at_fork"):
 def package_root() -> str:
     """The folder opgate is imported from (site-packages or a source tree's src/): put first on a child's
     PYTHONPATH so the child imports the same opgate as its parent."""
-    return str(Path(__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])  # .../src/opgate/engine/children.py -> .../src
 
 
 def signal_name(returncode: int) -> str:

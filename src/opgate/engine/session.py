@@ -15,16 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from opgate import __version__
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
-from opgate.results import CheckResult, Outcome, RunReport
-from opgate.runner import CheckTask, FollowUpHook, RunInterrupted, TaskFeed, WarmPool, run_checks
-
-
-class SessionInterrupted(KeyboardInterrupt):
-    """A run stopped by Ctrl-C/SIGTERM; `report` holds what finished, with extra["interrupted"] set."""
-
-    def __init__(self, report: RunReport) -> None:
-        super().__init__("interrupted")
-        self.report = report
+from opgate.model.results import CheckResult, Outcome, RunReport
+from opgate.engine.interrupts import RunInterrupted
+from opgate.engine.runner import CheckTask, FollowUpHook, TaskFeed, WarmPool, run_checks
 
 
 def host_facts() -> dict[str, str]:
@@ -117,7 +110,7 @@ def run_session(
             results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done, follow_up=follow_up,
                                  pool=pool, feed=feed, on_added=added)
         except RunInterrupted as stop:
-            raise SessionInterrupted(RunReport(
+            raise RunInterrupted(stop.results, stop.not_run, report=RunReport(
                 verb=verb, results=tuple(preset) + tuple(stop.results), started_at=started_at,
                 duration_s=time.perf_counter() - t0, host=host_facts(), tool_version=__version__, strict=strict,
                 extra={**dict(extra or {}), "interrupted": True, "not_run": stop.not_run},

@@ -8,18 +8,18 @@ import sys
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 from rich.console import Console
 
-from opgate.cli_options import (history_option, html_option, json_report_option, junit_option, markdown_option,
+from opgate.cli.options import (history_option, html_option, json_report_option, junit_option, markdown_option,
                                 strict_option, verbose_option)
-from opgate.console import make_console
-from opgate.errors import InputError
-from opgate.interrupts import REPORT_PATHS, Interrupted, interruptible, raise_interrupt, write_interrupted_report
-from opgate.results import ExitCode
-from opgate.runner import default_jobs
+from opgate.cli.console import make_console
+from opgate.model.errors import InputError
+from opgate.engine.interrupts import interruptible, raise_interrupt, report_of, take_caught
+from opgate.model.results import ExitCode
+from opgate.engine.runner import default_jobs
 
 app = typer.Typer(
     name="opgate",
@@ -41,12 +41,14 @@ class Level(str, Enum):
 def _check_outputs(json_path: Optional[Path] = None, junit_path: Optional[Path] = None,
                    out_dir: Optional[Path] = None) -> None:
     """Every output path is checked before any work (a report that cannot be written is bad input)."""
-    from opgate.outputs import check_output_folder, check_report_path
+    from opgate.cli.outputs import check_output_folder, check_report_path
 
     check_report_path(json_path, "--json")
     check_report_path(junit_path, "--junit")
     check_output_folder(out_dir, "--out")
-    REPORT_PATHS.update(json=json_path, junit=junit_path, markdown=None)  # --markdown: set by _check_more
+    from opgate.reporting.emit import ReportOutputs, plan_outputs
+
+    plan_outputs(ReportOutputs(json=json_path, junit=junit_path))  # --html, --markdown: added by _check_more
 
 
 def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path], console: Console,
@@ -62,13 +64,14 @@ def _emit_reports(report, json_path: Optional[Path], junit_path: Optional[Path],
 def _check_more(html_path: Optional[Path], history_db: Optional[str], markdown_path: Optional[Path] = None) -> None:
     """--html, --markdown and --history are checked before any work, like --json and --junit (after them: no two
     name one file)."""
-    from opgate.outputs import check_distinct_outputs
-    from opgate.reporting.emit import ReportOutputs, check_outputs
+    from opgate.cli.outputs import check_distinct_outputs
+    from opgate.reporting.emit import ReportOutputs, check_outputs, plan_outputs, planned_outputs
 
-    check_distinct_outputs({"--json": REPORT_PATHS["json"], "--junit": REPORT_PATHS["junit"], "--html": html_path,
+    planned = planned_outputs()
+    check_distinct_outputs({"--json": planned.json, "--junit": planned.junit, "--html": html_path,
                             "--markdown": markdown_path, "--history": history_db})
     check_outputs(ReportOutputs(html=html_path, history=history_db, markdown=markdown_path))
-    REPORT_PATHS.update(markdown=markdown_path)
+    plan_outputs(ReportOutputs(json=planned.json, junit=planned.junit, html=html_path, markdown=markdown_path))
 
 
 def _emit_more(report, html_path: Optional[Path], history_db: Optional[str], console: Console,
@@ -106,8 +109,8 @@ def doctor(
     """Is this host, container, driver and toolkit stack fit to run GPU operators?"""
     from opgate.checks.base import CheckContext
     from opgate.checks.registry import select_checks
-    from opgate.policy import apply_skip_policy
-    from opgate.session import run_session, tasks_for
+    from opgate.cli.policy import apply_skip_policy
+    from opgate.engine.session import run_session, tasks_for
 
     console = make_console()
     specs = select_checks("doctor.", check)
@@ -211,7 +214,7 @@ class Budget(str, Enum):
 
 
 def _verify_stage_names() -> list[str]:
-    from opgate.stage_api import stage_names  # reads entry-point declarations only: no stage module is imported
+    from opgate.engine.stages import stage_names  # reads entry-point declarations only: no stage module is imported
 
     return list(stage_names())
 
@@ -311,7 +314,7 @@ def verify(
     )
     report = run_verify(request, console)
     if fail_on_skip or require_gpu:
-        from opgate.policy import apply_skip_policy
+        from opgate.cli.policy import apply_skip_policy
 
         report = apply_skip_policy(report, fail_on_skip, require_gpu)
     _emit_reports(report, json_path, junit_path, console, verbose)
@@ -350,7 +353,7 @@ def analyze(
     from opgate.analyze.run import AnalyzeOptions, parse_gpus, parse_stages, render_roofline, run_analyze
     from opgate.reporting.terminal import render_summary
 
-    from opgate.specload import check_spec_path
+    from opgate.engine.specload import check_spec_path
 
     check_spec_path(spec_file)
     _check_outputs(json_path, junit_path, out_dir)
@@ -398,7 +401,7 @@ def occupancy(
     from opgate.core.occupancy import KernelLaunch
     from opgate.core.occupancy import occupancy as compute_occupancy
     from opgate.analyze.render import render_occupancy
-    from opgate.gpus import lookup_gpu
+    from opgate.core.gpus import lookup_gpu
 
     if (gpu is None) == (cc is None):
         raise InputError("give exactly one of --gpu (e.g. --gpu h200) or --cc (e.g. --cc 9.0)")
@@ -420,7 +423,7 @@ def occupancy(
         if str(json_path) == "-":
             print(text, end="")
         else:
-            from opgate.atomic_file import write_atomically
+            from opgate.engine.atomic import write_atomically
 
             write_atomically(json_path, text)
             render_occupancy(result, Console(highlight=False), label)
@@ -554,9 +557,26 @@ def _run_app(argv: Optional[List[str]]) -> None:
         sys.exit(code)
 
 
+def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
+    """Stop every child, write the report so far to the planned files (once: verify wrote it already), say where,
+    exit 130."""
+    from opgate.engine.children import kill_all_children
+    from opgate.reporting.emit import emit_interrupted
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+    kill_all_children()
+    report = report_of(stop)
+    if report is not None:
+        err_console.print(f"opgate: interrupted; every child process was stopped{emit_interrupted(report)}")
+    else:
+        err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
+                          "no report was written")
+    sys.exit(int(ExitCode.INTERRUPTED))
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: maps the three kinds of failure to exit codes 2 and 3, an interrupt to 130."""
-    from opgate.optional import missing_module_message
+    from opgate.cli.optional import missing_module_message
 
     for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: a "—" in a summary line is a "?", not a crash
         if hasattr(stream, "reconfigure"):
@@ -564,25 +584,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, raise_interrupt)  # SIGTERM stops a run as Ctrl-C does
     signal.signal(signal.SIGINT, raise_interrupt)  # ... and a second one of either waits for the report
+    take_caught()  # an interrupt a verb ended with before, outside main (a test calling the app), is not this one
     try:
         _run_app(argv)
     except InputError as exc:
         err_console.print(f"opgate: error: {exc}", markup=False)  # [[gpu]] is text, not rich markup
         sys.exit(int(ExitCode.BAD_INPUT))
-    except (Interrupted, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM; a run's report so far comes along
-        from opgate.children import kill_all_children
-
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        kill_all_children()
-        report = getattr(stop, "report", None)
-        if report is not None:
-            err_console.print(f"opgate: interrupted; every child process was stopped"
-                              f"{write_interrupted_report(report)}")
-        else:
-            err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
-                              "no report was written")
-        sys.exit(int(ExitCode.INTERRUPTED))
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM outside a verb (a verb's: the SystemExit 130 below)
+        _interrupted(stop)
     except SystemExit as exc:
+        stop = take_caught() if exc.code == int(ExitCode.INTERRUPTED) else None
+        if stop is not None:  # typer turned a verb's interrupt into exit 130; the report so far comes along
+            _interrupted(stop)
         if exc.code == int(ExitCode.INTERRUPTED):  # typer turns a Ctrl-C outside a verb into a silent exit 130
             err_console.print("opgate: interrupted before any check started; no report was written")
         raise
@@ -616,7 +629,7 @@ def console_main() -> None:
     status = code if isinstance(code, int) else (0 if code is None else 1)
     if not isinstance(code, int) and code is not None:
         print(code, file=sys.stderr)
-    from opgate.children import exit_without_teardown
+    from opgate.engine.children import exit_without_teardown
 
     exit_without_teardown(status)
 
