@@ -217,7 +217,7 @@ def test_a_task_starts_after_the_tasks_it_names_have_finished() -> None:
 def test_a_ready_task_whose_key_has_an_idle_worker_goes_before_one_that_would_start_a_worker() -> None:
     """A library's spec files each have their own warm-worker key: taking, among tasks of one order, one whose key
     has an idle worker saves a worker start (imports and the spec again) and the eviction of another key's worker."""
-    from opgate.runner import _next_position
+    from opgate.engine.runner import _next_position
 
     def keyed(name: str, key: str, order: int = 40, exclusive: bool = False) -> CheckTask:
         return dataclasses.replace(task(name, "PassingCheck"), worker=key, order=order, exclusive=exclusive)

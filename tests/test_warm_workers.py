@@ -81,7 +81,7 @@ def test_the_warm_worker_limit_is_three_per_slot_where_memory_holds_them(monkeyp
     """A library's spec files each have their own key: at 2 per slot most worker starts on the H200 host evicted an
     idle worker another file then started again. Memory still bounds it, and never below one per slot."""
     from opgate.probes import host_memory
-    from opgate.runner import WARM_WORKER_BYTES, warm_worker_limit
+    from opgate.engine.runner import WARM_WORKER_BYTES, warm_worker_limit
 
     monkeypatch.setattr(host_memory, "available_memory_bytes", lambda: 120 * 2**30)
     assert warm_worker_limit(16) == 48

@@ -25,7 +25,7 @@ def kind_of(chain: list[str]) -> str:
     if any("compute-sanitizer" in cmd for cmd in chain):
         return "sanitized child"
     cmdline = chain[-1] if chain else "?"
-    if "opgate.checks.worker" in cmdline or "checks/worker" in cmdline:
+    if "opgate.engine.worker" in cmdline or "opgate.checks.worker" in cmdline:
         return "check worker"
     if "multiprocessing" in cmdline or "spawn_main" in cmdline:
         return "spawned pool (calibration)"

@@ -243,7 +243,7 @@ def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Pat
     from concurrent.futures import Future
     from types import SimpleNamespace
 
-    from opgate.runner import TaskFeed
+    from opgate.engine.runner import TaskFeed
     from opgate.verify import calibrator
 
     def op(name: str, rows: int) -> SimpleNamespace:
