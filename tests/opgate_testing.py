@@ -25,6 +25,19 @@ def data_module(path: str) -> Any:
     return importlib.import_module(Path(path).name)
 
 
+def script_module(path: Path, name: str) -> Any:
+    """A script (scripts/ is no package) imported as module `name` from its file, registered in sys.modules first:
+    dataclasses look their module up while the file executes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def child_pythonpath() -> str:
     """PYTHONPATH for child processes: this checkout's opgate plus the tests' planted checks."""
     return os.pathsep.join([str(SRC), str(TESTS), os.environ.get("PYTHONPATH", "")])

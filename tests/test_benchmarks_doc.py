@@ -7,7 +7,6 @@ itself runs as a child, as a person or CI would run it. No torch, nothing slow.
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,19 +16,14 @@ from typing import Any, Callable
 
 import pytest
 
-from opgate_testing import REPO
+from opgate_testing import REPO, script_module
 
 SCRIPT = REPO / "scripts" / "render_benchmarks.py"
 RESULTS = REPO / "benchmarks" / "results"
 
 
 def render_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_benchmarks", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return script_module(SCRIPT, "render_benchmarks")
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ kernel generator offline with real ptxas."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 from opgate.core.limits import sm_limits
 from opgate.core.occupancy import KernelLaunch, calculate
 from opgate.analyze.portability import occupancy_static_shared
+from opgate_testing import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "data" / "analyze" / "h200_occupancy_cases.json"
@@ -23,12 +23,7 @@ SCRIPT = ROOT / "scripts" / "occupancy_driver_cases.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("occupancy_driver_cases", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+    return script_module(SCRIPT, "occupancy_driver_cases")
 
 
 @pytest.fixture(scope="module")

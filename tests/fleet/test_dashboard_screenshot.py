@@ -3,21 +3,15 @@ with a real opgate serve and Prometheus, is run by hand: docs/deploy.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
-from opgate_testing import REPO
+from opgate_testing import REPO, script_module
 
 SCRIPT = REPO / "scripts" / "dashboard_screenshot.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("dashboard_screenshot", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return script_module(SCRIPT, "dashboard_screenshot")
 
 
 def test_each_panel_kind_is_drawn_and_an_empty_one_says_why() -> None:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 from inspect_helpers import SCRIPTS
+from opgate_testing import script_module
 
 
 def _fuzz_module():
-    spec = importlib.util.spec_from_file_location("fuzz_inspect", SCRIPTS / "fuzz_inspect.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules.setdefault("fuzz_inspect", module)  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    return script_module(SCRIPTS / "fuzz_inspect.py", "fuzz_inspect")
 
 
 def test_two_thousand_mutated_inputs_raise_nothing_and_never_hang(tmp_path):

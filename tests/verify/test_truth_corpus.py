@@ -10,7 +10,6 @@ false alarm and no miss on the rows whose `needs` are empty. The GPU corpus runs
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,18 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from opgate_testing import REPO, child_pythonpath
+from opgate_testing import REPO, child_pythonpath, script_module
 
 CORPUS = REPO / "tests" / "data" / "verify" / "truth_corpus"
 RUNNER = REPO / "scripts" / "truth_corpus.py"
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("truth_corpus_runner", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return script_module(RUNNER, "truth_corpus_runner")
 
 
 def test_manifest_rows_match_the_spec_files() -> None:
