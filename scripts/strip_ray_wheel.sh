@@ -128,6 +128,9 @@ mapfile -t DEPS < <(unzip -p "$OUT/$(basename "$ORIGINAL")" "ray-$RAY_VERSION.di
   | grep -v 'extra ==' | grep -viE '^(filelock|typing[-_]extensions)\b')
 printf '  %s\n' "${DEPS[@]}"
 "$PY" -m pip download "${WHEEL_ARGS[@]}" --dest "$OUT" "${DEPS[@]}"
+# opgate's own pure-Python dependency that the GPU host's python lacks: without it doctor.extension_binaries is an
+# `error` on every node (fleet run of 2026-12-03), which says nothing about Ray or the fleet
+"$PY" -m pip download "${WHEEL_ARGS[@]}" --no-deps --dest "$OUT" "pyelftools>=0.31"
 
 echo "== $OUT"
 ls -l "$OUT"

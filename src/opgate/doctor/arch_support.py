@@ -52,6 +52,11 @@ class ArchSupportCheck(Check):
                 elif torch.cuda is None:
                     outcomes.append(Outcome.WARNED)
                     findings.append(f"torch {torch.version} is a CPU-only build: it cannot use the GPU")
+                elif not torch.arch_list:  # a CUDA build whose list this process cannot read: unknown, not "none"
+                    figures.append(Figure(f"{label}: torch {torch.version} (CUDA {torch.cuda}) coverage",
+                                          "unknown (torch did not report the architectures it was built for)",
+                                          key=f"arch_support.sm_{sm}_torch_{slug(torch.version)}_cuda_"
+                                              f"{slug(torch.cuda)}_coverage"))
                 else:
                     how, arch = arch_coverage(cc, torch.arch_list)
                     figures.append(Figure(f"{label}: torch {torch.version} (CUDA {torch.cuda}) coverage",

@@ -20,6 +20,11 @@ from opgate.checks.registry import CheckSpec
 from opgate.model.results import CheckResult, Outcome
 
 
+# cudaErrorInsufficientDriver and cudaErrorNoDevice: CUDA cannot start here at all, which is the host's state, not a
+# context a check poisoned
+NO_CUDA_STATUSES = (35, 100)
+
+
 def cuda_context_fault() -> str:
     """After a check, ask every CUDA stack it touched whether the context still works. A sticky error
     (illegal address, launch failure) poisons the context for the rest of the process: the check's own
@@ -38,12 +43,14 @@ def cuda_context_fault() -> str:
             if cupy.cuda.runtime.getDeviceCount() > 0:
                 cupy.cuda.runtime.deviceSynchronize()
         except Exception as exc:
-            faults.append(f"cupy: {exc}".splitlines()[0])
+            # getDeviceCount raises where CUDA has no device or driver (CUDA_VISIBLE_DEVICES=""): nothing to poison
+            if getattr(exc, "status", None) not in NO_CUDA_STATUSES:
+                faults.append(f"cupy: {exc}".splitlines()[0])
     runtime = sys.modules.get("cuda.bindings.runtime")
     if runtime is not None:
         try:
             err, = runtime.cudaDeviceSynchronize()
-            if int(err) not in (0, 35, 100):  # success, no driver, no device: nothing to poison
+            if int(err) not in (0, *NO_CUDA_STATUSES):  # success, no driver, no device: nothing to poison
                 faults.append(f"cuda.bindings: cudaDeviceSynchronize returned {getattr(err, 'name', err)}")
         except Exception as exc:
             faults.append(f"cuda.bindings: {exc}".splitlines()[0])

@@ -61,7 +61,20 @@ def torch_build() -> FrameworkBuild | None:
     arch_list: list[str] = []
     if cuda:
         try:
-            arch_list = list(torch.cuda.get_arch_list())
+            arch_list = list(torch.cuda.get_arch_list()) or _compiled_arch_flags(torch)
         except Exception as exc:
             return FrameworkBuild("torch", torch.__version__, cuda, error=f"get_arch_list failed: {exc}")
     return FrameworkBuild("torch", torch.__version__, cuda, arch_list)
+
+
+def _compiled_arch_flags(torch: object) -> list[str]:
+    """The architectures torch's CUDA code was compiled for, read without a device. get_arch_list() returns []
+    when CUDA is not available (torch 2.11 asks is_available() first), and a node whose pods get
+    CUDA_VISIBLE_DEVICES="" still lists its GPUs through NVML: its empty list read as "no code for sm_90"
+    (the fleet run on the H200 host, 2026-12-03). [] when the private accessor is absent too."""
+    read = getattr(getattr(torch, "_C", None), "_cuda_getArchFlags", None)
+    try:
+        flags = read() if callable(read) else None
+    except Exception:  # a private accessor: any failure means "not known", never a finding
+        return []
+    return flags.split() if isinstance(flags, str) else []
