@@ -109,3 +109,23 @@ def test_a_node_result_keeps_its_figure_keys_in_the_fleet_report() -> None:
     metric = metric_for(result, result.figures[0])
     assert result.check_id == "a:doctor.hbm_bandwidth"
     assert (metric.key, dict(metric.labels)) == ("hbm.read_bandwidth", {"gpu": "0"})
+
+
+def _verify_node(name: str, device: str, error: float) -> NodeFigures:
+    figure = Figure("max abs error (all cases)", error, "")
+    result = CheckResult("verify.softmax.triton.float32", "softmax", Outcome.PASSED, "", (figure,),
+                         extra={"device": device, "op": "softmax"})
+    return NodeFigures(name, (GpuIdentity(0, H200, "580.159.04"),), (result,))
+
+
+def test_a_check_run_on_the_cpu_is_not_pooled_with_the_gpus_it_did_not_use() -> None:
+    """Fleet run on the H200 host: head and cpu nodes (CUDA_VISIBLE_DEVICES="", NVML lists the H200) judged softmax
+    with Triton's interpreter; pooled with the gpu node as "NVIDIA H200" they made the gpu node a false outlier."""
+    fleet = [_verify_node("gpu", "cuda", 1.85e-7), _verify_node("head", "cpu", 2.93e-7),
+             _verify_node("cpu", "cpu", 2.93e-7)]
+    assert find_outliers(fleet) == []
+    # CPU figures are still compared with each other
+    fleet += [_verify_node("cpu2", "cpu", 2.93e-7), _verify_node("cpu3", "cpu", 9.0e-7)]
+    outliers = find_outliers(fleet)
+    assert [o.sample.node for o in outliers] == ["cpu3"]
+    assert "median for CPU (no GPU used) (2.93e-07, 4 samples)" in outliers[0].sentence()

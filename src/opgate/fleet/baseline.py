@@ -23,6 +23,7 @@ MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): makes the MAD a consistent estimator o
 MIN_RELATIVE_DEVIATION = 0.05
 MIN_GROUP_SIZE = 3  # below three nodes a median says nothing about which one is odd
 NO_GPU = "no GPU"
+ON_CPU = ("CPU (no GPU used)", "")  # the group of figures a check measured on the CPU, whatever GPUs its node has
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ class Outlier:
         z = "inf" if math.isinf(self.modified_z) else f"{self.modified_z:.1f}"
         return (f"{where} {self.sample.figure} {self.sample.value:.4g}{unit} = "
                 f"{abs(self.relative_deviation):.0%} {direction} this fleet's median for {model} "
-                f"(driver {driver}) ({self.median:.4g}{unit}, {self.group_size} samples), "
+                + (f"(driver {driver}) " if driver else "")
+                + f"({self.median:.4g}{unit}, {self.group_size} samples), "
                 f"{z} MADs (modified z-score, limit {MODIFIED_Z_LIMIT})")
 
 
@@ -97,6 +99,14 @@ def _group_of(node: NodeFigures, gpu_label: str) -> tuple[str, str]:
     return " + ".join(models), node.gpus[0].driver
 
 
+def _measured_on_cpu(result: CheckResult) -> bool:
+    """Whether the check ran on the CPU although the node has GPUs (a verify check records its device): a node
+    whose CUDA sees none of the GPUs NVML lists (CUDA_VISIBLE_DEVICES="") judged softmax with Triton's
+    interpreter, and its errors, pooled with the GPU node's as "NVIDIA H200", made ten false outliers (fleet run on
+    the H200 host, 2026-12-03)."""
+    return str(result.extra.get("device", "")).lower() == "cpu"
+
+
 def collect_samples(nodes: Sequence[NodeFigures]) -> dict[tuple[str, tuple[str, str]], list[Sample]]:
     """Every numeric figure of every node, by (figure key, (model, driver))."""
     groups: dict[tuple[str, tuple[str, str]], list[Sample]] = {}
@@ -108,7 +118,8 @@ def collect_samples(nodes: Sequence[NodeFigures]) -> dict[tuple[str, tuple[str, 
                     continue
                 fkey = figure_key(result, figure)
                 sample = Sample(node.node, fkey.gpu, fkey.name, value, figure.unit)
-                groups.setdefault((fkey.key, _group_of(node, fkey.gpu)), []).append(sample)
+                group = ON_CPU if _measured_on_cpu(result) else _group_of(node, fkey.gpu)
+                groups.setdefault((fkey.key, group), []).append(sample)
     return groups
 
 
