@@ -121,11 +121,12 @@ def _verify_node(name: str, device: str, error: float) -> NodeFigures:
 def test_a_check_run_on_the_cpu_is_not_pooled_with_the_gpus_it_did_not_use() -> None:
     """Fleet run on the H200 host: head and cpu nodes (CUDA_VISIBLE_DEVICES="", NVML lists the H200) judged softmax
     with Triton's interpreter; pooled with the gpu node as "NVIDIA H200" they made the gpu node a false outlier."""
-    fleet = [_verify_node("gpu", "cuda", 1.85e-7), _verify_node("head", "cpu", 2.93e-7),
+    fleet = [_verify_node("gpu", "cuda", 1.85e-7), _verify_node("head", "triton-interpreter (cpu)", 2.93e-7),
              _verify_node("cpu", "cpu", 2.93e-7)]
     assert find_outliers(fleet) == []
     # CPU figures are still compared with each other
-    fleet += [_verify_node("cpu2", "cpu", 2.93e-7), _verify_node("cpu3", "cpu", 9.0e-7)]
+    fleet += [_verify_node("cpu2", "cpu", 2.93e-7), _verify_node("cpu3", "cpu", 9.0e-7),
+              _verify_node("gpu2", "cuda:0", 1.9e-7)]
     outliers = find_outliers(fleet)
     assert [o.sample.node for o in outliers] == ["cpu3"]
     assert "median for CPU (no GPU used) (2.93e-07, 4 samples)" in outliers[0].sentence()

@@ -104,7 +104,8 @@ def _measured_on_cpu(result: CheckResult) -> bool:
     whose CUDA sees none of the GPUs NVML lists (CUDA_VISIBLE_DEVICES="") judged softmax with Triton's
     interpreter, and its errors, pooled with the GPU node's as "NVIDIA H200", made ten false outliers (fleet run on
     the H200 host, 2026-12-03)."""
-    return str(result.extra.get("device", "")).lower() == "cpu"
+    device = str(result.extra.get("device", "")).lower()  # "cuda", "cpu", "triton-interpreter (cpu)", ...
+    return bool(device) and "cuda" not in device and "gpu" not in device
 
 
 def collect_samples(nodes: Sequence[NodeFigures]) -> dict[tuple[str, tuple[str, str]], list[Sample]]:
