@@ -35,6 +35,7 @@ GROUPS = {
     "verify-gpu": "`opgate verify`: the GPU stages",
     "verify-truth": "`opgate verify`: verdicts against labelled corpora",
     "plan": "`opgate plan`",
+    "fleet": "`opgate fleet`",
     "tests": "The test suites",
 }
 REQUIRED = ("schema", "group", "title", "date", "machine", "commands", "shows", "table")
