@@ -73,3 +73,43 @@ def test_arch_support_unknown_torch_list_is_no_finding(monkeypatch: pytest.Monke
     assert result.outcome is outcome, result.reason
     if not arch_list:
         assert any("unknown" in str(figure.value) for figure in result.figures)
+
+
+@pytest.fixture()
+def uncached_gpu_gate():
+    """gpu_unavailable_reason is cached per process: each test here sees its own environment, and leaves none."""
+    from opgate.gpu.probes import device
+
+    device.gpu_unavailable_reason.cache_clear()
+    yield device
+    device.gpu_unavailable_reason.cache_clear()
+
+
+@pytest.mark.parametrize("value, hidden", [("", True), (" ", True), ("-1", True), ("NoDevFiles", True),
+                                           ("0", False), ("1,0", False), ("GPU-896c9e87", False),
+                                           ("MIG-4f1e", False)])
+def test_cuda_visible_devices_that_leave_cuda_no_device(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                        hidden: bool, uncached_gpu_gate) -> None:
+    device = uncached_gpu_gate
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    monkeypatch.setattr(device, "_nvml_reason", lambda: None)  # NVML lists a GPU, as on the Ray nodes
+    reason = device.gpu_unavailable_reason(runtime=False)
+    assert (reason is not None) is hidden
+    if hidden:
+        assert "hides every GPU from CUDA" in reason
+
+
+def test_require_gpu_fails_a_node_whose_cuda_sees_no_gpu(monkeypatch: pytest.MonkeyPatch, uncached_gpu_gate) -> None:
+    """A pod without a GPU request on a GPU node must not be labelled ready under --require-gpu: its checks are
+    skipped, and the skips must fail."""
+    from opgate.cli.policy import REQUIRE_GPU_ID, apply_skip_policy
+    from opgate.model.results import CheckResult, RunReport
+
+    device = uncached_gpu_gate
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(device, "_nvml_reason", lambda: None)
+    skipped = CheckResult("doctor.hbm_bandwidth", "HBM", Outcome.SKIPPED, "no usable CUDA device")
+    report = apply_skip_policy(RunReport("doctor", (skipped,), "2026-12-03T00:00:00+00:00", 1.0), fail_on_skip=False,
+                               require_gpu=True)
+    outcomes = {r.check_id: r.outcome for r in report.results}
+    assert outcomes == {"doctor.hbm_bandwidth": Outcome.FAILED, REQUIRE_GPU_ID: Outcome.FAILED}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -65,11 +66,27 @@ def import_cupy() -> Any:
     return cupy
 
 
+def _hidden_by_environment() -> str | None:
+    """Why CUDA will see no device although NVML lists some, read from CUDA_VISIBLE_DEVICES alone (no context):
+    CUDA takes the list up to its first entry that is not an ordinal or a GPU-/MIG- UUID, so an empty list, "-1"
+    or "NoDevFiles" leaves it none. A Ray or Kubernetes node without a GPU request looks like this: NVML lists the
+    host's GPUs, CUDA none (fleet run on the H200 host, 2026-12-03)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    first = value.split(",")[0].strip()
+    if first.isdigit() or first.startswith(("GPU-", "MIG-")):
+        return None
+    return (f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from CUDA "
+            "(NVML still lists them; give this process or pod a GPU)")
+
+
 @functools.lru_cache(maxsize=2)
 def gpu_unavailable_reason(*, runtime: bool = True) -> str | None:
     """The one "is there a GPU" gate: None when CuPy can use at least one CUDA device here, else why not.
-    `runtime=False` asks NVML only (cheap, no CUDA context in the calling process: the CLI's parent)."""
-    reason = _nvml_reason()
+    `runtime=False` asks NVML and CUDA_VISIBLE_DEVICES only (cheap, no CUDA context in the calling process: the
+    CLI's parent)."""
+    reason = _nvml_reason() or _hidden_by_environment()
     if reason or not runtime:
         return reason
     try:
