@@ -29,15 +29,19 @@ def test_a_dtype_whose_calibration_raises_is_an_error_and_the_others_are_judged(
 
     monkeypatch.setattr(calibrator, "calibrate_plan", failing_in_float16)
     monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    # two correct implementations (torch, Triton) are enough to be judged: the buggy twins add nothing here, and
+    # triton_fp16_acc's 16-wide tiles alone ran 20-55 s under the interpreter
     report = run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
-                                      dtypes=("float32", "float16"), out_dir=tmp_path / "out"), make_console())
+                                      impls=("torch", "triton"), dtypes=("float32", "float16"),
+                                      out_dir=tmp_path / "out"), make_console())
     by_id = {r.check_id: r for r in report.results}
     calibration = next(r for r in report.results if r.check_id.endswith(".calibration"))
     assert calibration.outcome is Outcome.ERROR
     assert "float16" in calibration.reason and "illegal memory access" in calibration.reason
     assert "float32 calibrated and judged" in calibration.reason
     judged = [r for r in by_id.values() if r.check_id.endswith(".float32") and r.outcome is not Outcome.ERROR]
-    assert judged, sorted(by_id)
+    judged_ids = {r.check_id for r in judged}
+    assert judged_ids == {"verify.softmax.torch.float32", "verify.softmax.triton.float32"}, sorted(by_id)
     assert not [r for r in by_id if r.endswith(".float16")]  # no plan, no numerics for that dtype
 
 

@@ -40,8 +40,9 @@ def test_an_interrupted_run_kills_the_probe_child_instead_of_waiting_for_it(tmp_
     from opgate.engine.children import kill_all_children, start_afresh
 
     spec = tmp_path / "slow_spec.py"
-    spec.write_text("import time\nimport opgate\n"
-                    "def _slow(x):\n    time.sleep(60)\n    return x\n"
+    entered = tmp_path / "entered"  # the reference says it runs: the child has imported torch and sits in it
+    spec.write_text(f"import pathlib, time\nimport opgate\n"
+                    f"def _slow(x):\n    pathlib.Path({str(entered)!r}).touch()\n    time.sleep(60)\n    return x\n"
                     "slow = opgate.Operator('slow', reference=_slow, inputs=[opgate.TensorSpec('x', ('N',))],\n"
                     "                       dims={'N': [4]}, dtypes=['float32'])\n"
                     "@slow.implementation('same', backend='torch')\ndef _same(x):\n    return x\n")
@@ -50,7 +51,10 @@ def test_an_interrupted_run_kills_the_probe_child_instead_of_waiting_for_it(tmp_
     found: list[set[int]] = []
     probe = threading.Thread(target=lambda: found.append(surviving_cases(spec, "slow", "float32", cases)))
     probe.start()
-    time.sleep(4.0)  # the child has imported torch and sits in the reference
+    deadline = time.monotonic() + 60
+    while not entered.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert entered.exists(), "the probe child never reached the reference"
     started = time.perf_counter()
     try:
         kill_all_children()
