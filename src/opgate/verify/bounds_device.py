@@ -3,7 +3,10 @@
 The bound terms (calibrate.CaseBounds: perturbation and curvature sensitivity, the accumulation bound's reverse
 passes, the log-space statistic) call the float64 reference about 25 times per case. On the CPU they were the long
 pole of a library run on the H200 host (ninth H200 session, in the history of docs/benchmarks.md); an H200 runs
-float64 at tens of TFLOP/s.
+float64 at tens of TFLOP/s. Measured since (docs/benchmarks.md, the library corpus on the H200): on a host whose
+cores are all busy, mid-size cases gain little either way (their terms are Python and small reductions), and the
+largest gradient twins finished sooner on the CPU while the sanitized children finished sooner with the terms on
+the GPU; the default stays.
 
 A case's terms move to the GPU only when all of these hold, else they stay on the CPU exactly as before:
 - the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any size);
