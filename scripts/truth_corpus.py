@@ -155,24 +155,25 @@ class FileRun:
     problem: str = ""
 
 
-def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Path) -> FileRun:
-    corpus = getattr(args, "corpus", None) or CORPUS
+def _verify_command(paths: list[Path], rows: list[Row], args: argparse.Namespace, json_path: Path,
+                    out_dir: Path) -> list[str]:
+    """`opgate verify` of `paths` with the stages and implementations `rows` need."""
     order = ["numerics", "runtime", "sanitizer", "recovery"]
     wanted = {s for r in rows for s in r.stages.split(",")} | {"numerics"}
     stages = ",".join(sorted(wanted, key=lambda s: order.index(s) if s in order else len(order)))
-    json_path = json_dir / (file.replace("/", "__") + ".json")
-    if args.reuse and json_path.is_file():
-        report = json.loads(json_path.read_text())
-        return FileRun(file, report.get("exit_code"), float(report.get("duration_s") or 0.0),
-                       list(report.get("results", [])))
-    cmd = [sys.executable, "-m", "opgate", "verify", str(corpus / file), "--budget", args.budget, "--json",
-           str(json_path), "--no-extras", "--stages", stages, "--jobs", str(args.jobs),
-           "--out", str(json_dir / (file.replace("/", "__") + ".out"))]
+    cmd = [sys.executable, "-m", "opgate", "verify", *map(str, paths), "--budget", args.budget, "--json",
+           str(json_path), "--no-extras", "--stages", stages, "--jobs", str(args.jobs), "--out", str(out_dir)]
     if "sanitizer" in stages:
         cmd += ["--sanitizer-tools", "memcheck,racecheck"]
     if args.only or args.ci:
         for impl in sorted({r.impl for r in rows}):
             cmd += ["--impl", impl]
+    return cmd
+
+
+def _run_verify(cmd: list[str], args: argparse.Namespace, json_path: Path, timeout: float
+                ) -> tuple[int | None, float, list[dict[str, Any]], str]:
+    """(exit code or None on timeout, seconds, the report's results, what went wrong or "")."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(args.src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     if args.device == "cpu":
@@ -183,49 +184,6 @@ def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Pat
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        stdout, stderr = proc.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        return FileRun(file, None, time.monotonic() - start, [], f"opgate verify ran past {args.timeout:.0f} s")
-    duration = time.monotonic() - start
-    if not json_path.is_file():
-        tail = (stderr or stdout or "").strip().splitlines()[-3:]
-        return FileRun(file, proc.returncode, duration, [], f"exit {proc.returncode}, no JSON: {' / '.join(tail)}")
-    report = json.loads(json_path.read_text())
-    return FileRun(file, proc.returncode, duration, list(report.get("results", [])))
-
-
-def run_files_at_once(by_file: dict[str, list[Row]], args: argparse.Namespace, json_dir: Path) -> dict[str, FileRun]:
-    """--one-run: every spec file in one `opgate verify` run; each file's FileRun holds the results of its own
-    spec file (the report's extra.spec_file) and shares the run's exit code and duration."""
-    corpus = getattr(args, "corpus", None) or CORPUS
-    rows = [r for file_rows in by_file.values() for r in file_rows]
-    order = ["numerics", "runtime", "sanitizer", "recovery"]
-    wanted = {s for r in rows for s in r.stages.split(",")} | {"numerics"}
-    stages = ",".join(sorted(wanted, key=lambda s: order.index(s) if s in order else len(order)))
-    json_path = json_dir / "all_files.json"
-    cmd = [sys.executable, "-m", "opgate", "verify", *[str(corpus / file) for file in by_file], "--budget",
-           args.budget, "--json", str(json_path), "--no-extras", "--stages", stages, "--jobs", str(args.jobs),
-           "--out", str(json_dir / "all_files.out")]
-    if "sanitizer" in stages:
-        cmd += ["--sanitizer-tools", "memcheck,racecheck"]
-    if args.only or args.ci:
-        for impl in sorted({r.impl for r in rows}):
-            cmd += ["--impl", impl]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(args.src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    if args.device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-        env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    timeout = args.timeout * len(by_file)
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         try:
@@ -233,21 +191,40 @@ def run_files_at_once(by_file: dict[str, list[Row]], args: argparse.Namespace, j
         except ProcessLookupError:
             pass
         proc.communicate()
-        return {file: FileRun(file, None, time.monotonic() - start, [], f"opgate verify ran past {timeout:.0f} s")
-                for file in by_file}
+        return None, time.monotonic() - start, [], f"opgate verify ran past {timeout:.0f} s"
     duration = time.monotonic() - start
     if not json_path.is_file():
         tail = (stderr or stdout or "").strip().splitlines()[-3:]
-        problem = f"exit {proc.returncode}, no JSON: {' / '.join(tail)}"
-        return {file: FileRun(file, proc.returncode, duration, [], problem) for file in by_file}
-    results = list(json.loads(json_path.read_text()).get("results", []))
+        return proc.returncode, duration, [], f"exit {proc.returncode}, no JSON: {' / '.join(tail)}"
+    return proc.returncode, duration, list(json.loads(json_path.read_text()).get("results", [])), ""
+
+
+def run_file(file: str, rows: list[Row], args: argparse.Namespace, json_dir: Path) -> FileRun:
+    corpus = getattr(args, "corpus", None) or CORPUS
+    json_path = json_dir / (file.replace("/", "__") + ".json")
+    if args.reuse and json_path.is_file():
+        report = json.loads(json_path.read_text())
+        return FileRun(file, report.get("exit_code"), float(report.get("duration_s") or 0.0),
+                       list(report.get("results", [])))
+    cmd = _verify_command([corpus / file], rows, args, json_path, json_dir / (file.replace("/", "__") + ".out"))
+    return FileRun(file, *_run_verify(cmd, args, json_path, args.timeout))
+
+
+def run_files_at_once(by_file: dict[str, list[Row]], args: argparse.Namespace, json_dir: Path) -> dict[str, FileRun]:
+    """--one-run: every spec file in one `opgate verify` run; each file's FileRun holds the results of its own
+    spec file (the report's extra.spec_file) and shares the run's exit code and duration."""
+    corpus = getattr(args, "corpus", None) or CORPUS
+    rows = [r for file_rows in by_file.values() for r in file_rows]
+    json_path = json_dir / "all_files.json"
+    cmd = _verify_command([corpus / file for file in by_file], rows, args, json_path, json_dir / "all_files.out")
+    returncode, duration, results, problem = _run_verify(cmd, args, json_path, args.timeout * len(by_file))
 
     def spec_of(result: dict[str, Any]) -> Path | None:
         spec = (result.get("extra") or {}).get("spec_file")
         return (REPO / spec).resolve() if spec else None
 
-    return {file: FileRun(file, proc.returncode, duration,
-                          [r for r in results if spec_of(r) == (corpus / file).resolve()])
+    return {file: FileRun(file, returncode, duration,
+                          [r for r in results if spec_of(r) == (corpus / file).resolve()], problem)
             for file in by_file}
 
 
