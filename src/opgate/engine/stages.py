@@ -92,18 +92,20 @@ class OperatorPlan:
         return dict(self.child_envs.get(choice.name, {}))
 
     def worker_key(self, choice: "ImplementationChoice", env: dict[str, str]) -> str:
-        """One warm-worker pool per spec file and environment: the numerics, runtime and recovery checks of all
-        its operators and implementations share imports, the loaded spec and compiled kernels."""
+        """One warm-worker pool per environment: the numerics, runtime and recovery checks of every spec file,
+        operator and implementation of the run share imports, loaded specs and compiled kernels."""
         return self.worker_key_for(self.spec_file, self.op.name, choice.name, env)
 
     @staticmethod
     def worker_key_for(spec_file: Path, op: str, implementation: str, env: dict[str, str]) -> str:
-        """The key of the warm workers a task may run in. Per spec file, not per operator: a library's operators
-        share their spec's imports (fla, FlagGems: ~10 s each in every fresh worker on the H200), and a pool of
-        one key per operator kept re-importing them as 33 operators' keys took turns. `op` and `implementation`
-        name the task's subject for callers; the key ignores them."""
+        """The key of the warm workers a task may run in: its child environment alone, not its spec file. A
+        library's spec files import the same packages (fla, FlagGems, torch's compiler stack: ~14 CPU-s in every
+        fresh worker on the H200 host); with a key per spec file a library run started 66 workers in 350 s, 18 of
+        them ending an idle worker of another file to make room (seventeenth H200 session). A worker keeps each spec it loaded
+        (verify/loaded_specs.py, which also keeps one file's torch switches from the next). `spec_file`, `op` and
+        `implementation` name the task's subject for callers; the key ignores them."""
         digest = hashlib.sha1(json.dumps(sorted(env.items())).encode()).hexdigest()[:8]
-        return f"verify:{spec_file}:{digest}"
+        return f"verify:{digest}"
 
     def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float | None,
              payload: "Payload", choice: "ImplementationChoice", exclusive: bool | None = None, retire: bool = False,

@@ -1,0 +1,76 @@
+"""One warm worker serves every spec file of a run (engine.stages.OperatorPlan.worker_key_for): each spec stays
+loaded, and what one file's import switches in torch's numerics does not reach another file's checks."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SPEC = """
+import torch
+import opgate
+{switch}
+
+def _ref(x):
+    return x * 2
+
+{name} = opgate.Operator("{name}", reference=_ref, inputs=[opgate.TensorSpec("x", ("N",))], dims={{"N": [4]}},
+                        dtypes=["float32"])
+
+@{name}.implementation("torch")
+def _impl(x):
+    return x * 2
+"""
+
+
+def _spec(folder: Path, name: str, switch: str = "") -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(SPEC.format(name=name, switch=switch)))
+    return path
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    from opgate.verify import loaded_specs
+
+    monkeypatch.setattr(loaded_specs, "_LOADED", {})
+    monkeypatch.setattr(loaded_specs, "_BEFORE_ANY", {})
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    yield loaded_specs
+    torch.backends.cuda.matmul.allow_tf32 = before[0]
+    torch.set_float32_matmul_precision(before[1])
+
+
+def test_each_spec_keeps_its_own_torch_switches(tmp_path: Path, fresh_cache) -> None:  # type: ignore[no-untyped-def]
+    plain = _spec(tmp_path, "plain_op")
+    tf32 = _spec(tmp_path, "tf32_op", "torch.backends.cuda.matmul.allow_tf32 = True\n"
+                                      "torch.set_float32_matmul_precision('medium')")
+    baseline = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    assert baseline == (False, "highest")  # torch's defaults; the test means nothing otherwise
+
+    assert [op.name for op in fresh_cache.loaded_operators(str(tf32))] == ["tf32_op"]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()) == (True, "medium")
+
+    ops = fresh_cache.loaded_operators(str(plain))
+    assert ops[0].name == "plain_op"
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()) == baseline
+
+    again = fresh_cache.loaded_operators(str(tf32))  # from the cache: not imported again, its switches back
+    assert again[0].name == "tf32_op" and len(fresh_cache._LOADED) == 2
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()) == (True, "medium")
+    assert fresh_cache.loaded_operators(str(plain)) is ops
+
+
+def test_a_changed_spec_file_is_imported_again(tmp_path: Path, fresh_cache) -> None:  # type: ignore[no-untyped-def]
+    path = _spec(tmp_path, "first_op")
+    first = fresh_cache.loaded_operators(str(path))
+    assert fresh_cache.loaded_operators(str(path)) is first
+    path.write_text(path.read_text().replace('"first_op"', '"renamed_op"') + "\n")
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert fresh_cache.loaded_operators(str(path))[0].name == "renamed_op"
