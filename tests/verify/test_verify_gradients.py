@@ -74,6 +74,21 @@ def test_upstream_gradients_are_the_same_values_in_every_dtype(dtype):
     assert wide.std() > 0.5 and not torch.equal(wide, upstream_gradient("op", [(5, 7)], 1, wide))
 
 
+def test_a_kept_upstream_gradient_is_the_fresh_draw_and_a_caller_cannot_change_it(monkeypatch):
+    from opgate.verify import gradients
+
+    output = torch.empty(6, 9, dtype=torch.float64)
+    first = upstream_gradient("kept", [(6, 9)], 0, output)
+    first.fill_(7.0)  # a caller writing into what it was given
+    kept = upstream_gradient("kept", [(6, 9)], 0, output)
+    monkeypatch.setattr(gradients, "_DRAWN", type(gradients._DRAWN)())  # nothing kept: drawn again
+    fresh = upstream_gradient("kept", [(6, 9)], 0, output)
+    assert torch.equal(kept, fresh) and not torch.equal(kept, first)
+    for k in range(gradients.DRAWN_KEPT + 2):  # older draws leave room for newer ones
+        upstream_gradient("kept", [(6, 9)], k + 1, output)
+    assert len(gradients._DRAWN) == gradients.DRAWN_KEPT
+
+
 def test_the_grad_reference_is_autograd_of_the_reference_in_float64():
     twin = gradient_operator(softmax_op())
     case = Case.make({"M": 3, "N": 8}, seed=4)
