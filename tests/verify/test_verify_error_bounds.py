@@ -146,6 +146,29 @@ def test_the_smallest_quantum_taken_from_a_sample_first_gives_the_same_bound() -
         assert row_bound(terms, 2.0**-24) > 0, name
 
 
+def test_few_non_zero_terms_the_sample_misses_give_the_quantum_of_those_terms() -> None:
+    """An element of one row of a large input: its non-zero terms lie where neither the sample's head nor its stride
+    looks (40 of fla_kl_div.grad's 2,000 sampled elements), and only they are read for the quantum."""
+    import math
+
+    from opgate.verify import error_bounds
+    from opgate.verify.error_bounds import QUANTUM_SAMPLE, first_inexact_step
+
+    n = 64 * QUANTUM_SAMPLE
+    stride = n // QUANTUM_SAMPLE
+    for name, values in {"float16 values (exact additions)": torch.randn(300).half().double(),
+                         "float64 products": torch.randn(300, dtype=torch.float64) * 1e-3}.items():
+        terms = torch.zeros(n, dtype=torch.float64)
+        positions = torch.arange(300) * stride + stride // 2 + QUANTUM_SAMPLE  # off the head and the stride
+        terms[positions] = values
+        count = int(torch.count_nonzero(terms))
+        mean = float(terms.sum()) / count
+        spread = math.sqrt(max(float(terms.pow(2).sum()) / count - mean * mean, 0.0))
+        quantum = float(error_bounds._quantum(values[values != 0]).min())
+        expected = first_inexact_step(count, abs(mean), spread, quantum / 2.0**-24)
+        assert error_bounds._first_inexact_in([terms], count, abs(mean), spread, 2.0**-24) == expected, name
+
+
 def test_terms_reduced_where_they_lie_give_the_bound_of_the_gathered_non_zeros() -> None:
     """RowTerms.of reads the products as they lie, zeros and several vectors included (no gathered copy of the
     non-zeros: fla's linear cross-entropy gradient, 4.2 M terms per element); fan-in, magnitude and bound are those of
