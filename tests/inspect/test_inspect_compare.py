@@ -99,9 +99,10 @@ def test_cli_compare_writes_html_and_history_through_the_one_output_layer(tmp_pa
     """--html and --history on `inspect --compare` (once accepted and ignored) write what they say, like every
     verb's: the same emit() call as --json."""
     html, history = tmp_path / "c.html", tmp_path / "runs.sqlite"
+    # COLUMNS: a long temporary path (pytest-xdist's) must not be wrapped mid-name in the printed line
     run = subprocess.run([sys.executable, "-m", "opgate", "inspect", "--compare", str(NVCC_BUILD), str(CLANG_BUILD),
                           "--targets", "h200,a100", "--html", str(html), "--history", str(history)],
-                         capture_output=True, text=True, env=opgate_env, timeout=120)
+                         capture_output=True, text=True, env={**opgate_env, "COLUMNS": "400"}, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"HTML report: {html}" in run.stdout and 'id="verdict">PASSED<' in html.read_text()
     assert "run history: run 1 appended" in run.stdout
