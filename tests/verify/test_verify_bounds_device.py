@@ -112,3 +112,48 @@ def test_a_gpu_another_run_keeps_past_the_wait_limit_leaves_the_terms_on_the_cpu
     finally:
         bounds_device.use_gpu(False)
         other_run.release()
+
+
+REPLACING_SPEC = '''
+import torch
+import opgate
+
+_library = torch.library.Library("aten", "IMPL")  # as flag_gems.only_enable registers its Triton kernels
+_library.impl("_test_serialization_subcmul", lambda a, b, alpha=1: a - alpha * b, "CUDA")
+
+plain = opgate.Operator("plain", reference=lambda x: x * 2, inputs=[opgate.TensorSpec("x", ("N",))],
+                        dims={"N": [4]}, dtypes=["float32"])
+'''
+
+CHILD = '''
+import sys
+import torch
+from opgate.core.torch_kernels import replaced_gpu_kernels
+from opgate.verify import bounds_device
+from opgate.verify.loaded_specs import loaded_operators
+
+torch.cuda.is_available = lambda: True  # what a GPU host says; nothing here runs on it
+bounds_device.use_gpu(True)
+x = torch.zeros(1 << 18, dtype=torch.float64)
+before = (replaced_gpu_kernels(), bounds_device._wanted([x]))
+loaded_operators(sys.argv[1])
+print(before, (replaced_gpu_kernels(), bounds_device._wanted([x])))
+'''
+
+
+def test_a_spec_that_replaces_torchs_gpu_kernels_keeps_the_terms_on_the_cpu(tmp_path) -> None:
+    """FlagGems registers its Triton kernels for aten operators on CUDA: the reference on the GPU would run the code
+    under test, so its bound terms stay on the CPU (core/torch_kernels.py). In a child: the registration is global."""
+    import os
+    import subprocess
+    import sys
+
+    from tests_verify_support import SRC
+
+    spec = tmp_path / "replacing.py"
+    spec.write_text(REPLACING_SPEC)
+    child = subprocess.run([sys.executable, "-c", CHILD, str(spec)], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip().splitlines()[-1] == (
+        "([], True) (['_test_serialization_subcmul/CUDA'], False)"), child.stdout

@@ -346,6 +346,9 @@ def load_spec_file(path: str | Path) -> list[Operator]:
         reason = why_missing(path) if not path.exists() else "is not a file"
         raise SpecError(f"spec file {path} {reason}; pass the path of a Python file that defines opgate.Operator "
                         "objects")
+    from opgate.core.torch_kernels import remember_native_kernels
+
+    remember_native_kernels()  # before the spec's imports can replace any of torch's GPU kernels
     module_name = f"opgate_spec_{abs(hash(str(path.resolve())))}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:

@@ -161,6 +161,8 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
     """Import the spec in this process; SystemExit or any other BaseException at import is an InputError."""
     from opgate.core.spec import load_spec_file
 
+    if mode == "verify":
+        _import_torch_first()
     try:
         if mode == "analyze":
             from opgate.analyze.capture import compile_only
@@ -184,6 +186,15 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
                          + (f"; {hint}" if hint else "")) from None
     except BaseException as exc:  # noqa: BLE001 - user code: anything it raises is a fact about the spec
         raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}") from None
+
+
+def _import_torch_first() -> None:
+    """torch before the spec: what its import changes in torch (a library's kernels registered for aten operators,
+    core/torch_kernels.py) is then told apart from torch's own. Every verify reference runs on torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # the spec's own import says what is missing
+        pass
 
 
 def load_spec_isolated(path: Path, timeout_s: float | None = None, mode: str = "verify",

@@ -10,6 +10,8 @@ the GPU; the default stays.
 
 A case's terms move to the GPU only when all of these hold, else they stay on the CPU exactly as before:
 - the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any size);
+- no spec import replaced a GPU kernel of an aten operator (core/torch_kernels.py: FlagGems registers its Triton
+  kernels for aten.softmax and others, and the reference would then run the code under test on the GPU);
 - its float inputs hold at least MIN_GPU_ELEMENTS elements (below that a reverse pass is launch-bound on the GPU
   and no faster than the CPU's);
 - the reference runs on the moved inputs and gives the CPU truth back (to AGREEMENT_RTOL): a reference that makes
@@ -44,8 +46,12 @@ def use_gpu(enabled: bool) -> None:
 def _wanted(inputs: Sequence[Any]) -> bool:
     import torch
 
+    from opgate.core.torch_kernels import replaced_gpu_kernels
+
     choice = os.environ.get(DEVICE_ENV, "auto").strip().lower()
     if choice == "cpu" or not (_ENABLED["gpu"] or choice == "cuda") or not torch.cuda.is_available():
+        return False
+    if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
         return False
     elements = sum(int(v.numel()) for v in inputs if isinstance(v, torch.Tensor) and v.dtype == torch.float64)
     return choice == "cuda" or elements >= MIN_GPU_ELEMENTS
