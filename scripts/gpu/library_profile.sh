@@ -24,6 +24,7 @@ SPY=$!
 wait "$RUN"
 cat "$OUT/library/library_profiled.status" >> "$LOG"
 tail -60 "$OUT/library/library_profiled.out" >> "$LOG"
+[[ -s "$OUT/library/default.json" ]] && python3 scripts/gpu/library_summary.py "$OUT/library/default.json" >> "$LOG" 2>&1
 wait "$SPY"
 sleep 4; kill "$SAMPLER"; python3 scripts/gpu/cpu_by_process.py --summary "$OUT/library/cpu.json" | tee -a "$LOG"
 [[ -s "$OUT/library/run.prof" ]] && python3 scripts/gpu/profile_summary.py "$OUT/library/run.prof" --rate "$RATE" \
