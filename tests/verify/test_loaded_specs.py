@@ -74,3 +74,50 @@ def test_a_changed_spec_file_is_imported_again(tmp_path: Path, fresh_cache) -> N
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     assert fresh_cache.loaded_operators(str(path))[0].name == "renamed_op"
+
+
+GROUPS_CHILD = '''
+import sys
+from pathlib import Path
+from opgate.engine.specload import import_spec_guarded, worker_group
+
+folder = Path(sys.argv[1])
+for name in ("rich_a", "rich_b", "hyp", "plain", "replacing", "plain_after"):
+    import_spec_guarded(folder / f"{name}.py")
+    print(name, worker_group(folder / f"{name}.py").replace(str(folder), "DIR"))
+'''
+
+LIBRARY_SPEC = """
+import torch
+import opgate
+{imports}
+
+{name} = opgate.Operator("{name}", reference=lambda x: x * 2, inputs=[opgate.TensorSpec("x", ("N",))],
+                         dims={{"N": [4]}}, dtypes=["float32"])
+"""
+
+
+def test_spec_files_share_workers_by_library_and_a_kernel_replacing_one_gets_its_own(tmp_path: Path) -> None:
+    """Workers are shared by the spec files of one library (the installed packages a spec refers to), never across
+    libraries, and not by a spec whose import replaced one of torch's GPU kernels for an aten operator (FlagGems):
+    that changes what torch runs for every later check in the process. In a child: the registration is global."""
+    import subprocess
+    import sys
+
+    from tests_verify_support import SRC
+
+    imports = {"rich_a": "import rich", "rich_b": "from rich.text import Text", "hyp": "import hypothesis",
+               "plain": "", "plain_after": "",
+               "replacing": "_lib = torch.library.Library('aten', 'IMPL')\n"
+                            "_lib.impl('_test_serialization_subcmul', lambda a, b, alpha=1: a - alpha * b, 'CUDA')"}
+    for name, lines in imports.items():
+        (tmp_path / f"{name}.py").write_text(LIBRARY_SPEC.format(name=name, imports=lines))
+    child = subprocess.run([sys.executable, "-c", GROUPS_CHILD, str(tmp_path)], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert child.returncode == 0, child.stderr
+    groups = dict(line.split(" ", 1) for line in child.stdout.strip().splitlines())
+    assert groups["rich_a"] == groups["rich_b"] == "rich"
+    assert groups["hyp"] == "hypothesis"
+    assert groups["plain"] == "-"
+    assert groups["replacing"] == "file:DIR/replacing.py"
+    assert groups["plain_after"] == "file:DIR/plain_after.py"  # a run with a replacing spec: no library, no sharing

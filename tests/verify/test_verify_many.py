@@ -209,9 +209,10 @@ def test_a_folder_of_specs_is_one_run_with_one_report_and_each_spec_named(tmp_pa
     assert rerun["computed"] == 0 and rerun["hit"] > 0
 
 
-def test_one_warm_worker_serves_every_spec_file_of_the_run(tmp_path):
-    """A worker is keyed by its environment, not its spec file: a library's files share its imports (one per file
-    cost a library run on the H200 ~14 CPU-s per worker start, 66 starts in 350 s)."""
+def test_one_warm_worker_serves_the_spec_files_of_one_library(tmp_path):
+    """A worker is keyed by its environment and library, not its spec file: a library's files share its imports
+    (one per file cost a library run on the H200 ~14 CPU-s per worker start, 66 starts in 350 s). These two name no
+    installed library and replace none of torch's kernels: one group."""
     specs = tmp_path / "specs"
     specs.mkdir()
     write_spec(specs / "relu.py", "relu", "torch.relu(x)")

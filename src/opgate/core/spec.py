@@ -334,6 +334,11 @@ def _parameter_names(rule: Callable[..., Any]) -> list[str]:
         return []
 
 
+def spec_module_name(path: str | Path) -> str:
+    """The name a spec file's module has in sys.modules once load_spec_file imported it in this process."""
+    return f"opgate_spec_{abs(hash(str(Path(path).resolve())))}"
+
+
 def load_spec_file(path: str | Path) -> list[Operator]:
     """Import a spec file and return the Operators it defines, in definition order.
 
@@ -349,7 +354,7 @@ def load_spec_file(path: str | Path) -> list[Operator]:
     from opgate.core.torch_kernels import remember_native_kernels
 
     remember_native_kernels()  # before the spec's imports can replace any of torch's GPU kernels
-    module_name = f"opgate_spec_{abs(hash(str(path.resolve())))}"
+    module_name = spec_module_name(path)
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
         raise SpecError(f"spec file {path} cannot be imported as Python; give it a .py name")

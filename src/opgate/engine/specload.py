@@ -160,6 +160,7 @@ def _read_progress(path: Path) -> list[dict[str, Any]]:
 def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
     """Import the spec in this process; SystemExit or any other BaseException at import is an InputError."""
     from opgate.core.spec import load_spec_file
+    from opgate.core.torch_kernels import replaced_gpu_kernels
 
     if mode == "verify":
         _import_torch_first()
@@ -170,7 +171,11 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
 
             with compile_only(90, sm_limits("9.0"), 132):
                 return load_spec_file(path)
-        return load_spec_file(path)
+        before = replaced_gpu_kernels()
+        operators = load_spec_file(path)
+        if replaced_gpu_kernels() != before:
+            _REPLACING.add(str(Path(path).resolve()))
+        return operators
     except InputError:
         raise
     except KeyboardInterrupt:
@@ -186,6 +191,54 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
                          + (f"; {hint}" if hint else "")) from None
     except BaseException as exc:  # noqa: BLE001 - user code: anything it raises is a fact about the spec
         raise InputError(f"spec file {path} failed to import: {type(exc).__name__}: {exc}") from None
+
+
+# Spec files whose import, in this process, replaced GPU kernels of aten operators (core/torch_kernels.py)
+_REPLACING: set[str] = set()
+# Packages every spec shares, which tell no library apart
+BASE_PACKAGES = frozenset({"torch", "triton", "numpy", "opgate", "typing_extensions"})
+
+
+def worker_group(spec: Path) -> str:
+    """Which spec files may share warm workers (engine.stages.OperatorPlan.worker_key_for): those of one library,
+    named by the installed packages the spec's module refers to (fla, flag_gems), as pytest runs a suite's modules in
+    one process. A library's import can change what torch runs for everyone in the process (FlagGems registers its
+    Triton kernels for aten.softmax and others on CUDA), so specs of different libraries never share a worker, a
+    spec whose own import replaced aten GPU kernels gets workers of its own, and so does one this process did not
+    import (nothing known) or, in a run where some spec replaced kernels, one that names no installed library."""
+    from opgate.core.spec import spec_module_name
+
+    path = str(Path(spec).resolve())
+    module = sys.modules.get(spec_module_name(path))
+    if path in _REPLACING or module is None:
+        return f"file:{path}"
+    libraries = _installed_packages_named_by(module)
+    if not libraries and _REPLACING:
+        return f"file:{path}"
+    return "+".join(libraries) or "-"
+
+
+def _installed_packages_named_by(module: Any) -> list[str]:
+    """The installed top-level packages (less BASE_PACKAGES) of the modules, functions and classes a module's
+    globals hold."""
+    import types
+    from importlib.metadata import packages_distributions
+
+    named = set()
+    for value in vars(module).values():
+        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(name, str):
+            named.add(name.split(".", 1)[0])
+    return sorted((named & _installed_packages(packages_distributions)) - BASE_PACKAGES)
+
+
+_INSTALLED: list[frozenset[str]] = []
+
+
+def _installed_packages(packages_distributions: Any) -> frozenset[str]:
+    if not _INSTALLED:
+        _INSTALLED.append(frozenset(packages_distributions()))
+    return _INSTALLED[0]
 
 
 def _import_torch_first() -> None:

@@ -92,20 +92,23 @@ class OperatorPlan:
         return dict(self.child_envs.get(choice.name, {}))
 
     def worker_key(self, choice: "ImplementationChoice", env: dict[str, str]) -> str:
-        """One warm-worker pool per environment: the numerics, runtime and recovery checks of every spec file,
-        operator and implementation of the run share imports, loaded specs and compiled kernels."""
+        """One warm-worker pool per environment and library: the numerics, runtime and recovery checks of a
+        library's spec files, operators and implementations share imports, loaded specs and compiled kernels."""
         return self.worker_key_for(self.spec_file, self.op.name, choice.name, env)
 
     @staticmethod
     def worker_key_for(spec_file: Path, op: str, implementation: str, env: dict[str, str]) -> str:
-        """The key of the warm workers a task may run in: its child environment alone, not its spec file. A
-        library's spec files import the same packages (fla, FlagGems, torch's compiler stack: ~14 CPU-s in every
-        fresh worker on the H200 host); with a key per spec file a library run started 66 workers in 350 s, 18 of
-        them ending an idle worker of another file to make room (seventeenth H200 session). A worker keeps each spec it loaded
-        (verify/loaded_specs.py, which also keeps one file's torch switches from the next). `spec_file`, `op` and
-        `implementation` name the task's subject for callers; the key ignores them."""
+        """The key of the warm workers a task may run in: its child environment and its spec's library
+        (engine.specload.worker_group), not its spec file. A library's spec files import the same packages (fla,
+        FlagGems, torch's compiler stack: ~14 CPU-s in every fresh worker on the H200 host); with a key per spec
+        file a library run started 66 workers in 350 s, 18 of them ending an idle worker of another file to make
+        room (seventeenth H200 session). A worker keeps each spec it loaded (verify/loaded_specs.py, which also
+        keeps one file's torch switches from the next). `op` and `implementation` name the task's subject for
+        callers; the key ignores them."""
+        from opgate.engine.specload import worker_group
+
         digest = hashlib.sha1(json.dumps(sorted(env.items())).encode()).hexdigest()[:8]
-        return f"verify:{digest}"
+        return f"verify:{worker_group(spec_file)}:{digest}"
 
     def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float | None,
              payload: "Payload", choice: "ImplementationChoice", exclusive: bool | None = None, retire: bool = False,
