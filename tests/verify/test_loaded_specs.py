@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,16 @@ def test_spec_files_share_workers_by_library_and_a_kernel_replacing_one_gets_its
     assert groups["plain"] == "-"
     assert groups["replacing"] == "file:DIR/replacing.py"
     assert groups["plain_after"] == "file:DIR/plain_after.py"  # a run with a replacing spec: no library, no sharing
+
+
+def test_a_global_whose_attribute_lookup_raises_names_no_library(tmp_path: Path) -> None:
+    from opgate.engine.specload import _installed_packages_named_by
+
+    class Proxy:
+        def __getattribute__(self, name: str) -> object:
+            raise RuntimeError("a lazy proxy that cannot resolve here")
+
+    module = types.ModuleType("spec_like")
+    module.proxy = Proxy()
+    module.rich = __import__("rich")
+    assert _installed_packages_named_by(module) == ["rich"]

@@ -225,8 +225,11 @@ def _installed_packages_named_by(module: Any) -> list[str]:
     from importlib.metadata import packages_distributions
 
     named = set()
-    for value in vars(module).values():
-        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+    for value in list(vars(module).values()):
+        try:
+            name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        except Exception:  # a user object whose attribute lookup raises (a lazy proxy): it names no package
+            continue
         if isinstance(name, str):
             named.add(name.split(".", 1)[0])
     return sorted((named & _installed_packages(packages_distributions)) - BASE_PACKAGES)
