@@ -240,7 +240,10 @@ _INSTALLED: list[frozenset[str]] = []
 
 def _installed_packages(packages_distributions: Any) -> frozenset[str]:
     if not _INSTALLED:
-        _INSTALLED.append(frozenset(packages_distributions()))
+        try:
+            _INSTALLED.append(frozenset(packages_distributions()))
+        except Exception:  # unreadable package metadata: no library known; specs share only while none replaced kernels
+            _INSTALLED.append(frozenset())
     return _INSTALLED[0]
 
 
