@@ -163,7 +163,7 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
     from opgate.core.torch_kernels import replaced_gpu_kernels
 
     if mode == "verify":
-        _import_torch_first()
+        import_torch_first()
     try:
         if mode == "analyze":
             from opgate.analyze.capture import compile_only
@@ -222,7 +222,6 @@ def _installed_packages_named_by(module: Any) -> list[str]:
     """The installed top-level packages (less BASE_PACKAGES) of the modules, functions and classes a module's
     globals hold."""
     import types
-    from importlib.metadata import packages_distributions
 
     named = set()
     for value in list(vars(module).values()):
@@ -232,13 +231,15 @@ def _installed_packages_named_by(module: Any) -> list[str]:
             continue
         if isinstance(name, str):
             named.add(name.split(".", 1)[0])
-    return sorted((named & _installed_packages(packages_distributions)) - BASE_PACKAGES)
+    return sorted((named & _installed_packages()) - BASE_PACKAGES)
 
 
-_INSTALLED: list[frozenset[str]] = []
+_INSTALLED: list[frozenset[str]] = []  # the top-level names of the installed distributions, read once
 
 
-def _installed_packages(packages_distributions: Any) -> frozenset[str]:
+def _installed_packages() -> frozenset[str]:
+    from importlib.metadata import packages_distributions
+
     if not _INSTALLED:
         try:
             _INSTALLED.append(frozenset(packages_distributions()))
@@ -247,9 +248,10 @@ def _installed_packages(packages_distributions: Any) -> frozenset[str]:
     return _INSTALLED[0]
 
 
-def _import_torch_first() -> None:
-    """torch before the spec: what its import changes in torch (a library's kernels registered for aten operators,
-    core/torch_kernels.py) is then told apart from torch's own. Every verify reference runs on torch."""
+def import_torch_first() -> None:
+    """torch before a spec: what the spec's import changes in torch (a library's kernels registered for aten
+    operators, core/torch_kernels.py; the numerics switches verify/loaded_specs.py keeps per spec) is then told
+    apart from torch's own. Every verify reference runs on torch."""
     try:
         import torch  # noqa: F401
     except ImportError:  # the spec's own import says what is missing

@@ -1,8 +1,8 @@
 """Spec files' operators, loaded once per process: a warm worker runs many checks of a library's spec files in
 turn, and re-importing a user's module would re-create its Triton kernels (and recompile them) for every check.
 
-A warm worker serves every spec file of a run (engine.stages.OperatorPlan.worker_key_for), as pytest runs every test
-module of a suite in one process. What a spec file's import switches in torch's global numerics (TF32, reduced-
+A warm worker serves the spec files of one library (engine.stages.OperatorPlan.worker_key_for), as pytest runs every
+test module of a suite in one process. What a spec file's import switches in torch's global numerics (TF32, reduced-
 precision reductions, the float32 matmul precision, the default dtype) stays that file's: each call hands back the
 process's switches as they were before any spec was imported, plus the ones this file's import changed.
 """
@@ -84,6 +84,7 @@ def loaded_operators(spec_file: str) -> list[Any]:
     """The spec's operators with their derived `<op>.grad` twins (verify/gradients.py); imported again only when
     the file changed (size or modification time). Torch's switches are left as this spec's import left them."""
     from opgate.core.spec import load_spec_file
+    from opgate.engine.specload import import_torch_first
     from opgate.verify.gradients import with_gradient_operators
 
     path = os.path.abspath(spec_file)
@@ -91,7 +92,7 @@ def loaded_operators(spec_file: str) -> list[Any]:
     key = (stat.st_mtime_ns, stat.st_size)
     loaded = _LOADED.get(path)
     if loaded is None or loaded.key != key:
-        _import_torch()  # before the baseline is read: a spec that imports torch and switches TF32 must not set it
+        import_torch_first()  # before the baseline is read: a spec that imports torch and switches TF32 must not set it
         if not _BEFORE_ANY:
             _BEFORE_ANY.update(_switches())
         _set_switches(_BEFORE_ANY)  # another spec's switches must not count as this one's
@@ -100,10 +101,3 @@ def loaded_operators(spec_file: str) -> list[Any]:
         loaded = _LOADED[path] = _Loaded(key, operators, switched)
     _set_switches({**_BEFORE_ANY, **loaded.switched})
     return loaded.operators
-
-
-def _import_torch() -> None:
-    try:
-        import torch  # noqa: F401  (every reference is a torch function; a spec without torch has no switches)
-    except ImportError:
-        pass
