@@ -130,3 +130,83 @@ def test_an_unchanged_library_is_judged_once_and_a_changed_file_again(tmp_path, 
     assert edited["extra"]["verdict_cache"]["judged"] == [str(relu)]
     assert list(edited["extra"]["verdict_cache"]["reused"]) == [str(specs / "scale.py")]
     assert not any(r["extra"].get("cached_from") for r in edited["results"] if r["check_id"].startswith("verify.relu"))
+
+
+SLOW_UNTIL_RELEASED = '''
+import pathlib
+import time
+
+import torch
+import opgate
+
+HERE = pathlib.Path(__file__).parent
+
+slow = opgate.Operator(
+    "slow",
+    reference=lambda x: x * 3,
+    inputs=[opgate.TensorSpec("x", ("M", "N"))],
+    dims={"M": [2], "N": [8]},
+    dtypes=["float32"],
+)
+
+
+@slow.implementation("torch")
+def slow_torch(x):
+    if not (HERE / "release").exists():  # the first run is stopped here
+        (HERE / "started").touch()
+        time.sleep(120)
+    return x * 3
+'''
+
+
+def test_an_interrupted_run_stores_the_files_it_judged_wholly_and_the_next_run_judges_the_rest(tmp_path, monkeypatch):
+    """A CI job stopped by its time limit keeps what it finished: the spec files whose every task ran are stored,
+    the report so far says so, and the next run reuses them and judges only the others."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests_verify_support import SRC
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    relu = write_spec(specs / "a_relu.py", "relu", "torch.relu(x)")
+    slow = specs / "b_slow.py"
+    slow.write_text(SLOW_UNTIL_RELEASED)
+    cache, first = tmp_path / "cache", tmp_path / "first.json"
+    # one slot and the calibration in this thread: a_relu's check runs before b_slow's, which then waits
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
+           "OPGATE_CALIBRATION_PROCESSES": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
+                             "--stages", "numerics", "--jobs", "1", "--json", str(first)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (specs / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (specs / "started").exists(), proc.communicate(timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "1 spec file(s) judged wholly before the interrupt are in the verdict cache" in stderr, stderr
+    report = json.loads(first.read_text())
+    assert report["interrupted"] is True
+    assert report["extra"]["verdict_cache"]["stored"] == [str(relu)]
+    assert report["extra"]["complete_files"] == [str(relu)]
+
+    (specs / "release").touch()
+    second = tmp_path / "second.json"
+    monkeypatch.setenv("OPGATE_VERDICT_CACHE", "1")
+    monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "0")  # OPGATE_* variables are part of a file's key
+    proc2 = run_verify(str(specs), "--json", str(second), cache=cache)
+    assert proc2.returncode == 0, proc2.stdout + proc2.stderr
+    rerun = json.loads(second.read_text())
+    assert list(rerun["extra"]["verdict_cache"]["reused"]) == [str(relu)]
+    assert rerun["extra"]["verdict_cache"]["judged"] == [str(slow)]
+    outcomes = {r["check_id"]: (r["outcome"], bool(r["extra"].get("cached_from"))) for r in rerun["results"]}
+    assert outcomes["verify.relu.torch.float32"] == ("passed", True)
+    assert outcomes["verify.slow.torch.float32"] == ("passed", False)

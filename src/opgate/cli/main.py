@@ -568,6 +568,10 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
     report = report_of(stop)
     if report is not None:
         err_console.print(f"opgate: interrupted; every child process was stopped{emit_interrupted(report)}")
+        stored = (report.extra.get("verdict_cache") or {}).get("stored") or []
+        if stored:  # verify/verdict_reuse.py: what the run judged wholly is not judged again
+            err_console.print(f"opgate: {len(stored)} spec file(s) judged wholly before the interrupt are in the "
+                              "verdict cache; the next run judges only the others", highlight=False)
     else:
         err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                           "no report was written")

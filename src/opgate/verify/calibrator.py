@@ -410,6 +410,9 @@ class Calibrator(threading.Thread):
         self.stopped = threading.Event()
         self.started_at = 0.0
         self.spans: dict[str, list[float]] = {}  # "op dtype" -> [start, end], seconds after the thread started
+        # operators whose every dtype is calibrated and every task handed over (added last: an interrupted run's
+        # complete spec files, PreparedRun.complete_files)
+        self.operators_done: set[str] = set()
 
     def run(self) -> None:
         self.started_at = time.perf_counter()
@@ -567,6 +570,7 @@ class Calibrator(threading.Thread):
         self.results.append(result)
         if calibrated:
             self._hand_over(op_index, job.make_plan({d: Path(o.path) for d, o in calibrated.items()}), per_operator)
+        self.operators_done.add(job.op.name)
 
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:

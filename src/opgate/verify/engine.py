@@ -266,12 +266,35 @@ class PreparedRun:
         preset = [self._with_spec(r) for r in self.preset]                         # the thread may still append
         return dataclasses.replace(report, results=tuple(calibrated) + tuple(preset) + tuple(checks), extra=extra)
 
+    def complete_files(self, finished: Sequence[CheckResult], not_run: Sequence[str]) -> list[str]:
+        """After an interrupt: the spec files (as given) whose every operator was calibrated and every task finished
+        (verify/verdict_reuse.py stores their verdicts, so the next run judges only the rest). A task that had not run,
+        or whose check id names no operator, leaves its file (or, unattributed, every file) incomplete."""
+        calibrated = set(self.calibrator.operators_done)  # before the task ids: a done operator's tasks are in them
+        expected = [*self.task_keys, *self.calibrator.task_keys.copy()]
+        finished_ids = {result.check_id for result in finished}
+        incomplete = {job.op.name for job in self.calibrator.jobs} - calibrated
+        for check_id in {*not_run, *(i for i in expected if i not in finished_ids)}:
+            op = self._operator_of_id(check_id)
+            if op is None:
+                return []
+            incomplete.add(op)
+        files: dict[str, set[str]] = {}
+        for op, spec in self.spec_of_op.items():
+            files.setdefault(spec, set()).add(op)
+        return [spec for spec, ops in files.items() if not ops & incomplete]
+
+    def _operator_of_id(self, check_id: str) -> str | None:
+        """The operator a check id names: the longest operator name it starts with (`verify.<op>.`)."""
+        named = [name for name in self.spec_of_op if check_id.startswith(f"verify.{name}.")]
+        return max(named, key=len) if named else None
+
     def _with_spec(self, result: CheckResult) -> CheckResult:
         op = result.extra.get("op") if isinstance(result.extra, dict) else None
         spec = self.spec_of_op.get(str(op)) if op is not None else None
         if spec is None:  # calibration and GPU-stage results: the longest operator name their id starts with
-            named = [name for name in self.spec_of_op if result.check_id.startswith(f"verify.{name}.")]
-            spec = self.spec_of_op[max(named, key=len)] if named else None
+            named = self._operator_of_id(result.check_id)
+            spec = self.spec_of_op[named] if named else None
         if spec is None or (isinstance(result.extra, dict) and "spec_file" in result.extra):
             return result
         return dataclasses.replace(result, extra={**(result.extra or {}), "spec_file": spec})
@@ -521,6 +544,9 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
             except RunInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True
                 report = _with_worker_stats(prepared.finish(stop.report), pool)
+                whole_run = any(stage.whole_run_group for stage in chosen_stages(request))  # not run: incomplete
+                complete = [] if whole_run else prepared.complete_files(stop.results, stop.not_run)
+                report = dataclasses.replace(report, extra={**report.extra, "complete_files": complete})
                 # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace
                 emit_interrupted(report)
                 raise RunInterrupted(stop.results, stop.not_run, report=report) from None

@@ -14,8 +14,10 @@ file is the same. The key is everything a verdict can depend on, read without im
   extras, shrinking); not --jobs or the output files.
 
 What is stored: the file's results (calibration and every check) and its operators' case counts, only when every
-task of the file ran (no interrupt, nothing left not run) and none ended in `error`: a could-not-judge result may
-not recur, so it is judged again. A failure is stored like a pass: nothing changed, so it still fails (exit 1).
+task of the file ran and none ended in `error`: a could-not-judge result may not recur, so it is judged again. A
+failure is stored like a pass: nothing changed, so it still fails (exit 1). An interrupted run (Ctrl-C, a CI job's
+time limit) stores the files it judged wholly before the interrupt (every operator calibrated, every task finished:
+PreparedRun.complete_files), so the next run judges only the rest.
 
 A reused result carries extra["cached_from"] (when and by which run it was judged) and the report's
 extra["verdict_cache"] lists the reused and stored files; the terminal says how many. What the static key cannot

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from opgate.engine.interrupts import RunInterrupted
 from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.verify.verdict_cache import CachedFile, VerdictCache, mark_reused, now
 
@@ -83,14 +84,43 @@ def run_with_cache(request: "VerifyRequest", console: Any, cache: VerdictCache, 
                       f"were judged: {sum(len(e.results) for e in reused.values())} results reused "
                       "(--no-cache judges them again)", highlight=False)
     judged_at = now()
-    report = judge(_only(request, to_judge), console) if to_judge else _reused_only_report(request, cache.gpu_present)
+    try:
+        report = judge(_only(request, to_judge), console) if to_judge else _reused_only_report(request, cache.gpu_present)
+    except RunInterrupted as stop:
+        _interrupted(stop, request, cache, reused, to_judge, judged_at, started)
+        raise
     stored = _store_judged(cache, report, to_judge, judged_at)
     return _merged(report, request, reused, to_judge, stored, started)
 
 
+def _interrupted(stop: RunInterrupted, request: "VerifyRequest", cache: VerdictCache,
+                 reused: Mapping[Path, CachedFile], judged: Sequence[Path], judged_at: str, started: float) -> None:
+    """An interrupted run (Ctrl-C, a CI job's time limit) still stores the files it judged wholly (the engine's
+    extra["complete_files"]), so the next run judges only the rest; its report so far gains the reused files'
+    verdicts and is written again (reporting.emit.emit_interrupted). Raises a new RunInterrupted with that report."""
+    if stop.report is None:
+        return
+    complete = {Path(spec).resolve() for spec in stop.report.extra.get("complete_files") or ()}
+    stored = _store(cache, stop.report, [spec for spec in judged if Path(spec).resolve() in complete], judged_at)
+    if not reused and not stored:
+        return
+    from opgate.reporting.emit import emit_interrupted
+
+    report = _merged(stop.report, request, reused, judged, stored, started)
+    emit_interrupted(report)
+    raise RunInterrupted(stop.results, stop.not_run, report=report) from None
+
+
 def _store_judged(cache: VerdictCache, report: RunReport, judged: Sequence[Path], judged_at: str) -> list[Path]:
-    """Store each judged file whose every task ran; the files stored."""
+    """Store each judged file of a run whose every task ran; the files stored."""
     if not judged or report.extra.get("interrupted") or report.extra.get("not_run"):
+        return []
+    return _store(cache, report, judged, judged_at)
+
+
+def _store(cache: VerdictCache, report: RunReport, judged: Sequence[Path], judged_at: str) -> list[Path]:
+    """Store each of `judged` (files every task of which ran) with its results; the files stored."""
+    if not judged:
         return []
     owned, unowned = results_by_file(report.results)
     if any(r.outcome is not Outcome.SKIPPED for r in unowned):  # a whole-run finding (a leaked process) is no file's
