@@ -44,6 +44,8 @@ def test_a_key_changes_with_the_spec_its_local_imports_the_options_and_the_steer
     assert _cache(VerifyRequest(spec_file=spec, budget="quick", jobs=7)).key(spec) == first  # --jobs judges alike
     monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
     assert _cache(request).key(spec) == first
+    monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "0")  # how many processes calibrate: judged alike
+    assert _cache(request).key(spec) == first
     assert _cache(VerifyRequest(spec_file=spec, budget="standard")).key(spec) != first
     assert _cache(VerifyRequest(spec_file=spec, budget="quick", dtypes=["float16"])).key(spec) != first
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
@@ -201,7 +203,6 @@ def test_an_interrupted_run_stores_the_files_it_judged_wholly_and_the_next_run_j
     (specs / "release").touch()
     second = tmp_path / "second.json"
     monkeypatch.setenv("OPGATE_VERDICT_CACHE", "1")
-    monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "0")  # OPGATE_* variables are part of a file's key
     proc2 = run_verify(str(specs), "--json", str(second), cache=cache)
     assert proc2.returncode == 0, proc2.stdout + proc2.stderr
     rerun = json.loads(second.read_text())
