@@ -211,3 +211,39 @@ def test_an_interrupted_run_stores_the_files_it_judged_wholly_and_the_next_run_j
     outcomes = {r["check_id"]: (r["outcome"], bool(r["extra"].get("cached_from"))) for r in rerun["results"]}
     assert outcomes["verify.relu.torch.float32"] == ("passed", True)
     assert outcomes["verify.slow.torch.float32"] == ("passed", False)
+
+
+def test_after_an_interrupt_a_file_is_complete_only_when_every_operator_is_calibrated_and_every_task_finished():
+    """PreparedRun.complete_files: a file with an operator still calibrating, a task not run, a task handed over but
+    never taken, or a check id that names no operator (then no file: it cannot be attributed) is not complete."""
+    from types import SimpleNamespace
+
+    from opgate.engine.runner import TaskFeed
+    from opgate.verify.engine import PreparedRun
+
+    def job(name):
+        return SimpleNamespace(op=SimpleNamespace(name=name))
+
+    def prepared(done, handed_over):
+        calibrator = SimpleNamespace(jobs=[job("relu"), job("relu.grad"), job("tanh")], operators_done=set(done),
+                                     task_keys=dict.fromkeys(handed_over, (40, 0, 0)))
+        return PreparedRun(tasks=[], preset=[], info={}, feed=TaskFeed(0), calibrator=calibrator,
+                           task_keys=dict.fromkeys(["verify.relu.torch.float32.runtime",
+                                                    "verify.tanh.torch.float32.runtime"], (10, 0, 0)),
+                           spec_of_op={"relu": "a.py", "relu.grad": "a.py", "tanh": "b.py"})
+
+    def finished(*ids):
+        return [CheckResult(i, i, Outcome.PASSED, "r") for i in ids]
+
+    every = ["verify.relu.torch.float32", "verify.relu.grad.torch.float32", "verify.tanh.torch.float32"]
+    runtime = ["verify.relu.torch.float32.runtime", "verify.tanh.torch.float32.runtime"]
+    whole = prepared(["relu", "relu.grad", "tanh"], every)
+    assert whole.complete_files(finished(*every, *runtime), []) == ["a.py", "b.py"]
+    # tanh's runtime check had not run; relu.grad's check was handed over but never started
+    assert whole.complete_files(finished(*every, runtime[0]), [runtime[1]]) == ["a.py"]
+    assert whole.complete_files(finished(every[0], every[2], *runtime), []) == ["b.py"]
+    # relu.grad still calibrating: a.py is not complete, though every task it has so far finished
+    assert prepared(["relu", "tanh"], [every[0], every[2]]).complete_files(
+        finished(every[0], every[2], *runtime), []) == ["b.py"]
+    # a task whose id names no operator of the run cannot be attributed: nothing is complete
+    assert whole.complete_files(finished(*every, *runtime), ["verify.something_else.x"]) == []
