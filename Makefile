@@ -8,7 +8,7 @@ PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 REPORT_DIR ?= opgate-report
 # Two pytest processes, each taking whole test files (module fixtures run once): on the 2-core CI machine the suite
-# took 655 s from a fresh clone against 832 s in one process (docs/benchmarks.md). TEST_WORKERS=0 runs it in one process.
+# took 655-694 s from fresh clones against 832 s in one process (docs/benchmarks.md). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?= $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
