@@ -87,28 +87,29 @@ def run_with_cache(request: "VerifyRequest", console: Any, cache: VerdictCache, 
     try:
         report = judge(_only(request, to_judge), console) if to_judge else _reused_only_report(request, cache.gpu_present)
     except RunInterrupted as stop:
-        _interrupted(stop, request, cache, reused, to_judge, judged_at, started)
-        raise
+        kept = _kept_after_interrupt(stop, request, cache, reused, to_judge, judged_at, started)
+        raise RunInterrupted(stop.results, stop.not_run, report=kept) from None
     stored = _store_judged(cache, report, to_judge, judged_at)
     return _merged(report, request, reused, to_judge, stored, started)
 
 
-def _interrupted(stop: RunInterrupted, request: "VerifyRequest", cache: VerdictCache,
-                 reused: Mapping[Path, CachedFile], judged: Sequence[Path], judged_at: str, started: float) -> None:
+def _kept_after_interrupt(stop: RunInterrupted, request: "VerifyRequest", cache: VerdictCache,
+                          reused: Mapping[Path, CachedFile], judged: Sequence[Path], judged_at: str,
+                          started: float) -> RunReport | None:
     """An interrupted run (Ctrl-C, a CI job's time limit) still stores the files it judged wholly (the engine's
-    extra["complete_files"]), so the next run judges only the rest; its report so far gains the reused files'
-    verdicts and is written again (reporting.emit.emit_interrupted). Raises a new RunInterrupted with that report."""
+    extra["complete_files"]), so the next run judges only the rest. The report so far, with the reused files'
+    verdicts and what was stored, written again when either changed it (reporting.emit.emit_interrupted)."""
     if stop.report is None:
-        return
+        return None
     complete = {Path(spec).resolve() for spec in stop.report.extra.get("complete_files") or ()}
     stored = _store(cache, stop.report, [spec for spec in judged if Path(spec).resolve() in complete], judged_at)
     if not reused and not stored:
-        return
+        return stop.report
     from opgate.reporting.emit import emit_interrupted
 
     report = _merged(stop.report, request, reused, judged, stored, started)
     emit_interrupted(report)
-    raise RunInterrupted(stop.results, stop.not_run, report=report) from None
+    return report
 
 
 def _store_judged(cache: VerdictCache, report: RunReport, judged: Sequence[Path], judged_at: str) -> list[Path]:
