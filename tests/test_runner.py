@@ -162,6 +162,53 @@ def test_an_exclusive_task_waits_for_the_side_by_side_tasks_queued_behind_it() -
     assert started == ["planted.side0", "planted.side1", "planted.side2", "planted.measure"]
 
 
+def test_a_group_whose_own_work_is_done_measures_while_other_groups_work_waits() -> None:
+    """A library completes spec file by spec file (CheckTask.group): a file's measurements start once none of its
+    side-by-side tasks waits and the feed says none of its tasks is still to come, while other files' side-by-side
+    work still waits. On the H200 host that work never ran out before the run's end, and no measurement started."""
+    from opgate.engine.runner import TaskFeed, _next_position
+
+    measure_a = dataclasses.replace(task("measure_a", "PassingCheck"), exclusive=True, order=10, group="a.py")
+    measure_b = dataclasses.replace(task("measure_b", "PassingCheck"), exclusive=True, order=10, group="b.py")
+    side_a = dataclasses.replace(task("side_a", "PassingCheck"), order=40, group="a.py")
+    side_b = dataclasses.replace(task("side_b", "PassingCheck"), order=40, group="b.py")
+    assert _next_position([(0, measure_a), (1, measure_b), (2, side_b)]) == 0  # a's work is done
+    assert _next_position([(0, measure_a), (1, measure_b), (2, side_a)]) == 1  # b's is
+    assert _next_position([(0, measure_a), (1, side_a), (2, side_b)]) == 1  # a's own work first
+    ungrouped = dataclasses.replace(measure_a, group="")
+    assert _next_position([(0, ungrouped), (1, side_b)]) == 1  # no group: after all side-by-side work, as before
+
+    feed = TaskFeed(upcoming_order=40, groups=["a.py", "b.py"])
+    assert _next_position([(0, measure_a), (1, side_b)], arriving=feed.arriving) == 1  # a's numerics still to come
+    feed.put([side_a])
+    feed.group_done("a.py")
+    assert feed.arriving("a.py")  # put but not yet taken: it may be a's
+    feed.take()
+    assert not feed.arriving("a.py") and feed.arriving("b.py")
+    assert _next_position([(0, measure_a), (1, side_b)], arriving=feed.arriving) == 0
+    feed.close()
+    assert not feed.arriving("b.py")  # a closed feed brings nothing more
+
+
+def test_a_group_measures_as_soon_as_its_work_is_done_in_a_run() -> None:
+    """In a real run: group a's measurement starts before group b's side-by-side tasks, alone (the slots drain)."""
+    from opgate.engine.runner import TaskFeed
+
+    measure_a = dataclasses.replace(task("measure_a", "PassingCheck"), exclusive=True, order=10, group="a.py")
+    side_a = dataclasses.replace(task("side_a", "PassingCheck"), order=40, group="a.py")
+    side_b = [dataclasses.replace(task(f"side_b{i}", "PassingCheck"), order=40, group="b.py") for i in range(3)]
+    started: list[str] = []
+    feed = TaskFeed(upcoming_order=40)
+    feed.close()
+    results = run_checks([measure_a, side_a, *side_b], jobs=1, on_start=lambda t: started.append(t.check_id),
+                         feed=feed)
+    assert all(r.outcome is Outcome.PASSED for r in results)
+    assert started == ["planted.side_a", "planted.measure_a", "planted.side_b0", "planted.side_b1",
+                       "planted.side_b2"]
+    assert list(feed.completed) == ["a.py", "b.py"]  # when each group was judged wholly, in that order
+    assert 0 < feed.completed["a.py"] < feed.completed["b.py"]
+
+
 def test_an_exclusive_task_pinned_to_an_idle_gpu_does_not_wait_for_another_gpus_queue() -> None:
     from opgate.engine.runner import _next_position
 

@@ -29,6 +29,31 @@ def summary(report: dict) -> list[str]:
                  "heaviest " + ", ".join(f"{plan} {seconds:.0f} s" for seconds, plan in heaviest))
     lines.append(f"spec load {engine.get('spec_load_s')} s, prepare {engine.get('prepare_s')} s, "
                  f"bound cache {engine.get('bounds_cache')}")
+    # the measuring stages run one at a time: their durations' sum is the time the GPU was held for them alone
+    durations: dict[str, list[float]] = collections.defaultdict(list)
+    for result in report.get("results", []):
+        durations[result.get("stage") or "-"].append(float(result.get("duration_s") or 0.0))
+    for stage, values in sorted(durations.items()):
+        values.sort()
+        lines.append(f"  {stage} durations: {len(values)} results, sum {sum(values):.0f} s, "
+                     f"median {values[len(values) // 2]:.1f} s, max {values[-1]:.1f} s")
+    extra = report.get("extra", {})
+    timeline = extra.get("timeline", {})
+    stage_of = {r["check_id"]: r.get("stage") or "-" for r in report.get("results", [])}
+    spans: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for check_id, times in timeline.items():
+        for start, end in zip(times[::2], times[1::2]):
+            spans[stage_of.get(check_id, "internal" if check_id.endswith("_warm_up") else "-")].append((start, end))
+    for stage, pairs in sorted(spans.items()):
+        lines.append(f"  {stage} ran from {min(p[0] for p in pairs):.0f} s to {max(p[1] for p in pairs):.0f} s: "
+                     f"{len(pairs)} tasks, {sum(e - s for s, e in pairs):.0f} s of slot time")
+    completed = engine.get("files_completed_s", {})
+    lines.append(f"files judged wholly: {len(completed)}, at " + ", ".join(
+        f"{Path(f).name} {t:.0f} s" for f, t in sorted(completed.items(), key=lambda item: item[1])))
+    if "complete_files" in extra:
+        lines.append(f"complete files at the interrupt: {len(extra['complete_files'])}: {extra['complete_files']}")
+    if "verdict_cache" in extra:
+        lines.append(f"verdict cache: {json.dumps(extra['verdict_cache'])[:600]}")
     return lines
 
 

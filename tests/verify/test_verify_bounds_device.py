@@ -114,6 +114,31 @@ def test_a_gpu_another_run_keeps_past_the_wait_limit_leaves_the_terms_on_the_cpu
         other_run.release()
 
 
+@needs_gpu
+def test_a_measurement_holding_the_gpu_sends_the_terms_to_the_cpu_within_a_second(monkeypatch, tmp_path) -> None:
+    """A library's runtime checks hold the GPU alone for minutes while other files calibrate: the terms do not
+    wait for it (the guard's own wait limit is half an hour)."""
+    import time
+
+    from opgate.engine.gpu_guard import EXCLUSIVE, GpuLockRequest, keys_from_nvml
+
+    monkeypatch.setenv("OPGATE_GPU_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv("OPGATE_GPU_WAIT_S", raising=False)
+    monkeypatch.setenv(bounds_device.DEVICE_ENV, "cuda")
+    measuring = GpuLockRequest(keys_from_nvml(None), EXCLUSIVE, holder="a runtime check", directory=tmp_path)
+    assert measuring.poll()
+    bounds_device.use_gpu(True)
+    try:
+        x = torch.randn(256, 256, dtype=torch.float64)
+        began = time.perf_counter()
+        with bounds_device.placed(lambda v: v * 2, [x], [x * 2]) as (where, device):
+            assert device == "cpu" and where[0] is x
+        assert time.perf_counter() - began < bounds_device.LOCK_WAIT_S + 1.0
+    finally:
+        bounds_device.use_gpu(False)
+        measuring.release()
+
+
 REPLACING_SPEC = '''
 import torch
 import opgate

@@ -202,6 +202,10 @@ def test_a_folder_of_specs_is_one_run_with_one_report_and_each_spec_named(tmp_pa
     assert failed["extra"]["spec_file"] == str(specs / "scale.py")
     assert f"opgate verify {specs / 'scale.py'} --replay ogv1" in proc.stdout  # the failing op's own file
     assert report["extra"]["engine"]["bounds_cache"]["computed"] > 0
+    # when each file was judged wholly, named as given (files complete one by one: CheckTask.group)
+    completed = report["extra"]["engine"]["files_completed_s"]
+    assert sorted(completed) == [str(specs / "relu.py"), str(specs / "scale.py")]
+    assert all(0 < at <= report["duration_s"] + 0.1 for at in completed.values())  # rounded to 0.1 s
     # a re-run with nothing changed takes every case's bounds from the cache
     again = run_verify(str(specs), "--json", str(report_path), cache=cache)
     assert again.returncode == 1

@@ -83,6 +83,10 @@ class CheckTask:
     # check never has to name it: verify's stage ("numerics", "sanitizer", ...), and labels (op, impl, dtype, tool).
     stage: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The unit the run completes one by one (verify: the spec file). An exclusive task of a group may start once no
+    # side-by-side task of its group waits and its group's tasks have all arrived (TaskFeed.group_done): the
+    # group's measurements then run while other groups' work goes on, instead of all at the end of the run.
+    group: str = ""
 
 
 # Host memory one warm verify worker holds (torch, Triton, CuPy imported, a CUDA context, the spec's tensors):
@@ -124,11 +128,37 @@ class TaskFeed:
     (the lowest order still to come) waits: it is meant to run after the tasks still to come (e.g. recovery,
     which fills the GPU and retires its worker, after the numerics)."""
 
-    def __init__(self, upcoming_order: int) -> None:
+    def __init__(self, upcoming_order: int, groups: Collection[str] = ()) -> None:
         self.upcoming_order = upcoming_order
         self._queue: "queue.SimpleQueue[CheckTask]" = queue.SimpleQueue()
         self._closed = threading.Event()
         self.error: BaseException | None = None
+        self._arriving = set(groups)  # groups whose tasks may still arrive
+        self._settled: list[str] = []
+        self._lock = threading.Lock()
+        self.started = time.perf_counter()  # the runner sets it when it starts
+        # group -> seconds after the runner started when its last task finished (set by the runner): when a library
+        # run had each spec file judged wholly
+        self.completed: dict[str, float] = {}
+
+    def group_done(self, group: str) -> None:
+        """Every task of `group` has been put (the producer says so after its last `put` for it)."""
+        with self._lock:
+            self._arriving.discard(group)
+            self._settled.append(group)  # its tasks may all have finished already: the runner looks (completed)
+
+    def settled(self) -> list[str]:
+        """The groups said done since the last call."""
+        with self._lock:
+            groups, self._settled = self._settled, []
+        return groups
+
+    def arriving(self, group: str) -> bool:
+        """Whether more tasks of `group` may still arrive (none may once the feed is closed)."""
+        with self._lock:
+            if not self._queue.empty():  # put but not taken yet: it may be of this group
+                return True
+            return group in self._arriving and not self._closed.is_set()
 
     def put(self, tasks: Sequence[CheckTask]) -> None:
         for task in tasks:
@@ -578,6 +608,8 @@ def run_checks(
     host-wide lock (`gpu_guard`, default: by the GPUs' UUIDs in /tmp/opgate-gpu-locks).
     """
     results: list[CheckResult | None] = [None] * len(tasks)
+    if feed is not None:
+        feed.started = time.perf_counter()
     pending = list(enumerate(tasks))
     running: list[Any] = []  # _Running | _WarmRunning
     claims = _GpuClaims(gpu_guard or (pool.guard if pool is not None else GpuGuard()))
@@ -721,20 +753,27 @@ def _over_share(task: CheckTask, running: Sequence[Any], jobs: int) -> bool:
 
 
 def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any] = (), jobs: int = 1,
-                   idle_keys: Collection[str] = ()) -> int | None:
+                   idle_keys: Collection[str] = (), arriving: Callable[[str], bool] | None = None) -> int | None:
     """Where in the queue the next task to start is (None: none may start now): the first one that is not over its
     share of the slots, unless it is an exclusive (measuring) task and tasks that run side by side on its GPU still
     wait behind it; then the first of those. Measurements go after the side-by-side work instead of draining the
     slots before it: on a library the runtime stage's exclusive checks of every operator came before any numerics
-    (tenth H200 session, in the history of docs/benchmarks.md). `idle_keys`: the keys with an idle warm worker
-    (_with_idle_worker)."""
+    (tenth H200 session, in the history of docs/benchmarks.md). The exception is a group whose own work is done
+    (CheckTask.group): no side-by-side task of it waits and `arriving` (TaskFeed.arriving; None: every task is
+    queued already) says none will come. Its measurements start then, so groups complete one by one: on a library
+    on the H200 host the side-by-side work never ran out before the run's end, and no measurement ever started
+    (nineteenth H200 session). `idle_keys`: the keys with an idle warm worker (_with_idle_worker)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
+    groups_waiting = {task.group for _, task in pending if not task.exclusive}
     unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
+
+    def group_done(group: str) -> bool:
+        return bool(group) and group not in groups_waiting and not (arriving is not None and arriving(group))
 
     def may_start(task: CheckTask) -> bool:
         if _over_share(task, running, jobs) or unfinished.intersection(task.after):
             return False
-        if not task.exclusive or not side_by_side:
+        if not task.exclusive or not side_by_side or group_done(task.group):
             return True
         # pinned to a GPU with no side-by-side work waiting: it may start now
         return None not in side_by_side and task.device is not None and task.device not in side_by_side
@@ -767,6 +806,15 @@ def _with_idle_worker(pending: Sequence[tuple[int, CheckTask]], at: int, idle_ke
     return at
 
 
+def _note_group_completed(feed: TaskFeed, group: str, pending: Sequence[tuple[int, CheckTask]],
+                          running: Sequence[Any]) -> None:
+    """Record when `group`'s last task finished (TaskFeed.completed), once none of it waits, runs or may arrive."""
+    if (not group or group in feed.completed or feed.arriving(group) or any(t.group == group for _, t in pending)
+            or any(slot.task.group == group for slot in running)):
+        return
+    feed.completed[group] = round(time.perf_counter() - feed.started, 1)
+
+
 def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
               workdir: Path, pool: WarmPool, jobs: int, on_start: ProgressHook | None,
               on_done: DoneHook | None, follow_up: FollowUpHook | None, feed: TaskFeed | None = None,
@@ -776,8 +824,11 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
         pool.settle()  # warm-ups that finished give their GPU lock back
         if feed is not None:
             _take_arrivals(feed, pending, results, running, on_added)
+            for group in feed.settled():
+                _note_group_completed(feed, group, pending, running)
         while pending and len(running) < max(1, jobs):
-            at = _next_position(pending, running, jobs, pool.idle_keys())
+            at = _next_position(pending, running, jobs, pool.idle_keys(),
+                                feed.arriving if feed is not None else None)
             if at is None:
                 break
             index, task = pending[at]
@@ -839,5 +890,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             results[slot.index] = result
             if on_done:
                 on_done(slot.task, result)
+            if feed is not None:
+                _note_group_completed(feed, slot.task.group, pending, running)
     if feed is not None and feed.error is not None:
         raise feed.error

@@ -113,7 +113,7 @@ def run_session(
             raise RunInterrupted(stop.results, stop.not_run, report=RunReport(
                 verb=verb, results=tuple(preset) + tuple(stop.results), started_at=started_at,
                 duration_s=time.perf_counter() - t0, host=host_facts(), tool_version=__version__, strict=strict,
-                extra={**dict(extra or {}), "interrupted": True, "not_run": stop.not_run},
+                extra={**dict(extra or {}), "interrupted": True, "not_run": stop.not_run, "timeline": timeline},
             )) from None
     return RunReport(
         verb=verb,

@@ -127,7 +127,8 @@ class OperatorPlan:
                          exclusive=stage.exclusive if exclusive is None else exclusive,
                          worker=self.worker_key(choice, env) if warm else "",
                          retire=retire, order=stage.order, uses_gpu=self.gpu, stage=stage.name,
-                         labels={"op": self.op.name, "impl": choice.name, **(labels or {})})
+                         labels={"op": self.op.name, "impl": choice.name, **(labels or {})},
+                         group=str(self.spec_file))  # a run completes spec file by spec file (CheckTask.group)
 
 
 class Stage:

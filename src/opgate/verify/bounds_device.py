@@ -34,6 +34,9 @@ MIN_GPU_ELEMENTS = 1 << 17
 # this computes something else on the GPU (another algorithm, a device branch) and keeps its terms on the CPU
 AGREEMENT_RTOL = 1e-9
 LOCK_POLL_S = 0.05
+# How long the terms wait for the GPU's lock before running on the CPU instead: they need no GPU, and a measurement
+# (runtime, recovery) that holds the GPU alone can run for minutes while a library's other files calibrate
+LOCK_WAIT_S = 1.0
 
 _ENABLED = {"gpu": False}
 
@@ -93,12 +96,13 @@ def _agrees(reference: Any, moved: Sequence[Any], truth: Sequence[Any]) -> bool:
 
 @contextlib.contextmanager
 def _shared_gpu_lock() -> Iterator[bool]:
-    """This process's GPU lock, shared, held while the terms run; yields False (nothing held) when another run
-    kept the GPU past the GPU guard's wait limit: the terms then run on the CPU instead of waiting on."""
+    """This process's GPU lock, shared, held while the terms run; yields False (nothing held) when a measurement
+    (this run's or another's) holds the GPU or waits for it past LOCK_WAIT_S: the terms then run on the CPU instead
+    of waiting on."""
     from opgate.engine.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml, wait_limit_s
 
     request = GpuLockRequest(keys_from_nvml(None), SHARED, holder="calibration bound terms")
-    deadline = time.perf_counter() + wait_limit_s()
+    deadline = time.perf_counter() + min(LOCK_WAIT_S, wait_limit_s())
     try:
         while not request.poll():
             if time.perf_counter() > deadline:

@@ -571,6 +571,9 @@ class Calibrator(threading.Thread):
         if calibrated:
             self._hand_over(op_index, job.make_plan({d: Path(o.path) for d, o in calibrated.items()}), per_operator)
         self.operators_done.add(job.op.name)
+        file = job.spec_file.resolve()
+        if all(other.op.name in self.operators_done for other in self.jobs if other.spec_file.resolve() == file):
+            self.feed.group_done(str(file))  # its measurements may start (CheckTask.group)
 
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:

@@ -258,7 +258,11 @@ class PreparedRun:
         late = len(keys)
         checks = sorted((self._with_spec(r) for r in report.results if not _internal(r)),
                         key=lambda r: keys.get(r.check_id, (10**6, late, 0)))
+        shown = {str(Path(spec).resolve()): spec for spec in self.spec_of_op.values()}
         engine = {**self.info["engine"], "calibration_spans_s": self.calibrator.spans,
+                  # seconds after the checks began when each spec file was judged wholly (files complete one by
+                  # one: CheckTask.group)
+                  "files_completed_s": {shown.get(group, group): at for group, at in self.feed.completed.items()},
                   "calibration_phases_s": self.info.pop("calibration_phases_s", {}),
                   "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0})}
         extra = {**report.extra, **self.info, "engine": engine}
@@ -374,7 +378,8 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
             from opgate.verify.sanitizer_batch import group_sanitizer_tasks
 
             tasks = group_sanitizer_tasks(tasks, workdir)
-    feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0))
+    feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0),
+                    groups={str(job.spec_file.resolve()) for job in jobs})  # OperatorPlan.spec_file's
     plans = sum(len(job.dtypes) for job in jobs)
     calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,
                             pool=calibration_pool if plans > 1 else None)
