@@ -1,7 +1,7 @@
 """Repro (an opgate spec, torch only, no library): `opgate verify` exits 3 with an internal error on a layer norm
 whose bias requires grad.
 
-    PYTHONPATH=src python -m opgate verify tests/data/verify/library_corpus/repro/opgate_crash_layernorm_bias_grad.py \
+    PYTHONPATH=src python -m opgate verify tests/data/verify/library_corpus/repro/_opgate_crash_layernorm_bias_grad.py \
         --budget quick --no-extras --stages numerics --jobs 1
 
   -> ValueError: torch.cat(): expected a non-empty list of Tensors

@@ -1,5 +1,5 @@
 """Workaround spec (not in the manifest): fla_layer_norm and fla_group_norm of ../fla_norms.py with the bias's
-requires_grad dropped, so that opgate's internal error on a bias gradient (opgate_crash_layernorm_bias_grad.py)
+requires_grad dropped, so that opgate's internal error on a bias gradient (_opgate_crash_layernorm_bias_grad.py)
 does not take the file down. Same library calls, references, sizes and dtypes; dx and dw still checked.
 """
 
