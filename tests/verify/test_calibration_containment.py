@@ -262,7 +262,10 @@ def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Pat
     class OneProcessPool:
         processes = 1
 
-        def submit(self, spec: str, name: str, dtype: str, *rest: object) -> Future:
+        def capacity(self, isolated: bool) -> int:
+            return 1
+
+        def submit(self, spec: str, name: str, dtype: str, *rest: object, isolated: bool = False) -> Future:
             submitted.append((name, dtype))
             future: Future = Future()
             future.set_result(None)
@@ -283,3 +286,62 @@ def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Pat
     # both files' plans are ready at once here: the 1024-row plan, then the gradient twin (3 x 8 rows), then the rest
     assert submitted == [("large", "float32"), ("big.grad", "float32"), ("small", "float32"), ("small", "float16")]
     assert calibrator.plan_cost(jobs[1].op, jobs[1].cases) == 3 * calibrator.plan_cost(jobs[0].op, jobs[0].cases)
+
+
+REPLACING_SPEC = '''
+import os
+
+import torch
+import opgate
+
+if os.environ.get("PLANTED_REPLACE_KERNELS"):  # in the calibration processes only: the test process stays clean
+    _library = torch.library.Library("aten", "IMPL")  # as flag_gems.only_enable registers its Triton kernels
+    _library.impl("_test_serialization_subcmul", lambda a, b, alpha=1: a - alpha * b, "CUDA")
+
+replacing = opgate.Operator("replacing", reference=lambda x: x * 2, inputs=[opgate.TensorSpec("x", ("N",))],
+                            dims={"N": [4096]}, dtypes=["float32"])
+'''
+
+PLAIN_SPEC = '''
+import opgate
+
+plain = opgate.Operator("plain", reference=lambda x: x + 1, inputs=[opgate.TensorSpec("x", ("N",))],
+                        dims={"N": [4]}, dtypes=["float32"])
+'''
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_spec_that_replaces_torchs_gpu_kernels_calibrates_in_processes_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu: bool) -> None:
+    """FlagGems' import replaces aten's GPU kernels for good in its process, and every later plan there keeps its bound
+    terms on the CPU. In a run that uses the GPU its plans go to processes of their own: the plain spec's plan, done
+    after it (cheaper), is calibrated in a process that never loaded it. Real calibration processes, one each side."""
+    from opgate.engine import specload
+    from opgate.engine.runner import TaskFeed
+    from opgate.engine.specload import import_spec_guarded, replaces_gpu_kernels
+    from opgate.verify.calibrator import CalibrationJob, CalibrationPool, Calibrator
+    from opgate.verify.inputs import plan_cases
+
+    replacing, plain = tmp_path / "replacing.py", tmp_path / "plain.py"
+    replacing.write_text(REPLACING_SPEC)
+    plain.write_text(PLAIN_SPEC)
+    jobs = []
+    for path in (replacing, plain):
+        for op in import_spec_guarded(path):
+            jobs.append(CalibrationJob(op, ["float32"], lambda plans: None, path, plan_cases(op, "quick", 0)))
+    # what the parent's import of a replacing spec records (specload.import_spec_guarded), without replacing this
+    # process's kernels; the calibration processes replace theirs
+    monkeypatch.setattr(specload, "_REPLACING", {str(replacing.resolve())})
+    monkeypatch.setenv("PLANTED_REPLACE_KERNELS", "1")
+    assert replaces_gpu_kernels(replacing) and not replaces_gpu_kernels(plain)
+    info: dict = {"gpu": gpu, "case_counts": {}}
+    pool = CalibrationPool(1)
+    try:
+        run = Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, info, pool=pool)
+        run.run()
+    finally:
+        pool.close()
+    assert run.operators_done == {"replacing", "plain"}
+    beside = info["bounds_cache"]["plans_beside_replaced_kernels"]
+    # one process for both without the GPU (nothing to gain apart): the plain plan followed the costlier replacing one
+    assert beside == (1 if gpu else 2)

@@ -195,6 +195,11 @@ def import_spec_guarded(path: Path, mode: str = "verify") -> list[Any]:
 
 # Spec files whose import, in this process, replaced GPU kernels of aten operators (core/torch_kernels.py)
 _REPLACING: set[str] = set()
+
+
+def replaces_gpu_kernels(spec: Path) -> bool:
+    """Whether this spec file's import, in this process, replaced GPU kernels of aten operators."""
+    return str(Path(spec).resolve()) in _REPLACING
 # Packages every spec shares, which tell no library apart
 BASE_PACKAGES = frozenset({"torch", "triton", "numpy", "opgate", "typing_extensions"})
 

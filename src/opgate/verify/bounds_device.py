@@ -46,6 +46,11 @@ def use_gpu(enabled: bool) -> None:
     _ENABLED["gpu"] = enabled
 
 
+# Cases this process kept on the CPU only because a spec it loaded replaced aten's GPU kernels (the calibration pool
+# keeps such specs' plans in processes of their own: verify/calibrator.CalibrationPool)
+KEPT_FOR_REPLACED_KERNELS = {"cases": 0}
+
+
 def _wanted(inputs: Sequence[Any]) -> bool:
     import torch
 
@@ -54,10 +59,13 @@ def _wanted(inputs: Sequence[Any]) -> bool:
     choice = os.environ.get(DEVICE_ENV, "auto").strip().lower()
     if choice == "cpu" or not (_ENABLED["gpu"] or choice == "cuda") or not torch.cuda.is_available():
         return False
-    if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
-        return False
     elements = sum(int(v.numel()) for v in inputs if isinstance(v, torch.Tensor) and v.dtype == torch.float64)
-    return choice == "cuda" or elements >= MIN_GPU_ELEMENTS
+    if not (choice == "cuda" or elements >= MIN_GPU_ELEMENTS):
+        return False
+    if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
+        KEPT_FOR_REPLACED_KERNELS["cases"] += 1
+        return False
+    return True
 
 
 def _moved(inputs: Sequence[Any], device: str) -> list[Any]:

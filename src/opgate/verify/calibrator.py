@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 from opgate.model.errors import InputError
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 from opgate.engine.runner import TaskFeed
+from opgate.engine.specload import replaces_gpu_kernels
 from opgate.engine.stages import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (
     CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, deferral_seconds,
@@ -259,6 +260,7 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
     """Truth, eager baseline and budgets of one operator x dtype over its cases; writes the plan file to `path`.
     A reference that fails on a declared case raises CalibrationError. `gpu`: the run uses the GPU, so the bound
     terms of large cases may run there (verify/bounds_device.py)."""
+    from opgate.core.torch_kernels import replaced_gpu_kernels
     from opgate.verify import bounds_device
     from opgate.verify.memory_guard import refuse_oversized_cases
 
@@ -267,6 +269,7 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
         _wait_for_the_gpu_as_asked()
     refuse_oversized_cases(op, cases, dtype)
     before = dict(CACHE_COUNTS)
+    kept_before = bounds_device.KEPT_FOR_REPLACED_KERNELS["cases"]
     began = time.perf_counter()
     with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
         kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases)
@@ -280,7 +283,12 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
     return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
                        cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
                        len(cases) - len(fatal), [c.label() for c in fatal],
-                       {k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS}, phases)
+                       {**{k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS},
+                        # cases whose terms the GPU would have taken, and plans calibrated in a process where a spec
+                        # had replaced aten's GPU kernels (CalibrationPool keeps those specs apart)
+                        "cpu_for_replaced_kernels": bounds_device.KEPT_FOR_REPLACED_KERNELS["cases"] - kept_before,
+                        "plans_beside_replaced_kernels": int(bool(replaced_gpu_kernels()))},
+                       phases)
 
 
 _CUDA_WAIT_SET: list[str] = []  # this process's primary context already has its wait mode (the reason, "" if set)
@@ -357,20 +365,44 @@ def _calibrate_in_process(spec_file: str, op_name: str, dtype: str, cases: list[
 
 class CalibrationPool:
     """Processes that calibrate operators x dtypes side by side (each loads the spec files it is given once).
-    Started before the specs are loaded, so their imports overlap the parent's."""
+    Started before the specs are loaded, so their imports overlap the parent's.
+
+    A spec whose import replaces aten's GPU kernels (FlagGems' only_enable) changes its process for good: every later
+    plan there keeps its bound terms on the CPU (verify/bounds_device.py). Such specs' plans go to processes of their
+    own (`isolated`, started on first use), so the others keep the GPU: in a library run on the H200 host every pool
+    process had loaded a FlagGems file within minutes, and 54 of 7,285 cases ran their terms on the GPU (499 of
+    3,295 in the run before, on a fresh machine); fla_short_conv's float64 convolution, 1,918 s of the run's
+    2,923 s of bound terms, stayed on the CPU."""
 
     def __init__(self, processes: int) -> None:
-        import multiprocessing
         import os
-        from concurrent.futures import ProcessPoolExecutor
 
         self.processes = processes
-        self.executor = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_process_start, initargs=(processes, os.getpid()))
+        self.isolated_processes = max(1, processes // 4)
+        self._parent = os.getpid()
+        self.executor = self._executor(processes)
+        self._isolated: Any = None
         self._warming = [self.executor.submit(_warm) for _ in range(processes)]
 
-    def submit(self, *args: Any) -> "Future[PlanOutcome]":
-        return self.executor.submit(_calibrate_in_process, *args)
+    def _executor(self, workers: int) -> Any:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # each process takes the main pool's share of the calibration's torch threads
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_process_start, initargs=(self.processes, self._parent))
+
+    def capacity(self, isolated: bool) -> int:
+        """How many plans may run at once on that side."""
+        return self.isolated_processes if isolated else self.processes
+
+    def submit(self, *args: Any, isolated: bool = False) -> "Future[PlanOutcome]":
+        """Calibrate one plan; `isolated`: in the processes kept for specs that replace aten's GPU kernels."""
+        if not isolated:
+            return self.executor.submit(_calibrate_in_process, *args)
+        if self._isolated is None:
+            self._isolated = self._executor(self.isolated_processes)
+        return self._isolated.submit(_calibrate_in_process, *args)
 
     # Seconds to reap the killed processes, all together: a process with a CUDA context (bound terms on the GPU)
     # takes a moment to die, and joining 8 of them one after another outlasted `timeout -k 5`'s grace on the H200
@@ -380,8 +412,10 @@ class CalibrationPool:
     def close(self) -> None:
         import time
 
-        processes = list((getattr(self.executor, "_processes", None) or {}).values())
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        executors = [e for e in (self.executor, self._isolated) if e is not None]
+        processes = [p for e in executors for p in (getattr(e, "_processes", None) or {}).values()]
+        for executor in executors:
+            executor.shutdown(wait=False, cancel_futures=True)
         for process in processes:  # an interrupted run leaves no calibration behind: all killed first
             if process.is_alive():
                 process.kill()
@@ -495,15 +529,30 @@ class Calibrator(threading.Thread):
 
         def top_up() -> None:
             ready.sort()
-            while ready and len(pending) < pool.processes:
-                _, _, index, k, fatal_cases = ready.pop(0)
+            running = {True: 0, False: 0}
+            for index, _, _ in pending.values():
+                running[isolated(index)] += 1
+            waiting = []
+            for entry in ready:  # the costliest first, each on its side while that side has room
+                index, k, fatal_cases = entry[2], entry[3], entry[4]
+                side = isolated(index)
+                if running[side] >= pool.capacity(side):
+                    waiting.append(entry)
+                    continue
+                running[side] += 1
                 job = self.jobs[index]
                 dtype = job.dtypes[k]
                 submitted = pool.submit(str(job.spec_file.resolve()), job.op.name, dtype,
                                         [c.to_dict() for c in job.cases], [c.to_dict() for c in fatal_cases],
                                         self.budget, self.seed, str(self._plan_path(index, k, job.op, dtype)),
-                                        bool(self.info.get("gpu")))
+                                        bool(self.info.get("gpu")), isolated=side)
                 pending[submitted] = (index, dtype, time.perf_counter())
+            ready[:] = waiting
+
+        def isolated(index: int) -> bool:
+            """Whether the plan's spec replaced aten's GPU kernels at import, in a run that uses the GPU (where the
+            bound terms could go): it calibrates apart (CalibrationPool)."""
+            return bool(self.info.get("gpu")) and replaces_gpu_kernels(self.jobs[index].spec_file)
 
         try:
             while (pending or probing or ready) and not self.stopped.is_set():
