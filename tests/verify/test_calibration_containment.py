@@ -345,3 +345,130 @@ def test_a_spec_that_replaces_torchs_gpu_kernels_calibrates_in_processes_of_its_
     beside = info["bounds_cache"]["plans_beside_replaced_kernels"]
     # one process for both without the GPU (nothing to gain apart): the plain plan followed the costlier replacing one
     assert beside == (1 if gpu else 2)
+
+
+def test_plans_of_kernel_replacing_specs_go_apart_only_beside_others_and_take_any_process_at_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routing alone (a pool that records): on a GPU run, the replacing spec's plans go to the isolated side, sized
+    by their share of the plans; once nothing of another spec is left to submit they take any free process; a run of
+    replacing specs alone keeps nothing apart (FlagGems alone must not calibrate on a quarter of the processes)."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from opgate.engine import specload
+    from opgate.engine.runner import TaskFeed
+    from opgate.verify import calibrator
+
+    def op(name: str, rows: int) -> SimpleNamespace:
+        shape = SimpleNamespace(concrete_shape=lambda dims: (dims["M"],))
+        return SimpleNamespace(name=name, derived_dims={}, tensor_inputs=[shape], with_derived=dict)
+
+    def cases(rows: int) -> list[SimpleNamespace]:
+        return [SimpleNamespace(dims=(("M", rows),), to_dict=dict)]
+
+    class RecordingPool:
+        processes = 4
+
+        def __init__(self) -> None:
+            self.isolated_processes = 0
+            self.submitted: list[tuple[str, bool]] = []
+
+        def isolate(self, processes: int) -> None:
+            self.isolated_processes = processes
+
+        def capacity(self, isolated: bool) -> int:
+            return self.isolated_processes if isolated else self.processes
+
+        def submit(self, spec: str, name: str, dtype: str, *rest: object, isolated: bool = False) -> Future:
+            self.submitted.append((f"{name} {dtype}", isolated))
+            future: Future = Future()
+            future.set_result(None)
+            return future
+
+    gems, fla = tmp_path / "gems.py", tmp_path / "fla.py"
+    monkeypatch.setattr(specload, "_REPLACING", {str(gems.resolve())})
+    dtypes = ["float32", "float16", "bfloat16"]
+
+    def routed(files: list[Path], gpu: bool) -> RecordingPool:
+        jobs, by_file, fatal = [], {}, {}
+        for file in files:
+            names = [f"{file.stem}_{rows}" for rows in (4096, 64)]
+            by_file[file] = []
+            for name, rows in zip(names, (4096, 64)):
+                by_file[file].append(len(jobs))
+                jobs.append(calibrator.CalibrationJob(op(name, rows), dtypes, lambda plans: None, file, cases(rows)))
+            fatal[file] = Future()
+            fatal[file].set_result({name: [] for name in names})
+        run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, {"gpu": gpu})
+        run._done_dtype = lambda *args: None  # type: ignore[method-assign]
+        run._done_operator = lambda *args: None  # type: ignore[method-assign]
+        pool = RecordingPool()
+        run._calibrate_in_pool(pool, by_file, fatal)  # type: ignore[arg-type]
+        return pool
+
+    mixed = routed([gems, fla], gpu=True)
+    assert mixed.isolated_processes == 2  # 6 of the 12 plans: half of the 4 processes
+    assert {plan for plan, apart in mixed.submitted if apart} == {f"gems_{r} {d}" for r in (4096, 64) for d in dtypes}
+    assert not any(apart for plan, apart in mixed.submitted if plan.startswith("fla_"))
+    alone = routed([gems], gpu=True)
+    assert alone.isolated_processes == 0 and not any(apart for _, apart in alone.submitted)
+    no_gpu = routed([gems, fla], gpu=False)
+    assert not any(apart for _, apart in no_gpu.submitted)
+
+
+def test_the_last_replacing_plans_take_any_free_process_once_no_other_plan_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is left that a replaced kernel could keep off the GPU: a replacing plan waiting for the isolated side
+    takes a free main process instead."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from opgate.engine import specload
+    from opgate.engine.runner import TaskFeed
+    from opgate.verify import calibrator
+
+    shape = SimpleNamespace(concrete_shape=lambda dims: (dims["M"],))
+    gems, fla = tmp_path / "gems.py", tmp_path / "fla.py"
+    monkeypatch.setattr(specload, "_REPLACING", {str(gems.resolve())})
+    jobs = [calibrator.CalibrationJob(SimpleNamespace(name=f"gems_{k}", derived_dims={}, tensor_inputs=[shape],
+                                                      with_derived=dict), ["float32"], lambda plans: None, gems,
+                                      [SimpleNamespace(dims=(("M", 64),), to_dict=dict)]) for k in range(3)]
+    jobs.append(calibrator.CalibrationJob(SimpleNamespace(name="fla_0", derived_dims={}, tensor_inputs=[shape],
+                                                          with_derived=dict), ["float32"], lambda plans: None, fla,
+                                          [SimpleNamespace(dims=(("M", 8),), to_dict=dict)]))
+    submitted: list[tuple[str, bool]] = []
+
+    class Pool:
+        processes = 4
+
+        def isolate(self, processes: int) -> None:
+            assert processes == 3
+
+        def capacity(self, isolated: bool) -> int:
+            return 1 if isolated else 4  # one isolated process is busy with a long plan: the others must not wait
+
+        def submit(self, spec: str, name: str, dtype: str, *rest: object, isolated: bool = False) -> Future:
+            submitted.append((name, isolated))
+            future: Future = Future()
+            if name != "gems_0":
+                future.set_result(None)
+            return future
+
+    fatal = {}
+    for file, names in ((gems, ["gems_0", "gems_1", "gems_2"]), (fla, ["fla_0"])):
+        fatal[file] = Future()
+        fatal[file].set_result({name: [] for name in names})
+    run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, {"gpu": True})
+    run._done_dtype = lambda *args: None  # type: ignore[method-assign]
+    run._done_operator = lambda *args: None  # type: ignore[method-assign]
+    import threading
+    import time
+
+    worker = threading.Thread(target=run._calibrate_in_pool, args=(Pool(), {gems: [0, 1, 2], fla: [3]}, fatal),
+                              daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while len(submitted) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.stopped.set()
+    assert sorted(submitted) == [("fla_0", False), ("gems_0", True), ("gems_1", False), ("gems_2", False)]

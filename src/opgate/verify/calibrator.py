@@ -369,7 +369,8 @@ class CalibrationPool:
 
     A spec whose import replaces aten's GPU kernels (FlagGems' only_enable) changes its process for good: every later
     plan there keeps its bound terms on the CPU (verify/bounds_device.py). Such specs' plans go to processes of their
-    own (`isolated`, started on first use), so the others keep the GPU: in a library run on the H200 host every pool
+    own (`isolated`, started on first use, as many as their share of the plans; a run of such specs alone keeps
+    nothing apart, and one left with nothing else uses every process), so the others keep the GPU: in a library run on the H200 host every pool
     process had loaded a FlagGems file within minutes, and 54 of 7,285 cases ran their terms on the GPU (499 of
     3,295 in the run before, on a fresh machine); fla_short_conv's float64 convolution, 1,918 s of the run's
     2,923 s of bound terms, stayed on the CPU."""
@@ -378,7 +379,7 @@ class CalibrationPool:
         import os
 
         self.processes = processes
-        self.isolated_processes = max(1, processes // 4)
+        self.isolated_processes = max(1, processes // 4)  # until isolate() says how many
         self._parent = os.getpid()
         self.executor = self._executor(processes)
         self._isolated: Any = None
@@ -391,6 +392,11 @@ class CalibrationPool:
         # each process takes the main pool's share of the calibration's torch threads
         return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_process_start, initargs=(self.processes, self._parent))
+
+    def isolate(self, processes: int) -> None:
+        """How many processes the isolated side gets (before its first plan)."""
+        if self._isolated is None:
+            self.isolated_processes = max(1, min(processes, self.processes))
 
     def capacity(self, isolated: bool) -> int:
         """How many plans may run at once on that side."""
@@ -520,22 +526,37 @@ class Calibrator(threading.Thread):
         320 s, none more by 485 s); longest first, they overlap the rest."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
-        pending: dict[Future[PlanOutcome], tuple[int, str, float]] = {}
+        pending: dict[Future[PlanOutcome], tuple[int, str, float, bool]] = {}  # op, dtype, submitted, apart
         ready: list[tuple[float, int, int, int, list[Case]]] = []  # (-cost, arrival, op index, dtype index, fatal)
         probing = {future: file for file, future in fatal_by_file.items()}
         outcomes: dict[int, dict[str, Any]] = {index: {} for index in range(len(self.jobs))}
         first_start: dict[int, float] = {}
         arrivals = itertools.count()
 
+        # a spec whose import replaced aten's GPU kernels calibrates apart on a GPU run (CalibrationPool), in as many
+        # processes as its share of the plans; a run of such specs alone has nothing to keep apart from
+        replacing = {i for i, job in enumerate(self.jobs) if replaces_gpu_kernels(job.spec_file)}
+        apart = bool(self.info.get("gpu")) and 0 < len(replacing) < len(self.jobs)
+        if apart:
+            share = sum(len(self.jobs[i].dtypes) for i in replacing) / sum(len(job.dtypes) for job in self.jobs)
+            pool.isolate(max(1, round(pool.processes * share)))
+
+        def others_left() -> bool:
+            """Whether a plan of a spec that replaced nothing is still to be submitted (ready, or its file probing)."""
+            return (any(entry[2] not in replacing for entry in ready)
+                    or any(i not in replacing for file in probing.values() for i in by_file[file]))
+
         def top_up() -> None:
             ready.sort()
             running = {True: 0, False: 0}
-            for index, _, _ in pending.values():
-                running[isolated(index)] += 1
+            for _, _, _, side in pending.values():
+                running[side] += 1
             waiting = []
             for entry in ready:  # the costliest first, each on its side while that side has room
                 index, k, fatal_cases = entry[2], entry[3], entry[4]
-                side = isolated(index)
+                side = apart and index in replacing
+                if side and running[True] >= pool.capacity(True) and not others_left():
+                    side = False  # nothing left that its import could keep off the GPU: any free process
                 if running[side] >= pool.capacity(side):
                     waiting.append(entry)
                     continue
@@ -546,13 +567,8 @@ class Calibrator(threading.Thread):
                                         [c.to_dict() for c in job.cases], [c.to_dict() for c in fatal_cases],
                                         self.budget, self.seed, str(self._plan_path(index, k, job.op, dtype)),
                                         bool(self.info.get("gpu")), isolated=side)
-                pending[submitted] = (index, dtype, time.perf_counter())
+                pending[submitted] = (index, dtype, time.perf_counter(), side)
             ready[:] = waiting
-
-        def isolated(index: int) -> bool:
-            """Whether the plan's spec replaced aten's GPU kernels at import, in a run that uses the GPU (where the
-            bound terms could go): it calibrates apart (CalibrationPool)."""
-            return bool(self.info.get("gpu")) and replaces_gpu_kernels(self.jobs[index].spec_file)
 
         try:
             while (pending or probing or ready) and not self.stopped.is_set():
@@ -567,7 +583,7 @@ class Calibrator(threading.Thread):
                             ready += [(-cost, next(arrivals), index, k, fatal[job.op.name])
                                       for k in range(len(job.dtypes))]
                         continue
-                    index, dtype, submitted = pending.pop(future)
+                    index, dtype, submitted, _ = pending.pop(future)
                     job = self.jobs[index]
                     try:
                         outcome = future.result()
