@@ -368,12 +368,12 @@ class CalibrationPool:
     Started before the specs are loaded, so their imports overlap the parent's.
 
     A spec whose import replaces aten's GPU kernels (FlagGems' only_enable) changes its process for good: every later
-    plan there keeps its bound terms on the CPU (verify/bounds_device.py). Such specs' plans go to processes of their
-    own (`isolated`, started on first use, as many as their share of the plans; a run of such specs alone keeps
-    nothing apart, and one left with nothing else uses every process), so the others keep the GPU: in a library run on the H200 host every pool
-    process had loaded a FlagGems file within minutes, and 54 of 7,285 cases ran their terms on the GPU (499 of
-    3,295 in the run before, on a fresh machine); fla_short_conv's float64 convolution, 1,918 s of the run's
-    2,923 s of bound terms, stayed on the CPU."""
+    plan there keeps its bound terms on the CPU (verify/bounds_device.py). On a GPU run such specs' plans go to
+    processes of their own (`isolated`, started on first use, as many as their share of the plans; a run of such
+    specs alone keeps nothing apart, and once nothing else is left they take any process), so the others keep the
+    GPU. In a library run on the H200 host every pool process had loaded a FlagGems file within minutes, and 54 of
+    7,285 cases ran their terms on the GPU (499 of 3,295 in the run before, on a fresh machine); fla_short_conv's
+    float64 convolution, 1,918 s of the run's 2,923 s of bound terms, stayed on the CPU."""
 
     def __init__(self, processes: int) -> None:
         import os
