@@ -46,6 +46,11 @@ def use_gpu(enabled: bool) -> None:
     _ENABLED["gpu"] = enabled
 
 
+# Cases this process kept on the CPU only because a spec it loaded replaced aten's GPU kernels (the calibration pool
+# keeps such specs' plans in processes of their own: verify/calibrator.CalibrationPool)
+KEPT_FOR_REPLACED_KERNELS = {"cases": 0}
+
+
 def _wanted(inputs: Sequence[Any]) -> bool:
     import torch
 
@@ -58,9 +63,7 @@ def _wanted(inputs: Sequence[Any]) -> bool:
     if not (choice == "cuda" or elements >= MIN_GPU_ELEMENTS):
         return False
     if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
-        from opgate.verify.calibrate import CACHE_COUNTS
-
-        CACHE_COUNTS["cpu_for_replaced_kernels"] += 1  # CalibrationPool keeps such specs' plans apart
+        KEPT_FOR_REPLACED_KERNELS["cases"] += 1
         return False
     return True
 

@@ -473,9 +473,8 @@ def essential_cases(cases: Sequence[Case]) -> tuple[list[int], set[int]]:
     return [*declared, *first_of_kind, *(k for k in by_size if k not in essential)], essential
 
 
-# How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it);
-# cpu_for_replaced_kernels: cases the GPU would have taken but for a spec that replaced aten's GPU kernels here
-CACHE_COUNTS = {"hit": 0, "computed": 0, "on_gpu": 0, "gpu_out_of_memory": 0, "cpu_for_replaced_kernels": 0}
+# How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).
+CACHE_COUNTS = {"hit": 0, "computed": 0, "on_gpu": 0, "gpu_out_of_memory": 0}
 
 
 @dataclass(frozen=True)
