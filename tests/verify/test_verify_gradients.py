@@ -89,6 +89,35 @@ def test_a_kept_upstream_gradient_is_the_fresh_draw_and_a_caller_cannot_change_i
     assert len(gradients._DRAWN) == gradients.DRAWN_KEPT
 
 
+def test_while_timing_an_upstream_gradient_is_drawn_once_on_the_device_and_handed_out_as_it_is():
+    """The runtime stage times a twin's calls: no host draw, copy or clone inside them (a copy to the GPU there
+    was timed instead of the kernels and made every twin uncapturable); outside, every call gets its own copy."""
+    from opgate.verify.gradients import UPSTREAM_FLUSH, upstream_kept_on_device
+
+    output = torch.empty(64, 33, dtype=torch.float16)
+    with upstream_kept_on_device():
+        first = upstream_gradient("timed", [(64, 33)], 0, output)
+        again = upstream_gradient("timed", [(64, 33)], 0, output)
+        other = upstream_gradient("timed", [(64, 33)], 1, output)
+    assert again is first and other is not first and first.dtype == torch.float16
+    assert torch.equal(first.to(torch.bfloat16).to(torch.float16), first)  # bfloat16-exact, as on the host
+    assert not bool(((first != 0) & (first.abs() < UPSTREAM_FLUSH)).any()) and first.float().std() > 0.5
+    after = upstream_gradient("timed", [(64, 33)], 0, output)
+    assert after is not upstream_gradient("timed", [(64, 33)], 0, output)  # a fresh copy per call again
+
+
+def test_a_twins_work_is_counted_on_meta_tensors_without_drawing_an_upstream_gradient(monkeypatch):
+    """The runtime stage counts a twin's bytes at its timing size while it holds the GPU alone: drawing a host
+    upstream gradient for meta outputs cost 6-10 s of every twin's exclusive check on the H200 (180 M elements)."""
+    from opgate.core.work import operator_work
+    from opgate.verify import gradients
+
+    monkeypatch.setattr(gradients, "_drawn_upstream", lambda *a: pytest.fail("drew an upstream gradient on the host"))
+    twin = gradient_operator(softmax_op())
+    work = operator_work(twin, "float32", {"M": 16384, "N": 11008})
+    assert "meta" in work.flops_source and work.bytes == 2 * 4 * 16384 * 11008  # x read, dx written
+
+
 def test_the_grad_reference_is_autograd_of_the_reference_in_float64():
     twin = gradient_operator(softmax_op())
     case = Case.make({"M": 3, "N": 8}, seed=4)

@@ -27,6 +27,7 @@ The functions run under `torch.enable_grad()`: the runner and the calibration ca
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -124,7 +125,15 @@ def upstream_gradient(op_name: str, input_shapes: Sequence[tuple[int, ...]], ind
     """The upstream gradient of output `index` (see the module docstring), in the output's dtype and device."""
     import torch
 
+    if output.device.type == "meta":  # shapes only (counting a twin's work, core/work.py): nothing to draw
+        return torch.empty(output.shape, dtype=output.dtype, device="meta")
     text = repr((op_name, [tuple(s) for s in input_shapes], index, tuple(output.shape)))
+    if _KEPT_ON_DEVICE is not None:
+        key = (text, output.dtype, str(output.device))
+        kept = _KEPT_ON_DEVICE.get(key)
+        if kept is None:
+            kept = _KEPT_ON_DEVICE[key] = _drawn_on_device(text, tuple(output.shape), output.dtype, output.device)
+        return kept
     values = _drawn_upstream(text, tuple(output.shape))
     moved = values.to(dtype=output.dtype, device=output.device)
     return moved.clone() if moved is values else moved  # the caller may write into it; the drawn one is kept
@@ -138,6 +147,11 @@ _DRAWN: "collections.OrderedDict[str, Any]" = collections.OrderedDict()
 DRAWN_KEPT = 4
 
 
+def _seed_of(text: str) -> int:
+    """The generator seed of an upstream gradient: from what identifies it, never from input values."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") % (2**63 - 1)
+
+
 def _drawn_upstream(text: str, shape: tuple[int, ...]) -> Any:
     """The float64 CPU upstream gradient seeded by `text` (bfloat16-exact values, tiny ones flushed to zero)."""
     import torch
@@ -146,8 +160,7 @@ def _drawn_upstream(text: str, shape: tuple[int, ...]) -> Any:
     if values is not None:
         _DRAWN.move_to_end(text)
         return values
-    seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") % (2**63 - 1)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(_seed_of(text))
     values = torch.randn(shape, generator=gen, dtype=torch.float64)
     values = values.to(torch.bfloat16).to(torch.float64)
     values = torch.where(values.abs() < UPSTREAM_FLUSH, torch.zeros_like(values), values)
@@ -155,6 +168,38 @@ def _drawn_upstream(text: str, shape: tuple[int, ...]) -> Any:
     while len(_DRAWN) > DRAWN_KEPT:
         _DRAWN.popitem(last=False)
     return values
+
+
+# While a gradient twin is timed (upstream_kept_on_device): its upstream gradients, drawn once on the output's device.
+_KEPT_ON_DEVICE: dict[tuple[str, Any, str], Any] | None = None
+
+
+@contextlib.contextmanager
+def upstream_kept_on_device() -> Any:
+    """Within: each upstream gradient is drawn once on the output's own device and that same tensor is handed to
+    every later call, neither copied nor cloned. For timing and graph capture only (verify/runtime.py): a gradient
+    twin's call there otherwise drew its upstream gradient on the host and copied it to the GPU inside the timed
+    region, and that copy was what got timed (fla_swish.grad at 16384 x 11008 on the H200: 651 ms a call against a
+    300 us roofline floor) and what made every twin "not capturable" (a host-to-device copy inside capture). The
+    values are drawn from the same seed by the device's generator: not the host's values, which no timing needs;
+    the numerics checks never run under this."""
+    global _KEPT_ON_DEVICE
+    previous = _KEPT_ON_DEVICE
+    _KEPT_ON_DEVICE = {}
+    try:
+        yield
+    finally:
+        _KEPT_ON_DEVICE = previous
+
+
+def _drawn_on_device(text: str, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+    """An upstream gradient drawn on `device` (bfloat16-exact values, tiny ones flushed to zero, as on the host)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(_seed_of(text))
+    values = torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(torch.bfloat16)
+    values = values.masked_fill(values.abs() < UPSTREAM_FLUSH, 0.0)
+    return values.to(dtype)
 
 
 def gradient_function(fn: Callable[..., Any], op: Operator, positions: Sequence[int],

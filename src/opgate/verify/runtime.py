@@ -192,12 +192,15 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         started = time.perf_counter()
+        from opgate.verify.gradients import upstream_kept_on_device
+
         options, torch = self.begin(ctx)
         note = "compiled"
         try:
             op, implementation = load_implementation(options)
             inputs = cuda_inputs(op, op.timing_dims(), options.dtype, options.seed)
-            implementation.fn(*inputs)
+            with upstream_kept_on_device():  # as the runtime check will call it
+                implementation.fn(*inputs)
             torch.cuda.synchronize()
         except Exception as exc:  # the runtime check meets it again and reports it in its own words
             note = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -209,10 +212,18 @@ class VerifyRuntimeCheck(GpuStageCheck):
     """Timing, roofline fraction and CUDA-graph capturability of one implementation in one dtype."""
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.verify.gradients import upstream_kept_on_device
+
+        options, torch = self.begin(ctx)
+        # a gradient twin's upstream gradients stay on the GPU across the calls: the timing and the capture see
+        # its forward and backward kernels, not opgate drawing and copying an upstream gradient for every call
+        with upstream_kept_on_device():
+            return self._timed(ctx, options, torch)
+
+    def _timed(self, ctx: CheckContext, options: GpuStagePayload, torch: Any) -> CheckResult:
         from opgate.gpu.probes.graphs import check_graph_capture
         from opgate.gpu.probes.timing import time_cuda
 
-        options, torch = self.begin(ctx)
         phases: dict[str, float] = {}  # where a slow runtime check spends its time (extra["phase_s"])
         lap = time.perf_counter()
 
