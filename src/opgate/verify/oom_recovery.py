@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from opgate.model.errors import SkipCheck
 from opgate.gpu.probes.oom import OomTrial, run_trial
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
-from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation
+from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation, one_config_per_autotune_key
 
 TRIALS = 3
 
@@ -52,9 +52,14 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
         op, implementation = load_implementation(options)
         fn = implementation.fn
         args = cuda_inputs(op, op.default_dims(), options.dtype, options.seed)
-        before = fn(*args)  # compiles / autotunes too, before memory gets tight
-        torch.cuda.synchronize()
-        trials = [run_trial(torch, fn, args, before, index) for index in range(options.trials)]
+        # one config per autotune key, as in the numerics and the sanitizer (verify/backends/autotune_choice.py):
+        # recovery does not depend on the config, and Triton's autotuning at this size compiled and benchmarked
+        # every config while the GPU was held alone (fla's kernels: 10-24 s a check on the H200, against 0.8 s
+        # for kernels that do not autotune); the scope spans the trials, so no call autotunes with the GPU full
+        with one_config_per_autotune_key():
+            before = fn(*args)  # compiles too, before memory gets tight
+            torch.cuda.synchronize()
+            trials = [run_trial(torch, fn, args, before, index) for index in range(options.trials)]
         outcome, reason = judge(trials)
         if outcome is Outcome.SKIPPED:
             raise SkipCheck(reason)
