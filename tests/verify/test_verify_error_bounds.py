@@ -203,3 +203,35 @@ def test_the_reused_one_hot_gives_each_sample_its_own_jacobian_row() -> None:
     assert found is not None
     assert [terms.magnitude for terms, _, _ in found] == [10.0, 26.0, 42.0, 26.0]
     assert all(terms.count == 4 and finite for terms, finite, _ in found)
+
+
+def _swiglu_grad(x: torch.Tensor, y: torch.Tensor):
+    with torch.enable_grad():
+        leaves = [t if t.requires_grad else t.detach().requires_grad_(True) for t in (x, y)]
+        out = torch.nn.functional.silu(leaves[0]) * leaves[1]
+        upstream = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+        return torch.autograd.grad(out, leaves, upstream, create_graph=True)
+
+
+def test_gathering_a_sparse_jacobian_row_first_gives_the_bounds_of_the_dense_one(monkeypatch):
+    """_sampled_terms gathers a leaf's non-zero terms (and an intermediate's) before reducing them when its first
+    sample's gradient is sparse: the same terms, so the same bounds, with non-finite inputs and intermediates too."""
+    from opgate.verify import error_bounds
+
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(16, 40, generator=gen, dtype=torch.float64), torch.randn(16, 40, generator=gen, dtype=torch.float64)
+    x[3, 5] = float("nan")
+    cases = [(lambda t: torch.softmax(t, -1), [x]), (_swiglu_grad, [x, y]),
+             (lambda p, q: torch.nn.functional.silu(p @ q.t()), [x, y])]  # dense rows: a matmul's
+    for reference, inputs in cases:
+        truth = reference(*inputs)
+        truths = [t.detach() for t in (truth if isinstance(truth, (tuple, list)) else [truth])]
+        found = {}
+        for fraction, name in ((0, "every leaf gathered"), (10**18, "none gathered")):
+            monkeypatch.setattr(error_bounds, "SPARSE_FRACTION", fraction)
+            found[name] = accumulation_bounds(reference, inputs, truths, "float32", seed=2)
+        for gathered, dense in zip(found["every leaf gathered"], found["none gathered"]):
+            assert gathered.fan_in == dense.fan_in and len(gathered.elements) == len(dense.elements)
+            pairs = [(gathered.rmse, dense.rmse), (gathered.quantile, dense.quantile)]
+            pairs += [(a.bound, b.bound) for a, b in zip(gathered.elements, dense.elements)]
+            assert all(abs(a - b) <= 1e-12 * abs(b) for a, b in pairs), pairs

@@ -170,6 +170,10 @@ class RowTerms:
 # first taken over this many terms: when they already make the first addition inexact, the minimum over all terms
 # (never larger) does too, and the rest is not looked at. The result is the same either way.
 QUANTUM_SAMPLE = 4096
+# A leaf's gradient with fewer than 1/SPARSE_FRACTION of its entries non-zero is gathered before it is reduced
+# (_sampled_terms): the gather's two passes cost less than the reductions' passes over the zeros. The same
+# threshold already picks the gathered quantum in _first_inexact_in.
+SPARSE_FRACTION = 4
 
 
 def _first_inexact_addition(terms: Any, count: int, mean_abs: float, spread: float, roundoff: float) -> int:
@@ -191,7 +195,7 @@ def _first_inexact_in(parts: Sequence[Any], count: int, mean_abs: float, spread:
         least = min(float(_quantum(piece).min()) for piece in sample)
         if math.isfinite(least) and first_at(least) == 1:
             return 1
-    if 4 * count < sum(int(part.numel()) for part in parts):
+    if SPARSE_FRACTION * count < sum(int(part.numel()) for part in parts):
         # few non-zero terms (an element of one row of a large input, which the sample missed): the quantum of those
         # alone, gathered in two passes, instead of _quantum's dozen passes over every zero (the same minimum)
         parts = [part[part != 0] for part in parts]
@@ -483,14 +487,20 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
     zeroed.
 
     One reverse pass per sample: ten times faster than torch.autograd.grad(is_grads_batched=True) on a
-    64 x 1024 softmax (vmap over the backward graph), and it needs no batching rule. Each pass's products are
-    reduced at once into one buffer per leaf, reused by every sample (a fresh 32 MB vector per pass cost its page
-    faults again), and never gathered into a vector of the non-zero terms (RowTerms.of)."""
+    64 x 1024 softmax (vmap over the backward graph), and it needs no batching rule. A leaf's gradient is dense or
+    sparse alike for every sample of one output, so each leaf's first sample says how its products are formed
+    (`sparse`): a dense one into one buffer per leaf, reused by every sample (a fresh 32 MB vector per pass
+    cost its page faults again), reduced as it is (RowTerms.of); a sparse one (an elementwise or row op's element
+    depends on a few inputs) gathered to its non-zero entries first, so the reductions read a few values instead
+    of the whole input a dozen times."""
     import torch
 
     wrt = list(leaves) + list(intermediates)
     flat_values = [v.reshape(-1) for v in values]
     buffers: list[Any] = [None] * len(flat_values)
+    sparse: list[bool | None] = [None] * len(flat_values)  # per leaf, learnt from its first sample's gradient
+    carriers = [value.detach() for value in (magnitudes if magnitudes is not None else intermediates)]
+    sparse_carrier: list[bool | None] = [None] * len(carriers)  # the same, per intermediate
     found: list[tuple[RowTerms, bool, float]] = []
     used = False
     # the reverse pass of out.flat[s] starts from a one-hot of out's shape: one buffer, its 1 moved from sample to
@@ -509,20 +519,37 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
                     if g is None:
                         continue
                     used = True
-                    # dense: `value` is finite (non-finite inputs zeroed), so g * value is non-finite exactly where a
-                    # moving g is (NaN or Inf), and 0 where g is; masking g != 0 first cost a third of the bound terms
-                    if buffers[k] is None:
-                        buffers[k] = torch.empty_like(value)
-                    product = torch.mul(g.detach().reshape(-1), value, out=buffers[k])
+                    flat_g = g.detach().reshape(-1)
+                    if sparse[k] is None:
+                        sparse[k] = SPARSE_FRACTION * int(torch.count_nonzero(flat_g)) < flat_g.numel()
+                    if sparse[k]:
+                        moved = flat_g.nonzero().reshape(-1)
+                        product = flat_g[moved] * value[moved]
+                    else:
+                        # dense: masking g != 0 first cost a third of the bound terms of fla's linear cross-entropy
+                        # gradient, whose dW elements depend on 4.2 M terms each
+                        if buffers[k] is None:
+                            buffers[k] = torch.empty_like(value)
+                        product = torch.mul(flat_g, value, out=buffers[k])
+                    # `value` is finite (non-finite inputs zeroed), so g * value is non-finite exactly where a moving
+                    # g is (NaN or Inf), and 0 where g is
                     if not _all_finite(product, torch):
                         finite = False
                         product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
                     parts.append(product)
                 terms = RowTerms.of(parts, roundoff)
                 carried = 0.0
-                for value, g in zip(magnitudes if magnitudes is not None else intermediates, grads[len(leaves):]):
-                    if g is not None:
-                        carried += float((value.detach() * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum())
+                for k, (value, g) in enumerate(zip(carriers, grads[len(leaves):])):
+                    if g is None:
+                        continue
+                    if sparse_carrier[k] is None:
+                        sparse_carrier[k] = (value.shape == g.shape and SPARSE_FRACTION * int(torch.count_nonzero(g))
+                                             < g.numel())
+                    if sparse_carrier[k]:  # the same sum over the entries where g is not zero
+                        flat_g = g.detach().reshape(-1)
+                        moved = flat_g.nonzero().reshape(-1)
+                        value, g = value.reshape(-1)[moved], flat_g[moved]
+                    carried += float((value * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum())
             finally:
                 flat_one_hot[index] = 0.0
             found.append((terms, finite, carried))
