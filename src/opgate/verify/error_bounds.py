@@ -488,7 +488,7 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
 
     One reverse pass per sample: ten times faster than torch.autograd.grad(is_grads_batched=True) on a
     64 x 1024 softmax (vmap over the backward graph), and it needs no batching rule. A leaf's gradient is dense or
-    sparse alike for every sample of one output, so each leaf's first sample says how its products are formed
+    sparse alike for most samples of one output, so each leaf's last sample says how its products are formed
     (`sparse`): a dense one into one buffer per leaf, reused by every sample (a fresh 32 MB vector per pass
     cost its page faults again), reduced as it is (RowTerms.of); a sparse one (an elementwise or row op's element
     depends on a few inputs) gathered to its non-zero entries first, so the reductions read a few values instead
@@ -498,7 +498,7 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
     wrt = list(leaves) + list(intermediates)
     flat_values = [v.reshape(-1) for v in values]
     buffers: list[Any] = [None] * len(flat_values)
-    sparse: list[bool | None] = [None] * len(flat_values)  # per leaf, learnt from its first sample's gradient
+    sparse: list[bool | None] = [None] * len(flat_values)  # per leaf, learnt from its samples' gradients
     carriers = [value.detach() for value in (magnitudes if magnitudes is not None else intermediates)]
     sparse_carrier: list[bool | None] = [None] * len(carriers)  # the same, per intermediate
     found: list[tuple[RowTerms, bool, float]] = []
@@ -525,6 +525,8 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
                     if sparse[k]:
                         moved = flat_g.nonzero().reshape(-1)
                         product = flat_g[moved] * value[moved]
+                        # a first sample that said sparse wrongly (a masked element's zero row) costs one sample
+                        sparse[k] = SPARSE_FRACTION * int(moved.numel()) < flat_g.numel()
                     else:
                         # dense: masking g != 0 first cost a third of the bound terms of fla's linear cross-entropy
                         # gradient, whose dW elements depend on 4.2 M terms each
@@ -548,6 +550,7 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
                     if sparse_carrier[k]:  # the same sum over the entries where g is not zero
                         flat_g = g.detach().reshape(-1)
                         moved = flat_g.nonzero().reshape(-1)
+                        sparse_carrier[k] = SPARSE_FRACTION * int(moved.numel()) < flat_g.numel()
                         value, g = value.reshape(-1)[moved], flat_g[moved]
                     carried += float((value * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum())
             finally:
