@@ -195,7 +195,7 @@ def _first_inexact_in(parts: Sequence[Any], count: int, mean_abs: float, spread:
         least = min(float(_quantum(piece).min()) for piece in sample)
         if math.isfinite(least) and first_at(least) == 1:
             return 1
-    if SPARSE_FRACTION * count < sum(int(part.numel()) for part in parts):
+    if SPARSE_FRACTION * count < sum(int(part.numel()) for part in parts):  # as _few, over several vectors
         # few non-zero terms (an element of one row of a large input, which the sample missed): the quantum of those
         # alone, gathered in two passes, instead of _quantum's dozen passes over every zero (the same minimum)
         parts = [part[part != 0] for part in parts]
@@ -521,12 +521,10 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
                     used = True
                     flat_g = g.detach().reshape(-1)
                     if sparse[k] is None:
-                        sparse[k] = SPARSE_FRACTION * int(torch.count_nonzero(flat_g)) < flat_g.numel()
+                        sparse[k] = _few(int(torch.count_nonzero(flat_g)), flat_g)
                     if sparse[k]:
-                        moved = flat_g.nonzero().reshape(-1)
+                        moved, sparse[k] = _moved_entries(flat_g)
                         product = flat_g[moved] * value[moved]
-                        # a first sample that said sparse wrongly (a masked element's zero row) costs one sample
-                        sparse[k] = SPARSE_FRACTION * int(moved.numel()) < flat_g.numel()
                     else:
                         # dense: masking g != 0 first cost a third of the bound terms of fla's linear cross-entropy
                         # gradient, whose dW elements depend on 4.2 M terms each
@@ -545,12 +543,10 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
                     if g is None:
                         continue
                     if sparse_carrier[k] is None:
-                        sparse_carrier[k] = (value.shape == g.shape and SPARSE_FRACTION * int(torch.count_nonzero(g))
-                                             < g.numel())
+                        sparse_carrier[k] = value.shape == g.shape and _few(int(torch.count_nonzero(g)), g)
                     if sparse_carrier[k]:  # the same sum over the entries where g is not zero
                         flat_g = g.detach().reshape(-1)
-                        moved = flat_g.nonzero().reshape(-1)
-                        sparse_carrier[k] = SPARSE_FRACTION * int(moved.numel()) < flat_g.numel()
+                        moved, sparse_carrier[k] = _moved_entries(flat_g)
                         value, g = value.reshape(-1)[moved], flat_g[moved]
                     carried += float((value * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum())
             finally:
@@ -559,6 +555,18 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
     except RuntimeError:
         return None
     return found if used else None
+
+
+def _few(count: int, vector: Any) -> bool:
+    """Whether `count` non-zero entries are few enough in `vector` to gather them first (SPARSE_FRACTION)."""
+    return SPARSE_FRACTION * count < vector.numel()
+
+
+def _moved_entries(flat_g: Any) -> tuple[Any, bool]:
+    """The indices of a flat gradient's non-zero entries, and whether they were few: a first sample that said sparse
+    wrongly (a masked element's zero row) then costs that one sample, and the next ones are formed densely."""
+    moved = flat_g.nonzero().reshape(-1)
+    return moved, _few(int(moved.numel()), flat_g)
 
 
 # --- The log-space statistic: what a float32 max/logsumexp of the inputs' magnitude costs -------------------------

@@ -191,9 +191,9 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
     internal (not reported): the runtime check judges, and says so itself if the call fails."""
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        started = time.perf_counter()
         from opgate.verify.gradients import upstream_kept_on_device
 
+        started = time.perf_counter()
         options, torch = self.begin(ctx)
         note = "compiled"
         try:
@@ -752,17 +752,15 @@ def run_once(spec_file: str, op_name: str, impl_name: str, dtype: str, profiled:
     With `profiled` (Nsight Compute), the call runs at the operator's timing size, and a first call compiles (and autotunes) the kernels, and only the second runs between
     cudaProfilerStart and cudaProfilerStop: Nsight Compute, started with --profile-from-start off, then sees
     the implementation's own launches, not input generation, JIT compilation or autotuning."""
-    import contextlib
-
     import torch
 
     from opgate.verify.gradients import upstream_kept_on_device
 
     op, implementation = load_implementation(ImplementationRef(spec_file, op_name, impl_name))
     args = cuda_inputs(op, op.timing_dims() if profiled else op.default_dims(), dtype, seed=0, draw_on_gpu=False)
-    # profiled: a gradient twin's upstream gradient is made by the first call, so the profiled one launches only
-    # the implementation's kernels (no copy or cast of opgate's)
-    with upstream_kept_on_device() if profiled else contextlib.nullcontext():
+    # a gradient twin's upstream gradient is made by the first call, so a profiled second one launches only the
+    # implementation's kernels (no copy or cast of opgate's)
+    with upstream_kept_on_device():
         if profiled:
             implementation.fn(*args)
             torch.cuda.synchronize()
