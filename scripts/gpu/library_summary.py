@@ -27,6 +27,8 @@ def summary(report: dict) -> list[str]:
     heaviest = sorted(((p.get("bounds", 0.0), plan) for plan, p in phases.items()), reverse=True)[:6]
     lines.append(f"bound terms: {sum(p.get('bounds', 0.0) for p in phases.values()):.0f} s over {len(phases)} plans; "
                  "heaviest " + ", ".join(f"{plan} {seconds:.0f} s" for seconds, plan in heaviest))
+    per_plan = engine.get("calibration_bounds_cache", {})
+    lines += [f"  {plan}: {seconds:.0f} s of bound terms, {per_plan.get(plan, {})}" for seconds, plan in heaviest]
     lines.append(f"spec load {engine.get('spec_load_s')} s, prepare {engine.get('prepare_s')} s, "
                  f"bound cache {engine.get('bounds_cache')}")
     # the measuring stages run one at a time: their durations' sum is the time the GPU was held for them alone

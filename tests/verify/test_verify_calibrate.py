@@ -246,3 +246,19 @@ def test_bound_terms_past_the_deferral_time_are_left_to_the_numerics_and_come_ou
     later, _, _ = budgets_for_case(op, "float16", cases[k], truths[k], baselines[k], deferred.pooled_rmse,
                                    deferred.pooled_quantile, deferred.n_cases, deferred.pooled_element_rho)
     assert [b.rmse for b in later] == pytest.approx([b.rmse for b in full.budgets[k]], rel=0.05)
+
+
+def test_a_layout_case_holding_a_declared_cases_values_shares_its_bounds_and_votes_once(softmax_op, monkeypatch):
+    """Its bound terms are the declared case's (computed once), and the pooled figures count those values once."""
+    from opgate.verify import calibrate as calibrate_module
+
+    monkeypatch.setenv("OPGATE_CACHE", "0")
+    cases, truths, baselines, cal = _calibrated(softmax_op, "float16", "standard")
+    pairs = [(k, j) for k, c in enumerate(cases) if c.origin == "layout"
+             for j, d in enumerate(cases) if d.origin == "declared" and d.values_key() == c.values_key()][:1]
+    assert pairs
+    (k, j), = pairs
+    assert [b.to_dict() for b in cal.budgets[k]] == [b.to_dict() for b in cal.budgets[j]]
+    before = calibrate_module.CACHE_COUNTS["computed"]
+    calibrate_module.bounds_until_deferred(softmax_op, cases, "float16", truths, 0.0)
+    assert calibrate_module.CACHE_COUNTS["computed"] - before == len({c.values_key() for c in cases})

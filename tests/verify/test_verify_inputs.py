@@ -81,6 +81,22 @@ def test_layouts_keep_values_and_change_strides(softmax_op):
     assert torch.isnan(y.as_strided((3, 10), (10, 1))[:, 1::2]).all()
 
 
+def test_a_layout_case_at_a_declared_size_holds_that_sizes_first_values(softmax_op):
+    """Its comparison with the contiguous case is then about the strides alone, and calibration computes its truth and
+    bound terms once; the seeds of the cases after it do not move."""
+    cases = plan_cases(softmax_op, "standard")
+    declared = {c.dims: c for c in reversed(cases) if c.origin == "declared"}  # each size's first seed
+    layouts = [c for c in cases if c.origin == "layout" and c.dims in declared]
+    assert layouts, "softmax's standard plan has layout cases at declared sizes"
+    for case in layouts:
+        first = declared[case.dims]
+        assert case.values_key() == first.values_key() and case.layout != first.layout
+        assert torch.equal(make_inputs(softmax_op, case, "float16").values[0],
+                           make_inputs(softmax_op, first, "float16").values[0])
+    others = [c for c in cases if not (c.origin == "layout" and c.dims in declared)]
+    assert sorted(c.seed for c in others) == sorted(set(c.seed for c in others))  # every other case draws its own
+
+
 def test_regimes_shape_the_values(softmax_op):
     dims = {"M": 4, "N": 256}
 

@@ -8,7 +8,8 @@ judging code, so an entry is keyed by exactly those:
 - a digest of the float64 inputs the truth is computed from and of the truth itself (the reference's values),
 - a digest of the reference's code (bytecode, constants and names, recursively; no line numbers, so editing a
   kernel elsewhere in the spec file keeps the entry),
-- the case (its seed drives the sampling), the dtype, torch's version and a digest of opgate's judging sources.
+- the case's values (sizes, seed, regime: the seed drives the sampling; not its layout, which the float64 inputs
+  do not have), the dtype, torch's version and a digest of opgate's judging sources.
 
 A changed reference, input generator or judging rule therefore misses, and nothing needs invalidating by hand. The
 truth and the eager baseline themselves are recomputed on every run (cheap next to the bounds, and the truth is what
@@ -148,7 +149,7 @@ def entry_key(reference: Callable[..., Any], case: "Case", dtype: str, truth_inp
     import torch
 
     parts = {"format": CACHE_FORMAT, "code": judging_code_digest(), "torch": torch.__version__,
-             "reference": function_digest(reference), "case": case.to_dict(), "dtype": dtype,
+             "reference": function_digest(reference), "case": repr(case.values_key()), "dtype": dtype,
              "inputs": tensors_digest(truth_inputs), "truth": tensors_digest(truth)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 

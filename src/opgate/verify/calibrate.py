@@ -386,10 +386,13 @@ def calibrate(
                      "float64 truth is finite (NaN/Inf, or off by more than the value); a candidate's NaN/Inf on "
                      "exactly those elements is excused")
 
+    # one vote per set of values: a layout case holding its declared size's values repeats that case's errors
+    distinct = set({case.values_key(): k for k, case in reversed(list(enumerate(cases)))}.values())
+    pooled_rows = [row for k, row in enumerate(baseline_stats) if k in distinct]
     pooled_rmse, pooled_q = [], []
     for o in range(n_outputs):
-        rel_rmse = [row[o].rmse / row[o].truth_rms for row in baseline_stats if row[o].truth_rms > 0]
-        rel_q = [row[o].quantile_abs / row[o].truth_quantile_abs for row in baseline_stats
+        rel_rmse = [row[o].rmse / row[o].truth_rms for row in pooled_rows if row[o].truth_rms > 0]
+        rel_q = [row[o].quantile_abs / row[o].truth_quantile_abs for row in pooled_rows
                  if row[o].truth_quantile_abs > 0]
         pooled_rmse.append(_median(rel_rmse))
         pooled_q.append(_median(rel_q))
@@ -405,7 +408,7 @@ def calibrate(
     # depends on the clock and a replay must pool as its run did (pooling over those alone loosened the bfloat16
     # softmax backward's budgets: tests/verify/test_verify_precision_class.py)
     deferred = sum(1 for bounds in case_bounds if bounds is None)
-    pooled = essential_cases(cases)[1] if deferred else set(range(n))
+    pooled = (essential_cases(cases)[1] if deferred else set(range(n))) & distinct
     pooled_rho = [_median([rho for k, (bounds, truth, baseline) in enumerate(zip(case_bounds, truths, baselines))
                            if k in pooled and bounds is not None
                            and (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
@@ -450,10 +453,14 @@ def bounds_until_deferred(op: Operator, cases: Sequence[Case], dtype: str, truth
     (deferred). 0: every case computed."""
     order, essential = essential_cases(cases)
     out: list[CaseBounds | None] = [None] * len(cases)
+    by_values: dict[tuple[Any, ...], CaseBounds] = {}  # a layout case's values are its declared size's (plan_cases)
     began = time.perf_counter()
     for k in order:
         if k in essential or defer_after_s <= 0 or time.perf_counter() - began < defer_after_s:
-            out[k] = CaseBounds.of(op, cases[k], dtype, truths[k])
+            key = cases[k].values_key()
+            if key not in by_values:
+                by_values[key] = CaseBounds.of(op, cases[k], dtype, truths[k])
+            out[k] = by_values[key]
     return out
 
 

@@ -264,7 +264,8 @@ class PreparedRun:
                   # one: CheckTask.group)
                   "files_completed_s": {shown.get(group, group): at for group, at in self.feed.completed.items()},
                   "calibration_phases_s": self.info.pop("calibration_phases_s", {}),
-                  "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0})}
+                  "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0}),
+                  "calibration_bounds_cache": self.info.pop("calibration_bounds_cache", {})}
         extra = {**report.extra, **self.info, "engine": engine}
         calibrated = [self._with_spec(r) for r in list(self.calibrator.results)]  # a snapshot: after an interrupt
         preset = [self._with_spec(r) for r in self.preset]                         # the thread may still append
