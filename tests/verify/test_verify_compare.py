@@ -110,9 +110,40 @@ def test_statistics_read_in_place_equal_those_of_the_gathered_elements() -> None
     in_place = compare_output(candidate, truth, "float32")
     original = compare.selected
     try:
-        compare.selected = lambda values, mask, everywhere: values[mask]
+        # gathered through a mask (an all-finite output has none: compare._finite_everywhere's fast path)
+        compare.selected = lambda values, mask, everywhere: values[
+            mask if mask is not None else torch.ones(values.shape, dtype=torch.bool)]
         gathered = compare_output(candidate, truth, "float32")
     finally:
         compare.selected = original
     assert dataclasses.astuple(in_place) == dataclasses.astuple(gathered)
     assert in_place.compared == truth.numel()
+
+
+def test_the_all_finite_fast_path_gives_the_statistics_of_the_classifying_one() -> None:
+    """compare_output skips its non-finite classification when every element is finite (a float64 sum says so in one
+    pass); the statistics are the same as the classifying path's, and any NaN, Inf or overflow still takes it."""
+    import dataclasses
+
+    from opgate.verify import compare
+
+    gen = torch.Generator().manual_seed(5)
+    truth = torch.randn(96, 40, dtype=torch.float64, generator=gen) * 10
+    cases = [(truth.float() + 1e-5, truth, "float32"), (truth.half(), truth, "float16"),
+             (truth.to(torch.bfloat16), truth.t().contiguous().t(), "bfloat16")]
+    with_nan = truth.float().clone()
+    with_nan[3, 4] = math.nan
+    overflowing = truth.clone()
+    overflowing[0, 0] = 1e6  # beyond float16: the rounded truth is Inf
+    cases += [(with_nan, truth, "float32"), (overflowing.half(), overflowing, "float16")]
+    original = compare._finite_everywhere
+    for candidate, reference, dtype in cases:
+        fast = compare_output(candidate, reference, dtype)
+        try:
+            compare._finite_everywhere = lambda *tensors: False
+            slow = compare_output(candidate, reference, dtype)
+        finally:
+            compare._finite_everywhere = original
+        assert repr(dataclasses.astuple(fast)) == repr(dataclasses.astuple(slow)), dtype  # NaN != NaN
+    assert compare._finite_everywhere(torch.tensor([1e308, 1e308], dtype=torch.float64))  # the sum overflows
+    assert not compare._finite_everywhere(torch.tensor([1.0, math.inf]), torch.tensor([2.0]))
