@@ -10,7 +10,7 @@ import torch
 import opgate
 from opgate.core import dtypes as dt
 from opgate.verify.calibrate import (
-    FLOOR_EPS, K_QUANTILE, K_RMSE, CalibrationError, calibrate, judge_case, truth_and_baseline,
+    FLOOR_EPS, K_QUANTILE, K_RMSE, CalibrationError, baseline_lost_mask, calibrate, judge_case, truth_and_baseline,
 )
 from opgate.verify.inputs import plan_cases
 from opgate.core.spec import SpecError
@@ -262,3 +262,20 @@ def test_a_layout_case_holding_a_declared_cases_values_shares_its_bounds_and_vot
     before = calibrate_module.CACHE_COUNTS["computed"]
     calibrate_module.bounds_until_deferred(softmax_op, cases, "float16", truths, 0.0)
     assert calibrate_module.CACHE_COUNTS["computed"] - before == len({c.values_key() for c in cases})
+
+
+def test_the_lost_mask_of_an_all_finite_case_is_the_classifying_ones(monkeypatch):
+    """baseline_lost_mask skips its masks when truth, rounded truth and eager are all finite; the mask is the same as
+    the classifying path's, whether eager is fine or fails the case as a whole."""
+    from opgate.verify import calibrate as calibrate_module
+
+    gen = torch.Generator().manual_seed(3)
+    truth = torch.randn(64, 33, dtype=torch.float64, generator=gen)
+    pairs = [(truth, truth.half()), (truth, (truth * 0.3).half()), (truth, torch.zeros(64, 33)),
+             (truth * 1e6, (truth * 1e6).half())]  # the last overflows float16: the classifying path either way
+    for t, b in pairs:
+        fast = baseline_lost_mask(t, b)
+        monkeypatch.setattr(calibrate_module, "finite_everywhere", lambda *tensors: False)
+        slow = baseline_lost_mask(t, b)
+        monkeypatch.undo()
+        assert torch.equal(fast, slow)

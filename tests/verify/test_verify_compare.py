@@ -110,7 +110,7 @@ def test_statistics_read_in_place_equal_those_of_the_gathered_elements() -> None
     in_place = compare_output(candidate, truth, "float32")
     original = compare.selected
     try:
-        # gathered through a mask (an all-finite output has none: compare._finite_everywhere's fast path)
+        # gathered through a mask (an all-finite output has none: compare.finite_everywhere's fast path)
         compare.selected = lambda values, mask, everywhere: values[
             mask if mask is not None else torch.ones(values.shape, dtype=torch.bool)]
         gathered = compare_output(candidate, truth, "float32")
@@ -136,14 +136,14 @@ def test_the_all_finite_fast_path_gives_the_statistics_of_the_classifying_one() 
     overflowing = truth.clone()
     overflowing[0, 0] = 1e6  # beyond float16: the rounded truth is Inf
     cases += [(with_nan, truth, "float32"), (overflowing.half(), overflowing, "float16")]
-    original = compare._finite_everywhere
+    original = compare.finite_everywhere
     for candidate, reference, dtype in cases:
         fast = compare_output(candidate, reference, dtype)
         try:
-            compare._finite_everywhere = lambda *tensors: False
+            compare.finite_everywhere = lambda *tensors: False
             slow = compare_output(candidate, reference, dtype)
         finally:
-            compare._finite_everywhere = original
+            compare.finite_everywhere = original
         assert repr(dataclasses.astuple(fast)) == repr(dataclasses.astuple(slow)), dtype  # NaN != NaN
-    assert compare._finite_everywhere(torch.tensor([1e308, 1e308], dtype=torch.float64))  # the sum overflows
-    assert not compare._finite_everywhere(torch.tensor([1.0, math.inf]), torch.tensor([2.0]))
+    assert compare.finite_everywhere(torch.tensor([1e308, 1e308], dtype=torch.float64))  # the sum overflows
+    assert not compare.finite_everywhere(torch.tensor([1.0, math.inf]), torch.tensor([2.0]))

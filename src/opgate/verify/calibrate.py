@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from opgate.core import dtypes as dt
-from opgate.verify.compare import OutputStats, compare_output, count_exceeding, selected
+from opgate.verify.compare import OutputStats, compare_output, count_exceeding, finite_everywhere, selected
 from opgate.verify.error_bounds import (
     LOGSPACE_UNITS, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
 )
@@ -326,6 +326,12 @@ def baseline_lost_mask(truth: Any, baseline: Any) -> Any:
     t = truth.to(torch.float64)
     b = baseline.to(torch.float64)
     t_in_dtype = t.to(baseline.dtype).to(torch.float64)
+    if finite_everywhere(t, t_in_dtype, b):  # the common case: nothing non-finite to excuse, no overflow
+        truth_rms = float(t.pow(2).mean().sqrt())
+        eager_rmse = float((b - t).pow(2).mean().sqrt())
+        if truth_rms > 0 and eager_rmse >= 0.5 * truth_rms:
+            return ((b - t).abs() >= 0.5 * t.abs()) & (b != t)
+        return torch.zeros(truth.shape, dtype=torch.bool)
     finite = torch.isfinite(t)
     fits = torch.isfinite(t_in_dtype)
     usable = finite & fits

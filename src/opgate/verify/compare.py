@@ -183,7 +183,7 @@ def compare_output(
         cand64, truth64 = candidate.to(torch.float64), truth.to(torch.float64)
         truth_in_dtype = truth64.to(candidate.dtype)
 
-    finite = _finite_everywhere(truth64, truth_in_dtype, cand64)
+    finite = finite_everywhere(truth64, truth_in_dtype, cand64)
     if finite:  # the common case: every class below is empty and every element is compared
         missed = excused = unexpected = nan_dropped = 0
         compared, n_compared = None, numel
@@ -284,7 +284,7 @@ def compare_output(
     return OutputStats(worst=worst, **stats)
 
 
-def _finite_everywhere(*tensors: Any) -> bool:
+def finite_everywhere(*tensors: Any) -> bool:
     """Whether every element of every tensor is finite: a float64 sum is finite when every term is (NaN and Inf carry
     into it), and only a sum that overflowed or met a non-finite term needs the elementwise test. On a gradient of
     4.2 M elements compare_output's classifying masks (isfinite, isnan, their combinations) cost a third of it."""
