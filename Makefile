@@ -10,7 +10,8 @@ REPORT_DIR ?= opgate-report
 # Two pytest processes, each taking whole test files (module fixtures run once): on the 2-core CI machine the suite
 # took 655-694 s from fresh clones against 832 s in one process (docs/benchmarks.md). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-PYTEST_ARGS ?= $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# --durations: the slowest tests at the end of every run (CI's log says where #27's 11 minutes go).
+PYTEST_ARGS ?= $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) --durations=25
 
 DEMO_VENV := .venv-demo
 TEST_VENV := .venv-test
