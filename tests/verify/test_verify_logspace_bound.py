@@ -133,3 +133,22 @@ def test_a_cross_entropy_gradient_at_a_confident_row_is_charged_at_the_row_logsu
     label_bound = max(e.bound for e in bound.elements if e.index == 7)
     assert abs(float(dx[0, 7])) < 1e-9 < 2.0**-24 * 31 * 0.01 < label_bound
     assert bound.rmse >= label_bound / 4096**0.5 * 0.99  # the label's share of the RMS
+
+
+def test_the_relative_change_reads_all_finite_outputs_in_place_and_masks_the_rest() -> None:
+    """_relative_change over every element when all are finite (no gather), over the elements finite in both when
+    some are not: the figures of the masked way, bit for bit, on a transposed output too."""
+    from opgate.verify import compare
+    from opgate.verify.error_bounds import _relative_change
+
+    gen = torch.Generator().manual_seed(1)
+    truth = torch.randn(40, 24, dtype=torch.float64, generator=gen).t()
+    moved = truth * (1 + 1e-9 * torch.randn(24, 40, dtype=torch.float64, generator=gen))
+    holed = moved.clone()
+    holed[3, 5] = float("nan")
+    for m in (moved, holed):
+        both = torch.isfinite(truth) & torch.isfinite(m)
+        expected = float((m[both] - truth[both]).pow(2).mean().sqrt()) / float(truth[both].pow(2).mean().sqrt())
+        assert _relative_change(m, truth) == expected
+    assert compare.finite_everywhere(truth, moved) and not compare.finite_everywhere(truth, holed)
+    assert _relative_change(torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.float64)) == float("inf")

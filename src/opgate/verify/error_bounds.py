@@ -619,12 +619,16 @@ def _relative_change(moved: Any, truth: Any) -> float:
 
     if not isinstance(moved, torch.Tensor) or moved.shape != truth.shape:
         return math.inf
+    from opgate.verify.compare import finite_everywhere, selected
+
     t, m = truth.to(torch.float64), moved.detach().to(torch.float64)
-    both = torch.isfinite(t) & torch.isfinite(m)
-    if not bool(both.any()):
+    everywhere = finite_everywhere(t, m)  # the common case: read in place, no masks and gathers
+    both = None if everywhere else torch.isfinite(t) & torch.isfinite(m)
+    if t.numel() == 0 or (both is not None and not bool(both.any())):
         return math.inf
-    scale = float(t[both].pow(2).mean().sqrt())
-    change = float((m[both] - t[both]).pow(2).mean().sqrt())
+    t, m = selected(t, both, everywhere), selected(m, both, everywhere)
+    scale = float(t.pow(2).mean().sqrt())
+    change = float((m - t).pow(2).mean().sqrt())
     if scale == 0.0:
         return 0.0 if change == 0.0 else math.inf
     return change / scale
