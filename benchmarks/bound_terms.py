@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from opgate.verify import error_bounds
-from opgate.verify.error_bounds import RowTerms, _all_finite
+from opgate.verify.compare import finite_everywhere
+from opgate.verify.error_bounds import RowTerms
 
 
 def _dense_terms(out: Any, leaves: Any, values: Any, samples: Any, roundoff: float, intermediates: Any = (),
@@ -42,7 +43,7 @@ def _dense_terms(out: Any, leaves: Any, values: Any, samples: Any, roundoff: flo
                     if buffers[k] is None:
                         buffers[k] = torch.empty_like(value)
                     product = torch.mul(g.detach().reshape(-1), value, out=buffers[k])
-                    if not _all_finite(product, torch):
+                    if not finite_everywhere(product):
                         finite = False
                         product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
                     parts.append(product)

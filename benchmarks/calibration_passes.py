@@ -72,7 +72,7 @@ def _old_sampled_terms(out: Any, leaves: Any, values: Any, samples: Any, roundof
                     continue
                 used = True
                 product = g.detach().reshape(-1) * value
-                if not error_bounds._all_finite(product, torch):
+                if not compare.finite_everywhere(product):
                     finite = False
                     product = product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
                 parts.append(product[product != 0])

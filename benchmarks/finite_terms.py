@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from opgate.verify.error_bounds import _all_finite
+from opgate.verify.compare import finite_everywhere
 
 
 def mask_first(product: torch.Tensor) -> bool:
@@ -23,7 +23,7 @@ def mask_first(product: torch.Tensor) -> bool:
 
 
 def sum_first(product: torch.Tensor) -> bool:
-    finite = _all_finite(product, torch)
+    finite = finite_everywhere(product)
     if not finite:
         product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
     return finite

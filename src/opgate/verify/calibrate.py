@@ -36,7 +36,7 @@ from opgate.verify.compare import OutputStats, compare_output, count_exceeding, 
 from opgate.verify.error_bounds import (
     LOGSPACE_UNITS, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
 )
-from opgate.verify.inputs import Case, make_inputs
+from opgate.verify.inputs import Case, first_with_same_values, make_inputs
 from opgate.core.spec import Operator, SpecError
 
 # dynamo's `same()` uses multiplier 2.0 on the fp64 RMSE; the quantile gets the same multiple.
@@ -375,18 +375,15 @@ def calibrate(
     masks: list[list[Any]] = []
     notes: list[str] = []
     excluded = 0
-    # a layout case holding its declared size's values has that case's truth and baseline objects
-    # (calibrator._truths_and_baselines): their statistics are computed once
-    known: dict[tuple[int, int], tuple[list[OutputStats], list[Any]]] = {}
-    for truth, baseline in zip(truths, baselines):
-        if (id(truth), id(baseline)) in known:
-            row, mask_row = known[(id(truth), id(baseline))]
-            baseline_stats.append(list(row))
-            masks.append(list(mask_row))
-            excluded += sum(1 for stats in row if stats.nonfinite_excused)
+    # a layout case holding its declared size's values has that case's truth, baseline and statistics
+    first = first_with_same_values(cases)
+    for k, (truth, baseline) in enumerate(zip(truths, baselines)):
+        if first[k] != k:
+            baseline_stats.append(list(baseline_stats[first[k]]))
+            masks.append(list(masks[first[k]]))
+            excluded += sum(1 for stats in baseline_stats[k] if stats.nonfinite_excused)
             continue
         row, mask_row = [], []
-        known[(id(truth), id(baseline))] = (row, mask_row)
         for name, t, b in zip(names, truth, baseline):
             mask = baseline_lost_mask(t, b)
             stats = compare_output(b, t, dt.dtype_name(b.dtype), name, baseline_lost=mask,
@@ -403,7 +400,7 @@ def calibrate(
                      "exactly those elements is excused")
 
     # one vote per set of values: a layout case holding its declared size's values repeats that case's errors
-    distinct = set({case.values_key(): k for k, case in reversed(list(enumerate(cases)))}.values())
+    distinct = {k for k in range(len(cases)) if first[k] == k}
     pooled_rows = [row for k, row in enumerate(baseline_stats) if k in distinct]
     pooled_rmse, pooled_q = [], []
     for o in range(n_outputs):
@@ -430,15 +427,14 @@ def calibrate(
                            and (rho := eager_element_loss(truth[o], baseline[o], bounds.accumulation[o])) is not None])
                   for o in range(n_outputs)]
     budgets: list[list[OutputBudget]] = []
-    budgeted: dict[tuple[int, int, int], list[OutputBudget]] = {}  # the same bounds, truth and baseline: once
-    for bounds, truth, row, baseline in zip(case_bounds, truths, baseline_stats, baselines):
-        same = (id(bounds), id(truth), id(baseline))
-        if bounds is not None and same not in budgeted:
-            budgeted[same] = [bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
-                                            _quantized_for(quantized, b), pooled_rho[o])
-                              for o, (stats, b) in enumerate(zip(row, baseline))]
-        # deferred (no bounds): the numerics check computes it if it runs the case
-        budgets.append([] if bounds is None else list(budgeted[same]))
+    for k, (bounds, truth, row, baseline) in enumerate(zip(case_bounds, truths, baseline_stats, baselines)):
+        if first[k] != k and bounds is case_bounds[first[k]]:  # the same values and bounds: the same budgets
+            budgets.append(list(budgets[first[k]]))
+            continue
+        budgets.append([] if bounds is None else  # deferred: the numerics check computes it if it runs the case
+                       [bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
+                                      _quantized_for(quantized, b), pooled_rho[o])
+                        for o, (stats, b) in enumerate(zip(row, baseline))])
     if deferred:
         notes.append(f"{deferred} of {n} cases' bound terms were deferred to the numerics check, which computes "
                      "them for the cases it runs (their time counts in its time budget)")
@@ -473,14 +469,12 @@ def bounds_until_deferred(op: Operator, cases: Sequence[Case], dtype: str, truth
     (deferred). 0: every case computed."""
     order, essential = essential_cases(cases)
     out: list[CaseBounds | None] = [None] * len(cases)
-    by_values: dict[tuple[Any, ...], CaseBounds] = {}  # a layout case's values are its declared size's (plan_cases)
+    first = first_with_same_values(cases)  # a layout case's values are its declared size's (plan_cases)
     began = time.perf_counter()
     for k in order:
         if k in essential or defer_after_s <= 0 or time.perf_counter() - began < defer_after_s:
-            key = cases[k].values_key()
-            if key not in by_values:
-                by_values[key] = CaseBounds.of(op, cases[k], dtype, truths[k])
-            out[k] = by_values[key]
+            shared = out[first[k]]
+            out[k] = shared if shared is not None else CaseBounds.of(op, cases[k], dtype, truths[k])
     return out
 
 

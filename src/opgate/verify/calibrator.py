@@ -27,7 +27,7 @@ from opgate.verify.calibrate import (
     CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, deferral_seconds,
     truth_and_baseline,
 )
-from opgate.verify.inputs import Case, inputs_generated_once, make_inputs, plan_cases
+from opgate.verify.inputs import Case, first_with_same_values, inputs_generated_once, make_inputs, plan_cases
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 
@@ -235,6 +235,7 @@ def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_case
     inputs_generated_once()."""
     fatal: list[Case] | None = None
     computed: dict[int, tuple[Any, Any]] = {}
+    first = first_with_same_values(cases)
     for k in sorted(range(len(cases)), key=lambda k: is_added_empty_case(cases[k])):
         case = cases[k]
         if is_added_empty_case(case):
@@ -242,9 +243,9 @@ def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_case
                 fatal = fatal_cases()
             if case in fatal:
                 continue
-        twin = next((j for j in computed if cases[j].values_key() == case.values_key()), None)
-        try:  # a case holding another's values in other strides has its truth and baseline (plan_cases)
-            computed[k] = computed[twin] if twin is not None else truth_and_baseline(op, case, dtype)
+        twin = first[k]  # a case holding another's values in other strides has its truth and baseline
+        try:
+            computed[k] = computed[twin] if twin in computed else truth_and_baseline(op, case, dtype)
         except CalibrationError:
             if is_added_empty_case(case):
                 continue  # the reference refuses empty tensors: so may the implementations

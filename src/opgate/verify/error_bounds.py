@@ -26,6 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from opgate.verify.compare import finite_everywhere, selected
+
 # Unit roundoff of the type a correct kernel accumulates in, per dtype under test.
 ACCUMULATION_ROUNDOFF: dict[str, float] = {"float64": 2.0**-53}
 DEFAULT_ACCUMULATION_ROUNDOFF = 2.0**-24  # float32 accumulation (fp32, fp16, bf16, fp8 I/O)
@@ -467,14 +469,6 @@ def _sample_elements(truth: Any, seed: int, floor: float = 0.0) -> tuple[list[in
     return samples + smallest, len(smallest)
 
 
-def _all_finite(values: Any, torch: Any) -> bool:
-    """Whether every element is finite, in one reduction: a sum is finite when every term is (NaN and Inf carry
-    into it), and only a sum that overflowed or met a non-finite term needs the elementwise test. torch.isfinite's
-    mask then all() was a fifth of a large gradient twin's bound terms (fla_linear_cross_entropy.grad: 4.2 M terms
-    per sampled element, 31 s of 165 s)."""
-    return math.isfinite(float(values.sum())) or bool(torch.isfinite(values).all())
-
-
 def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], samples: Sequence[int], roundoff: float,
                    intermediates: Sequence[Any] = (), magnitudes: Sequence[Any] | None = None,
                    ) -> list[tuple[RowTerms, bool, float]] | None:
@@ -533,7 +527,7 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
                         product = torch.mul(flat_g, value, out=buffers[k])
                     # `value` is finite (non-finite inputs zeroed), so g * value is non-finite exactly where a moving
                     # g is (NaN or Inf), and 0 where g is
-                    if not _all_finite(product, torch):
+                    if not finite_everywhere(product):
                         finite = False
                         product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
                     parts.append(product)
@@ -619,8 +613,6 @@ def _relative_change(moved: Any, truth: Any) -> float:
 
     if not isinstance(moved, torch.Tensor) or moved.shape != truth.shape:
         return math.inf
-    from opgate.verify.compare import finite_everywhere, selected
-
     t, m = truth.to(torch.float64), moved.detach().to(torch.float64)
     everywhere = finite_everywhere(t, m)  # the common case: read in place, no masks and gathers
     both = None if everywhere else torch.isfinite(t) & torch.isfinite(m)

@@ -274,6 +274,14 @@ def _layout_applies(spec: TensorSpec, layout: str) -> bool:
     return ndim >= 2 if layout == "transposed" else ndim >= 1  # strided and mixed: any rank
 
 
+def first_with_same_values(cases: Sequence[Case]) -> list[int]:
+    """For each case, the index of the first case holding the same values (Case.values_key): itself, or the declared
+    case whose values a layout case holds in other strides. Calibration computes a truth, baseline, statistics and
+    bound terms once per such first case."""
+    first: dict[tuple[Any, ...], int] = {}
+    return [first.setdefault(case.values_key(), k) for k, case in enumerate(cases)]
+
+
 def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Case]:
     """The cases one budget runs for `op`, in a fixed order; the same inputs give the same plan."""
     plan = budget_plan(budget)
