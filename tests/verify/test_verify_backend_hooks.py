@@ -50,3 +50,27 @@ def test_the_numerics_check_imports_no_backend_module() -> None:
     shipped = ("torch_eager", "torch_compile", "triton_backend", "triton_interpreter_bf16", "onnxruntime_backend",
                "tvm_backend")
     assert not [name for name in imported if name.rsplit(".", 1)[-1] in shipped]
+
+
+def test_outputs_are_kept_where_computed_and_a_reused_buffer_is_copied_before_the_second_call() -> None:
+    """function_runner hands back the outputs where the implementation computed them (judge_case compares them there).
+    A NaN in an output makes it call once more to tell computed NaN from never-written memory; an implementation that
+    returns the same buffer every call must not see its first outputs overwritten by that second call."""
+    import math
+
+    import torch
+
+    from opgate.verify.backends.base import function_runner
+
+    buffer = torch.zeros(3)
+    calls = []
+
+    def reuses_its_buffer(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        buffer[0], buffer[1], buffer[2] = math.nan, float(len(calls)), float(x.sum())
+        return buffer
+
+    output = function_runner(reuses_its_buffer, "cpu", False)([torch.ones(2)], ["contiguous"], [((3,), "float32")])
+    assert len(calls) == 2  # the NaN asked for the second call
+    assert output.outputs[0][1].item() == 1.0 and output.outputs[0] is not buffer
+    assert output.unwritten == [0]  # the second call computed NaN there too: not unwritten memory

@@ -235,3 +235,31 @@ def test_gathering_a_sparse_jacobian_row_first_gives_the_bounds_of_the_dense_one
             pairs = [(gathered.rmse, dense.rmse), (gathered.quantile, dense.quantile)]
             pairs += [(a.bound, b.bound) for a, b in zip(gathered.elements, dense.elements)]
             assert all(abs(a - b) <= 1e-12 * abs(b) for a, b in pairs), pairs
+
+
+def test_the_gpu_path_of_the_sampled_terms_gives_the_bounds_of_the_cpu_path(monkeypatch):
+    """On a GPU _sampled_terms reads all samples' figures back at once (_sampled_terms_on_device: dense products,
+    non-finite ones zeroed unconditionally, the smallest quantum over every term). Run here on CPU tensors, it gives
+    the CPU path's bounds, fan-in and finiteness, with non-finite inputs, intermediates and low-precision quanta."""
+    from opgate.verify import error_bounds
+
+    gen = torch.Generator().manual_seed(4)
+    x, y = torch.randn(16, 40, generator=gen, dtype=torch.float64), torch.randn(16, 40, generator=gen, dtype=torch.float64)
+    x[3, 5] = float("nan")
+    coarse = x.to(torch.bfloat16).to(torch.float64)  # coarse quanta: the first inexact addition comes late
+    cases = [(lambda t: torch.softmax(t, -1), [x]), (_swiglu_grad, [x, y]),
+             (lambda p, q: torch.nn.functional.silu(p @ q.t()), [x, y]),
+             (lambda t: t.sum(-1), [coarse.nan_to_num()]),
+             (lambda t: torch.log_softmax(t, -1) * 3.0, [coarse])]
+    for reference, inputs in cases:
+        truth = reference(*inputs)
+        truths = [t.detach() for t in (truth if isinstance(truth, (tuple, list)) else [truth])]
+        found = {}
+        for name, terms in (("cpu", error_bounds._sampled_terms), ("device", error_bounds._sampled_terms_on_device)):
+            monkeypatch.setattr(error_bounds, "_sampled_terms", terms)
+            found[name] = accumulation_bounds(reference, inputs, truths, "bfloat16", seed=2)
+        for cpu, device in zip(found["cpu"], found["device"]):
+            assert cpu.fan_in == device.fan_in and len(cpu.elements) == len(device.elements)
+            pairs = [(cpu.rmse, device.rmse), (cpu.quantile, device.quantile)]
+            pairs += [(a.bound, b.bound) for a, b in zip(cpu.elements, device.elements)]
+            assert all(abs(a - b) <= 1e-12 * abs(b) for a, b in pairs), pairs

@@ -32,7 +32,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from opgate.core import dtypes as dt
-from opgate.verify.compare import OutputStats, compare_output, count_exceeding, finite_everywhere, selected
+from opgate.verify.compare import (
+    OutputStats, compare_output, count_exceeding, finite_everywhere, on_device_of, selected, where_compared,
+)
 from opgate.verify.error_bounds import (
     LOGSPACE_UNITS, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
 )
@@ -750,6 +752,8 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
     ratios: list[float] = [0.0]
     for i, (name, cand, truth, budget, out_dtype) in enumerate(zip(names, candidates, truths, budgets, out_dtypes)):
         q = quantized if quantized and not dt.is_float(out_dtype) else None
+        cand = where_compared(cand)  # a large output on a GPU is judged there, the truth joining it
+        truth = on_device_of(cand, truth)
         stats = compare_output(cand, truth, out_dtype, name, baseline_lost=baseline_lost[i], quantized=q,
                                unwritten=(unwritten[i] if unwritten else 0),
                                undefined=(undefined[i] if undefined else None), nan_policy=nan_policy)
@@ -842,14 +846,17 @@ def _componentwise(candidate: Any, truth: Any, elements: Sequence[Sequence[float
     side is not finite are left to the NaN/Inf checks."""
     import torch
 
-    c = candidate.detach().reshape(-1).to(torch.float64).cpu()
-    t = truth.reshape(-1).to(torch.float64)
+    numel = candidate.numel()
+    indices = [int(index) for index, _ in elements]
+    where = torch.tensor([i for i in indices if i < numel], dtype=torch.long, device=candidate.device)
+    # only the sampled elements come to the host, in one copy each side
+    c = dict(zip(where.tolist(), candidate.detach().reshape(-1)[where].to(torch.float64).cpu().tolist()))
+    t = dict(zip(where.tolist(), truth.reshape(-1)[where.to(truth.device)].to(torch.float64).cpu().tolist()))
     beyond, worst = 0, None
-    for index, allowed in elements:
-        index = int(index)
-        if index >= c.numel():
+    for index, allowed in zip(indices, (allowed for _, allowed in elements)):
+        if index >= numel:
             continue
-        ci, ti = float(c[index]), float(t[index])
+        ci, ti = c[index], t[index]
         if not (math.isfinite(ci) and math.isfinite(ti)):
             continue
         element = ElementError(index, abs(ci - ti), float(allowed) + extra_atol, ti)

@@ -159,6 +159,39 @@ class RowTerms:
         squares = sum(float(torch.dot(part, part)) for part in parts)
         spread = math.sqrt(max(squares / count - mean * mean, 0.0))
         first = _first_inexact_in(parts, count, abs(mean), spread, roundoff)
+        return cls.charged(count, magnitude, mean, spread, first, roundoff)
+
+    @staticmethod
+    def figures(part: Any) -> list[Any]:
+        """One flat vector's figures as 0-d float64 tensors, left where the vector is (no read-back): its non-zero
+        count, sum |c|, sum c, sum c^2 and smallest quantum (inf when all are zero). RowTerms.from_figures reduces
+        them exactly as `of` does the vectors."""
+        import torch
+
+        if part.numel() == 0:
+            zero = torch.zeros((), dtype=torch.float64, device=part.device)
+            return [zero, zero, zero, zero, torch.full((), math.inf, dtype=torch.float64, device=part.device)]
+        return [torch.count_nonzero(part).to(torch.float64), torch.linalg.vector_norm(part, 1), part.sum(),
+                torch.dot(part, part), _quantum(part).min()]
+
+    @classmethod
+    def from_figures(cls, per_part: Sequence[Sequence[float]], roundoff: float) -> "RowTerms":
+        """`of` from each part's figures (RowTerms.figures, read back): the smallest quantum over every term, where
+        `of` first looks at a sample of them (the same first inexact addition either way: see QUANTUM_SAMPLE)."""
+        count = sum(int(f[0]) for f in per_part)
+        if count == 0:
+            return cls(0, 0.0, 0.0)
+        magnitude = sum(f[1] for f in per_part)
+        mean = sum(f[2] for f in per_part) / count
+        squares = sum(f[3] for f in per_part)
+        spread = math.sqrt(max(squares / count - mean * mean, 0.0))
+        least = min(f[4] for f in per_part)
+        first = first_inexact_step(count, abs(mean), spread, least / roundoff) if math.isfinite(least) else 1
+        return cls.charged(count, magnitude, mean, spread, first, roundoff)
+
+    @classmethod
+    def charged(cls, count: int, magnitude: float, mean: float, spread: float, first: int,
+                roundoff: float) -> "RowTerms":
         before = first - 1  # additions 1 .. first-1 are exact: charge only the rest
         modelled = roundoff * ((count * (count + 1) - before * (before + 1)) / 2 * abs(mean)
                                + SPREAD_SIGMAS * (2.0 / 3.0) * (count**1.5 - before**1.5) * spread
@@ -487,6 +520,15 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
     cost its page faults again), reduced as it is (RowTerms.of); a sparse one (an elementwise or row op's element
     depends on a few inputs) gathered to its non-zero entries first, so the reductions read a few values instead
     of the whole input a dozen times."""
+    if out.device.type != "cpu":
+        return _sampled_terms_on_device(out, leaves, values, samples, roundoff, intermediates, magnitudes)
+    return _sampled_terms_per_sample(out, leaves, values, samples, roundoff, intermediates, magnitudes)
+
+
+def _sampled_terms_per_sample(out: Any, leaves: Sequence[Any], values: Sequence[Any], samples: Sequence[int],
+                              roundoff: float, intermediates: Sequence[Any] = (),
+                              magnitudes: Sequence[Any] | None = None) -> list[tuple[RowTerms, bool, float]] | None:
+    """_sampled_terms on the CPU: each sample's figures read as they are formed, sparse gradients gathered first."""
     import torch
 
     wrt = list(leaves) + list(intermediates)
@@ -549,6 +591,73 @@ def _sampled_terms(out: Any, leaves: Sequence[Any], values: Sequence[Any], sampl
     except RuntimeError:
         return None
     return found if used else None
+
+
+def _sampled_terms_on_device(out: Any, leaves: Sequence[Any], values: Sequence[Any], samples: Sequence[int],
+                             roundoff: float, intermediates: Sequence[Any] = (),
+                             magnitudes: Sequence[Any] | None = None) -> list[tuple[RowTerms, bool, float]] | None:
+    """_sampled_terms on a GPU, with one read-back for all samples instead of a dozen per sample.
+
+    Without MPS the GPU runs one process's kernels at a time, so every read-back waits for the other processes'
+    time slices: with four processes keeping the H200 busy, each of RowTerms' reads took 1.8 ms instead of 0.05
+    (benchmarks/gpu_sharing.py), and fla_kl_div.grad's terms took 325 s inside the library against 61 s alone. Here
+    every figure stays a 0-d tensor on the GPU until all samples are done, every product is formed densely (on the
+    GPU a pass over 4.2 M zeros costs less than the read-back a gather needs), non-finite products are zeroed
+    unconditionally, and the smallest quantum is taken over every term (RowTerms.from_figures). The figures are
+    those of the CPU path up to the summation order."""
+    import torch
+
+    wrt = list(leaves) + list(intermediates)
+    flat_values = [v.reshape(-1) for v in values]
+    buffers: list[Any] = [None] * len(flat_values)
+    carriers = [value.detach() for value in (magnitudes if magnitudes is not None else intermediates)]
+    figures: list[Any] = []  # every sample's 0-d tensors, in order; `layout` says how many of each kind it has
+    layout: list[tuple[int, int]] = []  # per sample: (products, carriers)
+    one_hot = torch.zeros(out.shape, dtype=out.dtype, device=out.device)
+    flat_one_hot = one_hot.view(-1)
+    used = False
+    try:
+        for index in samples:
+            flat_one_hot[index] = 1.0
+            try:
+                grads = torch.autograd.grad(out, wrt, grad_outputs=one_hot, retain_graph=True, allow_unused=True)
+                n_products = n_carriers = 0
+                for k, (g, value) in enumerate(zip(grads[:len(leaves)], flat_values)):
+                    if g is None:
+                        continue
+                    used = True
+                    if buffers[k] is None:
+                        buffers[k] = torch.empty_like(value)
+                    product = torch.mul(g.detach().reshape(-1), value, out=buffers[k])
+                    figures.append(torch.isfinite(product).all().to(torch.float64))
+                    product.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                    figures.extend(RowTerms.figures(product))
+                    n_products += 1
+                for value, g in zip(carriers, grads[len(leaves):]):
+                    if g is None:
+                        continue
+                    figures.append((value * g).abs().nan_to_num(nan=0.0, posinf=0.0).sum().to(torch.float64))
+                    n_carriers += 1
+            finally:
+                flat_one_hot[index] = 0.0
+            layout.append((n_products, n_carriers))
+    except RuntimeError:
+        return None
+    if not used:
+        return None
+    read = torch.stack(figures).tolist() if figures else []
+    found: list[tuple[RowTerms, bool, float]] = []
+    at = 0
+    for n_products, n_carriers in layout:
+        per_part = [read[at + 6 * j: at + 6 * (j + 1)] for j in range(n_products)]
+        at += 6 * n_products
+        carried = 0.0
+        for value in read[at: at + n_carriers]:
+            carried += value
+        at += n_carriers
+        finite = all(part[0] == 1.0 for part in per_part)
+        found.append((RowTerms.from_figures([part[1:] for part in per_part], roundoff), finite, carried))
+    return found
 
 
 def _few(count: int, vector: Any) -> bool:

@@ -141,7 +141,8 @@ def implementation_function(op: Operator, choice: ImplementationChoice) -> Calla
 
 @dataclass
 class RunOutput:
-    outputs: list[Any]  # CPU tensors (or whatever the implementation returned, for the comparator to reject)
+    outputs: list[Any]  # tensors on the device they were computed on (or whatever the implementation
+    # returned, for the comparator to reject); judge_case compares each where it is
     unwritten: list[int]  # per output: elements never written (poisoned out= buffer, or torch.empty's fill)
     unwritten_spans: list[tuple[int, int]] = field(default_factory=list)  # per output: first/last flat index
     # The implementation returned one tensor (True) or a tuple/list (False); None where the backend's runner
@@ -327,9 +328,13 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
         outputs = result if isinstance(result, (list, tuple)) else [result]
         if device != "cpu":
             torch.cuda.synchronize()
-        outputs = [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs]
+        # the outputs stay where they were computed: judge_case compares them there (a GPU's on the GPU)
+        outputs = [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs]
         nan_masks = _float_nan_masks(outputs) if buffers is None else None
         if nan_masks is not None:  # NaN computed, or torch.empty's NaN fill never overwritten? ask a second time
+            # copies first: an implementation that hands back the same buffer on every call would otherwise see
+            # its first outputs overwritten by the second call's
+            outputs = [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
             try:
                 with torch.no_grad(), _second_poison_mode():
                     again = fn(*args)
@@ -344,7 +349,7 @@ def function_runner(fn: Callable[..., Any], device: str, use_out: bool,
                     unwritten.append(0)
                     spans.append((-1, -1))
                     continue
-                kept = mask & _still_poison(second.detach().cpu(), second=True)
+                kept = mask & _still_poison(second.detach().to(mask.device), second=True)
                 unwritten.append(int(kept.sum()))
                 spans.append(_span(kept))
         return RunOutput(outputs, unwritten, spans, single=isinstance(result, torch.Tensor) if buffers is None else None)
