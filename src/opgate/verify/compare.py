@@ -160,7 +160,7 @@ def quantile_by_topk(values: Any, q: float = QUANTILE) -> float:
 
 
 # Below this many elements an output on a GPU is copied to the host and compared there: a comparison on the GPU reads
-# back a score of scalars, and each read-back waits for the other processes' time slices on a shared GPU (1.8 ms with
+# back a score of scalars, and each read-back waits for the other processes' time slices on a shared GPU (6.6 ms with
 # four busy neighbours, benchmarks/gpu_sharing.py), which is more than the host's statistics of a small output cost.
 MIN_DEVICE_COMPARE_ELEMENTS = 1 << 17
 
