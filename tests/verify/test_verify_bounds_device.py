@@ -182,3 +182,60 @@ def test_a_spec_that_replaces_torchs_gpu_kernels_keeps_the_terms_on_the_cpu(tmp_
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip().splitlines()[-1] == (
         "([], True) (['_test_serialization_subcmul/CUDA'], False)"), child.stdout
+
+
+RESTORING_CHILD = CHILD + '''
+from opgate.core.torch_kernels import destroy_registrations, restore_native_kernels
+print(restore_native_kernels(), (replaced_gpu_kernels(), bounds_device._wanted([x])))
+# the dispatcher serves torch's own kernel again once the overriding Library is destroyed (a CPU key: testable here)
+library = torch.library.Library("aten", "IMPL")
+library.impl("_test_serialization_subcmul", lambda a, b, alpha=1: a * 0 + 42, "CPU")
+a, b = torch.ones(2), torch.ones(2)
+replaced = torch.ops.aten._test_serialization_subcmul(a, b).tolist()
+taken_back = destroy_registrations({"aten/_test_serialization_subcmul/CPU"})
+print(replaced, taken_back, torch.ops.aten._test_serialization_subcmul(a, b).tolist())
+'''
+
+
+def test_a_calibration_process_takes_the_replaced_kernels_back_and_its_terms_may_use_the_gpu(tmp_path) -> None:
+    """A calibration process runs references only: it destroys the Library objects that replaced aten's GPU kernels
+    (core/torch_kernels.restore_native_kernels), the dispatcher serves torch's own kernels again, and its bound terms
+    may move to the GPU like any other process's. In a child: the registration is global."""
+    import os
+    import subprocess
+    import sys
+
+    from tests_verify_support import SRC
+
+    spec = tmp_path / "replacing.py"
+    spec.write_text(REPLACING_SPEC)
+    child = subprocess.run([sys.executable, "-c", RESTORING_CHILD, str(spec)], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.strip().splitlines()
+    assert lines[-2] == "['_test_serialization_subcmul/CUDA'] ([], True)", child.stdout
+    assert lines[-1] == "[42.0, 42.0] ['aten/_test_serialization_subcmul/CPU'] [0.0, 0.0]", child.stdout
+
+
+def test_a_library_that_also_replaced_a_cpu_kernel_is_left_alone() -> None:
+    """restore_native_kernels destroys only Libraries whose aten kernels are all GPU ones it was asked for: one that
+    also registered a CPU kernel (which the CPU truth may have used) keeps both."""
+    import os
+    import subprocess
+    import sys
+
+    from tests_verify_support import SRC
+
+    child = '''
+import torch
+from opgate.core.torch_kernels import destroy_registrations
+library = torch.library.Library("aten", "IMPL")
+library.impl("_test_serialization_subcmul", lambda a, b, alpha=1: a * 0 + 42, "CPU")
+library.impl("_test_serialization_subcmul", lambda a, b, alpha=1: a * 0 + 42, "CUDA")
+print(destroy_registrations({"aten/_test_serialization_subcmul/CUDA"}),
+      torch.ops.aten._test_serialization_subcmul(torch.ones(2), torch.ones(2)).tolist())
+'''
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[] [42.0, 42.0]", done.stdout

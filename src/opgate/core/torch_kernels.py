@@ -8,6 +8,10 @@ torch.library records every kernel registered from Python (`torch.library._impls
 torch registers some itself at import, so what counts is what appeared after the first spec import began
 (remember_native_kernels, called by core.spec.load_spec_file). A C++ extension's TORCH_LIBRARY_IMPL is not seen,
 nor anything in a process that imported no torch before its first spec (then nothing counts as replaced).
+
+A calibration process runs references, never implementations, so it can take the replacement back
+(restore_native_kernels): the registering torch.library.Library objects are destroyed, which removes their kernels
+from the dispatcher and exposes torch's own again, and its bound terms may use the GPU like any other process's.
 """
 
 from __future__ import annotations
@@ -45,3 +49,37 @@ def replaced_gpu_kernels() -> list[str]:
         return []
     now = _gpu_kernels_of_aten(torch) or frozenset()
     return sorted(key.split("/", 1)[1] for key in now - _BEFORE_SPECS[0])
+
+
+def _aten_kernels_of(library: Any) -> frozenset[str]:
+    return frozenset(key for key in getattr(library, "_op_impls", ()) if key.startswith("aten/"))
+
+
+def destroy_registrations(keys: frozenset[str] | set[str]) -> list[str]:
+    """Destroy every live torch.library.Library whose aten registrations are all among `keys` ("aten/op/dispatch
+    key"), so the dispatcher serves the kernels registered before them (torch's own); returns the keys taken back,
+    sorted. A Library that also registered something else (a CPU kernel the truth may have used) is left alone."""
+    import gc
+
+    torch = sys.modules.get("torch")
+    library_class = getattr(getattr(torch, "library", None), "Library", None)
+    if library_class is None or not keys:
+        return []
+    restored: set[str] = set()
+    for library in [o for o in gc.get_objects() if isinstance(o, library_class)]:
+        owned = _aten_kernels_of(library)
+        if owned and owned <= set(keys):
+            library._destroy()
+            restored |= owned
+    return sorted(restored)
+
+
+def restore_native_kernels() -> list[str]:
+    """Take back every aten GPU kernel a spec import replaced in this process (see the module docstring): only for a
+    process that runs no implementation. Returns the operators restored ("op/key"), as replaced_gpu_kernels names
+    them; what a C++ extension registered is not seen and stays."""
+    replaced = replaced_gpu_kernels()
+    if not replaced:
+        return []
+    restored = destroy_registrations({f"aten/{key}" for key in replaced})
+    return [key.split("/", 1)[1] for key in restored]

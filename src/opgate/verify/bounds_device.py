@@ -11,7 +11,8 @@ the GPU; the default stays.
 A case's terms move to the GPU only when all of these hold, else they stay on the CPU exactly as before:
 - the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any size);
 - no spec import replaced a GPU kernel of an aten operator (core/torch_kernels.py: FlagGems registers its Triton
-  kernels for aten.softmax and others, and the reference would then run the code under test on the GPU);
+  kernels for aten.softmax and others, and the reference would then run the code under test on the GPU); a
+  calibration process of a GPU run takes such a replacement back before it calibrates (restore_native_kernels);
 - its float inputs hold at least MIN_GPU_ELEMENTS elements (below that a reverse pass is launch-bound on the GPU
   and no faster than the CPU's);
 - the reference runs on the moved inputs and gives the CPU truth back (to AGREEMENT_RTOL): a reference that makes

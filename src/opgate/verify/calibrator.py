@@ -357,9 +357,12 @@ def _warm() -> int:
 
 def _calibrate_in_process(spec_file: str, op_name: str, dtype: str, cases: list[dict[str, Any]],
                           fatal: list[dict[str, Any]], budget: str, seed: int, path: str, gpu: bool) -> PlanOutcome:
+    from opgate.core.torch_kernels import restore_native_kernels
     from opgate.verify.loaded_specs import loaded_operators
 
     op = next(o for o in loaded_operators(spec_file) if o.name == op_name)
+    if gpu:  # this process runs references only: torch's own GPU kernels back, so its bound terms may use the GPU
+        restore_native_kernels()
     fatal_cases = [Case.from_dict(c) for c in fatal]
     return calibrate_plan(op, dtype, [Case.from_dict(c) for c in cases], lambda: fatal_cases, budget, seed,
                           Path(path), gpu)
@@ -375,7 +378,11 @@ class CalibrationPool:
     specs alone keeps nothing apart, and once nothing else is left they take any process), so the others keep the
     GPU. In a library run on the H200 host every pool process had loaded a FlagGems file within minutes, and 54 of
     7,285 cases ran their terms on the GPU (499 of 3,295 in the run before, on a fresh machine); fla_short_conv's
-    float64 convolution, 1,918 s of the run's 2,923 s of bound terms, stayed on the CPU."""
+    float64 convolution, 1,918 s of the run's 2,923 s of bound terms, stayed on the CPU. Since then a calibration
+    process takes the replaced kernels back before it calibrates (core/torch_kernels.restore_native_kernels: it runs
+    references only), so FlagGems' own plans may use the GPU too (1,638 of their cases had kept their terms on the CPU
+    in the twenty-third session's library run, 1,333 s of bound terms); the processes stay apart in case a
+    replacement cannot be taken back (a C++ extension's)."""
 
     def __init__(self, processes: int) -> None:
         import os
