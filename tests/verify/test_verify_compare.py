@@ -196,3 +196,28 @@ def test_an_output_left_on_the_gpu_is_compared_there_with_the_statistics_of_the_
             else:
                 assert repr(a) == repr(b), field.name
         assert count_exceeding(candidate.cuda(), reference.cuda(), 1e-3) == count_exceeding(candidate, reference, 1e-3)
+
+
+def test_the_statistics_read_back_at_once_with_the_gpus_quantiles_are_the_hosts(monkeypatch) -> None:
+    """compare_output reads every figure back in one copy (compare.ReadBack) and, on a GPU, takes its quantiles from
+    torch.topk's order statistics; forced onto that path here, on the CPU, every statistic is the host path's, repr
+    for repr, with NaN, overflow, integer and strided outputs."""
+    import dataclasses
+    import functools
+
+    from opgate.verify import compare
+
+    gen = torch.Generator().manual_seed(8)
+    truth = torch.randn(40, 129, dtype=torch.float64, generator=gen) * 3
+    with_nan = truth.half().clone()
+    with_nan[2, 3] = math.nan
+    big = truth.clone()
+    big[0, 0] = 1e6
+    ints = (truth * 10).round().to(torch.int32)
+    cases = [(truth.float(), truth, "float32"), (truth.half(), truth, "float16"), (with_nan, truth, "float16"),
+             (big.half(), big, "float16"), (ints + 1, ints, "int32"), (truth.t().float(), truth.t(), "float32")]
+    host = [compare_output(c, t, d) for c, t, d in cases]
+    monkeypatch.setattr(compare, "quantile_reads", functools.partial(compare.quantile_reads, by_topk=True))
+    device_path = [compare_output(c, t, d) for c, t, d in cases]
+    for a, b in zip(host, device_path):
+        assert repr(dataclasses.astuple(a)) == repr(dataclasses.astuple(b))

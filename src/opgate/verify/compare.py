@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from opgate.core import dtypes as dt
 
@@ -131,37 +131,77 @@ def high_quantile(values: Any, q: float = QUANTILE) -> float:
     A CPU tensor goes to numpy as before; on a GPU the two order statistics the interpolation reads come from
     torch.topk of the smaller tail (0.1 % of the elements for p99.9) and are interpolated with numpy's own formula,
     so the figure is the same bit for bit without copying the tensor to the host."""
-    import numpy as np
-
-    if values.device.type == "cpu":
-        return float(np.quantile(values.reshape(-1).numpy(), q))
-    return quantile_by_topk(values, q)
+    reads, finish = quantile_reads(values, q)
+    return finish([float(r) for r in reads])
 
 
 def quantile_by_topk(values: Any, q: float = QUANTILE) -> float:
-    """high_quantile's device path (any device; the tests hold it to numpy on the CPU)."""
+    """high_quantile's device path on any device (the tests hold it to numpy on the CPU)."""
+    reads, finish = quantile_reads(values, q, by_topk=True)
+    return finish([float(r) for r in reads])
+
+
+def quantile_reads(values: Any, q: float = QUANTILE, by_topk: bool | None = None,
+                   ) -> tuple[list[Any], Callable[[list[float]], float]]:
+    """The 0-d tensors high_quantile reads (none on the CPU, where numpy answers at once) and how it finishes from
+    their values: a comparison on a GPU reads them back with its other figures in one copy (ReadBack)."""
+    import numpy as np
+
     flat = values.reshape(-1)
+    if not (by_topk if by_topk is not None else flat.device.type != "cpu"):
+        value = float(np.quantile(flat.numpy(), q))
+        return [], lambda _: value
     n = int(flat.numel())
     if n == 0:
         raise ValueError("high_quantile of an empty tensor")
     virtual = (n - 1) * q  # numpy's virtual index for its "linear" method
     if virtual >= n - 1:
-        return float(flat.max())
+        return [flat.max()], lambda read: read[0]
     lower = 0 if virtual < 0 else math.floor(virtual)
     gamma = 0.0 if virtual < 0 else virtual - lower
     if n - lower <= lower + 2:  # the upper tail is the smaller one: descending, its last two are lower and lower+1
         top = flat.topk(n - lower, largest=True, sorted=True).values
-        below, above = float(top[-1]), float(top[-2])
+        reads = [top[-1], top[-2]]
     else:
         bottom = flat.topk(lower + 2, largest=False, sorted=True).values
-        below, above = float(bottom[lower]), float(bottom[lower + 1])
-    diff = above - below  # numpy's _lerp, term for term
-    return above - diff * (1 - gamma) if gamma >= 0.5 else below + diff * gamma
+        reads = [bottom[lower], bottom[lower + 1]]
+
+    def finish(read: list[float]) -> float:
+        below, above = read
+        diff = above - below  # numpy's _lerp, term for term
+        return above - diff * (1 - gamma) if gamma >= 0.5 else below + diff * gamma
+
+    return reads, finish
 
 
-# Below this many elements an output on a GPU is copied to the host and compared there: a comparison on the GPU reads
-# back a score of scalars, and each read-back waits for the other processes' time slices on a shared GPU (6.6 ms with
-# four busy neighbours, benchmarks/gpu_sharing.py), which is more than the host's statistics of a small output cost.
+class ReadBack:
+    """0-d tensors gathered to be read back to Python in one copy: on a shared GPU every read-back waits for the
+    other processes' time slices (benchmarks/gpu_sharing.py), so a comparison reads its figures once, not one by one."""
+
+    def __init__(self) -> None:
+        self._tensors: list[Any] = []
+        self.values: list[float] = []
+
+    def add(self, tensor: Any) -> int:
+        import torch
+
+        self._tensors.append(tensor.reshape(()).to(torch.float64))
+        return len(self._tensors) - 1
+
+    def add_all(self, tensors: Sequence[Any]) -> list[int]:
+        return [self.add(t) for t in tensors]
+
+    def read(self) -> list[float]:
+        import torch
+
+        self.values = torch.stack(self._tensors).tolist() if self._tensors else []
+        return self.values
+
+
+# Below this many elements an output on a GPU is copied to the host and compared there: a comparison on the GPU still
+# reads back four or five times (finiteness, the figures in one ReadBack, the elements over budget, the sampled ones),
+# and each read-back waits for the other processes' time slices on a shared GPU (6.6 ms with four busy neighbours,
+# benchmarks/gpu_sharing.py), more than the host's statistics of a small output cost.
 MIN_DEVICE_COMPARE_ELEMENTS = 1 << 17
 
 
@@ -293,39 +333,55 @@ def compare_output(
         c = selected(cand64, compared, everywhere)
         t = selected(truth64, compared, everywhere)
         err = (c - t).abs()
-        truth_rms = float(t.pow(2).mean().sqrt())
-        floor = max(1e-3 * truth_rms, dt.smallest_normal(out_dtype) if dt.is_float(out_dtype) else 1e-300)
-        rel = err / t.abs().clamp_min(floor)
-        sum_err2 = float(err.pow(2).sum())
-        sum_sig2 = float(t.pow(2).sum())
-        norm_c, norm_t = float(c.norm()), float(t.norm())
+        squares = t.pow(2)
+        rms_tensor = squares.mean().sqrt()
+        floor = torch.clamp_min(1e-3 * rms_tensor, dt.smallest_normal(out_dtype) if dt.is_float(out_dtype) else 1e-300)
+        back = ReadBack()  # every figure below in one copy (the same values as reading each in turn)
+        at = err.argmax()
+        figures = dict(zip(("truth_rms", "sum_err2", "sum_sig2", "norm_c", "norm_t", "dot", "max_abs", "max_rel", "at"),
+                           back.add_all([rms_tensor, err.pow(2).sum(), squares.sum(), c.norm(), t.norm(), (c * t).sum(),
+                                         err.max(), (err / t.abs().clamp_min(floor)).max(), at])))
+        truth_q_reads, truth_q = quantile_reads(t.abs())
+        err_q_reads, err_q = quantile_reads(err)
+        truth_q_at, err_q_at = back.add_all(truth_q_reads), back.add_all(err_q_reads)
+        if dt.is_float(out_dtype):
+            ulps = ulp_distance(selected(candidate, compared, everywhere),
+                                selected(truth_in_dtype, compared, everywhere)).to(torch.float64)
+            figures.update(ulp_max=back.add(ulps.max()), ulp_median=back.add(ulps.median()))
+        if everywhere:  # the worst element's values, read with the rest
+            figures.update(worst_c=back.add(cand64.reshape(-1)[at]), worst_t=back.add(truth64.reshape(-1)[at]))
+        read = back.read()
+        value = {name: read[k] for name, k in figures.items()}
+        truth_rms, sum_err2, sum_sig2 = value["truth_rms"], value["sum_err2"], value["sum_sig2"]
+        norm_c, norm_t = value["norm_c"], value["norm_t"]
         if norm_c == 0.0 and norm_t == 0.0:
             cosine = 1.0
         elif norm_c == 0.0 or norm_t == 0.0:
             cosine = 0.0
         else:
-            cosine = float((c * t).sum()) / (norm_c * norm_t)
-        truth_quantile = high_quantile(t.abs())
+            cosine = value["dot"] / (norm_c * norm_t)
+        truth_quantile = truth_q([read[k] for k in truth_q_at])
         stats.update(
             truth_rms=truth_rms,
             truth_quantile_abs=truth_quantile,
             truth_rms_all=truth_rms,
             truth_quantile_all=truth_quantile,
-            max_abs=float(err.max()),
-            max_rel=float(rel.max()),
+            max_abs=value["max_abs"],
+            max_rel=value["max_rel"],
             rmse=math.sqrt(sum_err2 / n_compared),
-            quantile_abs=high_quantile(err),
+            quantile_abs=err_q([read[k] for k in err_q_at]),
             cosine=cosine,
             sqnr_db=(math.inf if sum_err2 == 0.0 else
                      (10.0 * math.log10(sum_sig2 / sum_err2) if sum_sig2 > 0 else -math.inf)),
         )
         if dt.is_float(out_dtype):
-            ulps = ulp_distance(selected(candidate, compared, everywhere),
-                                selected(truth_in_dtype, compared, everywhere)).to(torch.float64)
-            stats.update(ulp_max=float(ulps.max()), ulp_median=float(ulps.median()))
-        at = int(err.argmax())
-        flat_pos = at if everywhere else int(torch.nonzero(compared.reshape(-1)).reshape(-1)[at])
-        worst = _worst_at(flat_pos, cand64, truth64)
+            stats.update(ulp_max=value["ulp_max"], ulp_median=value["ulp_median"])
+        flat_pos = int(value["at"])
+        if everywhere:
+            worst = _worst_of(flat_pos, tuple(truth64.shape), value["worst_c"], value["worst_t"])
+        else:
+            flat_pos = int(torch.nonzero(compared.reshape(-1)).reshape(-1)[flat_pos])
+            worst = _worst_at(flat_pos, cand64, truth64)
     judged = numel if finite else int(td_finite.sum())
     if judged > n_compared:  # the candidate is non-finite somewhere (eager overflowing, in the calibration)
         everywhere = truth64[td_finite]
@@ -349,22 +405,26 @@ def finite_everywhere(*tensors: Any) -> bool:
 
     seen: list[Any] = []
     for tensor in tensors:
-        if any(tensor is other for other in seen) or tensor.numel() == 0:
+        if any(tensor is other for other in seen) or tensor.numel() == 0 or not tensor.dtype.is_floating_point:
             continue
         seen.append(tensor)
-        if not tensor.dtype.is_floating_point:
-            continue
-        if not (math.isfinite(float(tensor.sum(dtype=torch.float64))) or bool(torch.isfinite(tensor).all())):
-            return False
-    return True
+    if not seen:
+        return True
+    sums = [tensor.sum(dtype=torch.float64) for tensor in seen]
+    one_device = len({tensor.device for tensor in seen}) == 1
+    read = torch.stack(sums).tolist() if one_device else [float(s) for s in sums]  # one read-back on a GPU
+    return all(math.isfinite(total) or bool(torch.isfinite(tensor).all()) for total, tensor in zip(read, seen))
 
 
 def _worst_at(flat_pos: int, cand64: Any, truth64: Any) -> WorstElement:
+    return _worst_of(flat_pos, tuple(truth64.shape), float(cand64.reshape(-1)[flat_pos]),
+                     float(truth64.reshape(-1)[flat_pos]))
+
+
+def _worst_of(flat_pos: int, shape: tuple[int, ...], c: float, t: float) -> WorstElement:
     import numpy as np
 
-    index = tuple(int(i) for i in np.unravel_index(flat_pos, tuple(truth64.shape))) if truth64.dim() else ()
-    c = float(cand64.reshape(-1)[flat_pos])
-    t = float(truth64.reshape(-1)[flat_pos])
+    index = tuple(int(i) for i in np.unravel_index(flat_pos, shape)) if shape else ()
     err = abs(c - t) if math.isfinite(c) and math.isfinite(t) else math.inf
     return WorstElement(index, c, t, err)
 
