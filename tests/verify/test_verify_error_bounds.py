@@ -213,28 +213,48 @@ def _swiglu_grad(x: torch.Tensor, y: torch.Tensor):
         return torch.autograd.grad(out, leaves, upstream, create_graph=True)
 
 
-def test_gathering_a_sparse_jacobian_row_first_gives_the_bounds_of_the_dense_one(monkeypatch):
-    """_sampled_terms gathers a leaf's non-zero terms (and an intermediate's) before reducing them when its first
-    sample's gradient is sparse: the same terms, so the same bounds, with non-finite inputs and intermediates too."""
-    from opgate.verify import error_bounds
-
-    gen = torch.Generator().manual_seed(3)
+def _bound_cases(seed: int, coarse_too: bool = False) -> list:
+    """(reference, inputs) pairs the bound-terms paths are held to each other on: a row op, a gradient twin, dense rows
+    (a matmul's), all with a NaN input; with `coarse_too`, bfloat16-valued inputs whose first inexact addition comes
+    late."""
+    gen = torch.Generator().manual_seed(seed)
     x, y = torch.randn(16, 40, generator=gen, dtype=torch.float64), torch.randn(16, 40, generator=gen, dtype=torch.float64)
     x[3, 5] = float("nan")
     cases = [(lambda t: torch.softmax(t, -1), [x]), (_swiglu_grad, [x, y]),
-             (lambda p, q: torch.nn.functional.silu(p @ q.t()), [x, y])]  # dense rows: a matmul's
-    for reference, inputs in cases:
-        truth = reference(*inputs)
-        truths = [t.detach() for t in (truth if isinstance(truth, (tuple, list)) else [truth])]
-        found = {}
-        for fraction, name in ((0, "every leaf gathered"), (10**18, "none gathered")):
-            monkeypatch.setattr(error_bounds, "SPARSE_FRACTION", fraction)
-            found[name] = accumulation_bounds(reference, inputs, truths, "float32", seed=2)
-        for gathered, dense in zip(found["every leaf gathered"], found["none gathered"]):
-            assert gathered.fan_in == dense.fan_in and len(gathered.elements) == len(dense.elements)
-            pairs = [(gathered.rmse, dense.rmse), (gathered.quantile, dense.quantile)]
-            pairs += [(a.bound, b.bound) for a, b in zip(gathered.elements, dense.elements)]
-            assert all(abs(a - b) <= 1e-12 * abs(b) for a, b in pairs), pairs
+             (lambda p, q: torch.nn.functional.silu(p @ q.t()), [x, y])]
+    if coarse_too:
+        coarse = x.to(torch.bfloat16).to(torch.float64)
+        cases += [(lambda t: t.sum(-1), [coarse.nan_to_num()]), (lambda t: torch.log_softmax(t, -1) * 3.0, [coarse])]
+    return cases
+
+
+def _bounds_both_ways(monkeypatch, reference, inputs, dtype: str, ways: dict) -> list:
+    """accumulation_bounds of one reference under each way ({name: (module attribute, value)}), pairwise per output."""
+    from opgate.verify import error_bounds
+
+    truth = reference(*inputs)
+    truths = [t.detach() for t in (truth if isinstance(truth, (tuple, list)) else [truth])]
+    found = []
+    for attribute, value in ways.values():
+        monkeypatch.setattr(error_bounds, attribute, value)
+        found.append(accumulation_bounds(reference, inputs, truths, dtype, seed=2))
+    return list(zip(*found))
+
+
+def _assert_same_bounds(first, second) -> None:
+    assert first.fan_in == second.fan_in and len(first.elements) == len(second.elements)
+    pairs = [(first.rmse, second.rmse), (first.quantile, second.quantile)]
+    pairs += [(a.bound, b.bound) for a, b in zip(first.elements, second.elements)]
+    assert all(abs(a - b) <= 1e-12 * abs(b) for a, b in pairs), pairs
+
+
+def test_gathering_a_sparse_jacobian_row_first_gives_the_bounds_of_the_dense_one(monkeypatch):
+    """_sampled_terms gathers a leaf's non-zero terms (and an intermediate's) before reducing them when its first
+    sample's gradient is sparse: the same terms, so the same bounds, with non-finite inputs and intermediates too."""
+    ways = {"every leaf gathered": ("SPARSE_FRACTION", 0), "none gathered": ("SPARSE_FRACTION", 10**18)}
+    for reference, inputs in _bound_cases(3):
+        for gathered, dense in _bounds_both_ways(monkeypatch, reference, inputs, "float32", ways):
+            _assert_same_bounds(gathered, dense)
 
 
 def test_the_gpu_path_of_the_sampled_terms_gives_the_bounds_of_the_cpu_path(monkeypatch):
@@ -243,23 +263,8 @@ def test_the_gpu_path_of_the_sampled_terms_gives_the_bounds_of_the_cpu_path(monk
     the CPU path's bounds, fan-in and finiteness, with non-finite inputs, intermediates and low-precision quanta."""
     from opgate.verify import error_bounds
 
-    gen = torch.Generator().manual_seed(4)
-    x, y = torch.randn(16, 40, generator=gen, dtype=torch.float64), torch.randn(16, 40, generator=gen, dtype=torch.float64)
-    x[3, 5] = float("nan")
-    coarse = x.to(torch.bfloat16).to(torch.float64)  # coarse quanta: the first inexact addition comes late
-    cases = [(lambda t: torch.softmax(t, -1), [x]), (_swiglu_grad, [x, y]),
-             (lambda p, q: torch.nn.functional.silu(p @ q.t()), [x, y]),
-             (lambda t: t.sum(-1), [coarse.nan_to_num()]),
-             (lambda t: torch.log_softmax(t, -1) * 3.0, [coarse])]
-    for reference, inputs in cases:
-        truth = reference(*inputs)
-        truths = [t.detach() for t in (truth if isinstance(truth, (tuple, list)) else [truth])]
-        found = {}
-        for name, terms in (("cpu", error_bounds._sampled_terms), ("device", error_bounds._sampled_terms_on_device)):
-            monkeypatch.setattr(error_bounds, "_sampled_terms", terms)
-            found[name] = accumulation_bounds(reference, inputs, truths, "bfloat16", seed=2)
-        for cpu, device in zip(found["cpu"], found["device"]):
-            assert cpu.fan_in == device.fan_in and len(cpu.elements) == len(device.elements)
-            pairs = [(cpu.rmse, device.rmse), (cpu.quantile, device.quantile)]
-            pairs += [(a.bound, b.bound) for a, b in zip(cpu.elements, device.elements)]
-            assert all(abs(a - b) <= 1e-12 * abs(b) for a, b in pairs), pairs
+    ways = {"cpu": ("_sampled_terms", error_bounds._sampled_terms),
+            "device": ("_sampled_terms", error_bounds._sampled_terms_on_device)}
+    for reference, inputs in _bound_cases(4, coarse_too=True):
+        for cpu, device in _bounds_both_ways(monkeypatch, reference, inputs, "bfloat16", ways):
+            _assert_same_bounds(cpu, device)

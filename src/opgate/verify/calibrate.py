@@ -846,17 +846,13 @@ def _componentwise(candidate: Any, truth: Any, elements: Sequence[Sequence[float
     side is not finite are left to the NaN/Inf checks."""
     import torch
 
-    numel = candidate.numel()
-    indices = [int(index) for index, _ in elements]
-    where = torch.tensor([i for i in indices if i < numel], dtype=torch.long, device=candidate.device)
+    kept = [(int(index), allowed) for index, allowed in elements if int(index) < candidate.numel()]
+    where = torch.tensor([index for index, _ in kept], dtype=torch.long, device=candidate.device)
     # only the sampled elements come to the host, in one copy each side
-    c = dict(zip(where.tolist(), candidate.detach().reshape(-1)[where].to(torch.float64).cpu().tolist()))
-    t = dict(zip(where.tolist(), truth.reshape(-1)[where.to(truth.device)].to(torch.float64).cpu().tolist()))
+    c = candidate.detach().reshape(-1)[where].to(torch.float64).tolist()
+    t = truth.reshape(-1)[where.to(truth.device)].to(torch.float64).tolist()
     beyond, worst = 0, None
-    for index, allowed in zip(indices, (allowed for _, allowed in elements)):
-        if index >= numel:
-            continue
-        ci, ti = c[index], t[index]
+    for (index, allowed), ci, ti in zip(kept, c, t):
         if not (math.isfinite(ci) and math.isfinite(ti)):
             continue
         element = ElementError(index, abs(ci - ti), float(allowed) + extra_atol, ti)
