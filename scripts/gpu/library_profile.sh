@@ -2,7 +2,9 @@
 # H200: the GPU tests of the bound terms' device placement, then the library corpus at its default stages in one
 # `opgate verify DIR` run under py-spy (every process, raw stacks at PROFILE_RATE Hz: CPU seconds by process kind
 # and function, scripts/gpu/profile_summary.py), with per-process CPU seconds (cpu_by_process.py). Wheels in .whl/.
-#   OUT=/tmp/out LIB_TIMEOUT_S=440 [NO_PYSPY=1] [GPU_TESTS="tests/..."|GPU_TESTS=] bash scripts/gpu/library_profile.sh
+# DUMP_AT="300 420": py-spy stack dumps of every opgate process at those seconds into the run (dumps.txt; what a
+# check that runs for minutes is doing), with or without the sampling profile.
+#   OUT=/tmp/out LIB_TIMEOUT_S=440 [NO_PYSPY=1] [DUMP_AT="..."] [GPU_TESTS="tests/..."|GPU_TESTS=] bash scripts/gpu/library_profile.sh
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
 source "$(dirname "$0")/step.sh"
@@ -21,6 +23,17 @@ for _ in $(seq 50); do PID=$(pgrep -f -o "opgate verify ${LIB_PATHS:-tests/data/
 [[ -n "${PID:-}" && -z "${NO_PYSPY:-}" ]] && /tmp/site/bin/py-spy record --pid "$PID" --subprocesses --nonblocking --rate "$RATE" \
   --duration $((LIMIT - 15)) --format raw -o "$OUT/library/run.prof" >> "$LOG" 2>&1 &
 SPY=$!
+if [[ -n "${DUMP_AT:-}" ]]; then
+  ( previous=0
+    for at in $DUMP_AT; do
+      sleep $((at - previous)); previous=$at
+      echo "=== dump at ${at} s" >> "$OUT/library/dumps.txt"
+      for pid in $(pgrep -f "opgate|multiprocessing.spawn|multiprocessing.forkserver"); do
+        echo "--- pid $pid: $(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | cut -c1-160)" >> "$OUT/library/dumps.txt"
+        /tmp/site/bin/py-spy dump --pid "$pid" >> "$OUT/library/dumps.txt" 2>&1
+      done
+    done ) &
+fi
 wait "$RUN"
 cat "$OUT/library/library_profiled.status" >> "$LOG"
 tail -60 "$OUT/library/library_profiled.out" >> "$LOG"
