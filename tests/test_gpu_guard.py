@@ -173,6 +173,9 @@ def test_on_a_gpu_host_verify_tasks_take_the_guard_and_measuring_ones_take_it_al
     modes = {t.check_id.rsplit(".", 1)[-1]: (t.uses_gpu, t.exclusive) for t in tasks}
     assert modes["runtime"] == (True, True) and modes["recovery"] == (True, True)
     assert modes["sanitizer"] == (True, False)  # shared: side by side with the numerics
+    floors = {t.check_id.rsplit(".", 1)[-1]: t.slot_floor for t in tasks}
+    assert floors["sanitizer"] == builtin_stages.SANITIZER_SLOT_FLOOR > 0  # slots of its own beside the numerics
+    assert floors["runtime"] == floors["recovery"] == 0.0
 
 
 def test_a_warm_up_holds_the_gpu_shared_until_it_ends_and_is_skipped_while_another_run_has_it(tmp_path: Path) -> None:

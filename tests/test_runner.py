@@ -240,6 +240,30 @@ def test_tasks_over_their_share_of_the_slots_wait_and_leave_the_rest_to_others()
     assert _next_position([measure, *warm], running, jobs=4) is None  # the measurement waits for the warm-ups
 
 
+def test_tasks_under_their_reserved_slots_go_ahead_of_earlier_orders() -> None:
+    """A sanitizer run (a later order) claims its reserved slots ahead of numerics that keep arriving, and only
+    those: past its floor it waits its turn again, and it never jumps a task it must start after."""
+    from opgate.engine.runner import _next_position
+
+    numerics = [(i, dataclasses.replace(task(f"numerics{i}", "PassingCheck"), order=40)) for i in range(3)]
+    sanitizer = [(10 + i, dataclasses.replace(task(f"san{i}", "FailingCheck"), order=45, slot_floor=0.25))
+                 for i in range(3)]
+
+    class Slot:
+        def __init__(self, t: CheckTask) -> None:
+            self.task = t
+
+    queue = [*numerics, *sanitizer]
+    assert _next_position(queue, [], jobs=8) == 3  # 0 of its 2 slots held: the first sanitizer run goes first
+    assert _next_position(queue[:4] + queue[5:], [Slot(sanitizer[1][1])], jobs=8) == 3  # 1 of 2
+    held = [Slot(sanitizer[1][1]), Slot(sanitizer[2][1])]
+    assert _next_position(queue, held, jobs=8) == 0  # its floor is held: the queue's order again
+    assert _next_position(queue, [], jobs=2) == 3  # a floor is at least one slot
+    waiting = dataclasses.replace(sanitizer[0][1], after=("planted.numerics0",))
+    assert _next_position([*numerics, (10, waiting)], [], jobs=8) == 0  # it starts after numerics0: no jump
+    assert _next_position(numerics, [], jobs=8) == 0  # no floor: as before
+
+
 def test_a_task_starts_after_the_tasks_it_names_have_finished() -> None:
     """`after`: a sanitizer run's other implementations read the one run their group's first task made."""
     from opgate.engine.runner import _next_position

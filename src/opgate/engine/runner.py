@@ -76,6 +76,10 @@ class CheckTask:
     # The share of the run's slots that tasks of this `target` may hold at once (1: no limit): work that nothing
     # else waits for must leave slots to the work that does.
     slot_share: float = 1.0
+    # The share of the slots that tasks of this `target` may claim ahead of the queue's order while fewer of them
+    # run (0: none): long work of a later order, which the work of an earlier order arriving all run long would
+    # otherwise never reach (_next_position).
+    slot_floor: float = 0.0
     # Check ids of tasks of the same run this one starts after: it waits while any of them is queued or running
     # (a sanitizer run's other implementations read the one run their first task made for all of them).
     after: tuple[str, ...] = ()
@@ -762,7 +766,10 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     (CheckTask.group): no side-by-side task of it waits and `arriving` (TaskFeed.arriving; None: every task is
     queued already) says none will come. Its measurements start then, so groups complete one by one: on a library
     on the H200 host the side-by-side work never ran out before the run's end, and no measurement ever started
-    (nineteenth H200 session). `idle_keys`: the keys with an idle warm worker (_with_idle_worker)."""
+    (nineteenth H200 session). Before all that, a task under its target's reserved slots (CheckTask.slot_floor)
+    goes first: with the numerics of a library arriving all run long, the sanitizer runs queued behind them never
+    started after the first eight (twenty-fourth H200 session). `idle_keys`: the keys with an idle warm worker
+    (_with_idle_worker)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
     groups_waiting = {task.group for _, task in pending if not task.exclusive}
     unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
@@ -778,6 +785,11 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
         # pinned to a GPU with no side-by-side work waiting: it may start now
         return None not in side_by_side and task.device is not None and task.device not in side_by_side
 
+    running_targets = collections.Counter(slot.task.target for slot in running)
+    for at, (_, task) in enumerate(pending):
+        if (task.slot_floor > 0.0 and running_targets[task.target] < max(1, int(task.slot_floor * max(1, jobs)))
+                and may_start(task)):
+            return at
     for at, (_, task) in enumerate(pending):
         if may_start(task):
             return _with_idle_worker(pending, at, idle_keys, may_start)
