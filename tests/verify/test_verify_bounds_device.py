@@ -40,6 +40,34 @@ def test_cpu_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         bounds_device.use_gpu(False)
 
 
+def test_a_small_case_moves_when_its_reference_is_slow_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Size alone misjudged fla's chunked cumsum: a [1, 1, 65535] input (under MIN_GPU_ELEMENTS) padded to 4.2 M
+    elements inside the reference. One call of the reference, in CPU time, decides for a small case."""
+    import time
+
+    monkeypatch.delenv(bounds_device.DEVICE_ENV, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # what a GPU host says; nothing runs there
+    bounds_device.use_gpu(True)
+    try:
+        small = torch.randn(64, dtype=torch.float64)
+
+        def burns_cpu(v):  # CPU time, not a sleep: a busy host's waiting is not the reference's cost
+            until = time.process_time() + 2 * bounds_device.SLOW_REFERENCE_S
+            while time.process_time() < until:
+                pass
+            return v * 2
+
+        small * 2  # a process's first call of an op pays its lazy set-up
+        assert not bounds_device._wanted(lambda v: v * 2, [small])
+        assert bounds_device._wanted(burns_cpu, [small])
+        assert not bounds_device._wanted(lambda v: time.sleep(0.05) or v, [small])  # waiting is no CPU cost
+        assert not bounds_device._wanted(lambda v: 1 / 0, [small])  # the terms meet the error on the CPU
+        large = torch.zeros(bounds_device.MIN_GPU_ELEMENTS, dtype=torch.float64)
+        assert bounds_device._wanted(lambda v: 1 / 0, [large])  # large enough: no call needed
+    finally:
+        bounds_device.use_gpu(False)
+
+
 def test_agreement_refuses_a_reference_that_computes_something_else() -> None:
     x = torch.randn(64, 64, dtype=torch.float64)
     assert bounds_device._agrees(lambda v: v.exp(), [x], [x.exp()])
@@ -160,9 +188,9 @@ from opgate.verify.loaded_specs import loaded_operators
 torch.cuda.is_available = lambda: True  # what a GPU host says; nothing here runs on it
 bounds_device.use_gpu(True)
 x = torch.zeros(1 << 18, dtype=torch.float64)
-before = (replaced_gpu_kernels(), bounds_device._wanted([x]))
+before = (replaced_gpu_kernels(), bounds_device._wanted(torch.neg, [x]))
 loaded_operators(sys.argv[1])
-print(before, (replaced_gpu_kernels(), bounds_device._wanted([x])))
+print(before, (replaced_gpu_kernels(), bounds_device._wanted(torch.neg, [x])))
 '''
 
 
@@ -186,7 +214,7 @@ def test_a_spec_that_replaces_torchs_gpu_kernels_keeps_the_terms_on_the_cpu(tmp_
 
 RESTORING_CHILD = CHILD + '''
 from opgate.core.torch_kernels import destroy_registrations, restore_native_kernels
-print(restore_native_kernels(), (replaced_gpu_kernels(), bounds_device._wanted([x])))
+print(restore_native_kernels(), (replaced_gpu_kernels(), bounds_device._wanted(torch.neg, [x])))
 # the dispatcher serves torch's own kernel again once the overriding Library is destroyed (a CPU key: testable here)
 library = torch.library.Library("aten", "IMPL")
 library.impl("_test_serialization_subcmul", lambda a, b, alpha=1: a * 0 + 42, "CPU")

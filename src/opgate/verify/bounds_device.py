@@ -14,7 +14,9 @@ A case's terms move to the GPU only when all of these hold, else they stay on th
   kernels for aten.softmax and others, and the reference would then run the code under test on the GPU); a
   calibration process of a GPU run takes such a replacement back before it calibrates (restore_native_kernels);
 - its float inputs hold at least MIN_GPU_ELEMENTS elements (below that a reverse pass is launch-bound on the GPU
-  and no faster than the CPU's);
+  and no faster than the CPU's), or one call of the reference on them costs the CPU at least SLOW_REFERENCE_S: a
+  reference can make far more than its inputs (fla's chunked cumsum pads a [1, 1, 65535] input to 64 time steps:
+  4.2 M elements, 74 ms a reverse pass, 3 s of terms for a case of 65535 elements; twenty-fourth session);
 - the reference runs on the moved inputs and gives the CPU truth back (to AGREEMENT_RTOL): a reference that makes
   CPU tensors inside, or branches on the device, keeps its terms on the CPU.
 While the terms run, the process holds its GPU's host-wide lock shared (opgate.engine.gpu_guard), so a timing or recovery
@@ -31,6 +33,10 @@ from typing import Any, Iterator, Sequence
 
 DEVICE_ENV = "OPGATE_BOUNDS_DEVICE"
 MIN_GPU_ELEMENTS = 1 << 17
+# CPU seconds of one float64 reference call above which a smaller case's terms move too: they call it ~25 times and
+# run ~20-50 reverse passes of its graph, so at 5 ms a call the CPU would spend a quarter of a second or more, while
+# the GPU path costs a few read-backs (milliseconds each beside busy processes: benchmarks/gpu_sharing.py)
+SLOW_REFERENCE_S = 0.005
 # float64 on two devices differs in summation order only: ~1e-15 relative; a reference that disagrees by more than
 # this computes something else on the GPU (another algorithm, a device branch) and keeps its terms on the CPU
 AGREEMENT_RTOL = 1e-9
@@ -52,7 +58,7 @@ def use_gpu(enabled: bool) -> None:
 KEPT_FOR_REPLACED_KERNELS = {"cases": 0}
 
 
-def _wanted(inputs: Sequence[Any]) -> bool:
+def _wanted(reference: Any, inputs: Sequence[Any]) -> bool:
     import torch
 
     from opgate.core.torch_kernels import replaced_gpu_kernels
@@ -61,12 +67,25 @@ def _wanted(inputs: Sequence[Any]) -> bool:
     if choice == "cpu" or not (_ENABLED["gpu"] or choice == "cuda") or not torch.cuda.is_available():
         return False
     elements = sum(int(v.numel()) for v in inputs if isinstance(v, torch.Tensor) and v.dtype == torch.float64)
-    if not (choice == "cuda" or elements >= MIN_GPU_ELEMENTS):
-        return False
+    large = choice == "cuda" or elements >= MIN_GPU_ELEMENTS
     if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
-        KEPT_FOR_REPLACED_KERNELS["cases"] += 1
+        KEPT_FOR_REPLACED_KERNELS["cases"] += int(large)
         return False
-    return True
+    return large or _slow_on_the_cpu(reference, inputs)
+
+
+def _slow_on_the_cpu(reference: Any, inputs: Sequence[Any]) -> bool:
+    """Whether one call of the reference on the CPU inputs costs at least SLOW_REFERENCE_S of this process's CPU
+    time (not wall time: a busy host's waiting is no cost of the reference's)."""
+    import torch
+
+    started = time.process_time()
+    try:
+        with torch.no_grad():
+            reference(*inputs)
+    except Exception:  # the terms meet it again and say so in their own words
+        return False
+    return time.process_time() - started >= SLOW_REFERENCE_S
 
 
 def _moved(inputs: Sequence[Any], device: str) -> list[Any]:
@@ -137,7 +156,7 @@ def _give_memory_back(torch: Any) -> None:
 @contextlib.contextmanager
 def placed(reference: Any, inputs: Sequence[Any], truth: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
     """The float64 inputs the bound terms should use, and their device ("cuda" or "cpu"; see the module doc)."""
-    if not _wanted(inputs):
+    if not _wanted(reference, inputs):
         yield list(inputs), "cpu"
         return
     import torch
