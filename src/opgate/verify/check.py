@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from opgate.checks.base import Check, CheckContext
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 from opgate.core import dtypes as dt
+from opgate.verify import bounds_device
 from opgate.verify.backends import PreparedImplementation, autotune_choice, backend, prepare
 from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
 from opgate.verify.calibrate import (
@@ -238,6 +239,10 @@ class VerifyImplementationCheck(Check):
                choice: ImplementationChoice, prepared: PreparedImplementation) -> CheckResult:
         """Run the plan's cases and judge them: the verdict, its class, deviations, a shrunk case."""
         clock.lap("load and prepare")
+        # the bound terms this check computes itself (deferred cases, the gaming probe's second case: 25-33 s of
+        # float64 reverse passes per dtype on one CPU for fla's large gradient twins) may use its GPU, as the
+        # calibration's do (a spec that replaced aten's GPU kernels keeps them on the CPU: verify/bounds_device.py)
+        bounds_device.use_gpu(prepared.device.startswith("cuda"))
         fitter = self._fitter(op, plan, task.time_budget_s, per_call=prepared.device.startswith("cuda"))
         records = self._run_plan(op, prepared, plan, fitter)
         clock.lap("cases")
