@@ -202,3 +202,76 @@ def test_the_parent_resumes_after_a_death_in_a_call_but_not_after_the_whole_time
     (crash,) = read_crashes(tmp_path / "work" / "journal")
     assert (crash.index, crash.phase, crash.label, crash.status) == (
         3, "case", case.label(), "killed its process with SIGSEGV")
+
+
+def test_a_hang_inside_a_jit_compile_leaves_its_case_not_judged_not_crashed(tmp_path):
+    """The child marks a JIT compile while it runs (Triton's jit hooks call resume.compile_started/finished); a hang
+    past the case limit with that mark is the compiler's (LLVM's O3 ran for minutes on fla's token_shift backward
+    at D=65537): the case is not judged, and a new call first drops a mark a compile that raised left behind."""
+    from opgate.checks.base import CheckContext
+    from opgate.engine.runner import CheckTask
+    from opgate.verify import resume
+    from opgate.verify.inputs import Case
+    from opgate.verify.resume import COMPILING, CaseJournal, follow_up, read_crashes
+
+    options = {"workdir": str(tmp_path / "work")}
+    folder = tmp_path / "work" / "journal"
+    task = CheckTask("verify.x.y.float32", "x", CHECK_TARGET, 600.0, CheckContext(verb="verify", options=options))
+    journal = CaseJournal.open(options)
+    case = Case.make({"N": 63}, 7)
+    with pytest.raises(RuntimeError):
+        with journal.implementation_call(case, 3):
+            resume.compile_started("token_shift_bwd_kernel_short")
+            raise RuntimeError("the child dies here, inside the compile")
+    assert (folder / COMPILING).is_file()
+    hang = _died(returncode=1, stderr_tail="Timeout (0:05:00)!\nThread 0x1 (most recent call first):")
+    assert follow_up(task, hang) is task  # resumed in a fresh child, as after a crash
+    (entry,) = read_crashes(folder)
+    assert entry.kind == "compile" and "token_shift_bwd_kernel_short" in entry.status
+    assert "did not finish within the case limit (300 s" in entry.status
+    fresh = CaseJournal.open(options)
+    assert not (folder / COMPILING).exists()  # the compile the last child died in is over
+    state, why = fresh.state_of(3)
+    assert state == "not_judged" and why == entry.status
+    assert fresh.stalled_labels == {case.label()}
+    resume.compile_started("another")  # a compile that raised: its post hook never ran
+    with fresh.implementation_call(case, 4):
+        assert not (folder / COMPILING).exists()
+
+
+@pytest.mark.slow
+def test_a_compile_that_never_finishes_is_a_compile_time_warning_and_the_rest_is_judged(tmp_path):
+    spec = DATA / "compile_stall_spec.py"
+    proc = run_cli(str(spec), "--case-timeout", "3", "--jobs", "2", "--json", str(tmp_path / "r.json"))
+    report = json.loads((tmp_path / "r.json").read_text())
+    result = next(r for r in report["results"] if r["check_id"] == "verify.double.compile_stalls.float32")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # a warning, not a failure
+    assert result["outcome"] == "warned" and result["extra"]["failure_class"] == "compile_time", result["reason"]
+    assert "planted_kernel did not finish within the case limit (3 s" in result["reason"]
+    stalled = [row for row in result["extra"]["cases"] if row.get("not_judged")]
+    assert stalled and all("63" in row["case"] for row in stalled)
+    assert all(row["passed"] for row in result["extra"]["cases"] if not row.get("not_judged"))
+    assert "crashes" not in result["extra"]
+
+
+def test_tritons_jit_hooks_mark_the_compile_while_it_runs(tmp_path):
+    """backends/triton_backend.record_compiles installs the hooks that mark a compile for the journal."""
+    from types import SimpleNamespace
+
+    knobs = pytest.importorskip("triton").knobs
+    from opgate.verify import resume
+    from opgate.verify.backends.triton_backend import record_compiles
+    from opgate.verify.resume import COMPILING, CaseJournal
+
+    saved = (knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook)
+    try:
+        CaseJournal(tmp_path, 300.0)
+        record = record_compiles()
+        kernel = SimpleNamespace(name="softmax_kernel")
+        knobs.runtime.jit_cache_hook(key="k", fn=kernel)
+        assert json.loads((tmp_path / COMPILING).read_text())["kernel"] == "softmax_kernel"
+        knobs.runtime.jit_post_compile_hook(key="k", fn=kernel)
+        assert not (tmp_path / COMPILING).exists() and record["compiles"] == 1
+    finally:
+        knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = saved
+        resume._OPEN_JOURNAL["folder"] = None

@@ -300,6 +300,8 @@ class VerifyImplementationCheck(Check):
                 fitter.observe(index, getattr(earlier, "seconds", 0.0))
             elif state == "crashed":
                 records.append(CaseRecord(case, CaseVerdict(False, (earlier,), (), tuple(budgets))))
+            elif state == "not_judged":  # an earlier child hung in a JIT compile of this case (verify/resume.py)
+                records.append(CaseRecord(case, CaseVerdict(False, (), (), tuple(budgets), not_judged=earlier)))
             elif state == "run":
                 if not fitter.runs(index):
                     continue
@@ -611,10 +613,18 @@ class VerifyImplementationCheck(Check):
                 failure_class: str = "", range_note: str = "", finding: str = "") -> CheckResult:
         n = len(records)
         unjudged = [r for r in records if r.verdict.not_judged]
+        stalled_labels = getattr(self.journal, "stalled_labels", set())
+        stalled = [r for r in unjudged if r.case.label() in stalled_labels]  # a JIT compile that hung
         worst = max([r for r in records if not r.verdict.not_judged] or records, key=lambda r: r.verdict.worst_ratio)
         figures = [Figure("failing cases", len(failing), "",
                           Threshold(0, "==", f"{n} cases of the {plan.budget} plan (seed {plan.base_seed})"),
                           key="verify.numerics.failing_cases")]
+        if stalled:
+            figures.append(Figure("cases not judged (their JIT compile did not finish within the case limit)",
+                                  len(stalled), "", Threshold(0, "==", "a kernel's first call at a shape must "
+                                                                       "compile within --case-timeout"),
+                                  key="verify.numerics.cases_not_judged_compile_stalled"))
+        unjudged = [r for r in unjudged if r not in stalled]
         if unjudged:
             figures.append(Figure("cases not judged (out of memory not shown to be the implementation's)", len(unjudged),
                                   "", Threshold(0, "==", "opgate judges an out-of-memory error only when the demand "
@@ -654,6 +664,21 @@ class VerifyImplementationCheck(Check):
             extra["cases_not_judged"] = [{"case": r.case.label(), "why": r.verdict.not_judged} for r in unjudged]
         not_judged = (f"{len(unjudged)}/{n} case(s) not judged, first {unjudged[0].case.label()}: "
                       f"{unjudged[0].verdict.not_judged}") if unjudged else ""
+        if stalled:
+            extra["compile_stalled"] = [{"case": r.case.label(), "why": r.verdict.not_judged} for r in stalled]
+        if not failing and not unjudged and stalled:
+            first = stalled[0]
+            judged_ok = n - len(stalled)
+            return self.warned(
+                f"[compile_time] {len(stalled)}/{n} case(s) not judged: {first.case.label()}: "
+                f"{first.verdict.not_judged}; the other {judged_ok} case(s) are within budget"
+                + (f" or documented deviations ({', '.join(sorted({d.kind for d in deviations}))})" if deviations
+                   else ""),
+                figures=figures, extra={**extra, "failure_class": "compile_time"},
+                remediation="The kernel's JIT compile at this shape ran past --case-timeout: a first call at this "
+                            "shape stalls as long in production (Triton's autotuner compiles every config). Find the "
+                            "config with the most elements per thread (autotune key in the stderr tail), prune it "
+                            "for such shapes, or raise --case-timeout to judge the case.")
         if not failing and unjudged:
             judged = (f"the other {n - len(unjudged)} case(s) are within budget" if not deviations else
                       f"the other {n - len(unjudged)} case(s) are within budget or documented deviations "
@@ -712,6 +737,9 @@ class VerifyImplementationCheck(Check):
                       f"(one per key; {autotune_choice.AUTOTUNE_ENV}=benchmark judges Triton's own pick)")
         if not_judged:
             reason = f"{reason}; {not_judged}"
+        if stalled:
+            reason = f"{reason}; {len(stalled)} case(s) not judged, first {stalled[0].case.label()}: " \
+                     f"{stalled[0].verdict.not_judged}"
         if range_note:
             reason = f"{reason}; {range_note}"
         if deviations:

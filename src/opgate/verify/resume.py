@@ -60,6 +60,26 @@ PHASE_WORDS = {
 }
 
 
+# In the journal while a JIT compile runs in the child (Triton's jit hooks: backends/triton_backend.record_compiles):
+# a call that hangs past the case limit there hung in the compiler, not in the implementation's own code
+COMPILING = "compiling.json"
+_OPEN_JOURNAL: dict[str, Path | None] = {"folder": None}  # the journal of the check running in this process
+
+
+def compile_started(kernel: str) -> None:
+    """A JIT compile of `kernel` begins in this process (a no-op outside a numerics check)."""
+    folder = _OPEN_JOURNAL["folder"]
+    if folder is not None:
+        _write_atomically(folder / COMPILING, json.dumps({"kernel": kernel, "time": time.time()}))
+
+
+def compile_finished() -> None:
+    folder = _OPEN_JOURNAL["folder"]
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            (folder / COMPILING).unlink()
+
+
 def _write_atomically(path: Path, data: str | bytes) -> None:
     # the journal is scratch written per case: it must survive the child's crash, not the machine's
     write_atomically(path, data, durable=False)
@@ -79,9 +99,14 @@ class CrashEntry:
     label: str
     status: str  # "killed by SIGSEGV", "exited with code 7 ...", "timed out after 300 s", ...
     stderr_tail: str
+    # "crash": the implementation killed its process or hung; "compile": it hung inside a JIT compile (COMPILING),
+    # which leaves the case not judged instead of failed (a compile-time blow-up, not a wrong answer)
+    kind: str = "crash"
 
     @property
     def reason(self) -> str:
+        if self.kind == "compile":
+            return self.status
         where = " (after the call returned: memory it corrupted was found at a later free)" \
             if self.phase == "after" else ""
         return f"crashed: the implementation {self.status}{where}"
@@ -92,7 +117,7 @@ class CrashEntry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CrashEntry":
         return cls(data.get("index"), str(data["phase"]), dict(data["case"]), str(data["label"]),
-                   str(data["status"]), str(data.get("stderr_tail", "")))
+                   str(data["status"]), str(data.get("stderr_tail", "")), str(data.get("kind", "crash")))
 
 
 # -- the child's side ---------------------------------------------------------------------------------
@@ -107,6 +132,10 @@ class CaseJournal:
         self.crashes = read_crashes(folder)
         self.stopped = bool(_read_json(folder / "crashes.json").get("stop"))
         self.crashed_labels = {c.label for c in self.crashes}
+        self.stalled_labels = {c.label for c in self.crashes if c.kind == "compile"}
+        with contextlib.suppress(OSError):  # a compile the last child died in is over
+            (folder / COMPILING).unlink()
+        _OPEN_JOURNAL["folder"] = folder
         self._mark({"phase": "setup"})
         faulthandler.enable()  # a fatal signal prints the Python stack (the user's line) into the stderr tail
 
@@ -119,10 +148,11 @@ class CaseJournal:
 
     # The plan, case by case.
     def state_of(self, index: int) -> tuple[str, Any]:
-        """("done", record) | ("crashed", reason) | ("not_run", None) | ("run", None) for plan case `index`."""
+        """("done", record) | ("crashed", reason) | ("not_judged", reason: a compile that hung) | ("not_run", None)
+        | ("run", None) for plan case `index`."""
         for crash in self.crashes:
             if crash.index == index and crash.phase != "shrink":
-                return "crashed", crash.reason
+                return ("not_judged" if crash.kind == "compile" else "crashed"), crash.reason
         saved = self.folder / "done" / f"{index:05d}.pkl"
         if saved.is_file():
             return "done", pickle.loads(saved.read_bytes())
@@ -140,6 +170,7 @@ class CaseJournal:
         phase = "case" if index is not None else "shrink"
         marker = {"phase": phase, "index": index, "case": case.to_dict(), "label": case.label(),
                   "limit_s": self.case_timeout_s}
+        compile_finished()  # a compile that raised never ran its post hook: its marker is stale by now
         self._mark(marker)
         faulthandler.dump_traceback_later(self.case_timeout_s, exit=True)
         try:
@@ -178,18 +209,19 @@ class CaseJournal:
                  spec_name: str) -> CheckResult:
         """Add the crashes to the result the child built from every case it has (crashed ones failed)."""
         self.finished()
-        if not self.crashes:
+        crashes = [c for c in self.crashes if c.kind != "compile"]  # a hung compile is a case not judged
+        if not crashes:
             return result
         from opgate.verify.inputs import Case
 
         entries = []
-        for crash in self.crashes:
+        for crash in crashes:
             entry = crash.to_dict()
             entry["replay"] = token_for(Case.from_dict(crash.case))
             entry["stderr_excerpt"] = stderr_excerpt(crash.stderr_tail)
             entries.append(entry)
-        in_plan = [c for c in self.crashes if c.phase != "shrink"]
-        not_run = planned - judged - len(in_plan)
+        in_plan = [c for c in crashes if c.phase != "shrink"]
+        not_run = planned - judged - len(in_plan) - (len(self.crashes) - len(crashes))
         first = entries[0]
         crash_text = (f"the implementation {first['status']} on {first['label']}"
                       + (" (a case opgate tried while narrowing down a failure)" if first["phase"] == "shrink" else ""))
@@ -318,9 +350,17 @@ def follow_up(task: Any, result: CheckResult) -> Any:
             remediation="Run the replay command of the first crash alone, under gdb or compute-sanitizer.",
             extra={**result.extra, "failure_class": "crash", "crashes": crashes})
     index = marker.get("index")
+    compiling = _read_json(folder / COMPILING)
+    kind = "crash"
+    if compiling and "a hang" in status:  # it hung inside a JIT compile: the compile's time, not a wrong answer
+        kind = "compile"
+        began = float(compiling.get("time", 0.0)) - float(marker.get("time", 0.0))
+        status = (f"its JIT compile of kernel {compiling.get('kernel', '?')} did not finish within the case limit "
+                  f"({status.split('(')[0].removeprefix('timed out after ').strip()}; the compile began "
+                  f"{max(0.0, began):.0f} s into the call)")
     crashes.append(CrashEntry(index, phase if index is not None else "shrink", dict(marker["case"]),
                               str(marker.get("label", "")), status,
-                              str(result.extra.get("stderr_tail", ""))).to_dict())
+                              str(result.extra.get("stderr_tail", "")), kind).to_dict())
     data["crashes"] = crashes
     if len(crashes) >= MAX_CRASHES:
         data["stop"] = True
