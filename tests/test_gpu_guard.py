@@ -176,6 +176,9 @@ def test_on_a_gpu_host_verify_tasks_take_the_guard_and_measuring_ones_take_it_al
     floors = {t.check_id.rsplit(".", 1)[-1]: t.slot_floor for t in tasks}
     assert floors["sanitizer"] == builtin_stages.SANITIZER_SLOT_FLOOR > 0  # slots of its own beside the numerics
     assert floors["runtime"] == floors["recovery"] == 0.0
+    warm_ups = [t for t in tasks if t.check_id.endswith("_warm_up")]
+    assert warm_ups and all(t.slot_floor == builtin_stages.RuntimeStage.warm_up_slot_floor > 0 for t in warm_ups)
+    assert all(t.slot_floor <= t.slot_share for t in warm_ups)  # a floor inside its share
 
 
 def test_a_warm_up_holds_the_gpu_shared_until_it_ends_and_is_skipped_while_another_run_has_it(tmp_path: Path) -> None:

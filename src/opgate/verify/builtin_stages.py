@@ -116,6 +116,10 @@ class RuntimeStage(_GpuStage):
     # At most half the slots: before the first plan is written only warm-ups can run, and on the H200 host 16 of
     # them (30-107 s each, compiling and autotuning fla's kernels) held every slot when the numerics arrived.
     warm_up_slot_share = 0.5
+    # ... and at least 2 of 16 while they wait (CheckTask.slot_floor): queued after the numerics, which arrive until
+    # the end of a library's calibration, none but the first nine warm-ups had started at 515 s, so no file could
+    # reach its exclusive runtime and recovery checks (twenty-fourth H200 session; this floor not yet measured)
+    warm_up_slot_floor = 0.125
 
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         import dataclasses
@@ -135,7 +139,8 @@ class RuntimeStage(_GpuStage):
                 warm_ups.append(dataclasses.replace(
                     item, check_id=f"{item.check_id}_warm_up", title=f"{item.title} (warm-up)",
                     target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False,
-                    order=self.warm_up_order, slot_share=self.warm_up_slot_share, after=after))
+                    order=self.warm_up_order, slot_share=self.warm_up_slot_share,
+                    slot_floor=self.warm_up_slot_floor, after=after))
         return warm_ups + measured
 
 
