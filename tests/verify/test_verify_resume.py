@@ -275,3 +275,22 @@ def test_tritons_jit_hooks_mark_the_compile_while_it_runs(tmp_path):
     finally:
         knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = saved
         resume._OPEN_JOURNAL["folder"] = None
+
+
+def test_after_the_last_restart_for_hung_compiles_the_cases_left_are_counted_not_run(tmp_path):
+    from opgate.verify.inputs import Case
+    from opgate.verify.resume import CaseJournal, CrashEntry
+
+    folder = tmp_path / "journal"
+    folder.mkdir()
+    stalls = [CrashEntry(k, "case", Case.make({"N": 63 + k}, k).to_dict(), Case.make({"N": 63 + k}, k).label(),
+                         "its JIT compile of kernel k did not finish within the case limit (300 s; ...)", "",
+                         "compile").to_dict() for k in range(MAX_CRASHES)]
+    (folder / "crashes.json").write_text(json.dumps({"crashes": stalls, "stop": True}))
+    journal = CaseJournal(folder, 300.0)
+    passed = CheckResult("verify.x.y.float32", "x", Outcome.PASSED, "2/2 cases within budget")
+    annotated = journal.annotate(passed, planned=8, judged=2, token_for=lambda case: "t", spec_name="s.py")
+    assert "3 case(s) not run" in annotated.reason and "crashes" not in annotated.extra
+    more = CaseJournal(folder, 300.0)
+    more.stopped = False
+    assert more.annotate(passed, planned=8, judged=2, token_for=lambda case: "t", spec_name="s.py") is passed

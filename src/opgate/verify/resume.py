@@ -211,7 +211,15 @@ class CaseJournal:
         self.finished()
         crashes = [c for c in self.crashes if c.kind != "compile"]  # a hung compile is a case not judged
         if not crashes:
-            return result
+            not_run = planned - judged - len(self.crashes)
+            if not (self.stopped and not_run > 0):
+                return result
+            return dataclasses.replace(  # MAX_CRASHES hung compiles: the restarts stopped
+                result, reason=f"{result.reason}; {not_run} case(s) not run: opgate stops restarting an "
+                               f"implementation after {MAX_CRASHES} hung calls",
+                figures=(*result.figures, Figure("cases not run", not_run, "",
+                                                 Threshold(0, "==", f"{MAX_CRASHES} hung calls at most"),
+                                                 key="verify.numerics.cases_not_run")))
         from opgate.verify.inputs import Case
 
         entries = []
