@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from opgate.verify.inputs import Case
 from opgate.verify.time_budget import (
-    MIN_CHECK_SECONDS, CasePlanFitter, CaseSize, CaseTimer, check_seconds, operator_seconds,
+    LATE_PLAN_MIN_SHARE, MIN_CHECK_SECONDS, CasePlanFitter, CaseSize, CaseTimer, after_calibration_lag,
+    check_seconds, operator_seconds,
 )
 
 
@@ -81,6 +82,46 @@ def test_an_operator_budget_is_shared_by_its_checks_jobs_at_a_time():
     assert check_seconds(0.0, checks=3, jobs=2) == 0.0
 
 
+def test_a_plan_that_comes_late_in_a_serial_calibration_gets_what_is_left_of_the_operators_budget():
+    """fla_linear_cross_entropy.grad on 2 cores: three 100 s shares, plans at 35, 69 and 119 s into the operator's
+    calibration; with full shares the operator took 229-275 s against its 150 s budget."""
+    share = check_seconds(150.0, checks=3, jobs=2)
+    assert share == 100.0
+    assert after_calibration_lag(share, 150.0, 35.0) == 100.0  # the first plan: its full share fits
+    assert after_calibration_lag(share, 150.0, 69.0) == 81.0
+    assert after_calibration_lag(share, 150.0, 119.0) == 31.0
+    # never less than a quarter of its share, nor MIN_CHECK_SECONDS
+    assert after_calibration_lag(share, 150.0, 149.0) == LATE_PLAN_MIN_SHARE * share
+    assert after_calibration_lag(20.0, 150.0, 149.0) == MIN_CHECK_SECONDS
+    # no lag known (the pool calibrates side by side), or no cap: unchanged
+    assert after_calibration_lag(share, 150.0, 0.0) == share
+    assert after_calibration_lag(0.0, 0.0, 119.0) == 0.0
+    assert after_calibration_lag(share, 0.0, 119.0) == share
+
+
+def test_a_late_plans_numerics_task_carries_the_shortened_budget_and_says_why(tmp_path):
+    from opgate.core.spec import load_spec_file
+    from opgate.engine.stages import OperatorPlan
+    from opgate.verify.backends.base import ImplementationChoice
+    from opgate.verify.builtin_stages import NumericsStage
+    from tests_verify_support import ROOT
+
+    softmax = ROOT / "examples" / "ops" / "softmax.py"
+    [op] = load_spec_file(softmax)
+    choice = ImplementationChoice("triton", "triton", "user")
+
+    def budgets(lag_s: float) -> list[tuple[float, float]]:
+        plan = OperatorPlan(op, [choice], ["float32", "float16", "bfloat16"], softmax, "standard", 0, False, 2,
+                            tmp_path, tmp_path, 900.0, plans={"bfloat16": tmp_path / "plan.pt"},
+                            calibration_lag_s=lag_s)
+        tasks = NumericsStage().tasks(plan)
+        return [(t.context.options["time_budget_s"], t.context.options["calibration_lag_s"]) for t in tasks]
+
+    assert budgets(0.0) == [(100.0, 0.0)]
+    assert budgets(35.0) == [(100.0, 0.0)]  # not shortened: nothing to say
+    assert budgets(119.0) == [(31.0, 119.0)]
+
+
 def test_slow_backends_take_the_larger_shares():
     # softmax's example on a CPU: 3 Triton checks (interpreter, weight 1) beside 12 eager ones (weight 0.25)
     total = 3 * 1.0 + 12 * 0.25
@@ -96,3 +137,23 @@ def test_on_a_gpu_a_case_costs_a_call_not_its_size():
         timer.observe(CaseSize.of([size]), seconds)
     # the first call is left out: the upper quartile of 2.0, 3.0, 2.5, 0.1
     assert timer.predict(CaseSize.of([(1, 65535)])) == timer.predict(CaseSize.of([(4, 4)])) == 2.5
+
+
+def test_the_cases_leave_room_for_the_calls_the_gaming_probe_makes_after_them():
+    clock = FakeClock()
+    cases = [case("declared", N=64), case("edge", N=65), case("edge", regime="huge", N=66)]
+    sizes = [CaseSize.of([(64,)]), CaseSize.of([(65,)]), CaseSize.of([(66,)])]
+    fitter = CasePlanFitter(10.0, cases, sizes, clock, reserve=(0, 2.0))
+    assert fitter.reserved_s() == 0.0  # its case has not run yet
+    assert fitter.runs(0)
+    clock.now = 3.0
+    fitter.observe(0, 3.0)
+    assert fitter.reserved_s() == 6.0
+    # 10 s - 3 s gone - 6 s kept: a ~3 s case no longer fits, where without the reserve it would have
+    assert not fitter.runs(1)
+    clock.now = 0.0
+    plain = CasePlanFitter(10.0, cases, sizes, clock)
+    plain.runs(0)
+    clock.now = 3.0
+    plain.observe(0, 3.0)
+    assert plain.runs(1)

@@ -26,7 +26,7 @@ class NumericsStage(Stage):
         from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 
         out: list[CheckTask | CheckResult] = []
-        from opgate.verify.time_budget import check_seconds, operator_seconds
+        from opgate.verify.time_budget import after_calibration_lag, check_seconds, operator_seconds
 
         case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.case_timeout_s or CASE_TIMEOUT_S)
         checks = len(plan.choices) * len(plan.dtypes)
@@ -46,6 +46,9 @@ class NumericsStage(Stage):
                                            extra={"op": plan.op.name, "implementation": choice.name,
                                                   "backend": choice.backend, "dtype": dtype}))
                     continue
+                share = check_seconds(operator_budget, checks, plan.jobs, weights[choice.name], total_weight)
+                budget = 0.0 if plan.replaying else after_calibration_lag(share, operator_budget,
+                                                                          plan.calibration_lag_s)
                 artefacts = plan.out_dir / "verify" / plan.op.name / choice.name / dtype
                 payload = NumericsPayload(
                     spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
@@ -53,8 +56,9 @@ class NumericsStage(Stage):
                     workdir=str(plan.scratch_dir("work")),
                     extras=plan.options.extras, shrink=plan.options.shrink,
                     case_timeout_s=case_timeout,
-                    time_budget_s=0.0 if plan.replaying else check_seconds(
-                        operator_budget, checks, plan.jobs, weights[choice.name], total_weight))
+                    time_budget_s=budget,
+                    # said in the result only where it shortened the budget
+                    calibration_lag_s=round(plan.calibration_lag_s, 1) if 0 < budget < share else 0.0)
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
                                      self.timeout_s, payload, choice, labels={"dtype": dtype}))
         return out

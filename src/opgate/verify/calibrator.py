@@ -523,7 +523,7 @@ class Calibrator(threading.Thread):
             except Exception as exc:  # contained: this dtype is not judged, the rest of the run goes on
                 outcome = FailedPlan.of(dtype, exc)
             self.spans[f"{job.op.name} {dtype}"] = [round(begin, 2), round(time.perf_counter() - self.started_at, 2)]
-            self._done_dtype(op_index, job, outcome, outcomes)
+            self._done_dtype(op_index, job, outcome, outcomes, lag_s=time.perf_counter() - t0)
         self._done_operator(op_index, job, outcomes, time.perf_counter() - t0)
 
     def _calibrate_in_pool(self, pool: CalibrationPool, by_file: dict[Path, list[int]],
@@ -615,8 +615,11 @@ class Calibrator(threading.Thread):
             for future in pending:
                 future.cancel()
 
-    def _done_dtype(self, op_index: int, job: CalibrationJob, outcome: Any, outcomes: dict[str, Any]) -> None:
-        """Record one operator x dtype's plan and hand its per-dtype tasks (numerics) to the run."""
+    def _done_dtype(self, op_index: int, job: CalibrationJob, outcome: Any, outcomes: dict[str, Any],
+                    lag_s: float = 0.0) -> None:
+        """Record one operator x dtype's plan and hand its per-dtype tasks (numerics) to the run. `lag_s`: seconds
+        since this thread began the operator's calibration (OperatorPlan.calibration_lag_s; 0 from the pool, whose
+        processes calibrate an operator's dtypes side by side)."""
         op = job.op
         if isinstance(outcome, FailedPlan):
             outcomes[outcome.dtype] = outcome
@@ -637,7 +640,10 @@ class Calibrator(threading.Thread):
         for key, count in outcome.cache.items():
             counts[key] = counts.get(key, 0) + count
         per_dtype = [s for s in self.stages if s.needs.calibration and s.per_dtype_plans]
-        self._hand_over(op_index, job.make_plan({outcome.dtype: Path(outcome.path)}), per_dtype)
+        plan = job.make_plan({outcome.dtype: Path(outcome.path)})
+        if lag_s > 0:
+            plan.calibration_lag_s = lag_s
+        self._hand_over(op_index, plan, per_dtype)
 
     def _done_operator(self, op_index: int, job: CalibrationJob, outcomes: dict[str, Any], seconds: float) -> None:
         per_operator = [s for s in self.stages if s.needs.calibration and not s.per_dtype_plans]

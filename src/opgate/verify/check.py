@@ -35,7 +35,7 @@ from opgate.verify.deviations import (
 )
 from opgate.gpu.judge.oom import OomFacts, exception_is_out_of_memory, judge_oom, requested_bytes
 from opgate.gpu.probes.device_memory import device_memory_snapshot, free_cached_memory
-from opgate.verify.gaming import apply_probe, probe_implementation
+from opgate.verify.gaming import PROBE_CALLS, apply_probe, prepare_probe, probe_implementation
 from opgate.verify.gradients import gradient_failure_class, gradient_remediation
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.calibrator import REFERENCE_FORM_KEY
@@ -102,15 +102,19 @@ def _output_dtype_deviations(records: Sequence[CaseRecord], out_dtypes: Sequence
         "the reference return it (e.g. .float()) so its budget is calibrated for it"))]
 
 
-def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter) -> CheckResult:
+def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter, calibration_lag_s: float = 0.0) -> CheckResult:
     """Say which cases the time budget left out, and their predicted cost, in the reason and the figures."""
     capped = fitter.summary()
     if capped is None:
         return result
+    if calibration_lag_s > 0:
+        capped["plan_after_s"] = calibration_lag_s
     listed = ", ".join(f"{c['case']} (~{c['predicted_s']:g} s)" for c in capped["capped"][:3])
     more = f" and {len(capped['capped']) - 3} more" if len(capped["capped"]) > 3 else ""
-    note = (f"; {len(capped['capped'])} case(s) not run: they did not fit the {capped['budget_s']:g} s time budget "
-            f"at this backend's measured speed ({listed}{more}; --time-budget raises it)")
+    late = (f", what was left of the operator's after its plan came {calibration_lag_s:g} s into its calibration"
+            if calibration_lag_s > 0 else "")
+    note = (f"; {len(capped['capped'])} case(s) not run: they did not fit the {capped['budget_s']:g} s time budget"
+            f"{late} at this backend's measured speed ({listed}{more}; --time-budget raises it)")
     figure = Figure("cases capped by the time budget", len(capped["capped"]), "",
                     Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype may take "
                                                         "(a share of the operator's --time-budget)"),
@@ -244,11 +248,18 @@ class VerifyImplementationCheck(Check):
         # calibration's do (a spec that replaced aten's GPU kernels keeps them on the CPU: verify/bounds_device.py)
         bounds_device.use_gpu(prepared.device.startswith("cuda"))
         fitter = self._fitter(op, plan, task.time_budget_s, per_call=prepared.device.startswith("cuda"))
+        # the gaming probe's float64 side first, on the fitter's clock, and room kept for its calls after the
+        # cases: the check as a whole, not only its cases, keeps to its time budget
+        probe_truths = prepare_probe(op, choice, plan)
+        if probe_truths is not None and not probe_truths.skipped:
+            fitter.reserve = (plan.cases.index(probe_truths.case), PROBE_CALLS)
+        clock.lap("gaming probe truths")
         records = self._run_plan(op, prepared, plan, fitter)
         clock.lap("cases")
         # verify/gaming.py: cache, alias, mutation, stream. Not after a crash: the probe calls the implementation
         # outside any case, and a second death there would read as opgate's own.
-        gaming = (probe_implementation(op, choice, prepared, plan) if not self.journal.crashed_labels
+        gaming = (probe_implementation(op, choice, prepared, plan, probe_truths)
+                  if probe_truths is not None and not self.journal.crashed_labels
                   and not getattr(self.journal, "not_run", None) else None)
         clock.lap("gaming probe")
         if prepared.finish is not None:
@@ -281,7 +292,7 @@ class VerifyImplementationCheck(Check):
             result = dataclasses.replace(result, extra={**result.extra, "precision": precision.to_dict()})
         result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps,
                                                     **({"out_of_memory": self.oom_events} if self.oom_events else {})})
-        result = _with_capped_cases(result, fitter)
+        result = _with_capped_cases(result, fitter, task.calibration_lag_s)
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),

@@ -242,13 +242,30 @@ def probe_side_stream(call: Callable[[Sequence[Any]], list[Any]], inputs: Sequen
 
 # -- the probe of one implementation ----------------------------------------------------------------------------
 
-def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any) -> GamingProbe | None:
-    """All probes on one implementation (None when it is not probed: opgate's extras, ONNX, replays)."""
-    import torch
+# Calls of the implementation on the declared case after the case loop, as the time budget counts them: the first
+# call (mutation, alias) and the cached probe's second; a third only when that one fails.
+PROBE_CALLS = 2.0
 
-    from opgate.verify.backends.base import accepts_out, implementation_function
-    from opgate.verify.calibrate import CalibrationError, budgets_for_case, judge_case, truth_and_baseline
-    from opgate.verify.inputs import make_inputs
+
+@dataclass
+class ProbeTruths:
+    """The probe's float64 side, prepared before the case loop (verify/check.py) so that its cost counts in the
+    check's time budget: the declared case and a second case of the same size, with truths, budgets and masks.
+    The second case's bound terms are float64 reverse passes (13 s per dtype on one CPU core for fla's linear
+    cross-entropy gradient), more than the probe's calls; `skipped`: why the probes cannot run."""
+
+    case: Any
+    second_case: Any
+    truths: list[Any] = field(default_factory=list)
+    budgets: list[Any] = field(default_factory=list)
+    masks: list[Any] = field(default_factory=list)
+    skipped: str = ""
+
+
+def prepare_probe(op: Any, choice: Any, plan: Any) -> ProbeTruths | None:
+    """The truths and budgets the probes judge by (None when the implementation is not probed: opgate's extras,
+    ONNX, replays, a plan with no declared typical contiguous case). Calls the reference only."""
+    from opgate.verify.calibrate import CalibrationError, budgets_for_case, truth_and_baseline
 
     if choice.origin != "user" or choice.backend not in PROBED_BACKENDS:
         return None
@@ -258,28 +275,48 @@ def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any) -> Gami
         return None
     case = declared[0]
     second_case = dataclasses.replace(case, seed=case.seed + 7_777)
-    probe = GamingProbe(case=case.label())
     try:
         second_truth, second_baseline = truth_and_baseline(op, second_case, plan.dtype)
     except CalibrationError as exc:
-        probe.skipped["all"] = f"the reference fails on the second case: {exc}"
-        return probe
+        return ProbeTruths(case, second_case, skipped=f"the reference fails on the second case: {exc}")
     index = plan.cases.index(case)
-    truths = [plan.truths[index], second_truth]
     second_budgets, second_masks, _ = budgets_for_case(op, plan.dtype, second_case, second_truth, second_baseline,
                                                        plan.pooled_rmse, plan.pooled_quantile,
                                                        plan.n_calibration_cases,
-                                                      plan.summary.get("pooled_element_rho", ()))
-    budgets = [plan.budgets[index], second_budgets]
-    masks = [plan.masks[index], second_masks]
+                                                       plan.summary.get("pooled_element_rho", ()))
+    return ProbeTruths(case, second_case, [plan.truths[index], second_truth],
+                       [plan.budgets[index], second_budgets], [plan.masks[index], second_masks])
+
+
+def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any,
+                         truths: ProbeTruths | None = None) -> GamingProbe | None:
+    """All probes on one implementation (None when it is not probed: opgate's extras, ONNX, replays). `truths`:
+    prepare_probe's, when the check made them before its cases (else made here)."""
+    import torch
+
+    from opgate.verify.backends.base import accepts_out, implementation_function
+    from opgate.verify.calibrate import judge_case
+    from opgate.verify.inputs import make_inputs
+
+    if truths is None:
+        truths = prepare_probe(op, choice, plan)
+        if truths is None:
+            return None
+    case, second_case = truths.case, truths.second_case
+    probe = GamingProbe(case=case.label())
+    if truths.skipped:
+        probe.skipped["all"] = truths.skipped
+        return probe
+    budgets, masks = truths.budgets, truths.masks
+    truths_of = truths.truths
 
     def judge(outputs: Sequence[Any], which: int) -> bool:
-        return judge_case(outputs, truths[which], budgets[which], plan.out_dtypes, masks[which],
+        return judge_case(outputs, truths_of[which], budgets[which], plan.out_dtypes, masks[which],
                           op.quantized).passed
 
     fn = implementation_function(op, choice)
     device = str(prepared.facts.get("device", "cpu"))
-    out_specs = [(tuple(t.shape), d) for t, d in zip(truths[0], plan.out_dtypes)]
+    out_specs = [(tuple(t.shape), d) for t, d in zip(truths_of[0], plan.out_dtypes)]
     use_out = accepts_out(fn)
 
     def call_unsynchronised(args: Sequence[Any]) -> list[Any]:

@@ -76,6 +76,8 @@ class NumericsPayload(ImplementationPayload):
     shrink: bool = True
     case_timeout_s: float = 300.0
     time_budget_s: float = 0.0  # seconds of cases this check may spend (verify/time_budget.py); 0: no cap
+    # seconds into the operator's calibration its plan came (time_budget.after_calibration_lag shortened the budget)
+    calibration_lag_s: float = 0.0
 
 
 @dataclass(frozen=True)
