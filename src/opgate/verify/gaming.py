@@ -288,35 +288,28 @@ def prepare_probe(op: Any, choice: Any, plan: Any) -> ProbeTruths | None:
                        [plan.budgets[index], second_budgets], [plan.masks[index], second_masks])
 
 
-def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any,
-                         truths: ProbeTruths | None = None) -> GamingProbe | None:
-    """All probes on one implementation (None when it is not probed: opgate's extras, ONNX, replays). `truths`:
-    prepare_probe's, when the check made them before its cases (else made here)."""
+def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any, side: ProbeTruths) -> GamingProbe:
+    """All probes on one implementation, judged by prepare_probe's truths and budgets (`side`)."""
     import torch
 
     from opgate.verify.backends.base import accepts_out, implementation_function
     from opgate.verify.calibrate import judge_case
     from opgate.verify.inputs import make_inputs
 
-    if truths is None:
-        truths = prepare_probe(op, choice, plan)
-        if truths is None:
-            return None
-    case, second_case = truths.case, truths.second_case
+    case, second_case = side.case, side.second_case
     probe = GamingProbe(case=case.label())
-    if truths.skipped:
-        probe.skipped["all"] = truths.skipped
+    if side.skipped:
+        probe.skipped["all"] = side.skipped
         return probe
-    budgets, masks = truths.budgets, truths.masks
-    truths_of = truths.truths
+    truths, budgets, masks = side.truths, side.budgets, side.masks
 
     def judge(outputs: Sequence[Any], which: int) -> bool:
-        return judge_case(outputs, truths_of[which], budgets[which], plan.out_dtypes, masks[which],
+        return judge_case(outputs, truths[which], budgets[which], plan.out_dtypes, masks[which],
                           op.quantized).passed
 
     fn = implementation_function(op, choice)
     device = str(prepared.facts.get("device", "cpu"))
-    out_specs = [(tuple(t.shape), d) for t, d in zip(truths_of[0], plan.out_dtypes)]
+    out_specs = [(tuple(t.shape), d) for t, d in zip(truths[0], plan.out_dtypes)]
     use_out = accepts_out(fn)
 
     def call_unsynchronised(args: Sequence[Any]) -> list[Any]:
