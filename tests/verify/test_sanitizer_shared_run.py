@@ -43,6 +43,23 @@ def test_the_sanitizer_tasks_of_one_spec_file_and_tool_share_one_run(tmp_path: P
     assert (alone_tool, alone_file, other) == (tasks[2], tasks[3], tasks[5])  # groups of one are left alone
 
 
+def test_racecheck_shares_its_runs_in_chunks_and_the_other_tools_do_not(tmp_path: Path) -> None:
+    """racecheck's calls cost tens of seconds each on the host: a file's nine implementations run as three shared
+    runs of three side by side; memcheck's nine share one."""
+    ops = [f"op{k}" for k in range(9)]
+    tasks = [_task("/a.py", op, "triton", tool) for tool in ("racecheck", "memcheck") for op in ops]
+    grouped = sanitizer_batch.group_sanitizer_tasks(tasks, tmp_path)
+    firsts = [t for t in grouped if t.context.options["group"]]
+    assert [[m["op"] for m in t.context.options["group"]] for t in firsts] == [
+        ops[0:3], ops[3:6], ops[6:9], ops]
+    assert len({t.context.options["group_dir"] for t in firsts}) == 4
+    for task in grouped:
+        if not task.context.options["group"]:
+            first = next(f for f in firsts if f.context.options["group_dir"] == task.context.options["group_dir"])
+            assert task.after == (first.check_id,)
+            assert task.context.options["op"] in [m["op"] for m in first.context.options["group"]]
+
+
 def _run(findings: int = 0, returncode: int = 0, timed_out: bool = False) -> SimpleNamespace:
     report = SimpleNamespace(findings=[object()] * findings, reported_error_count=findings)
     return SimpleNamespace(duration_s=12.5, log_path="/tmp/log", timed_out=timed_out, returncode=returncode,

@@ -6,7 +6,9 @@ of 45 operators made ~256 of them, each 155-167 s long beside the rest of the ru
 spec file, tool and environment form a group (`group_sanitizer_tasks`): the group's first task runs one child
 that calls every implementation of the group in turn (each as a single run would: the first declared size, then
 the tail size, allocator caches off, one config per autotune key) and writes what it saw to the group's folder;
-the other tasks start after it (CheckTask.after) and read it.
+the other tasks start after it (CheckTask.after) and read it. racecheck's groups hold at most
+SHARED_MEMBERS_LIMIT implementations each: its calls are slow enough that a whole file's run can outgrow the limit
+of one.
 
 Only a clean shared run is shared: no finding, nothing the tool flagged, exit 0, every implementation's every
 step done. Anything else (a finding, a crash, a timeout) and each task runs its own child as before, so a finding
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -40,21 +43,35 @@ class Member:
         return f"{self.op}|{self.impl}|{self.dtype}"
 
 
+# At most this many implementations share one racecheck run. racecheck analyses every shared-memory access on the
+# host, so its calls cost tens of seconds each (fla's linear cross-entropy and KL-divergence with their cuBLAS GEMMs:
+# 38-42 s alone on the idle H200 host), and one run of a whole spec file's eight loss implementations ran past the
+# 420 s limit in a library run (twenty-seventh session): the limit spent, then every member alone again. Chunks run
+# side by side; the other tools' runs of the same file took 26-163 s for all of a file's members.
+SHARED_MEMBERS_LIMIT = {"racecheck": 4}
+
+
 def group_sanitizer_tasks(tasks: Sequence[Any], workdir: Path) -> list[Any]:
-    """The sanitizer tasks of one spec file, tool and environment (one GPU) as a group sharing one run: the first
-    runs it for all (a longer timeout: the shared run, then its own if the shared one was not clean), the rest
-    start after it. Groups of one and every other task are unchanged."""
+    """The sanitizer tasks of one spec file, tool and environment (one GPU) as a group sharing one run (racecheck's
+    in chunks of SHARED_MEMBERS_LIMIT): the first runs it for all (a longer timeout: the shared run, then its own if
+    the shared one was not clean), the rest start after it. Groups of one and every other task are unchanged."""
     from opgate.verify.tasks import GpuStagePayload
 
-    groups: dict[tuple[Any, ...], list[int]] = {}
+    by_key: dict[tuple[Any, ...], list[int]] = {}
     for k, task in enumerate(tasks):
         if getattr(task, "target", "") != SANITIZER_TARGET:
             continue
         payload = GpuStagePayload.from_dict(task.context.options)
         key = (payload.spec_file, payload.tool, tuple(sorted(task.env.items())), task.device)
-        groups.setdefault(key, []).append(k)
+        by_key.setdefault(key, []).append(k)
+    groups: list[list[int]] = []
+    for (_, tool, _, _), indices in by_key.items():
+        size = SHARED_MEMBERS_LIMIT.get(tool, len(indices))
+        chunks = math.ceil(len(indices) / size)
+        # chunks as even as the count allows (9 members: 3, 3, 3 rather than 4, 4, 1)
+        groups += [indices[c * len(indices) // chunks:(c + 1) * len(indices) // chunks] for c in range(chunks)]
     out = list(tasks)
-    for number, indices in enumerate(groups.values()):
+    for number, indices in enumerate(groups):
         if len(indices) < 2:
             continue
         folder = workdir / f"sanitizer-group-{number}"
