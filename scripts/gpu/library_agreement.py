@@ -3,8 +3,10 @@ manifest row's worst result so far, judged as scripts/truth_corpus.py judges a r
 
     PYTHONPATH=src python3 scripts/gpu/library_agreement.py REPORT.json [--device gpu]
 
-Prints every disagreement and one line of counts; exit 1 on a disagreement. A row with no result yet is `missing`
-(an interrupted run), not a disagreement."""
+Prints every disagreement and one line of counts; exit 1 on a disagreement. After an interrupt a row with no result
+yet is `missing`, and one that expects a finding (fail or warn) while some of its checks have not run is
+`incomplete` (its forward's sanitizer passes may be in and its numerics not yet; its gradient twin's class may come
+before its forward's): not a disagreement. A row that expects a pass and saw a failure disagrees however partial."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def main() -> int:
         spec = (result.get("extra") or {}).get("spec_file")
         if spec:
             by_file.setdefault(Path(spec).name, []).append(result)
-    counts = {"agree": 0, "disagree": 0, "missing": 0}
+    not_run = set((report.get("extra") or {}).get("not_run") or [])
+    counts = {"agree": 0, "disagree": 0, "incomplete": 0, "missing": 0}
     for row in truth_corpus.load_manifest(MANIFEST):
         run = truth_corpus.FileRun(row.file, report.get("exit_code"), float(report.get("duration_s") or 0.0),
                                    by_file.get(Path(row.file).name, []))
@@ -45,12 +48,20 @@ def main() -> int:
             counts["missing"] += 1
         elif truth_corpus.agrees(row, seen, args.device):
             counts["agree"] += 1
+        elif row.expected(args.device) != "pass" and _unfinished(row, not_run):
+            counts["incomplete"] += 1
         else:
             counts["disagree"] += 1
             print(f"disagree: {row.file} {row.op} {row.impl}: expected {row.expected(args.device)}, "
                   f"saw {sorted(seen.verdicts())}: {seen.reason[:200]}")
     print(", ".join(f"{n} {k}" for k, n in counts.items()))
     return 1 if counts["disagree"] else 0
+
+
+def _unfinished(row: "truth_corpus.Row", not_run: set[str]) -> bool:
+    """Whether a check of the row's implementation (its operator's or its gradient twin's) had not run."""
+    prefixes = (f"verify.{row.op}.{row.impl}.", f"verify.{row.op}.grad.{row.impl}.")
+    return any(check_id.startswith(prefixes) for check_id in not_run)
 
 
 if __name__ == "__main__":
