@@ -279,3 +279,15 @@ def test_the_lost_mask_of_an_all_finite_case_is_the_classifying_ones(monkeypatch
         slow = baseline_lost_mask(t, b)
         monkeypatch.undo()
         assert torch.equal(fast, slow)
+
+
+def test_the_perturbation_steps_are_uniform_in_plus_minus_scale_and_seeded() -> None:
+    """Drawn in place on the CPU: the values of (rand * 2 - 1) * scale, the same for the same seed, None for
+    inputs that are not float64 tensors."""
+    from opgate.verify.calibrate import _perturbation_steps
+
+    x = torch.zeros(3, 1000, dtype=torch.float64)
+    steps = _perturbation_steps([x, 7, x.float()], 1e-7, seed=11)
+    expected = (torch.rand(x.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64) * 2 - 1) * 1e-7
+    assert torch.equal(steps[0], expected) and steps[1] is None and steps[2] is None
+    assert float(steps[0].abs().max()) <= 1e-7 and torch.equal(_perturbation_steps([x], 1e-7, seed=11)[0], steps[0])
