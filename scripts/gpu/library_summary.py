@@ -1,5 +1,6 @@
 """What a library run's report says about where its time went: results by stage and outcome, plans calibrated by
-each 100 s, warm-worker starts, the heaviest bound terms.
+each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' Triton compiles (count and seconds,
+from each result's backend_facts.triton_jit) and the operators that compiled longest.
 
     python3 scripts/gpu/library_summary.py REPORT.json
 """
@@ -39,6 +40,7 @@ def summary(report: dict) -> list[str]:
         values.sort()
         lines.append(f"  {stage} durations: {len(values)} results, sum {sum(values):.0f} s, "
                      f"median {values[len(values) // 2]:.1f} s, max {values[-1]:.1f} s")
+    lines += _compiles(report)
     extra = report.get("extra", {})
     timeline = extra.get("timeline", {})
     stage_of = {r["check_id"]: r.get("stage") or "-" for r in report.get("results", [])}
@@ -57,6 +59,26 @@ def summary(report: dict) -> list[str]:
     if "verdict_cache" in extra:
         lines.append(f"verdict cache: {json.dumps(extra['verdict_cache'])[:600]}")
     return lines
+
+
+def _compiles(report: dict) -> list[str]:
+    """The numerics checks' Triton JIT compiles against their wall time, and the operators that compiled longest."""
+    seconds: collections.Counter[str] = collections.Counter()
+    counts: collections.Counter[str] = collections.Counter()
+    wall = 0.0
+    for result in report.get("results", []):
+        if result.get("stage") != "numerics":
+            continue
+        extra = result.get("extra") or {}
+        jit = (extra.get("backend_facts") or {}).get("triton_jit") or {}
+        seconds[str(extra.get("op"))] += float(jit.get("seconds") or 0.0)
+        counts[str(extra.get("op"))] += int(jit.get("compiles") or 0)
+        wall += float(result.get("duration_s") or 0.0)
+    if not counts:
+        return []
+    top = ", ".join(f"{op} {s:.0f} s ({counts[op]})" for op, s in seconds.most_common(8))
+    return [f"numerics Triton compiles: {sum(counts.values())} in {sum(seconds.values()):.0f} s of the checks' "
+            f"{wall:.0f} s; longest (seconds, compiles): {top}"]
 
 
 if __name__ == "__main__":
