@@ -138,7 +138,7 @@ def tensors_digest(values: Sequence[Any]) -> str:
             flat = value.detach().cpu().contiguous()
             digest.update(f"{flat.dtype}{tuple(value.shape)}{tuple(value.stride())}".encode())
             if flat.numel():
-                digest.update(flat.reshape(-1).view(torch.uint8).numpy().tobytes())
+                digest.update(flat.reshape(-1).view(torch.uint8).numpy())  # the buffer itself: no copy
         else:
             digest.update(repr(value).encode())
     return digest.hexdigest()
