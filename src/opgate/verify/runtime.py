@@ -678,17 +678,17 @@ def _triple(value: Any) -> str:
 
 def disable_allocator_caches() -> None:
     """In the sanitized child, before the implementation runs: PyTorch's caching allocator (also off through
-    the environment the parent gives) and CuPy's device and pinned memory pools."""
-    import importlib.util
+    the environment the parent gives) and CuPy's device and pinned memory pools, the moment anything imports CuPy
+    (not here: an implementation without CuPy would pay its import)."""
+    from opgate.engine.import_hooks import after_import
 
     os.environ.update(SANITIZER_CHILD_ENV)
-    if importlib.util.find_spec("cupy") is not None:
-        try:
-            import cupy
-        except Exception:  # a broken CuPy is the implementation's problem, met when it imports it
-            return
-        cupy.cuda.set_allocator(None)
-        cupy.cuda.set_pinned_memory_allocator(None)
+    after_import("cupy", _cupy_pools_off)
+
+
+def _cupy_pools_off(cupy: Any) -> None:
+    cupy.cuda.set_allocator(None)
+    cupy.cuda.set_pinned_memory_allocator(None)
 
 
 def run_sanitized(spec_file: str, op_name: str, impl_name: str, dtype: str) -> None:
