@@ -73,10 +73,21 @@ def _measure(op: Operator, impl: str, case: harness.Case, device: str = "cpu") -
         out = harness.run_impl(op, impl, args)
         record["err"] = harness.rel_error(out, truth)
         record["out_dtype_ok"] = out.dtype == eager.dtype
+        record["worst"] = _worst_element(out, truth)
     except Exception as exc:  # a crash is a result to report, not a worker failure
         record["err"] = float("inf")
         record["error"] = f"{type(exc).__name__}: {exc}"[:500]
     return record
+
+
+def _worst_element(out: Any, truth: Any) -> dict[str, Any] | None:
+    """Where the output is farthest from the truth (flat index, both values), so a failure names its element (a
+    float32 GELU once measured 1.2e-4 in one full test run and 6.7e-8 in every rerun; the next one says where)."""
+    if not (isinstance(out, torch.Tensor) and out.shape == truth.shape and truth.is_floating_point() and out.numel()):
+        return None
+    gap = (out.detach().cpu().double() - truth).abs().nan_to_num(nan=0.0, posinf=0.0)
+    index = int(gap.reshape(-1).argmax())
+    return {"index": index, "got": float(out.reshape(-1)[index]), "truth": float(truth.reshape(-1)[index])}
 
 
 def _onnx_record(op: Operator, dims: dict[str, int]) -> dict[str, Any]:

@@ -30,7 +30,8 @@ def _failures(records: list[dict[str, Any]]) -> list[str]:
             ok = r["err"] <= harness.LOOSE_REL_TOL[r["dtype"]]
         if not ok or not r.get("out_dtype_ok", True):
             bad.append(f"{r['impl']} {r['dtype']} {r['dims']} strided={r.get('strided')}: rel error {r['err']:.3g}"
-                       f" (eager {r.get('eager_err', float('nan')):.3g}), dtype ok={r.get('out_dtype_ok')}")
+                       f" (eager {r.get('eager_err', float('nan')):.3g}), dtype ok={r.get('out_dtype_ok')}, "
+                       f"worst element {r.get('worst')}")
     return bad
 
 
