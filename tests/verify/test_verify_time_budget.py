@@ -67,6 +67,41 @@ def test_when_time_is_short_one_case_of_each_regime_and_layout_comes_before_more
     assert len(ran) == 3 or len(ran) == 4
 
 
+def run_in_order(budget: float, cases: list[Case], sizes: list[CaseSize], seconds: dict[int, float]) -> list[int]:
+    """The order check.py runs a plan in: fitter.next_case, then fitter.runs."""
+    clock = FakeClock()
+    fitter = CasePlanFitter(budget, cases, sizes, clock)
+    pending, ran = list(range(len(cases))), []
+    while pending:
+        index = fitter.next_case(pending)
+        pending.remove(index)
+        if fitter.runs(index):
+            clock.now += seconds[index]
+            fitter.observe(index, seconds[index])
+            ran.append(index)
+    return ran
+
+
+def test_each_regime_and_layout_runs_before_a_large_size_that_takes_far_longer_than_predicted():
+    """matmul under the interpreter: N=65535 was predicted from smaller cases and took 15 s of a 30 s budget; in
+    plan order the transposed case after it was capped, and a kernel that assumes row-major b passed."""
+    cases = [case("declared", N=64), case("edge", N=65), case("edge", N=65535), case("regime", "large", N=64),
+             case("layout", layout="transposed", N=64), case("regime", "large", N=65)]
+    sizes = [CaseSize.of([(4, n)]) for n in (64, 65, 65535, 64, 64, 65)]
+    seconds = {0: 1.0, 1: 1.0, 2: 25.0, 3: 1.0, 4: 1.0, 5: 1.0}
+    in_plan_order, _ = fit(10.0, cases, sizes, seconds)
+    assert 4 not in in_plan_order  # what happened before: the misprediction took the budget
+    ran = run_in_order(10.0, cases, sizes, seconds)
+    assert ran[:3] == [0, 3, 4]  # declared, then one case of each regime x layout, before the plan's sizes
+    assert ran.index(1) < ran.index(2) and 5 not in ran  # then plan order; the budget is gone after the large size
+
+
+def test_without_a_budget_the_plan_order_stands():
+    cases = [case("declared", N=64), case("edge", N=65), case("layout", layout="transposed", N=64)]
+    sizes = [CaseSize.of([(4, n)]) for n in (64, 65, 64)]
+    assert run_in_order(0.0, cases, sizes, {0: 1.0, 1: 1.0, 2: 1.0}) == [0, 1, 2]
+
+
 def test_a_budget_of_zero_caps_nothing():
     cases = [case("declared", N=4), case("edge", N=1 << 20)]
     ran, fitter = fit(0.0, cases, [CaseSize.of([(4,)]), CaseSize.of([(1 << 20,)])], {0: 1.0, 1: 1e6})

@@ -300,32 +300,38 @@ class VerifyImplementationCheck(Check):
 
     def _run_plan(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
                   fitter: CasePlanFitter) -> list[CaseRecord]:
-        """Every case of the plan that fits the time budget (verify/time_budget.py); cases an earlier (crashed)
-        child finished or crashed on come from the journal."""
-        records: list[CaseRecord] = []
-        for index, (case, truth, budgets, masks) in enumerate(zip(plan.cases, plan.truths, plan.budgets,
-                                                                  plan.masks)):
+        """Every case of the plan that fits the time budget (verify/time_budget.py), run in the fitter's order (each
+        kind of case first); cases an earlier (crashed) child finished or crashed on come from the journal. The
+        records are in plan order."""
+        records: dict[int, CaseRecord] = {}
+        pending: list[int] = []
+        for index, (case, budgets) in enumerate(zip(plan.cases, plan.budgets)):
             state, earlier = self.journal.state_of(index)
             if state == "done":
-                records.append(earlier)
+                records[index] = earlier
                 fitter.observe(index, getattr(earlier, "seconds", 0.0))
             elif state == "crashed":
-                records.append(CaseRecord(case, CaseVerdict(False, (earlier,), (), tuple(budgets))))
+                records[index] = CaseRecord(case, CaseVerdict(False, (earlier,), (), tuple(budgets)))
             elif state == "not_judged":  # an earlier child hung in a JIT compile of this case (verify/resume.py)
-                records.append(CaseRecord(case, CaseVerdict(False, (), (), tuple(budgets), not_judged=earlier)))
+                records[index] = CaseRecord(case, CaseVerdict(False, (), (), tuple(budgets), not_judged=earlier))
             elif state == "run":
-                if not fitter.runs(index):
-                    continue
-                began = time.perf_counter()
-                if not budgets:  # deferred by the calibration (calibrate.bounds_until_deferred): computed here
-                    budgets, masks = self._deferred_budgets(op, plan, index)
-                verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
-                                         index=index)
-                note = prepared.case_note() if prepared.case_note is not None else ""
-                records.append(CaseRecord(case, verdict, time.perf_counter() - began, note))
-                fitter.observe(index, records[-1].seconds)
-                self.journal.save(index, records[-1])
-        return records
+                pending.append(index)
+        while pending:
+            index = fitter.next_case(pending)
+            pending.remove(index)
+            if not fitter.runs(index):
+                continue
+            case, truth, budgets, masks = plan.cases[index], plan.truths[index], plan.budgets[index], plan.masks[index]
+            began = time.perf_counter()
+            if not budgets:  # deferred by the calibration (calibrate.bounds_until_deferred): computed here
+                budgets, masks = self._deferred_budgets(op, plan, index)
+            verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
+                                     index=index)
+            note = prepared.case_note() if prepared.case_note is not None else ""
+            records[index] = CaseRecord(case, verdict, time.perf_counter() - began, note)
+            fitter.observe(index, records[index].seconds)
+            self.journal.save(index, records[index])
+        return [records[index] for index in sorted(records)]
 
     def _fitter(self, op: Operator, plan: PlanFile, budget_s: float, per_call: bool) -> CasePlanFitter:
         from opgate.verify.time_budget import CaseTimer

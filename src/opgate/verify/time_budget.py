@@ -14,6 +14,8 @@ backend's speed as it runs:
 - before each case the remaining cases are ranked: declared cases first (always run: the user asked for those
   sizes), then the cheapest case of every (regime, layout) not yet covered, then the rest cheapest first; a case
   runs if it fits, with every higher-ranked case, in the time left;
+- the cases run declared first, then one of each (regime, layout), then the rest in plan order (`next_case`): a
+  prediction can be far off (a size past the block caps), and what runs first is what a misprediction cannot cap;
 - a case that does not fit is not run, and the result says which sizes were capped and their predicted cost.
 
 The budget is a share of the operator's `--time-budget` (verify/engine.py: its default depends on the budget level
@@ -160,8 +162,25 @@ class CasePlanFitter:
         index, calls = self.reserve
         return calls * self._seconds.get(index, 0.0)
 
+    def next_case(self, pending: Sequence[int]) -> int:
+        """Which pending case runs next: a declared one, else the cheapest case of a (regime, layout) no case run so
+        far covers, else the first in plan order. In plain plan order a case past the block caps that ran far
+        longer than predicted took the whole budget before the plan reached its regimes and layouts: matmul's
+        N=65535 took 15.4 s under the interpreter, the 30 s budget ran out, and the transposed case that catches a
+        kernel assuming row-major b was capped (truth corpus, twenty-seventh session). After the one case of each
+        kind, the plan order keeps the sizes the plan puts early (its edges and block caps) ahead of the regimes'
+        repeats, as before. Without a budget the plan order stands."""
+        if self.budget_s <= 0:
+            return min(pending)
+        essential = [k for k in self._ranked(pending) if self.cases[k].origin == "declared"
+                     or (self.cases[k].regime, self.cases[k].layout) not in self._covered()]
+        return essential[0] if essential else min(pending)
+
+    def _covered(self) -> set[tuple[str, str]]:
+        return {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
+
     def runs(self, index: int) -> bool:
-        """Whether case `index` (the next one in plan order) is run; False records it as capped."""
+        """Whether case `index` (the next one: next_case) is run; False records it as capped."""
         case = self.cases[index]
         if self.budget_s <= 0 or case.origin == "declared" or not self.timer.observed:
             return True
@@ -184,7 +203,7 @@ class CasePlanFitter:
         declared = [k for k in pending if self.cases[k].origin == "declared"]
         rest = sorted((k for k in pending if self.cases[k].origin != "declared"),
                       key=lambda k: (self.timer.predict(self.sizes[k]), k))
-        covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
+        covered = self._covered()
         first_of_kind: list[int] = []
         for k in rest:
             kind = (self.cases[k].regime, self.cases[k].layout)
