@@ -21,8 +21,10 @@ class PlantedBandwidthCheck(Check):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         pidfile = os.environ.get("OPGATE_PLANTED_PIDFILE")
-        if pidfile:
-            Path(pidfile).write_text(str(os.getpid()))
+        if pidfile:  # written whole, then renamed: the test polls for the file and reads it at once
+            partial = Path(f"{pidfile}.partial")
+            partial.write_text(str(os.getpid()))
+            os.replace(partial, pidfile)
         started = time.time()
         time.sleep(float(os.environ.get("OPGATE_PLANTED_SLEEP_S", "0")))
         value = float(os.environ.get("OPGATE_PLANTED_TBS", "4.5"))
