@@ -26,6 +26,7 @@ def test_the_hook_runs_after_the_first_import_and_only_then(tmp_path: Path, monk
         assert seen == [] and "opgate_hook_pkg" not in sys.modules  # nothing imported by the hook itself
         module = importlib.import_module("opgate_hook_pkg")
         assert seen == [(True, 3)] and module.LOADED  # after the package's code, its submodules in place
+        assert type(module.__loader__).__name__ != "_ThenLoader" and module.__spec__.loader is module.__loader__
         importlib.import_module("opgate_hook_pkg.part")
         assert seen == [(True, 3)]
         assert not any(type(f).__name__ == "_AfterImport" for f in sys.meta_path)  # gone after its one use

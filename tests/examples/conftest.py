@@ -25,7 +25,8 @@ sys.path.insert(0, str(HERE))
 
 # What the worker inherits from this process's environment: where things are, not what earlier tests in this
 # process set (a float32 GELU measured 1.2e-4 in two full test runs and 6.7e-8 in every run of the worker alone).
-INHERITED_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "USER", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "OPGATE_CACHE_DIR")
+INHERITED_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "USER", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
+                 "CUDA_PATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_CACHE_DIR", "OPGATE_CACHE_DIR")
 
 
 def run_worker(mode: str) -> list[dict[str, Any]]:

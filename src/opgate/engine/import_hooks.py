@@ -28,7 +28,14 @@ class _ThenLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
+        # the module keeps its own loader (resources, source, reloads go to it)
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
         self._then(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)  # what a module asks its loader for while it runs (resource readers)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

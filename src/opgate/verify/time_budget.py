@@ -172,12 +172,8 @@ class CasePlanFitter:
         repeats, as before. Without a budget the plan order stands."""
         if self.budget_s <= 0:
             return min(pending)
-        essential = [k for k in self._ranked(pending) if self.cases[k].origin == "declared"
-                     or (self.cases[k].regime, self.cases[k].layout) not in self._covered()]
+        essential, _ = self._ranked_parts(pending)
         return essential[0] if essential else min(pending)
-
-    def _covered(self) -> set[tuple[str, str]]:
-        return {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
 
     def runs(self, index: int) -> bool:
         """Whether case `index` (the next one: next_case) is run; False records it as capped."""
@@ -200,17 +196,23 @@ class CasePlanFitter:
         return {k for k, _ in self.capped}
 
     def _ranked(self, pending: Sequence[int]) -> list[int]:
+        essential, rest = self._ranked_parts(pending)
+        return essential + rest
+
+    def _ranked_parts(self, pending: Sequence[int]) -> tuple[list[int], list[int]]:
+        """(the declared cases and the cheapest case of each (regime, layout) no run case covers, the rest cheapest
+        first)."""
         declared = [k for k in pending if self.cases[k].origin == "declared"]
         rest = sorted((k for k in pending if self.cases[k].origin != "declared"),
                       key=lambda k: (self.timer.predict(self.sizes[k]), k))
-        covered = self._covered()
+        covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
         first_of_kind: list[int] = []
         for k in rest:
             kind = (self.cases[k].regime, self.cases[k].layout)
             if kind not in covered:
                 covered.add(kind)
                 first_of_kind.append(k)
-        return declared + first_of_kind + [k for k in rest if k not in first_of_kind]
+        return declared + first_of_kind, [k for k in rest if k not in first_of_kind]
 
     def summary(self) -> dict[str, Any] | None:
         """What the result reports: the budget, and each capped case with its predicted cost."""
