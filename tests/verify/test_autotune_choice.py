@@ -63,6 +63,29 @@ CHILD = textwrap.dedent("""
             runs["super_run_keys"] = len(cached.cache)
         except Exception as exc:  # benchmarked as Triton does: no GPU driver here
             runs["super_run_keys"] = type(exc).__name__ + ": " + str(exc)[:80]
+        # configs whose block holds over 64 elements a thread are left out while another config is within
+        @triton.autotune(configs=[triton.Config({"B": b}, num_warps=w) for b, w in
+                                  ((8192, 1), (8192, 2), (1024, 4), (2048, 8), (8192, 4))], key=["n"])
+        @triton.jit
+        def write_wide(out_ptr, n, B: tl.constexpr):
+            tl.store(out_ptr + tl.program_id(0), B // 1024)
+
+        wide = torch.zeros(1, dtype=torch.int32)
+        runs["wide"] = []
+        for n in range(1, 17):
+            write_wide[(1,)](wide, n)
+            runs["wide"].append(autotune_choice.take_used()["write_wide"])
+        # a block the caller passes (fla's whole-row kernels: B = next_power_of_2(D)): past the limit in every config,
+        # so the configs nearest it, the most warps, run
+        @triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (1, 2, 8, 4, 8)], key=["n"])
+        @triton.jit
+        def write_row(out_ptr, n, B: tl.constexpr):
+            tl.store(out_ptr + tl.program_id(0), B // 1024)
+
+        runs["row"] = []
+        for n in range(1, 9):
+            write_row[(1,)](wide, n, B=65536)
+            runs["row"].append(autotune_choice.take_used()["write_row"])
     runs["ran"] = ran
     runs["keys_after"] = len(write_block.cache)
     try:  # outside the scope: Triton's own path, which must benchmark and has no GPU driver here
@@ -117,6 +140,24 @@ def test_the_autotuners_forget_the_scope_and_autotune_as_triton_does_after(runs:
     assert runs["keys_inside"] == 16
     assert runs["keys_after"] == 0
     assert runs["outside"] != "ran"  # Triton's own autotuning: it benchmarks, and this CPU has no driver for it
+
+
+def test_a_config_holding_over_64_elements_a_thread_is_left_out_while_another_is_within(runs: dict) -> None:
+    """8192 elements over 32 or 64 threads (256 and 128 a thread) compiled in 13 s and 3 s on one core, 27-118 s a case
+    on a loaded H200 host; the three configs within the limit (64, 8 and 32 a thread) share the keys."""
+    assert set(runs["wide"]) == {"B=1024, num_warps=4, num_stages=3", "B=2048, num_warps=8, num_stages=3",
+                                 "B=8192, num_warps=4, num_stages=3"}, runs["wide"]
+    left_out = runs["ran"]["write_wide"]["over_thread_limit"]
+    assert left_out == {"B=8192, num_warps=1, num_stages=3": 16, "B=8192, num_warps=2, num_stages=3": 16}
+
+
+def test_a_block_over_the_limit_in_every_config_runs_the_configs_nearest_it(runs: dict) -> None:
+    """B=65536 from the call: 256 elements a thread at 8 warps, the fewest there are; both 8-warp configs share the
+    keys (they are the same here), the 1-, 2- and 4-warp ones never run."""
+    assert set(runs["row"]) == {"num_warps=8, num_stages=3"}, runs["row"]
+    assert set(runs["ran"]["write_row"]["over_thread_limit"]) == {"num_warps=1, num_stages=3",
+                                                                  "num_warps=2, num_stages=3",
+                                                                  "num_warps=4, num_stages=3"}
 
 
 def test_the_environment_keeps_tritons_autotuning(monkeypatch: pytest.MonkeyPatch) -> None:

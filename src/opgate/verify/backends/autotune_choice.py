@@ -9,6 +9,13 @@ benchmark, a replay of a case runs the config the case ran, and a plan's cases s
 them judged than the one the autotuner would keep). A config this GPU cannot run (out of shared memory or
 registers, a compile-time assertion) is skipped, as the autotuner skips it, and the next one runs.
 
+The rotation leaves out, at a key, the configs whose block holds more than `ELEMENTS_PER_THREAD_LIMIT` elements per
+thread there (the largest power-of-two block size among the config's and the call's constexprs, over num_warps x 32
+threads), unless every config does; then the configs nearest the limit run. Such a config is slow to compile and no
+autotuner keeps it: on the H200 a 65536-wide row in one warp (2048 elements a thread) took 118 s of a 125 s
+fla_logsumexp check, 8192 elements in one warp (256 a thread) 27-44 s a case; the compile time grows faster than the
+elements a thread holds (benchmarks/compile_per_thread.py). The report lists the configs left out, per kernel.
+
 Only Triton's own Autotuner.run is steered, whichever class reaches it: a subclass whose `run` ends in
 `super().run` (fla's CachedAutotuner, which first looks for a shipped config file; 200 compiles in 121 s of one
 fla l2norm check on the H200 while it was left alone) is steered there; one with a `run` of its own that never
@@ -22,15 +29,22 @@ Triton's own autotuning in the numerics too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 AUTOTUNE_ENV = "OPGATE_AUTOTUNE"
+# At most this many elements of a block per thread at a key (module docstring): 64 keeps a 2048-wide block in one warp
+# and a 65536-wide row in 32 warps; 128 a thread compiled in 3 s and 256 in 13 s on one CPU core.
+ELEMENTS_PER_THREAD_LIMIT = 64
 NOTE = ("autotuned kernels run one config per key, chosen by a stable hash of the kernel and the key (no "
         "benchmark; a replay runs the same config), so a plan's cases spread over the configs; a config this GPU "
-        f"cannot run is skipped as the autotuner skips it; {AUTOTUNE_ENV}=benchmark keeps Triton's autotuning")
+        f"cannot run is skipped as the autotuner skips it; a config whose block holds over {ELEMENTS_PER_THREAD_LIMIT} "
+        "elements a thread at a key is not chosen there unless every config does (slow to compile, kept by no "
+        "autotuner: 'over_thread_limit' counts the keys each was left out at); "
+        f"{AUTOTUNE_ENV}=benchmark keeps Triton's autotuning")
 
 
 @dataclass
@@ -75,18 +89,70 @@ def take_used() -> dict[str, str]:
     return used
 
 
+def _constexpr_names(tuner: Any) -> frozenset[str]:
+    """The constexpr parameters of the kernel under the tuner: a JITFunction's own list, or (under the interpreter,
+    whose function keeps none) the Python function's `tl.constexpr` annotations; through heuristics wrappers."""
+    import inspect
+
+    fn = getattr(tuner, "fn", None)
+    for _ in range(8):
+        params = getattr(fn, "params", None)
+        if params is not None:
+            return frozenset(str(p.name) for p in params if getattr(p, "is_constexpr", False))
+        if inspect.isfunction(fn):
+            return frozenset(name for name, param in inspect.signature(fn).parameters.items()
+                             if "constexpr" in str(param.annotation))
+        fn = getattr(fn, "fn", None)
+    return frozenset()
+
+
+def _power_of_two(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 1 and value & (value - 1) == 0
+
+
+def elements_per_thread(config: Any, call_constexprs: dict[str, Any]) -> float:
+    """The largest power-of-two block size among the config's meta-parameters and the call's constexprs, over the
+    config's threads: what one thread holds of that block. Dimensions passed as constexprs (fla's D) are rarely
+    powers of two; a block computed by a heuristic under the autotuner is not seen (the estimate is then low)."""
+    values = [*(getattr(config, "kwargs", None) or {}).values(), *call_constexprs.values()]
+    block = max((v for v in values if _power_of_two(v)), default=1)
+    warps = getattr(config, "num_warps", None) or 4
+    return block / (warps * warp_threads())
+
+
+@functools.lru_cache(maxsize=1)
+def warp_threads() -> int:
+    """Threads in a warp of the GPU Triton compiles for: 32 on NVIDIA, 64 on most AMD GPUs; 32 without a driver."""
+    try:
+        from triton.runtime import driver
+
+        return int(getattr(driver.active.get_current_target(), "warp_size", 32) or 32)
+    except Exception:  # no GPU driver (the interpreter on a CPU host): NVIDIA's
+        return 32
+
+
 def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
-    """One of `configs` for this call's key: a stable rotation by the kernel's name and the key, skipping configs
-    that already failed to compile or launch at this key."""
+    """One of `configs` for this call's key: a stable rotation by the kernel's name and the key over the configs
+    within the elements-per-thread limit (or, when none is, those nearest it), skipping configs that already failed
+    to compile or launch at this key; the others follow, cheapest first, should every one of those fail."""
     key = tuning_key(tuner, kwargs)
     name = kernel_name(tuner)
-    start = zlib.crc32(f"{name}{key!r}".encode()) % len(configs)
-    ordered = configs[start:] + configs[:start]
+    constexprs = _constexpr_names(tuner)
+    call = {k: v for k, v in {**(tuner.nargs or {}), **kwargs}.items() if k in constexprs}
+    load = [(c, elements_per_thread(c, call)) for c in configs]
+    bound = max(ELEMENTS_PER_THREAD_LIMIT, min(held for _, held in load))
+    eligible = [c for c, held in load if held <= bound]
+    over = [c for c, held in sorted(load, key=lambda pair: pair[1]) if held > bound]
+    start = zlib.crc32(f"{name}{key!r}".encode()) % len(eligible)
+    ordered = eligible[start:] + eligible[:start] + over
     failed = _SCOPE.retrying.get(id(tuner), set())
     config = next((c for c in ordered if str(c) not in failed), ordered[0])
     entry = _SCOPE.summary.setdefault(name, {"configs": len(tuner.configs), "ran": {}})
     if len(entry["ran"]) < 64:  # a long plan lists the first 64 keys; each failing case names its own config
         entry["ran"][repr(key)] = describe(config)
+    left_out = entry.setdefault("over_thread_limit", {}) if over else {}
+    for skipped in over:  # config -> at how many keys it was left out
+        left_out[describe(skipped)] = left_out.get(describe(skipped), 0) + 1
     return config
 
 
