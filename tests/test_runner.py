@@ -209,6 +209,45 @@ def test_a_group_measures_as_soon_as_its_work_is_done_in_a_run() -> None:
     assert 0 < feed.completed["a.py"] < feed.completed["b.py"]
 
 
+def test_a_measurement_that_may_start_drains_its_gpu_and_reserved_slots_do_not_refill_it() -> None:
+    """A group's measurement waits for the running tasks to end; a warm-up under its reserved slots does not start
+    meanwhile (they kept the GPU busy, and the measurement ahead of every numerics check never started), on its GPU."""
+    from opgate.engine.runner import _next_position
+
+    measure = dataclasses.replace(task("measure", "PassingCheck"), exclusive=True, order=10, group="a.py")
+    warm = dataclasses.replace(task("warm", "PassingCheck"), order=42, slot_floor=0.25, group="b.py")
+    numerics = dataclasses.replace(task("numerics", "PassingCheck"), order=40, group="b.py")
+
+    class Slot:
+        def __init__(self, t: CheckTask) -> None:
+            self.task = t
+
+    running = [Slot(dataclasses.replace(numerics, check_id="planted.running"))]
+    assert _next_position([(0, measure), (1, numerics), (2, warm)], running, jobs=8) == 0  # it waits at the head
+    assert _next_position([(0, numerics), (1, warm)], running, jobs=8) == 1  # no measurement: the floor first
+    elsewhere = dataclasses.replace(warm, device=1)
+    pinned = dataclasses.replace(measure, device=0)
+    assert _next_position([(0, pinned), (1, numerics), (2, elsewhere)], running, jobs=8) == 2  # another GPU's floor
+
+
+def test_a_measurement_starts_once_the_running_tasks_end_though_warm_ups_keep_coming() -> None:
+    """In a real run: with a warm-up's reserved slot free, the measurement still starts next (after the running
+    task), then the warm-ups and the numerics."""
+    from opgate.engine.runner import TaskFeed
+
+    measure = dataclasses.replace(task("measure", "PassingCheck"), exclusive=True, order=10, group="a.py")
+    numerics = [dataclasses.replace(task(f"numerics{i}", "PassingCheck"), order=40, group="b.py") for i in range(2)]
+    warm = [dataclasses.replace(task(f"warm{i}", "PassingCheck"), order=42, slot_floor=0.5, group="b.py")
+            for i in range(3)]
+    started: list[str] = []
+    feed = TaskFeed(upcoming_order=40)
+    feed.close()
+    results = run_checks([measure, *numerics, *warm], jobs=2, on_start=lambda t: started.append(t.check_id),
+                         feed=feed)
+    assert all(r.outcome is Outcome.PASSED for r in results)
+    assert started[0] == "planted.measure", started
+
+
 def test_an_exclusive_task_pinned_to_an_idle_gpu_does_not_wait_for_another_gpus_queue() -> None:
     from opgate.engine.runner import _next_position
 
