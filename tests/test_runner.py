@@ -209,9 +209,10 @@ def test_a_group_measures_as_soon_as_its_work_is_done_in_a_run() -> None:
     assert 0 < feed.completed["a.py"] < feed.completed["b.py"]
 
 
-def test_a_measurement_that_may_start_drains_its_gpu_and_reserved_slots_do_not_refill_it() -> None:
-    """A group's measurement waits for the running tasks to end; a warm-up under its reserved slots does not start
-    meanwhile (they kept the GPU busy, and the measurement ahead of every numerics check never started), on its GPU."""
+def test_a_measurement_never_drains_a_busy_gpu_and_goes_first_on_a_free_one() -> None:
+    """With its GPU busy, a group's measurement holds nothing back: the numerics and a warm-up under its reserved slots
+    behind it start (a drain idled the cores behind sanitizer runs of minutes; refilled by the warm-ups, it never
+    ended). With the GPU free it starts first, ahead of the reserved slots that would take the GPU again."""
     from opgate.engine.runner import _next_position
 
     measure = dataclasses.replace(task("measure", "PassingCheck"), exclusive=True, order=10, group="a.py")
@@ -223,11 +224,13 @@ def test_a_measurement_that_may_start_drains_its_gpu_and_reserved_slots_do_not_r
             self.task = t
 
     running = [Slot(dataclasses.replace(numerics, check_id="planted.running"))]
-    assert _next_position([(0, measure), (1, numerics), (2, warm)], running, jobs=8) == 0  # it waits at the head
-    assert _next_position([(0, numerics), (1, warm)], running, jobs=8) == 1  # no measurement: the floor first
-    elsewhere = dataclasses.replace(warm, device=1)
+    assert _next_position([(0, measure), (1, numerics), (2, warm)], running, jobs=8) == 2  # the floor, then numerics
+    assert _next_position([(0, measure), (1, numerics)], running, jobs=8) == 1
+    assert _next_position([(0, measure), (1, numerics), (2, warm)], [], jobs=8) == 0  # a free GPU: it goes first
+    elsewhere = dataclasses.replace(numerics, device=1)
     pinned = dataclasses.replace(measure, device=0)
-    assert _next_position([(0, pinned), (1, numerics), (2, elsewhere)], running, jobs=8) == 2  # another GPU's floor
+    assert _next_position([(0, pinned), (1, elsewhere)], [Slot(dataclasses.replace(elsewhere, check_id="x"))],
+                          jobs=8) == 0  # another GPU's work does not keep it waiting
 
 
 def test_a_measurement_starts_once_the_running_tasks_end_though_warm_ups_keep_coming() -> None:

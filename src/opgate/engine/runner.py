@@ -764,9 +764,11 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     slots before it: on a library the runtime stage's exclusive checks of every operator came before any numerics
     (tenth H200 session, in the history of docs/benchmarks.md). The exception is a group whose own work is done
     (CheckTask.group): no side-by-side task of it waits and `arriving` (TaskFeed.arriving; None: every task is
-    queued already) says none will come. Its measurements start then, so groups complete one by one: on a library
-    on the H200 host the side-by-side work never ran out before the run's end, and no measurement ever started
-    (nineteenth H200 session). Before all that, a task under its target's reserved slots (CheckTask.slot_floor)
+    queued already) says none will come. Its measurements start then if their GPU is free, so groups can complete
+    one by one: on a library on the H200 host the side-by-side work never ran out before the run's end, and no
+    measurement ever started (nineteenth H200 session). A measurement never waits at the head of the queue for
+    running tasks to end (a drain): the side-by-side work behind it goes on, and it starts once its GPU is free, at
+    the latest when that work is done (twenty-eighth session). Before all that, a task under its target's reserved slots (CheckTask.slot_floor)
     goes first: with the numerics of a library arriving all run long, the sanitizer runs queued behind them never
     started after the first eight (twenty-fourth H200 session). `idle_keys`: the keys with an idle warm worker
     (_with_idle_worker)."""
@@ -780,16 +782,20 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     def may_start(task: CheckTask) -> bool:
         if _over_share(task, running, jobs) or unfinished.intersection(task.after):
             return False
+        if task.exclusive and _must_wait(task, running):
+            return False  # a measurement starts on a free GPU; it never drains one (below)
         if not task.exclusive or not side_by_side or group_done(task.group):
             return True
         # pinned to a GPU with no side-by-side work waiting: it may start now
         return None not in side_by_side and task.device is not None and task.device not in side_by_side
 
     running_targets = collections.Counter(slot.task.target for slot in running)
-    # a measurement that may start drains its GPU: nothing joins it meanwhile, reserved slots included. Otherwise the
-    # runtime warm-ups, topped up to their floor as each ended, kept the GPU busy, and the measurement (first in the
-    # queue) never started while every numerics check queued behind it waited: 63 of a library's numerics checks
-    # were calibrated and idle from 375 s to the run's end at 545 s (twenty-eighth H200 session)
+    # A measurement waits for its GPU to be free and holds nothing back meanwhile. At the head of the queue it used to
+    # stop every start behind it until the running tasks ended: with the runtime warm-ups topped up to their floor as
+    # each ended the GPU never emptied, and 63 calibrated numerics checks waited from 375 s to the run's end at 545 s;
+    # with the warm-ups held back too, every file's measurements drained the slots behind sanitizer runs of up to
+    # 311 s, and the cores idled from 466 s (twenty-eighth H200 session). On a free GPU it goes first, ahead of a
+    # reserved-slot task that would take the GPU again.
     draining = [task for _, task in pending if task.exclusive and may_start(task)]
     for at, (_, task) in enumerate(pending):
         if (task.slot_floor > 0.0 and running_targets[task.target] < max(1, int(task.slot_floor * max(1, jobs)))
