@@ -228,7 +228,7 @@ def test_bound_terms_past_the_deferral_time_are_left_to_the_numerics_and_come_ou
     deferred = calibrate_module.calibrate(op, "float16", cases, truths, baselines, defer_after_s=1e-9)
     monkeypatch.delenv("OPGATE_DEFER_BOUNDS_S", raising=False)
     assert calibrate_module.deferral_seconds(gpu=False) == calibrate_module.DEFER_BOUNDS_AFTER_S
-    assert calibrate_module.deferral_seconds(gpu=True) == calibrate_module.DEFER_BOUNDS_AFTER_GPU_S
+    assert calibrate_module.deferral_seconds(gpu=True) == 0.0
     monkeypatch.setenv("OPGATE_DEFER_BOUNDS_S", "3")
     assert calibrate_module.deferral_seconds(gpu=True) == 3.0
     assert full.deferred_cases == 0 and all(full.budgets)

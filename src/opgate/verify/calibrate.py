@@ -449,20 +449,16 @@ def calibrate(
 # Seconds of bound terms one operator x dtype's calibration computes for every case before it defers the rest
 # (never a declared case or the first case of a regime x layout): on the 2-core CPU runner the bound terms were 85%
 # of fla's losses' calibrations (160-480 s per operator) and about half of them were for cases the numerics then
-# capped (twelfth H200 session, in the history of docs/benchmarks.md). On a GPU run the bound terms run on the GPU
-# in calibration processes beside the checks, whose slots are what a library waits for there, so far more is
-# computed before deferring: only a plan as slow as fla_short_conv.grad's defers (its 65535-channel depthwise
-# convolution, one float64 reverse pass of its gradient taking 0.6-1.5 s: 354 s of terms for one dtype, the last
-# plan of an H200 library run, calibrated at 509 s). Its numerics check computes those cases' terms if its time
-# budget runs them. OPGATE_DEFER_BOUNDS_S overrides both; 0 defers nothing.
+# capped (twelfth H200 session, in the history of docs/benchmarks.md). On a GPU run nothing is deferred: the bound
+# terms run on the GPU in calibration processes beside the checks, whose slots are what a library waits for there.
+# OPGATE_DEFER_BOUNDS_S overrides both; 0 defers nothing.
 DEFER_BOUNDS_AFTER_S = 10.0
-DEFER_BOUNDS_AFTER_GPU_S = 60.0
 
 
 def deferral_seconds(gpu: bool) -> float:
     import os
 
-    default = DEFER_BOUNDS_AFTER_GPU_S if gpu else DEFER_BOUNDS_AFTER_S
+    default = 0.0 if gpu else DEFER_BOUNDS_AFTER_S
     raw = os.environ.get("OPGATE_DEFER_BOUNDS_S", "").strip()
     try:
         return float(raw) if raw else default
