@@ -451,6 +451,9 @@ def calibrate(
 # of fla's losses' calibrations (160-480 s per operator) and about half of them were for cases the numerics then
 # capped (twelfth H200 session, in the history of docs/benchmarks.md). On a GPU run nothing is deferred: the bound
 # terms run on the GPU in calibration processes beside the checks, whose slots are what a library waits for there.
+# Deferring past 60 s of a plan there was tried (twenty-eighth H200 session): fla_short_conv.grad's calibration
+# went from 370 s to 60 s a dtype, but its three checks took 238-271 s each computing the terms, and fla_kl_div.grad's
+# and fla_linear_cross_entropy.grad's checks 69-108 s instead of 35-44 s: the cost moved into the slots, and grew.
 # OPGATE_DEFER_BOUNDS_S overrides both; 0 defers nothing.
 DEFER_BOUNDS_AFTER_S = 10.0
 
