@@ -768,10 +768,10 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     one by one: on a library on the H200 host the side-by-side work never ran out before the run's end, and no
     measurement ever started (nineteenth H200 session). A measurement never waits at the head of the queue for
     running tasks to end (a drain): the side-by-side work behind it goes on, and it starts once its GPU is free, at
-    the latest when that work is done (twenty-eighth session). Before all that, a task under its target's reserved slots (CheckTask.slot_floor)
-    goes first: with the numerics of a library arriving all run long, the sanitizer runs queued behind them never
-    started after the first eight (twenty-fourth H200 session). `idle_keys`: the keys with an idle warm worker
-    (_with_idle_worker)."""
+    the latest when that work is done (twenty-eighth session). Before all that, a task under its target's reserved
+    slots (CheckTask.slot_floor) goes first: with the numerics of a library arriving all run long, the sanitizer
+    runs queued behind them never started after the first eight (twenty-fourth H200 session). `idle_keys`: the keys
+    with an idle warm worker (_with_idle_worker)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
     groups_waiting = {task.group for _, task in pending if not task.exclusive}
     unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
