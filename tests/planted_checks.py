@@ -154,3 +154,23 @@ class PidCheck(Check):
 
 
 _MARK = ""
+
+
+class BarrierCheck(Check):
+    """Passes once `options["parties"]` checks sharing `options["folder"]` have all started (each leaves a file there),
+    fails after 20 s alone: proves that many ran at the same time."""
+
+    check_id = "planted.barrier"
+    title = "meets its siblings"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from pathlib import Path
+
+        folder = Path(ctx.options["folder"])
+        (folder / f"{os.getpid()}.started").write_text("")
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            if len(list(folder.glob("*.started"))) >= int(ctx.options["parties"]):
+                return self.passed("met")
+            time.sleep(0.05)
+        return self.failed(f"only {len(list(folder.glob('*.started')))} of {ctx.options['parties']} started together")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import pytest
 
@@ -280,6 +281,23 @@ def test_tasks_over_their_share_of_the_slots_wait_and_leave_the_rest_to_others()
     assert _next_position(warm, running[:1], jobs=4) == 0
     measure = (10, dataclasses.replace(task("measure", "PassingCheck"), exclusive=True))
     assert _next_position([measure, *warm], running, jobs=4) is None  # the measurement waits for the warm-ups
+    # once nothing else may start or come (the feed is closed), the share gives way: the slots are free
+    assert _next_position(warm, running, jobs=4, more_coming=False) == 0
+    assert _next_position([*warm, other], running, jobs=4, more_coming=False) == 3  # other work first still
+
+
+def test_once_the_feed_is_closed_tasks_over_their_share_fill_the_free_slots(tmp_path: Path) -> None:
+    """Four tasks with half the slots each: with the feed closed and nothing else queued, all four run at once (each
+    waits for the other three to start)."""
+    from opgate.engine.runner import TaskFeed
+
+    context = CheckContext(verb="doctor", options={"folder": str(tmp_path), "parties": 4})
+    tasks = [dataclasses.replace(task(f"barrier{i}", "BarrierCheck", timeout=60.0), slot_share=0.5, context=context)
+             for i in range(4)]
+    feed = TaskFeed(upcoming_order=40)
+    feed.close()
+    results = run_checks(tasks, jobs=4, feed=feed)
+    assert [r.outcome for r in results] == [Outcome.PASSED] * 4, [r.reason for r in results]
 
 
 def test_tasks_under_their_reserved_slots_go_ahead_of_earlier_orders() -> None:

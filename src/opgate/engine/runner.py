@@ -757,7 +757,8 @@ def _over_share(task: CheckTask, running: Sequence[Any], jobs: int) -> bool:
 
 
 def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any] = (), jobs: int = 1,
-                   idle_keys: Collection[str] = (), arriving: Callable[[str], bool] | None = None) -> int | None:
+                   idle_keys: Collection[str] = (), arriving: Callable[[str], bool] | None = None,
+                   more_coming: bool = True) -> int | None:
     """Where in the queue the next task to start is (None: none may start now): the first one that is not over its
     share of the slots, unless it is an exclusive (measuring) task and tasks that run side by side on its GPU still
     wait behind it; then the first of those. Measurements go after the side-by-side work instead of draining the
@@ -770,8 +771,11 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     running tasks to end (a drain): the side-by-side work behind it goes on, and it starts once its GPU is free, at
     the latest when that work is done (twenty-eighth session). Before all that, a task under its target's reserved
     slots (CheckTask.slot_floor) goes first: with the numerics of a library arriving all run long, the sanitizer
-    runs queued behind them never started after the first eight (twenty-fourth H200 session). `idle_keys`: the keys
-    with an idle warm worker (_with_idle_worker)."""
+    runs queued behind them never started after the first eight (twenty-fourth H200 session). A task's share of the
+    slots (CheckTask.slot_share) holds while other work may still come (`more_coming`: the feed is open) or may
+    start; once neither, it takes the free slots too (fla_activations.py on the H200 host: its runtime warm-ups ran
+    on in 8 of 16 slots for 65 s after its last numerics check). `idle_keys`: the keys with an idle warm worker
+    (_with_idle_worker)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
     groups_waiting = {task.group for _, task in pending if not task.exclusive}
     unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
@@ -779,8 +783,8 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     def group_done(group: str) -> bool:
         return bool(group) and group not in groups_waiting and not (arriving is not None and arriving(group))
 
-    def may_start(task: CheckTask) -> bool:
-        if _over_share(task, running, jobs) or unfinished.intersection(task.after):
+    def may_start(task: CheckTask, shared: bool = True) -> bool:
+        if (shared and _over_share(task, running, jobs)) or unfinished.intersection(task.after):
             return False
         if task.exclusive and _must_wait(task, running):
             return False  # a measurement starts on a free GPU; it never drains one (below)
@@ -804,6 +808,10 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     for at, (_, task) in enumerate(pending):
         if may_start(task):
             return _with_idle_worker(pending, at, idle_keys, may_start)
+    if not more_coming:  # nothing else may start or come: a task over its share takes a free slot
+        for at, (_, task) in enumerate(pending):
+            if may_start(task, shared=False):
+                return at
     return None  # only side-by-side work over its share, or measurements that wait for it
 
 
@@ -851,7 +859,8 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
                 _note_group_completed(feed, group, pending, running)
         while pending and len(running) < max(1, jobs):
             at = _next_position(pending, running, jobs, pool.idle_keys(),
-                                feed.arriving if feed is not None else None)
+                                feed.arriving if feed is not None else None,
+                                more_coming=feed is not None and feed.is_open)
             if at is None:
                 break
             index, task = pending[at]
