@@ -192,3 +192,75 @@ def test_the_cases_leave_room_for_the_calls_the_gaming_probe_makes_after_them():
     clock.now = 3.0
     plain.observe(0, 3.0)
     assert plain.runs(1)
+
+
+def test_a_case_may_run_until_the_budget_is_spent_and_a_grace_after_then_it_is_capped_with_its_time():
+    from opgate.verify.time_budget import STOP_GRACE_S
+
+    cases = [case("declared", M=4, N=128), case("edge", M=1, N=65537), case("edge", M=4, N=1)]
+    sizes = [CaseSize.of([(4, 128)]), CaseSize.of([(1, 65537)]), CaseSize.of([(4, 1)])]
+    clock = FakeClock()
+    fitter = CasePlanFitter(30.0, cases, sizes, clock)
+    assert fitter.stop_after_s(0) is None  # a declared case always runs whole
+    clock.now += 1.0
+    fitter.observe(0, 1.0)
+    assert fitter.stop_after_s(1) == 29.0 + STOP_GRACE_S
+    clock.now += 39.0  # predicted at ~1 s, it ran until it was stopped
+    fitter.stopped(1, 39.0)
+    assert fitter.stop_after_s(2) == STOP_GRACE_S  # the budget is spent
+    summary = fitter.summary()
+    assert summary is not None and summary["capped"] == [
+        {"case": cases[1].label(), "predicted_s": summary["capped"][0]["predicted_s"], "stopped_after_s": 39.0}]
+    assert fitter.timer.predict(sizes[1]) >= 39.0  # its size costs at least that from now on
+    assert CasePlanFitter(0.0, cases, sizes, FakeClock()).stop_after_s(1) is None  # no budget: never stopped
+
+
+def test_the_watchdog_stops_python_that_runs_past_its_limit_and_nothing_after_a_block_that_ended():
+    import time
+
+    import pytest
+
+    from opgate.verify.case_watchdog import CaseStopped, stopped_after
+
+    began = time.perf_counter()
+    with pytest.raises(CaseStopped):
+        with stopped_after(0.2):
+            while True:  # an interpreted kernel's program loop
+                sum(range(1000))
+    assert time.perf_counter() - began < 5.0
+    with stopped_after(0.3):
+        total = sum(range(1000))
+    time.sleep(0.6)  # a stop withdrawn or never fired does not land here
+    assert total == 499500
+    with stopped_after(None):
+        assert True
+
+
+def test_under_the_interpreter_a_case_far_past_its_prediction_is_stopped_and_reported_capped(tmp_path):
+    """column_scale at T=1, H=65537: 65537 programs, predicted from elements as a cheap case. The check's 15 s budget
+    (the least a check gets) runs out in it; it is stopped a grace later and the result says so, passing."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests_verify_support import DATA, ROOT, SRC
+
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_STOP_GRACE_S": "1", "OPGATE_CACHE": "0"}
+    env.pop("TRITON_INTERPRET", None)
+    report = tmp_path / "r.json"
+    began = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(DATA / "mispredicted_case_spec.py"),
+                           "--stages", "numerics", "--no-extras", "--time-budget", "1", "--json", str(report)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [result] = [r for r in json.loads(report.read_text())["results"] if r.get("stage") == "numerics"]
+    if not result["extra"]["backend_facts"].get("interpreter"):
+        return  # a GPU host compiles the kernel: nothing to stop
+    stopped = [c for c in result["extra"]["time_budget"]["capped"] if "stopped_after_s" in c]
+    assert [c["case"].split(" ")[0] for c in stopped][:1] in (["T=1,H=65537"], ["T=1,H=65535"]), stopped
+    assert stopped[0]["stopped_after_s"] < 20.0
+    assert "stopped while running" in result["reason"]
+    assert result["outcome"] == "passed" and result["duration_s"] < 40.0
+    assert time.perf_counter() - began < 300

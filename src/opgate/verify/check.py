@@ -39,6 +39,7 @@ from opgate.verify.gaming import PROBE_CALLS, apply_probe, prepare_probe, probe_
 from opgate.verify.gradients import gradient_failure_class, gradient_remediation
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
 from opgate.verify.calibrator import REFERENCE_FORM_KEY
+from opgate.verify.case_watchdog import CaseStopped, stopped_after
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CaseJournal
@@ -113,8 +114,12 @@ def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter, calibration_
     more = f" and {len(capped['capped']) - 3} more" if len(capped["capped"]) > 3 else ""
     late = (f", what was left of the operator's after its plan came {calibration_lag_s:g} s into its calibration"
             if calibration_lag_s > 0 else "")
+    stopped = [c for c in capped["capped"] if "stopped_after_s" in c]
+    halted = (f"; {len(stopped)} of them stopped while running, past the budget ("
+              + ", ".join(f"{c['case']} after {c['stopped_after_s']:g} s" for c in stopped[:3]) + ")"
+              if stopped else "")
     note = (f"; {len(capped['capped'])} case(s) not run: they did not fit the {capped['budget_s']:g} s time budget"
-            f"{late} at this backend's measured speed ({listed}{more}; --time-budget raises it)")
+            f"{late} at this backend's measured speed ({listed}{more}; --time-budget raises it){halted}")
     figure = Figure("cases capped by the time budget", len(capped["capped"]), "",
                     Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype may take "
                                                         "(a share of the operator's --time-budget)"),
@@ -325,8 +330,16 @@ class VerifyImplementationCheck(Check):
             began = time.perf_counter()
             if not budgets:  # deferred by the calibration (calibrate.bounds_until_deferred): computed here
                 budgets, masks = self._deferred_budgets(op, plan, index)
-            verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
-                                     index=index)
+            # under the interpreter a case far past its prediction is stopped once the budget is spent (the time
+            # goes into Python there; a compiled kernel's goes into a C call, which nothing can cut short)
+            limit = fitter.stop_after_s(index) if prepared.facts.get("interpreter") else None
+            try:
+                with stopped_after(limit):
+                    verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
+                                             index=index)
+            except CaseStopped:
+                fitter.stopped(index, time.perf_counter() - began)
+                continue
             note = prepared.case_note() if prepared.case_note is not None else ""
             records[index] = CaseRecord(case, verdict, time.perf_counter() - began, note)
             fitter.observe(index, records[index].seconds)
