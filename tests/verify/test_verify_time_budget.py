@@ -197,11 +197,13 @@ def test_the_cases_leave_room_for_the_calls_the_gaming_probe_makes_after_them():
 def test_a_case_may_run_until_the_budget_is_spent_and_a_grace_after_then_it_is_capped_with_its_time():
     from opgate.verify.time_budget import STOP_GRACE_S
 
-    cases = [case("declared", M=4, N=128), case("edge", M=1, N=65537), case("edge", M=4, N=1)]
-    sizes = [CaseSize.of([(4, 128)]), CaseSize.of([(1, 65537)]), CaseSize.of([(4, 1)])]
+    cases = [case("declared", M=4, N=128), case("edge", M=1, N=65537), case("edge", M=4, N=1),
+             case("regime", "large", M=1, N=65537)]
+    sizes = [CaseSize.of([(4, 128)]), CaseSize.of([(1, 65537)]), CaseSize.of([(4, 1)]), CaseSize.of([(1, 65537)])]
     clock = FakeClock()
     fitter = CasePlanFitter(30.0, cases, sizes, clock)
     assert fitter.stop_after_s(0) is None  # a declared case always runs whole
+    assert fitter.stop_after_s(3) is None  # and so does the first case of a regime x layout
     clock.now += 1.0
     fitter.observe(0, 1.0)
     assert fitter.stop_after_s(1) == 29.0 + STOP_GRACE_S

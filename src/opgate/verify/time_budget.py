@@ -209,8 +209,11 @@ class CasePlanFitter:
 
     def stop_after_s(self, index: int) -> float | None:
         """Seconds case `index` may run before it is stopped: what is left of the budget, and STOP_GRACE_S. None
-        (never stopped) without a budget, or for a declared case (always run, as in `runs`)."""
-        if self.budget_s <= 0 or self.cases[index].origin == "declared":
+        (never stopped) without a budget, for a declared case (always run, as in `runs`) or for the first case of its
+        regime x layout (the one case of its kind: docs/verify-engine.md)."""
+        case = self.cases[index]
+        covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
+        if self.budget_s <= 0 or case.origin == "declared" or (case.regime, case.layout) not in covered:
             return None
         left = self.budget_s - (self.clock() - self.started) - self.reserved_s()
         return max(left, 0.0) + stop_grace_s()
