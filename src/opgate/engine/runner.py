@@ -797,9 +797,8 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     # A measurement waits for its GPU to be free and holds nothing back meanwhile. At the head of the queue it used to
     # stop every start behind it until the running tasks ended: with the runtime warm-ups topped up to their floor as
     # each ended the GPU never emptied, and 63 calibrated numerics checks waited from 375 s to the run's end at 545 s;
-    # with the warm-ups held back too, every file's measurements drained the slots behind sanitizer runs of up to
-    # 311 s, and the cores idled from 466 s (twenty-eighth H200 session). On a free GPU it goes first, ahead of a
-    # reserved-slot task that would take the GPU again.
+    # with the warm-ups held back too, the slots idled from 402 s to 477 s behind one numerics check (twenty-eighth
+    # H200 session). On a free GPU it goes first, ahead of a reserved-slot task that would take the GPU again.
     draining = [task for _, task in pending if task.exclusive and may_start(task)]
     for at, (_, task) in enumerate(pending):
         if (task.slot_floor > 0.0 and running_targets[task.target] < max(1, int(task.slot_floor * max(1, jobs)))
