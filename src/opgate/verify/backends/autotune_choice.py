@@ -38,7 +38,8 @@ from typing import Any, Iterator
 AUTOTUNE_ENV = "OPGATE_AUTOTUNE"
 # At most this many elements of a block per thread at a key (module docstring): 64 keeps a 2048-wide block in one warp
 # and a 65536-wide row in 32 warps. On one CPU core (benchmarks/compile_per_thread.py) an 8192-element block compiled
-# in 0.35 s at 64 a thread, 1.2 s at 128 and 4.9 s at 256; a 65536-wide row in 0.17 s at 64, 9.6 s at 512, 182 s at 2048.
+# in 0.35 s at 64 a thread, 1.2 s at 128 and 4.9 s at 256; a 65536-wide row in 0.17 s at 64, 9.6 s at 512 and 182 s
+# at 2048.
 ELEMENTS_PER_THREAD_LIMIT = 64
 NOTE = ("autotuned kernels run one config per key, chosen by a stable hash of the kernel and the key (no "
         "benchmark; a replay runs the same config), so a plan's cases spread over the configs; a config this GPU "
