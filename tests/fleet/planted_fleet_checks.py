@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from opgate.checks.base import Check, CheckContext
+from opgate.engine.atomic import write_atomically
 from opgate.model.results import CheckResult, Figure
 
 
@@ -21,10 +22,8 @@ class PlantedBandwidthCheck(Check):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         pidfile = os.environ.get("OPGATE_PLANTED_PIDFILE")
-        if pidfile:  # written whole, then renamed: the test polls for the file and reads it at once
-            partial = Path(f"{pidfile}.partial")
-            partial.write_text(str(os.getpid()))
-            os.replace(partial, pidfile)
+        if pidfile:  # written whole (a rename): the test polls for the file and reads it at once
+            write_atomically(Path(pidfile), str(os.getpid()), durable=False)
         started = time.time()
         time.sleep(float(os.environ.get("OPGATE_PLANTED_SLEEP_S", "0")))
         value = float(os.environ.get("OPGATE_PLANTED_TBS", "4.5"))

@@ -92,15 +92,12 @@ def take_used() -> dict[str, str]:
 
 
 def _constexpr_names(tuner: Any) -> frozenset[str]:
-    """The constexpr parameters of the kernel under the tuner: a JITFunction's own list, or (under the interpreter,
-    whose function keeps none) the Python function's `tl.constexpr` annotations; through heuristics wrappers."""
+    """The parameters annotated `tl.constexpr` in the Python function under the tuner: Autotuner, Heuristics,
+    JITFunction and the interpreter's InterpretedFunction each keep what they wrap in `.fn`."""
     import inspect
 
     fn = getattr(tuner, "fn", None)
     for _ in range(8):
-        params = getattr(fn, "params", None)
-        if params is not None:
-            return frozenset(str(p.name) for p in params if getattr(p, "is_constexpr", False))
         if inspect.isfunction(fn):
             return frozenset(name for name, param in inspect.signature(fn).parameters.items()
                              if "constexpr" in str(param.annotation))
