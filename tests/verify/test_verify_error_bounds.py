@@ -268,3 +268,44 @@ def test_the_gpu_path_of_the_sampled_terms_gives_the_bounds_of_the_cpu_path(monk
     for reference, inputs in _bound_cases(4, coarse_too=True):
         for cpu, device in _bounds_both_ways(monkeypatch, reference, inputs, "bfloat16", ways):
             _assert_same_bounds(cpu, device)
+
+
+class _SlowBackward(torch.autograd.Function):
+    """x * 2 whose backward sleeps: a reverse pass as slow as a depthwise convolution's double backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        import time
+
+        time.sleep(0.05)
+        return grad * 2
+
+
+def test_an_output_whose_reverse_passes_are_slow_samples_fewer_elements(monkeypatch) -> None:
+    from opgate.verify import error_bounds
+
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    reference = lambda t: torch.cumsum(_SlowBackward.apply(t), -1)  # noqa: E731
+    full, _ = _bound(reference, [x])
+    assert full.thinned_from == 0 and len(full.elements) == 20  # 20 passes of 0.05 s: inside 8 s
+    monkeypatch.setattr(error_bounds, "OUTPUT_PASSES_S", 0.2)  # under 4 passes fit: the fewest kept
+    thin, _ = _bound(reference, [x])
+    assert thin.thinned_from == 20 and len(thin.elements) == error_bounds.MIN_THINNED_SAMPLES
+    by_index = {e.index: e for e in full.elements}
+    assert all(by_index[e.index] == e for e in thin.elements)  # the same elements' bounds, fewer of them
+    largest = max(full.elements, key=lambda e: abs(float(x.cumsum(-1).reshape(-1)[e.index])))
+    assert largest.index in {e.index for e in thin.elements}
+    assert thin.quantile <= full.quantile and thin.fan_in <= full.fan_in  # maxima over fewer elements
+
+
+def test_thinning_keeps_a_largest_and_a_smallest_sample_and_fills_in_turn() -> None:
+    from opgate.verify.error_bounds import _thinned
+
+    assert _thinned(20, 12, 4, 0.01) == list(range(20))
+    assert _thinned(20, 12, 4, 1.3) == [0, 1, 12, 13, 16, 17]  # 8 s / 1.3 s: 6 passes
+    assert _thinned(20, 12, 4, 30.0) == [0, 1, 12, 16]  # never fewer than MIN_THINNED_SAMPLES
+    assert _thinned(5, 5, 0, 5.0) == [0, 1, 2, 3]  # no largest or smallest apart from the random ones

@@ -36,7 +36,7 @@ from opgate.verify.compare import (
     OutputStats, compare_output, count_exceeding, finite_everywhere, on_device_of, selected, where_compared,
 )
 from opgate.verify.error_bounds import (
-    LOGSPACE_UNITS, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
+    LOGSPACE_UNITS, OUTPUT_PASSES_S, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
 )
 from opgate.verify.inputs import Case, first_with_same_values, make_inputs
 from opgate.core.spec import Operator, SpecError
@@ -439,6 +439,12 @@ def calibrate(
                        [bounds.budget(o, stats, truth[o], b, pooled_rmse[o], pooled_q[o], n, override,
                                       _quantized_for(quantized, b), pooled_rho[o])
                         for o, (stats, b) in enumerate(zip(row, baseline))])
+    thinned = [max(a.thinned_from for a in bounds.accumulation) for bounds in case_bounds
+               if bounds is not None and any(a.thinned_from for a in bounds.accumulation)]
+    if thinned:
+        notes.append(f"{len(thinned)} of {n} cases' accumulation bounds sampled fewer output elements than the "
+                     f"{max(thinned)} they draw: one reverse pass of the reference there took over "
+                     f"{OUTPUT_PASSES_S / max(thinned):.2g} s (error_bounds.OUTPUT_PASSES_S)")
     if deferred:
         notes.append(f"{deferred} of {n} cases' bound terms were deferred to the numerics check, which computes "
                      "them for the cases it runs (their time counts in its time budget)")

@@ -391,6 +391,16 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed}, spec_of_op)
 
 
+def _bytecode_folder(run_folder: Path) -> Path:
+    """Where the run's children share compiled bytecode (engine/bytecode.py): the disk cache's folder, so a later
+    run starts warm, else (caching off) the run's own temporary folder."""
+    from opgate.engine.bytecode import FOLDER
+    from opgate.verify.bounds_cache import cache_root
+
+    root = cache_root()
+    return (root if root is not None else run_folder) / FOLDER
+
+
 def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
     """On a GPU host, start warm workers before the spec is read (imports, a CUDA context), each adopted later by
     an implementation whose environment matches (most backends add nothing to it on a GPU): the runtime checks then
@@ -524,7 +534,10 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
 
     start_afresh()  # a run in this process after an interrupted one (tests, the pytest plugin)
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
-    with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp:
+    from opgate.engine.bytecode import shared_bytecode
+
+    with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp, \
+            shared_bytecode(_bytecode_folder(Path(tmp))) as bytecode:
         workdir = Path(tmp)
         (workdir / "workers").mkdir()
         pool = WarmPool(workdir / "workers", warm_worker_limit(request.jobs))
@@ -543,6 +556,7 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
                     prepared = prepare_run(request, workdir, pool, calibration_pool)
             else:
                 prepared = prepare_run(request, workdir, pool, calibration_pool)
+            prepared.info["engine"]["bytecode"] = bytecode
             prepared.calibrator.start()
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},

@@ -23,6 +23,7 @@ own CUDA kernels accumulate in for float32/float16/bfloat16).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -44,6 +45,14 @@ LARGEST_SAMPLES = 4  # plus the elements of largest |truth|: where p99.9 errors 
 # the case's RMS hides it (a confident cross-entropy row's loss of 1e-4 beside losses of 20; a suffix sum after the
 # 1e8 of its row). They are judged one by one (the componentwise check, calibrate.element_allowances), not pooled.
 SMALLEST_SAMPLES = 4
+# Seconds of reverse passes one output of one case may take before its samples are thinned: each sample costs one
+# pass, and a reference whose second derivative PyTorch loops per group (a depthwise convolution's double backward
+# runs one convolution per channel: fla_short_conv.grad at 65535 channels, 1.3-1.8 s a pass on the H200 host's GPU
+# and about as long on its CPU) made one plan cost minutes per case. A thinned output keeps at least
+# MIN_THINNED_SAMPLES (random first cut; at least one largest and one smallest |truth| kept) and says so
+# (AccumulationBound.thinned_from). At 20 samples this thins only outputs whose single pass takes over 0.4 s.
+OUTPUT_PASSES_S = 8.0
+MIN_THINNED_SAMPLES = 4
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,9 @@ class AccumulationBound:
     # every sampled element whose Jacobian row is finite and not zero (an element that no input moves, such as a
     # rounding or a ReLU's zero, has no componentwise bound); empty when an input is not finite
     elements: tuple[SampledElement, ...] = ()
+    # how many elements the output would have sampled, when slow reverse passes thinned them (OUTPUT_PASSES_S); 0
+    # when every one was
+    thinned_from: int = 0
 
     @property
     def present(self) -> bool:
@@ -426,8 +438,18 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         # a reference that loops in Python (one small tensor per row) records thousands: their reverse passes would
         # cost more than the whole calibration, so such a reference gets no intermediates' term
         intermediates = [t for t in recorder.tensors if t is not out] if len(recorder.tensors) <= MAX_INTERMEDIATES else []
-        found = _sampled_terms(out, leaves, values, samples, roundoff, intermediates,
-                               [recorder.magnitude_of(t) for t in intermediates])
+        magnitudes = [recorder.magnitude_of(t) for t in intermediates]
+        began = time.perf_counter()
+        found = _sampled_terms(out, leaves, values, samples[:1], roundoff, intermediates, magnitudes)
+        sampled = len(samples)
+        n_random = min(RANDOM_SAMPLES, len(samples) - n_smallest)
+        if found is not None and len(samples) > 1:
+            kept = _thinned(len(samples), n_random, n_smallest, time.perf_counter() - began)
+            samples = [samples[k] for k in kept]
+            n_random = sum(1 for k in kept if k < n_random)
+            n_smallest = sum(1 for k in kept if k >= sampled - n_smallest)
+            rest = _sampled_terms(out, leaves, values, samples[1:], roundoff, intermediates, magnitudes)
+            found = None if rest is None else found + rest
         # an output a LOGSPACE function returns itself (a reference that is just F.cross_entropy) is formed as
         # L - x_label in any kernel: its own rounding is u|L|, which no intermediate of the reference carries
         # (truth corpus, standard budget: a correct online-softmax loss of 2.1e-7 at |L| = 31 came out 0, an
@@ -446,12 +468,13 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
             fan_in = max(fan_in, terms.count)
             if inputs_finite and row_finite and terms.magnitude > 0 and math.isfinite(per_element[-1]):
                 elements.append(SampledElement(sample, per_element[-1], terms.magnitude))
-        rms = _stratified_rms(per_element, int(truth.numel()))
+        rms = _stratified_rms(per_element, int(truth.numel()), n_random)
         top = max(per_element[:len(samples) - n_smallest], default=0.0)  # the smallest-|truth| samples judge alone
+        thinned_from = sampled if len(samples) < sampled else 0
         if not (math.isfinite(rms) and math.isfinite(top)):
-            bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff))
+            bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff, thinned_from=thinned_from))
             continue
-        bounds.append(AccumulationBound(rms, top, fan_in, roundoff, tuple(elements)))
+        bounds.append(AccumulationBound(rms, top, fan_in, roundoff, tuple(elements), thinned_from))
     return bounds
 
 
@@ -463,12 +486,31 @@ def _smallest_normal(dtype: str) -> float:
     return float(torch.finfo(kind).tiny) if isinstance(kind, torch.dtype) and kind.is_floating_point else 0.0
 
 
-def _stratified_rms(per_element: Sequence[float], total: int) -> float:
+def _thinned(count: int, n_random: int, n_smallest: int, first_pass_s: float) -> list[int]:
+    """Which of an output's `count` samples (n_random random ones, then the largest |truth|, then n_smallest
+    smallest) to keep when one reverse pass took `first_pass_s` (see OUTPUT_PASSES_S): all of them when they fit;
+    else the first (already computed), one largest and one smallest, then random, largest and smallest ones in
+    turn, MIN_THINNED_SAMPLES at least."""
+    if first_pass_s * count <= OUTPUT_PASSES_S:
+        return list(range(count))
+    keep = max(MIN_THINNED_SAMPLES, int(OUTPUT_PASSES_S / max(first_pass_s, 1e-9)))
+    if keep >= count:
+        return list(range(count))
+    groups = [list(range(n_random)), list(range(n_random, count - n_smallest)), list(range(count - n_smallest, count))]
+    taken = [min(1, len(group)) for group in groups]
+    while sum(taken) < keep:
+        for g, group in enumerate(groups):
+            if taken[g] < len(group) and sum(taken) < keep:
+                taken[g] += 1
+    return [k for group, n in zip(groups, taken) for k in group[:n]]
+
+
+def _stratified_rms(per_element: Sequence[float], total: int, n_random: int = RANDOM_SAMPLES) -> float:
     """The RMS of the bound over all `total` elements: the chosen samples (largest and smallest |truth|, after the
     random ones) stand for themselves, the random ones for the rest. The random ones alone missed the one element
     per row whose bound is a million times the others' (a confident row's cross-entropy gradient at the label,
     u|L| p): its share of the RMSE failed a correct kernel at 1.12x (truth corpus ce_backward.py)."""
-    random_part = list(per_element[:min(RANDOM_SAMPLES, len(per_element))])
+    random_part = list(per_element[:min(n_random, len(per_element))])
     chosen = list(per_element[len(random_part):])
     if not random_part or total <= 0:
         return 0.0
