@@ -309,3 +309,31 @@ def test_thinning_keeps_a_largest_and_a_smallest_sample_and_fills_in_turn() -> N
     assert _thinned(20, 12, 4, 1.3) == [0, 1, 12, 13, 16, 17]  # 8 s / 1.3 s: 6 passes
     assert _thinned(20, 12, 4, 30.0) == [0, 1, 12, 16]  # never fewer than MIN_THINNED_SAMPLES
     assert _thinned(5, 5, 0, 5.0) == [0, 1, 2, 3]  # no largest or smallest apart from the random ones
+
+
+class _SlowFirstBackward(torch.autograd.Function):
+    """x * 2 whose first backward only is slow: a one-off cost (an allocator's first use, a preempted process)."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        import time
+
+        _SlowFirstBackward.calls += 1
+        if _SlowFirstBackward.calls == 1:
+            time.sleep(0.3)
+        return grad * 2
+
+
+def test_one_slow_first_pass_thins_nothing(monkeypatch) -> None:
+    from opgate.verify import error_bounds
+
+    monkeypatch.setattr(error_bounds, "OUTPUT_PASSES_S", 0.2)  # 20 passes of the first's 0.3 s would not fit
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    bound, _ = _bound(lambda t: torch.cumsum(_SlowFirstBackward.apply(t), -1), [x])
+    assert _SlowFirstBackward.calls >= 20 and bound.thinned_from == 0 and len(bound.elements) == 20

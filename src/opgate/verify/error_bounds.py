@@ -439,16 +439,22 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         # cost more than the whole calibration, so such a reference gets no intermediates' term
         intermediates = [t for t in recorder.tensors if t is not out] if len(recorder.tensors) <= MAX_INTERMEDIATES else []
         magnitudes = [recorder.magnitude_of(t) for t in intermediates]
-        began = time.perf_counter()
-        found = _sampled_terms(out, leaves, values, samples[:1], roundoff, intermediates, magnitudes)
+        # the first two passes run one at a time, and the faster says what a pass costs: the first can carry a
+        # one-off cost (an allocator's or a library's first use, a preempted process on a busy host)
+        passes_s, found = [], []
+        for sample in samples[:2]:
+            began = time.perf_counter()
+            one = _sampled_terms(out, leaves, values, [sample], roundoff, intermediates, magnitudes)
+            passes_s.append(time.perf_counter() - began)
+            found = None if one is None or found is None else found + one
         sampled = len(samples)
         n_random = min(RANDOM_SAMPLES, len(samples) - n_smallest)
-        if found is not None and len(samples) > 1:
-            kept = _thinned(len(samples), n_random, n_smallest, time.perf_counter() - began)
-            samples = [samples[k] for k in kept]
+        if found is not None and len(samples) > 2:
+            kept = _thinned(len(samples), n_random, n_smallest, min(passes_s))
+            samples = [samples[k] for k in kept]  # the two computed first are among the kept (_thinned)
             n_random = sum(1 for k in kept if k < n_random)
             n_smallest = sum(1 for k in kept if k >= sampled - n_smallest)
-            rest = _sampled_terms(out, leaves, values, samples[1:], roundoff, intermediates, magnitudes)
+            rest = _sampled_terms(out, leaves, values, samples[2:], roundoff, intermediates, magnitudes)
             found = None if rest is None else found + rest
         # an output a LOGSPACE function returns itself (a reference that is just F.cross_entropy) is formed as
         # L - x_label in any kernel: its own rounding is u|L|, which no intermediate of the reference carries
@@ -489,8 +495,8 @@ def _smallest_normal(dtype: str) -> float:
 def _thinned(count: int, n_random: int, n_smallest: int, first_pass_s: float) -> list[int]:
     """Which of an output's `count` samples (n_random random ones, then the largest |truth|, then n_smallest
     smallest) to keep when one reverse pass took `first_pass_s` (see OUTPUT_PASSES_S): all of them when they fit;
-    else the first (already computed), one largest and one smallest, then random, largest and smallest ones in
-    turn, MIN_THINNED_SAMPLES at least."""
+    else the first of each group, then random, largest and smallest ones in turn, MIN_THINNED_SAMPLES at least.
+    The first two samples (computed before this is asked) are always kept."""
     if first_pass_s * count <= OUTPUT_PASSES_S:
         return list(range(count))
     keep = max(MIN_THINNED_SAMPLES, int(OUTPUT_PASSES_S / max(first_pass_s, 1e-9)))
