@@ -65,13 +65,14 @@ def main(argv: list[str]) -> int:
     from opgate.verify import bounds_device, error_bounds
     from opgate.verify.calibrate import CaseBounds, truth_and_baseline
     from opgate.verify.inputs import make_inputs, plan_cases
-    from opgate.verify.loaded_specs import loaded_operators
+    from opgate.model.errors import InputError
+    from opgate.verify.loaded_specs import loaded_operator
 
-    ops = {op.name: op for op in loaded_operators(args.spec)}
-    if args.op not in ops:
-        print(f"{args.spec} has no operator {args.op!r}; it has {', '.join(sorted(ops))}", file=sys.stderr)
+    try:
+        op = loaded_operator(args.spec, args.op)
+    except InputError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    op = ops[args.op]
     devices = [d for d in args.devices.split(",") if d and (d != "cuda" or torch.cuda.is_available())]
     cases = [c for c in plan_cases(op, args.budget, 0) if args.match in c.label()][:args.limit]
     bounds_device.use_gpu(True)

@@ -37,13 +37,14 @@ def main(argv: list[str]) -> int:
     from opgate.verify.calibrate import truth_and_baseline
     from opgate.verify.error_bounds import accumulation_bounds
     from opgate.verify.inputs import make_inputs, plan_cases
-    from opgate.verify.loaded_specs import loaded_operators
+    from opgate.model.errors import InputError
+    from opgate.verify.loaded_specs import loaded_operator
 
-    ops = {op.name: op for op in loaded_operators(args.spec)}
-    if args.op not in ops:
-        print(f"{args.spec} has no operator {args.op!r}; it has {', '.join(sorted(ops))}", file=sys.stderr)
+    try:
+        op = loaded_operator(args.spec, args.op)
+    except InputError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    op = ops[args.op]
     dtypes = [d for d in args.dtypes.split(",") if d] or sorted(op.dtypes, key=lambda d: d != "float32")
     cases = plan_cases(op, args.budget, 0)
     print(f"{args.op}: {len(cases)} cases, dtypes {dtypes} (ratios against {dtypes[0]})")

@@ -33,13 +33,14 @@ def main(argv: list[str]) -> int:
 
     from opgate.verify.calibrator import calibrate_plan
     from opgate.verify.inputs import plan_cases
-    from opgate.verify.loaded_specs import loaded_operators
+    from opgate.model.errors import InputError
+    from opgate.verify.loaded_specs import loaded_operator
 
-    ops = {op.name: op for op in loaded_operators(args.spec)}
-    if args.op not in ops:
-        print(f"{args.spec} has no operator {args.op!r}; it has {', '.join(sorted(ops))}", file=sys.stderr)
+    try:
+        op = loaded_operator(args.spec, args.op)
+    except InputError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    op = ops[args.op]
     cases = plan_cases(op, args.budget, 0)
     profile = cProfile.Profile()
     began, cpu = time.perf_counter(), time.process_time()

@@ -135,3 +135,14 @@ def test_a_global_whose_attribute_lookup_raises_names_no_library(tmp_path: Path)
     module.proxy = Proxy()
     module.rich = __import__("rich")
     assert _installed_packages_named_by(module) == ["rich"]
+
+
+def test_an_operator_is_found_by_name_and_a_wrong_name_lists_the_spec_s(tmp_path: Path) -> None:
+    from opgate.model.errors import InputError
+    from opgate.verify.loaded_specs import loaded_operator
+
+    spec = tmp_path / "named_spec.py"
+    spec.write_text(SPEC.format(switch="", name="doubled"))
+    assert loaded_operator(str(spec), "doubled").name == "doubled"
+    with pytest.raises(InputError, match=r"has no operator 'tripled'; it has doubled$"):
+        loaded_operator(str(spec), "tripled")

@@ -28,7 +28,7 @@ PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 DONT_WRITE_ENV = "PYTHONDONTWRITEBYTECODE"
 OPT_OUT_ENV = "OPGATE_BYTECODE_CACHE"  # "0": leave Python's bytecode settings as they are
 FOLDER = "bytecode"
-# What a child imports first and most of: the modules whose bytecode decides whether the children would compile
+# What a child imports first and most of, in order: the first one installed decides whether the children compile
 PROBED_MODULES = ("torch", "opgate")
 
 
@@ -64,8 +64,8 @@ def shared_bytecode(folder: Path) -> Iterator[str]:
     if os.environ.get(OPT_OUT_ENV, "").strip() == "0":
         yield f"left as it is ({OPT_OUT_ENV}=0)"
         return
-    sources = [s for s in (_source_of(m) for m in PROBED_MODULES) if s is not None][:1]
-    if not children_would_compile(sources):
+    first = next((source for source in map(_source_of, PROBED_MODULES) if source is not None), None)
+    if not children_would_compile([first] if first is not None else []):
         yield "Python's own"
         return
     try:

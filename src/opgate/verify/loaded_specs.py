@@ -101,3 +101,13 @@ def loaded_operators(spec_file: str) -> list[Any]:
         loaded = _LOADED[path] = _Loaded(key, operators, switched)
     _set_switches({**_BEFORE_ANY, **loaded.switched})
     return loaded.operators
+
+
+def loaded_operator(spec_file: str, name: str) -> Any:
+    """The spec's operator (or `<op>.grad` twin) called `name`; an InputError naming the ones it has otherwise."""
+    from opgate.model.errors import InputError
+
+    operators = {op.name: op for op in loaded_operators(spec_file)}
+    if name not in operators:
+        raise InputError(f"{spec_file} has no operator {name!r}; it has {', '.join(sorted(operators))}")
+    return operators[name]
