@@ -1,9 +1,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from opgate_testing import child_pythonpath, gpu_available
+
+
+# The cache folders this process made (xdist workers inherit the controller's, so only the maker removes it): a
+# session that leaves ~9 MB in /tmp per run fills a CI disk that runs the suite many times.
+_CREATED_CACHE_DIRS: list[str] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -13,9 +19,15 @@ def pytest_configure(config: pytest.Config) -> None:
         import tempfile
 
         os.environ["OPGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="opgate-test-cache-")
+        _CREATED_CACHE_DIRS.append(os.environ["OPGATE_CACHE_DIR"])
     # ... and no stored verdicts: a test that runs a spec another test ran must see it judged
     # (tests/verify/test_verdict_cache.py turns the verdict cache on where it is the subject)
     os.environ.setdefault("OPGATE_VERDICT_CACHE", "0")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _CREATED_CACHE_DIRS:
+        shutil.rmtree(_CREATED_CACHE_DIRS.pop(), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
