@@ -291,3 +291,23 @@ def test_the_perturbation_steps_are_uniform_in_plus_minus_scale_and_seeded() -> 
     expected = (torch.rand(x.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64) * 2 - 1) * 1e-7
     assert torch.equal(steps[0], expected) and steps[1] is None and steps[2] is None
     assert float(steps[0].abs().max()) <= 1e-7 and torch.equal(_perturbation_steps([x], 1e-7, seed=11)[0], steps[0])
+
+
+def test_a_declared_sizes_first_seed_is_never_deferred_and_its_later_seeds_rank_by_size() -> None:
+    """The calibration defers in the order a time budget caps (verify/time_budget.py): a declared size's second seed
+    is the same code path on other values, so it waits behind the smaller sizes opgate added."""
+    from opgate.verify.calibrate import essential_cases
+    from opgate.verify.inputs import declared_firsts
+
+    op = opgate.Operator("softmax", reference=lambda x: torch.softmax(x, -1),
+                         inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [4], "N": [16, 33]})
+    cases = plan_cases(op, "standard")
+    declared = [k for k, c in enumerate(cases) if c.origin == "declared"]
+    firsts = declared_firsts(cases)
+    assert len(declared) == 4 and sorted(firsts) == declared[:2]  # N=16 and N=33, seed 0 each
+    order, essential = essential_cases(cases)
+    assert firsts <= essential and not (set(declared) - firsts) & essential
+    assert order[:2] == declared[:2]
+    second_of_33 = declared[3]
+    smaller_added = [k for k in order if k not in essential and math.prod(v for _, v in cases[k].dims) < 4 * 33]
+    assert smaller_added and all(order.index(k) < order.index(second_of_33) for k in smaller_added)

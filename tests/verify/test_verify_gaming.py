@@ -185,3 +185,69 @@ def test_verify_fails_each_gaming_implementation_for_its_trick_and_passes_the_ho
     assert "cached/stale result" in results["verify.relu.relu_cached.float32"]["reason"]
     assert "mutates its input x" in results["verify.relu.relu_mutating.float32"]["reason"]
     assert "alias of its input x" in results["verify.copy.copy_view.float32"]["reason"]
+
+
+def _probe_plan(op, dtype="float32"):
+    """A calibrated standard plan of `op` (two seeds of each declared size), as the check loads it."""
+    from types import SimpleNamespace
+
+    from opgate.verify.calibrate import calibrate, truth_and_baseline
+    from opgate.verify.inputs import plan_cases
+
+    cases = plan_cases(op, "standard")
+    pairs = [truth_and_baseline(op, c, dtype) for c in cases]
+    cal = calibrate(op, dtype, cases, [t for t, _ in pairs], [b for _, b in pairs])
+    return SimpleNamespace(cases=cases, truths=[t for t, _ in pairs], budgets=list(cal.budgets),
+                           masks=list(cal.masks), dtype=dtype, pooled_rmse=cal.pooled_rmse,
+                           pooled_quantile=cal.pooled_quantile, n_calibration_cases=cal.n_cases,
+                           summary=cal.summary(), out_dtypes=cal.out_dtypes)
+
+
+def test_the_probe_takes_the_smallest_declared_size_where_a_call_costs_its_size_and_its_second_seed_from_the_plan():
+    """Under Triton's interpreter the probe's calls at fla_kl_div.grad's first declared size cost 13-19 s a dtype,
+    and drawing a second case there cost 11-16 s of float64 bound terms; the plan holds a second seed already."""
+    from types import SimpleNamespace
+
+    import opgate
+    from opgate.verify.gaming import prepare_probe, probe_case_index
+
+    calls = []
+
+    def reference(x):
+        calls.append(tuple(x.shape))
+        return torch.relu(x)
+
+    op = opgate.Operator("relu", reference=reference, inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                         dims={"M": [64, 4], "N": [256, 32]})
+    plan = _probe_plan(op)
+    user = SimpleNamespace(origin="user", backend="triton")
+    first, smallest = probe_case_index(op, plan, smallest=False), probe_case_index(op, plan, smallest=True)
+    assert plan.cases[first].dims_dict == {"M": 64, "N": 256} and plan.cases[smallest].dims_dict == {"M": 4, "N": 32}
+    calls.clear()
+    side = prepare_probe(op, user, plan, smallest=True)
+    assert calls == []  # both truths are the plan's: the reference is not called
+    assert side.case == plan.cases[smallest] and side.second_case.dims == side.case.dims
+    assert side.second_case.seed != side.case.seed and side.second_case in plan.cases
+    assert side.truths[1] is plan.truths[plan.cases.index(side.second_case)]
+
+
+def test_a_deferred_second_seed_gets_its_budgets_from_the_check_and_a_plan_of_one_seed_draws_one():
+    from types import SimpleNamespace
+
+    import opgate
+    from opgate.verify.gaming import prepare_probe
+
+    op = opgate.Operator("relu", reference=torch.relu, inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [64]})
+    plan = _probe_plan(op)
+    user = SimpleNamespace(origin="user", backend="torch")
+    second = next(k for k, c in enumerate(plan.cases) if c.origin == "declared" and c.seed != plan.cases[0].seed)
+    kept = plan.budgets[second], plan.masks[second]
+    plan.budgets[second] = []  # deferred by the calibration
+    asked = []
+    side = prepare_probe(op, user, plan, smallest=True, budgets_of=lambda k: asked.append(k) or kept)
+    assert asked == [second] and side.budgets[1] is kept[0]
+    one_seed = SimpleNamespace(**{**vars(plan), "cases": plan.cases[:1], "truths": plan.truths[:1],
+                                  "budgets": plan.budgets[:1], "masks": plan.masks[:1]})
+    drawn = prepare_probe(op, user, one_seed, smallest=True)
+    assert drawn.second_case.seed == one_seed.cases[0].seed + 7_777 and drawn.second_case not in one_seed.cases
+    assert drawn.budgets[1]

@@ -266,3 +266,25 @@ def test_under_the_interpreter_a_case_far_past_its_prediction_is_stopped_and_rep
     assert "stopped while running" in result["reason"]
     assert result["outcome"] == "passed" and result["duration_s"] < 40.0
     assert time.perf_counter() - began < 300
+
+
+def test_a_declared_sizes_later_seeds_rank_by_cost_and_are_capped_before_cheaper_added_sizes():
+    """fla_kl_div.grad under the interpreter: the second seed of each 8192-row declared size cost ~6 s a case and
+    filled a 25 s check; the first seed of every declared size still always runs."""
+    big, small = {"M": 16, "V": 8192}, {"M": 5, "V": 1000}
+    cases = [Case.make(small, 0), Case.make(big, 1), Case.make(small, 2), Case.make(big, 3),
+             Case.make({"M": 5, "V": 1023}, 4, origin="edge"), Case.make(small, 5, "large", origin="regime")]
+    sizes = [CaseSize.of([(c.dims_dict["M"], c.dims_dict["V"])]) for c in cases]
+    seconds = {0: 1.0, 1: 6.0, 2: 1.0, 3: 6.0, 4: 1.0, 5: 1.0}
+    ran = run_in_order(12.0, cases, sizes, seconds)
+    assert ran[:3] == [0, 1, 5]  # each declared size's first seed, then the one large-regime case
+    assert {2, 4} <= set(ran) and 3 not in ran  # the cheap second seed and edge size fit; the 6 s second seed not
+    fitter = CasePlanFitter(12.0, cases, sizes, FakeClock())
+    assert fitter.always == {0, 1}
+    assert fitter.stop_after_s(0) is None and fitter.stop_after_s(1) is None
+
+
+def test_without_a_budget_a_declared_sizes_later_seeds_still_run():
+    cases = [Case.make({"N": 64}, 0), Case.make({"N": 64}, 1)]
+    sizes = [CaseSize.of([(64,)])] * 2
+    assert run_in_order(0.0, cases, sizes, {0: 100.0, 1: 100.0}) == [0, 1]

@@ -38,7 +38,7 @@ from opgate.verify.compare import (
 from opgate.verify.error_bounds import (
     LOGSPACE_UNITS, OUTPUT_PASSES_S, AccumulationBound, LogspaceBound, accumulation_bounds, logspace_bounds,
 )
-from opgate.verify.inputs import Case, first_with_same_values, make_inputs
+from opgate.verify.inputs import Case, declared_firsts, first_with_same_values, make_inputs
 from opgate.core.spec import Operator, SpecError
 
 # dynamo's `same()` uses multiplier 2.0 on the fp64 RMSE; the quantile gets the same multiple.
@@ -492,10 +492,11 @@ def bounds_until_deferred(op: Operator, cases: Sequence[Case], dtype: str, truth
 
 
 def essential_cases(cases: Sequence[Case]) -> tuple[list[int], set[int]]:
-    """(every case index in the order a time budget keeps cases, the ones never deferred): declared cases, then the
-    smallest case of each regime x layout not yet covered, then the rest smallest first."""
-    declared = [k for k, case in enumerate(cases) if case.origin == "declared"]
-    by_size = sorted((k for k, case in enumerate(cases) if case.origin != "declared"),
+    """(every case index in the order a time budget keeps cases, the ones never deferred): each declared size's first
+    seed (inputs.declared_firsts), then the smallest case of each regime x layout not yet covered, then the rest
+    (a declared size's other seeds among them) smallest first."""
+    declared = sorted(declared_firsts(cases))
+    by_size = sorted((k for k in range(len(cases)) if k not in declared),
                      key=lambda k: (math.prod(v for _, v in cases[k].dims), k))
     kinds = {(cases[k].regime, cases[k].layout) for k in declared}
     first_of_kind = []

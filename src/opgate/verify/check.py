@@ -255,7 +255,8 @@ class VerifyImplementationCheck(Check):
         fitter = self._fitter(op, plan, task.time_budget_s, per_call=prepared.device.startswith("cuda"))
         # the gaming probe's float64 side first, on the fitter's clock, and room kept for its calls after the
         # cases: the check as a whole, not only its cases, keeps to its time budget
-        probe_truths = prepare_probe(op, choice, plan)
+        probe_truths = prepare_probe(op, choice, plan, smallest=not fitter.timer.per_call,
+                                     budgets_of=lambda index: self._deferred_budgets(op, plan, index))
         if probe_truths is not None and not probe_truths.skipped:
             fitter.reserve = (plan.cases.index(probe_truths.case), PROBE_CALLS)
         clock.lap("gaming probe truths")

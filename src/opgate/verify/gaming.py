@@ -251,8 +251,9 @@ PROBE_CALLS = 2.0
 class ProbeTruths:
     """The probe's float64 side, prepared before the case loop (verify/check.py) so that its cost counts in the
     check's time budget: the declared case and a second case of the same size, with truths, budgets and masks.
-    The second case's bound terms are float64 reverse passes (13 s per dtype on one CPU core for fla's linear
-    cross-entropy gradient), more than the probe's calls; `skipped`: why the probes cannot run."""
+    The second case is another seed of that declared size in the plan where there is one (its truth is the plan's);
+    else one drawn here, whose bound terms are float64 reverse passes (13 s per dtype on one CPU core for fla's linear
+    cross-entropy gradient at its largest declared size). `skipped`: why the probes cannot run."""
 
     case: Any
     second_case: Any
@@ -262,30 +263,73 @@ class ProbeTruths:
     skipped: str = ""
 
 
-def prepare_probe(op: Any, choice: Any, plan: Any) -> ProbeTruths | None:
+def _case_elements(op: Any, case: Any) -> int:
+    import math
+
+    try:
+        dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
+        return sum(math.prod(spec.concrete_shape(dims)) for spec in op.tensor_inputs)
+    except Exception:  # a shape opgate cannot work out here counts as its dims say
+        return math.prod(v for _, v in case.dims)
+
+
+def probe_case_index(op: Any, plan: Any, smallest: bool) -> int | None:
+    """Which plan case the probes call the implementation on: a declared size's first seed with typical values,
+    contiguous and non-empty; the first declared one, or with `smallest` (a backend where a call costs its size:
+    Triton's interpreter, torch on the CPU) the one with the fewest input elements. The tricks are the same at any
+    size, and under the interpreter the probe's calls at fla_kl_div.grad's first size (8192 x 512 weights) cost
+    13-19 s a dtype."""
+    from opgate.verify.inputs import declared_firsts
+
+    firsts = sorted(declared_firsts(plan.cases))
+    candidates = [k for k in firsts if plan.cases[k].regime == "typical" and plan.cases[k].layout == "contiguous"
+                  and all(v > 0 for _, v in plan.cases[k].dims)]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda k: _case_elements(op, plan.cases[k])) if smallest else candidates[0]
+
+
+def prepare_probe(op: Any, choice: Any, plan: Any, smallest: bool = False,
+                  budgets_of: Callable[[int], tuple[list[Any], list[Any]]] | None = None) -> ProbeTruths | None:
     """The truths and budgets the probes judge by (None when the implementation is not probed: opgate's extras,
-    ONNX, replays, a plan with no declared typical contiguous case). Calls the reference only."""
+    ONNX, replays, a plan with no declared typical contiguous case). Calls the reference only. `smallest`: probe the
+    cheapest declared size (probe_case_index); `budgets_of(index)`: a plan case's budgets and masks where the
+    calibration deferred them (the check's own, which keeps them for its case loop)."""
     from opgate.verify.calibrate import CalibrationError, budgets_for_case, truth_and_baseline
 
     if choice.origin != "user" or choice.backend not in PROBED_BACKENDS:
         return None
-    declared = [c for c in plan.cases if c.origin == "declared" and c.regime == "typical"
-                and c.layout == "contiguous" and all(v > 0 for _, v in c.dims)]
-    if not declared:
+    index = probe_case_index(op, plan, smallest)
+    if index is None:
         return None
-    case = declared[0]
+    case = plan.cases[index]
+    first_budgets, first_masks = _plan_budgets(plan, index, budgets_of)
+    sibling = next((k for k, c in enumerate(plan.cases) if k != index and c.origin == "declared"
+                    and c.dims == case.dims and c.regime == case.regime and c.layout == case.layout
+                    and c.seed != case.seed), None)
+    if sibling is not None:  # another seed of the same size: its truth is the plan's, computed once
+        second_budgets, second_masks = _plan_budgets(plan, sibling, budgets_of)
+        return ProbeTruths(case, plan.cases[sibling], [plan.truths[index], plan.truths[sibling]],
+                           [first_budgets, second_budgets], [first_masks, second_masks])
     second_case = dataclasses.replace(case, seed=case.seed + 7_777)
     try:
         second_truth, second_baseline = truth_and_baseline(op, second_case, plan.dtype)
     except CalibrationError as exc:
         return ProbeTruths(case, second_case, skipped=f"the reference fails on the second case: {exc}")
-    index = plan.cases.index(case)
     second_budgets, second_masks, _ = budgets_for_case(op, plan.dtype, second_case, second_truth, second_baseline,
                                                        plan.pooled_rmse, plan.pooled_quantile,
                                                        plan.n_calibration_cases,
                                                        plan.summary.get("pooled_element_rho", ()))
     return ProbeTruths(case, second_case, [plan.truths[index], second_truth],
-                       [plan.budgets[index], second_budgets], [plan.masks[index], second_masks])
+                       [first_budgets, second_budgets], [first_masks, second_masks])
+
+
+def _plan_budgets(plan: Any, index: int, budgets_of: Callable[[int], tuple[list[Any], list[Any]]] | None,
+                  ) -> tuple[list[Any], list[Any]]:
+    """A plan case's budgets and masks; a deferred one's (no budgets in the plan) from `budgets_of`."""
+    if plan.budgets[index] or budgets_of is None:
+        return plan.budgets[index], plan.masks[index]
+    return budgets_of(index)
 
 
 def probe_implementation(op: Any, choice: Any, prepared: Any, plan: Any, side: ProbeTruths) -> GamingProbe:

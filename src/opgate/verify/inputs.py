@@ -282,6 +282,19 @@ def first_with_same_values(cases: Sequence[Case]) -> list[int]:
     return [first.setdefault(case.values_key(), k) for k, case in enumerate(cases)]
 
 
+def declared_firsts(cases: Sequence[Case]) -> set[int]:
+    """The index of each declared size's first case (its first seed): what a time budget always runs and a
+    calibration never defers. A declared size's later seeds run the same code path on other values, so they rank by
+    cost with opgate's own sizes: on a slow backend they are capped before the tails, regimes and layouts that reach
+    other paths (fla_kl_div.grad on 2 cores: the second seed of its four 8192-row sizes cost 24 s of each 25 s check
+    under Triton's interpreter, and as much again in bound terms)."""
+    firsts: dict[tuple[tuple[str, int], ...], int] = {}
+    for k, case in enumerate(cases):
+        if case.origin == "declared":
+            firsts.setdefault(case.dims, k)
+    return set(firsts.values())
+
+
 def plan_cases(op: Operator, budget: str = "standard", seed: int = 0) -> list[Case]:
     """The cases one budget runs for `op`, in a fixed order; the same inputs give the same plan."""
     plan = budget_plan(budget)

@@ -11,9 +11,10 @@ backend's speed as it runs:
   matters (microseconds) and a case costs what its first call compiles or autotunes for a new shape (seconds), so
   there a case is predicted at the upper quartile of the calls seen (the library corpus's fla kernels: a
   size-scaled rate from compile-bound calls predicted 13251 s for a 65535-wide case and capped 48 of 57 cases);
-- before each case the remaining cases are ranked: declared cases first (always run: the user asked for those
-  sizes), then the cheapest case of every (regime, layout) not yet covered, then the rest cheapest first; a case
-  runs if it fits, with every higher-ranked case, in the time left;
+- before each case the remaining cases are ranked: each declared size's first seed first (always run: the user
+  asked for those sizes), then the cheapest case of every (regime, layout) not yet covered, then the rest cheapest
+  first, a declared size's other seeds among them (the same code path on other values: inputs.declared_firsts);
+  a case runs if it fits, with every higher-ranked case, in the time left;
 - the cases run declared first, then one of each (regime, layout), then the rest in plan order (`next_case`): a
   prediction can be far off (a size past the block caps), and what runs first is what a misprediction cannot cap;
 - a case that does not fit is not run, and the result says which sizes were capped and their predicted cost.
@@ -160,6 +161,9 @@ class CasePlanFitter:
     reserve: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
+        from opgate.verify.inputs import declared_firsts
+
+        self.always = declared_firsts(self.cases)  # each declared size's first seed: never capped
         self.started = self.clock()
         self.done: set[int] = set()
         self._seconds: dict[int, float] = {}
@@ -193,7 +197,7 @@ class CasePlanFitter:
     def runs(self, index: int) -> bool:
         """Whether case `index` (the next one: next_case) is run; False records it as capped."""
         case = self.cases[index]
-        if self.budget_s <= 0 or case.origin == "declared" or not self.timer.observed:
+        if self.budget_s <= 0 or index in self.always or not self.timer.observed:
             return True
         left = self.budget_s - (self.clock() - self.started) - self.reserved_s()
         pending = [k for k in range(len(self.cases)) if k not in self.done and k not in self._capped_indices()]
@@ -209,11 +213,11 @@ class CasePlanFitter:
 
     def stop_after_s(self, index: int) -> float | None:
         """Seconds case `index` may run before it is stopped: what is left of the budget, and STOP_GRACE_S. None
-        (never stopped) without a budget, for a declared case (always run, as in `runs`) or for the first case of its
-        regime x layout (the one case of its kind: docs/verify-engine.md)."""
+        (never stopped) without a budget, for a declared size's first seed (always run, as in `runs`) or for the first
+        case of its regime x layout (the one case of its kind: docs/verify-engine.md)."""
         case = self.cases[index]
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
-        if self.budget_s <= 0 or case.origin == "declared" or (case.regime, case.layout) not in covered:
+        if self.budget_s <= 0 or index in self.always or (case.regime, case.layout) not in covered:
             return None
         left = self.budget_s - (self.clock() - self.started) - self.reserved_s()
         return max(left, 0.0) + stop_grace_s()
@@ -232,10 +236,10 @@ class CasePlanFitter:
         return essential + rest
 
     def _ranked_parts(self, pending: Sequence[int]) -> tuple[list[int], list[int]]:
-        """(the declared cases and the cheapest case of each (regime, layout) no run case covers, the rest cheapest
-        first)."""
-        declared = [k for k in pending if self.cases[k].origin == "declared"]
-        rest = sorted((k for k in pending if self.cases[k].origin != "declared"),
+        """(each declared size's first seed and the cheapest case of each (regime, layout) no run case covers, the
+        rest cheapest first)."""
+        declared = [k for k in pending if k in self.always]
+        rest = sorted((k for k in pending if k not in self.always),
                       key=lambda k: (self.timer.predict(self.sizes[k]), k))
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
         first_of_kind: list[int] = []
