@@ -359,3 +359,20 @@ def test_a_freed_reference_s_id_does_not_decide_another_reference_s_masked_rows(
     for case in masked:
         x = make_inputs(softmax_op, case, "float32").truth[0]
         assert not bool(torch.isneginf(x).all(dim=-1).any()), case.label()
+
+
+def test_a_draw_in_range_converts_as_is_and_one_past_the_range_saturates_keeping_its_nan_and_inf():
+    """_to_dtype skips isfinite/clamp/where when one aminmax pass shows nothing to saturate: the same bits."""
+    import math
+
+    from opgate.verify.inputs import _to_dtype
+
+    values = torch.randn(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 100
+    for dtype in ("float16", "bfloat16", "float32"):
+        assert torch.equal(_to_dtype(values, dtype), values.to(getattr(torch, dtype)))
+    wide = values.clone()
+    wide[:4] = torch.tensor([1e6, -1e6, math.inf, math.nan], dtype=torch.float64)
+    half = _to_dtype(wide, "float16")
+    assert half[0] == 65504 and half[1] == -65504 and half[2] == math.inf and half[3].isnan()
+    assert torch.equal(half[4:], values[4:].to(torch.float16))
+    assert _to_dtype(torch.empty(0, dtype=torch.float64), "float16").dtype == torch.float16

@@ -580,6 +580,10 @@ def _to_dtype(values: Any, dtype: str) -> Any:
     target = dt.torch_dtype(dtype)
     if dt.is_float(dtype):
         limit = dt.max_finite(dtype)
+        if values.is_floating_point() and values.numel():
+            low, high = torch.aminmax(values)  # one pass; NaN anywhere makes both NaN and takes the full path
+            if -limit <= float(low) and float(high) <= limit:
+                return values.to(target)  # nothing to saturate (isfinite, clamp and where were 8 s of a 99 s plan)
         finite = torch.isfinite(values)
         # keep the injected NaN/Inf, saturate the rest: a draw must never overflow by itself
         clamped = torch.where(finite, values.clamp(-limit, limit), values)
