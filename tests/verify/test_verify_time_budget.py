@@ -113,6 +113,11 @@ def test_an_operator_budget_is_shared_by_its_checks_jobs_at_a_time():
     assert operator_seconds("quick", gpu=True, given=33.0) == 33.0
     assert check_seconds(150.0, checks=6, jobs=2) == 50.0
     assert check_seconds(150.0, checks=1, jobs=16) == 150.0
+    # three dtypes on 2 slots run in two rounds: 75 s each keeps the operator's checks inside its 150 s (100 s each
+    # made the third end 200 s after the first began)
+    assert check_seconds(150.0, checks=3, jobs=2) == 75.0
+    assert check_seconds(150.0, checks=3, jobs=16) == 150.0
+    assert check_seconds(150.0, checks=5, jobs=2) == 50.0
     assert check_seconds(30.0, checks=20, jobs=2) == MIN_CHECK_SECONDS
     assert check_seconds(0.0, checks=3, jobs=2) == 0.0
 
@@ -120,8 +125,7 @@ def test_an_operator_budget_is_shared_by_its_checks_jobs_at_a_time():
 def test_a_plan_that_comes_late_in_a_serial_calibration_gets_what_is_left_of_the_operators_budget():
     """fla_linear_cross_entropy.grad on 2 cores: three 100 s shares, plans at 35, 69 and 119 s into the operator's
     calibration; with full shares the operator took 229-275 s against its 150 s budget."""
-    share = check_seconds(150.0, checks=3, jobs=2)
-    assert share == 100.0
+    share = 100.0  # a full share each (before shares counted rounds of slots: check_seconds)
     assert after_calibration_lag(share, 150.0, 35.0) == 100.0  # the first plan: its full share fits
     assert after_calibration_lag(share, 150.0, 69.0) == 81.0
     assert after_calibration_lag(share, 150.0, 119.0) == 31.0
@@ -134,7 +138,7 @@ def test_a_plan_that_comes_late_in_a_serial_calibration_gets_what_is_left_of_the
     assert after_calibration_lag(share, 0.0, 119.0) == share
 
 
-def test_a_late_plans_numerics_task_carries_the_shortened_budget_and_says_why(tmp_path):
+def test_a_late_plans_numerics_task_carries_the_shortened_budget_and_what_it_needs_to_measure_its_start(tmp_path):
     from opgate.core.spec import load_spec_file
     from opgate.engine.stages import OperatorPlan
     from opgate.verify.backends.base import ImplementationChoice
@@ -145,16 +149,31 @@ def test_a_late_plans_numerics_task_carries_the_shortened_budget_and_says_why(tm
     [op] = load_spec_file(softmax)
     choice = ImplementationChoice("triton", "triton", "user")
 
-    def budgets(lag_s: float) -> list[tuple[float, float]]:
+    def options(lag_s: float, began_at: float = 0.0) -> dict:
         plan = OperatorPlan(op, [choice], ["float32", "float16", "bfloat16"], softmax, "standard", 0, False, 2,
                             tmp_path, tmp_path, 900.0, plans={"bfloat16": tmp_path / "plan.pt"},
-                            calibration_lag_s=lag_s)
-        tasks = NumericsStage().tasks(plan)
-        return [(t.context.options["time_budget_s"], t.context.options["calibration_lag_s"]) for t in tasks]
+                            calibration_lag_s=lag_s, calibration_began_at=began_at)
+        [task] = NumericsStage().tasks(plan)
+        return task.context.options
 
-    assert budgets(0.0) == [(100.0, 0.0)]
-    assert budgets(35.0) == [(100.0, 0.0)]  # not shortened: nothing to say
-    assert budgets(119.0) == [(31.0, 119.0)]
+    assert options(0.0)["time_budget_s"] == 75.0 and options(0.0)["operator_began_at"] == 0.0
+    assert options(35.0)["time_budget_s"] == 75.0  # not shortened
+    late = options(119.0, began_at=1000.0)
+    assert (late["time_budget_s"], late["share_s"], late["operator_budget_s"], late["operator_began_at"]) == (
+        31.0, 75.0, 150.0, 1000.0)
+
+
+def test_a_check_that_waited_for_a_slot_takes_what_is_left_of_its_operators_budget_when_it_starts():
+    """fla_local_cumsum on 2 cores: the bfloat16 plan came 32 s into the operator's calibration, but its check
+    waited for a slot until 130 s; with the budget fixed when the plan came it ran 120 s more (251 s in all)."""
+    from opgate.verify.time_budget import budget_at_start
+
+    assert budget_at_start(75.0, 75.0, 150.0, 1000.0, now=1032.0) == (75.0, 0.0)  # started at once: its share
+    assert budget_at_start(75.0, 75.0, 150.0, 1000.0, now=1105.0) == (45.0, 105.0)
+    assert budget_at_start(75.0, 75.0, 150.0, 1000.0, now=1400.0) == (LATE_PLAN_MIN_SHARE * 75.0, 400.0)
+    # no serial calibration (the pool, a replay), or no cap: what the task was given
+    assert budget_at_start(75.0, 75.0, 150.0, 0.0, now=1400.0) == (75.0, 0.0)
+    assert budget_at_start(0.0, 0.0, 0.0, 1000.0, now=1400.0) == (0.0, 0.0)
 
 
 def test_slow_backends_take_the_larger_shares():

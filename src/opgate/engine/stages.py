@@ -82,6 +82,7 @@ class OperatorPlan:
     # seconds from the operator's calibration start to these plans, where one thread calibrates its dtypes one
     # after another (0: side by side, or not known); verify's numerics shorten late plans' time budgets by it
     calibration_lag_s: float = 0.0
+    calibration_began_at: float = 0.0  # the epoch seconds that calibration began (0: side by side, or not known)
 
     def scratch_dir(self, label: str) -> Path:
         """A fresh folder of its own for one task (unique across every operator of the run)."""

@@ -57,8 +57,8 @@ class NumericsStage(Stage):
                     extras=plan.options.extras, shrink=plan.options.shrink,
                     case_timeout_s=case_timeout,
                     time_budget_s=budget,
-                    # said in the result only where it shortened the budget
-                    calibration_lag_s=round(plan.calibration_lag_s, 1) if 0 < budget < share else 0.0)
+                    operator_began_at=0.0 if plan.replaying else plan.calibration_began_at,
+                    share_s=share, operator_budget_s=operator_budget)
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
                                      self.timeout_s, payload, choice, labels={"dtype": dtype}))
         return out

@@ -641,8 +641,9 @@ class Calibrator(threading.Thread):
             counts[key] = counts.get(key, 0) + count
         per_dtype = [s for s in self.stages if s.needs.calibration and s.per_dtype_plans]
         plan = job.make_plan({outcome.dtype: Path(outcome.path)})
-        if lag_s > 0:
+        if lag_s > 0:  # the epoch seconds the operator's calibration began: its checks measure their lag at start
             plan.calibration_lag_s = lag_s
+            plan.calibration_began_at = time.time() - lag_s
         self._hand_over(op_index, plan, per_dtype)
 
     def _done_operator(self, op_index: int, job: CalibrationJob, outcomes: dict[str, Any], seconds: float) -> None:

@@ -47,7 +47,7 @@ from opgate.verify.shrink import shrink_case
 from opgate.core.spec import Operator
 from opgate.verify.loaded_specs import loaded_operators
 from opgate.verify.tasks import NumericsPayload
-from opgate.verify.time_budget import CasePlanFitter, CaseSize
+from opgate.verify.time_budget import CasePlanFitter, CaseSize, budget_at_start
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
 NOT_JUDGED_REMEDIATION = ("Not a verdict on the implementation: opgate could not show the out-of-memory error was "
@@ -103,17 +103,19 @@ def _output_dtype_deviations(records: Sequence[CaseRecord], out_dtypes: Sequence
         "the reference return it (e.g. .float()) so its budget is calibrated for it"))]
 
 
-def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter, calibration_lag_s: float = 0.0) -> CheckResult:
-    """Say which cases the time budget left out, and their predicted cost, in the reason and the figures."""
+def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter, started_after_s: float = 0.0) -> CheckResult:
+    """Say which cases the time budget left out, and their predicted cost, in the reason and the figures.
+    `started_after_s`: the check started that long after its operator's calibration began, which shortened its
+    budget (time_budget.budget_at_start); 0: it did not."""
     capped = fitter.summary()
     if capped is None:
         return result
-    if calibration_lag_s > 0:
-        capped["plan_after_s"] = calibration_lag_s
+    if started_after_s > 0:
+        capped["started_after_s"] = started_after_s
     listed = ", ".join(f"{c['case']} (~{c['predicted_s']:g} s)" for c in capped["capped"][:3])
     more = f" and {len(capped['capped']) - 3} more" if len(capped["capped"]) > 3 else ""
-    late = (f", what was left of the operator's after its plan came {calibration_lag_s:g} s into its calibration"
-            if calibration_lag_s > 0 else "")
+    late = (f", what was left of the operator's when this check started {started_after_s:g} s into the operator's "
+            "run" if started_after_s > 0 else "")
     stopped = [c for c in capped["capped"] if "stopped_after_s" in c]
     halted = (f"; {len(stopped)} of them stopped while running, past the budget ("
               + ", ".join(f"{c['case']} after {c['stopped_after_s']:g} s" for c in stopped[:3]) + ")"
@@ -252,7 +254,9 @@ class VerifyImplementationCheck(Check):
         # float64 reverse passes per dtype on one CPU for fla's large gradient twins) may use its GPU, as the
         # calibration's do (a spec that replaced aten's GPU kernels keeps them on the CPU: verify/bounds_device.py)
         bounds_device.use_gpu(prepared.device.startswith("cuda"))
-        fitter = self._fitter(op, plan, task.time_budget_s, per_call=prepared.device.startswith("cuda"))
+        budget_s, started_after_s = budget_at_start(task.time_budget_s, task.share_s, task.operator_budget_s,
+                                                    task.operator_began_at, time.time())
+        fitter = self._fitter(op, plan, budget_s, per_call=prepared.device.startswith("cuda"))
         # the gaming probe's float64 side first, on the fitter's clock, and room kept for its calls after the
         # cases: the check as a whole, not only its cases, keeps to its time budget
         probe_truths = prepare_probe(op, choice, plan, smallest=not fitter.timer.per_call,
@@ -298,7 +302,7 @@ class VerifyImplementationCheck(Check):
             result = dataclasses.replace(result, extra={**result.extra, "precision": precision.to_dict()})
         result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps,
                                                     **({"out_of_memory": self.oom_events} if self.oom_events else {})})
-        result = _with_capped_cases(result, fitter, task.calibration_lag_s)
+        result = _with_capped_cases(result, fitter, started_after_s)
         return self.journal.annotate(
             result, len(plan.cases), sum(1 for r in records if r.case.label() not in self.journal.crashed_labels),
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),

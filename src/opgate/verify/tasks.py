@@ -76,8 +76,11 @@ class NumericsPayload(ImplementationPayload):
     shrink: bool = True
     case_timeout_s: float = 300.0
     time_budget_s: float = 0.0  # seconds of cases this check may spend (verify/time_budget.py); 0: no cap
-    # seconds into the operator's calibration its plan came (time_budget.after_calibration_lag shortened the budget)
-    calibration_lag_s: float = 0.0
+    # where one thread calibrated the operator's dtypes in turn: the epoch seconds that began (0: otherwise), the
+    # check's full share and the operator's budget; the check takes what is left when it starts (budget_at_start)
+    operator_began_at: float = 0.0
+    share_s: float = 0.0
+    operator_budget_s: float = 0.0
 
 
 @dataclass(frozen=True)

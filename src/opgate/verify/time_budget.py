@@ -66,31 +66,52 @@ def operator_seconds(budget: str, gpu: bool, given: float | None) -> float:
 
 def check_seconds(operator_budget: float, checks: int, jobs: int, weight: float = 1.0,
                   total_weight: float | None = None) -> float:
-    """One implementation x dtype's share: the operator's checks run `jobs` at a time, so together they get `jobs`
-    x the budget, shared by weight (a slow backend's case weighs 1, an eager one's 0.25: Backend.case_cost_weight),
-    never less than MIN_CHECK_SECONDS. 0 means no cap."""
+    """One implementation x dtype's share: the operator's checks run `jobs` at a time, so together they get the
+    budget times the slots they keep busy, shared by weight (a slow backend's case weighs 1, an eager one's 0.25:
+    Backend.case_cost_weight), never less than MIN_CHECK_SECONDS. 0 means no cap. Checks of one weight run in
+    ceil(checks / jobs) rounds and keep checks / rounds slots busy on average: counting all `jobs`, three dtypes on 2
+    cores got 100 s each of a 150 s budget, the third ran after the first, and fla's cumsum operators took 231-251 s
+    (thirtieth session). Checks of mixed weights fill each other's gaps: all `jobs`."""
     if operator_budget <= 0:
         return 0.0
     total = total_weight if total_weight is not None else float(checks)
-    share = operator_budget * max(1, min(jobs, checks)) * weight / max(total, 1e-9)
+    slots = max(1, min(jobs, checks))
+    equal = math.isclose(total, max(1, checks) * weight)
+    filled = max(1, checks) / math.ceil(max(1, checks) / slots) if equal else slots
+    share = operator_budget * filled * weight / max(total, 1e-9)
     return max(MIN_CHECK_SECONDS, min(share, operator_budget))
 
 
-# A check whose plan came late never gets less than this share of what it would have had.
+# A check that starts late never gets less than this share of what it would have had.
 LATE_PLAN_MIN_SHARE = 0.25
 
 
 def after_calibration_lag(check_budget: float, operator_budget: float, lag_s: float) -> float:
-    """A check's budget once its plan arrived `lag_s` seconds after the operator's calibration began, where one
-    thread calibrates the operator's dtypes one after another (machines under 8 CPUs): its checks start one plan
-    apart, so with a full share each the operator's last check ended about a whole calibration after its budget
+    """A check's budget when it starts `lag_s` seconds after the operator's calibration began, where one thread
+    calibrates the operator's dtypes one after another (machines under 8 CPUs): its checks start one plan apart, so
+    with a full share each the operator's last check ended about a whole calibration after its budget
     (fla_linear_cross_entropy.grad on 2 cores: plans at 35, 69 and 119 s, three 100 s checks, 229-275 s in all).
     The check gets what is left of the operator's budget since its calibration began, never more than its share
-    and never less than LATE_PLAN_MIN_SHARE of it (nor MIN_CHECK_SECONDS). 0 (no cap) stays 0."""
+    and never less than LATE_PLAN_MIN_SHARE of it (nor MIN_CHECK_SECONDS). 0 (no cap) stays 0. The check measures
+    the lag when it starts (budget_at_start), not when its plan came: the third of three checks on 2 slots waits for
+    a slot after its plan as long as a whole check."""
     if check_budget <= 0 or operator_budget <= 0 or lag_s <= 0:
         return check_budget
     floor = max(MIN_CHECK_SECONDS, LATE_PLAN_MIN_SHARE * check_budget)
     return min(check_budget, max(floor, operator_budget - lag_s))
+
+
+def budget_at_start(time_budget_s: float, share_s: float, operator_budget_s: float, operator_began_at: float,
+                    now: float) -> tuple[float, float]:
+    """(a numerics check's time budget, the seconds since its operator's calibration began: 0 unless that shortened
+    it). `time_budget_s` is what the task was given when its plan came; where its operator calibrated in one thread
+    (`operator_began_at`: the epoch seconds it began, 0 otherwise) the check takes what is left of the operator's
+    budget at `now` (after_calibration_lag)."""
+    if operator_began_at <= 0 or time_budget_s <= 0:
+        return time_budget_s, 0.0
+    lag = max(0.0, now - operator_began_at)
+    budget = after_calibration_lag(share_s, operator_budget_s, lag)
+    return budget, (round(lag, 1) if budget < share_s else 0.0)
 
 
 @dataclass(frozen=True)
