@@ -10,7 +10,6 @@ calibration reaches them, after the operator's other cases.
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +26,9 @@ from opgate.verify.calibrate import (
     CACHE_COUNTS, FLOOR_EPS, K_RMSE, Calibration, CalibrationError, budgets_for_case, calibrate, deferral_seconds,
     truth_and_baseline,
 )
-from opgate.verify.inputs import Case, first_with_same_values, inputs_generated_once, make_inputs, plan_cases
+from opgate.verify.inputs import (
+    Case, case_input_elements, first_with_same_values, inputs_generated_once, make_inputs, plan_cases,
+)
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 
@@ -87,13 +88,7 @@ def plan_cost(op: Any, cases: Sequence[Case]) -> float:
     gradient twin. Not a prediction in seconds."""
     from opgate.verify.gradients import GRAD_SUFFIX
 
-    elements = 0
-    for case in cases:
-        try:
-            dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
-            elements += sum(math.prod(spec.concrete_shape(dims)) for spec in op.tensor_inputs)
-        except Exception:  # a shape opgate cannot work out here costs as much as the case's own dims say
-            elements += math.prod(v for _, v in case.dims)
+    elements = sum(case_input_elements(op, case) for case in cases)
     return elements * (GRADIENT_COST_FACTOR if op.name.endswith(GRAD_SUFFIX) else 1.0)
 
 

@@ -263,30 +263,20 @@ class ProbeTruths:
     skipped: str = ""
 
 
-def _case_elements(op: Any, case: Any) -> int:
-    import math
-
-    try:
-        dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
-        return sum(math.prod(spec.concrete_shape(dims)) for spec in op.tensor_inputs)
-    except Exception:  # a shape opgate cannot work out here counts as its dims say
-        return math.prod(v for _, v in case.dims)
-
-
 def probe_case_index(op: Any, plan: Any, smallest: bool) -> int | None:
     """Which plan case the probes call the implementation on: a declared size's first seed with typical values,
     contiguous and non-empty; the first declared one, or with `smallest` (a backend where a call costs its size:
     Triton's interpreter, torch on the CPU) the one with the fewest input elements. The tricks are the same at any
     size, and under the interpreter the probe's calls at fla_kl_div.grad's first size (8192 x 512 weights) cost
     13-19 s a dtype."""
-    from opgate.verify.inputs import declared_firsts
+    from opgate.verify.inputs import case_input_elements, declared_firsts
 
     firsts = sorted(declared_firsts(plan.cases))
     candidates = [k for k in firsts if plan.cases[k].regime == "typical" and plan.cases[k].layout == "contiguous"
                   and all(v > 0 for _, v in plan.cases[k].dims)]
     if not candidates:
         return None
-    return min(candidates, key=lambda k: _case_elements(op, plan.cases[k])) if smallest else candidates[0]
+    return min(candidates, key=lambda k: case_input_elements(op, plan.cases[k])) if smallest else candidates[0]
 
 
 def prepare_probe(op: Any, choice: Any, plan: Any, smallest: bool = False,

@@ -282,6 +282,16 @@ def first_with_same_values(cases: Sequence[Case]) -> list[int]:
     return [first.setdefault(case.values_key(), k) for k, case in enumerate(cases)]
 
 
+def case_input_elements(op: Operator, case: Case) -> int:
+    """The elements of a case's tensor inputs together (what a float64 reference, and a call where the size sets
+    the cost, scale with); a shape that cannot be worked out here counts as the product of the case's dims."""
+    try:
+        dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
+        return sum(math.prod(spec.concrete_shape(dims)) for spec in op.tensor_inputs)
+    except Exception:
+        return math.prod(v for _, v in case.dims)
+
+
 def declared_firsts(cases: Sequence[Case]) -> set[int]:
     """The index of each declared size's first case (its first seed): what a time budget always runs and a
     calibration never defers. A declared size's later seeds run the same code path on other values, so they rank by
