@@ -149,18 +149,23 @@ def test_a_late_plans_numerics_task_carries_the_shortened_budget_and_what_it_nee
     [op] = load_spec_file(softmax)
     choice = ImplementationChoice("triton", "triton", "user")
 
-    def options(lag_s: float, began_at: float = 0.0) -> dict:
+    from opgate.verify.time_budget import budget_at_start
+
+    def options(began_at: float = 0.0) -> dict:
         plan = OperatorPlan(op, [choice], ["float32", "float16", "bfloat16"], softmax, "standard", 0, False, 2,
                             tmp_path, tmp_path, 900.0, plans={"bfloat16": tmp_path / "plan.pt"},
-                            calibration_lag_s=lag_s, calibration_began_at=began_at)
+                            calibration_began_at=began_at)
         [task] = NumericsStage().tasks(plan)
         return task.context.options
 
-    assert options(0.0)["time_budget_s"] == 75.0 and options(0.0)["operator_began_at"] == 0.0
-    assert options(35.0)["time_budget_s"] == 75.0  # not shortened
-    late = options(119.0, began_at=1000.0)
+    assert options()["time_budget_s"] == 75.0 and options()["operator_began_at"] == 0.0
+    late = options(began_at=1000.0)
     assert (late["time_budget_s"], late["share_s"], late["operator_budget_s"], late["operator_began_at"]) == (
-        31.0, 75.0, 150.0, 1000.0)
+        75.0, 75.0, 150.0, 1000.0)
+    # the check that starts 35 s into the operator keeps its share; 119 s in, it gets what is left (31 s)
+    budget = (late["time_budget_s"], late["share_s"], late["operator_budget_s"], late["operator_began_at"])
+    assert budget_at_start(*budget, now=1035.0) == (75.0, 0.0)
+    assert budget_at_start(*budget, now=1119.0) == (31.0, 119.0)
 
 
 def test_a_check_that_waited_for_a_slot_takes_what_is_left_of_its_operators_budget_when_it_starts():

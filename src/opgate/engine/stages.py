@@ -79,10 +79,9 @@ class OperatorPlan:
     options: StageOptions = field(default_factory=StageOptions)
     child_envs: dict[str, dict[str, str]] = field(default_factory=dict)  # implementation -> child environment
     gpu_choices: list["ImplementationChoice"] = field(default_factory=list)  # user's, on gpu_stages backends
-    # seconds from the operator's calibration start to these plans, where one thread calibrates its dtypes one
-    # after another (0: side by side, or not known); verify's numerics shorten late plans' time budgets by it
-    calibration_lag_s: float = 0.0
-    calibration_began_at: float = 0.0  # the epoch seconds that calibration began (0: side by side, or not known)
+    # the epoch seconds the operator's calibration began, where one thread calibrates its dtypes one after another
+    # (0: side by side, or not known); verify's numerics checks take what is left of the operator's budget from it
+    calibration_began_at: float = 0.0
 
     def scratch_dir(self, label: str) -> Path:
         """A fresh folder of its own for one task (unique across every operator of the run)."""

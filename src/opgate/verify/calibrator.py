@@ -613,7 +613,7 @@ class Calibrator(threading.Thread):
     def _done_dtype(self, op_index: int, job: CalibrationJob, outcome: Any, outcomes: dict[str, Any],
                     lag_s: float = 0.0) -> None:
         """Record one operator x dtype's plan and hand its per-dtype tasks (numerics) to the run. `lag_s`: seconds
-        since this thread began the operator's calibration (OperatorPlan.calibration_lag_s; 0 from the pool, whose
+        since this thread began the operator's calibration (OperatorPlan.calibration_began_at; 0 from the pool, whose
         processes calibrate an operator's dtypes side by side)."""
         op = job.op
         if isinstance(outcome, FailedPlan):
@@ -637,7 +637,6 @@ class Calibrator(threading.Thread):
         per_dtype = [s for s in self.stages if s.needs.calibration and s.per_dtype_plans]
         plan = job.make_plan({outcome.dtype: Path(outcome.path)})
         if lag_s > 0:  # the epoch seconds the operator's calibration began: its checks measure their lag at start
-            plan.calibration_lag_s = lag_s
             plan.calibration_began_at = time.time() - lag_s
         self._hand_over(op_index, plan, per_dtype)
 

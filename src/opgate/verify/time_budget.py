@@ -104,7 +104,7 @@ def after_calibration_lag(check_budget: float, operator_budget: float, lag_s: fl
 def budget_at_start(time_budget_s: float, share_s: float, operator_budget_s: float, operator_began_at: float,
                     now: float) -> tuple[float, float]:
     """(a numerics check's time budget, the seconds since its operator's calibration began: 0 unless that shortened
-    it). `time_budget_s` is what the task was given when its plan came; where its operator calibrated in one thread
+    it). `time_budget_s` is the task's full share; where its operator calibrated in one thread
     (`operator_began_at`: the epoch seconds it began, 0 otherwise) the check takes what is left of the operator's
     budget at `now` (after_calibration_lag)."""
     if operator_began_at <= 0 or time_budget_s <= 0:
