@@ -28,11 +28,13 @@ PACKAGE = SRC / "opgate"
 # and any layer below it. (verify and analyze, both verbs, never import each other: tests/test_import_layers.py.)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Plumbing: no judgement, no results; anything may use it. The engine's primitives (child processes that die with
-    # opgate, the one atomic write, entry-point groups, torch's process modes) and the command line's (typer options,
-    # the console, output-path checks, optional-dependency advice) sit here, below the packages that hold them,
-    # because probes, judges and the verbs' own typer apps use them.
+    # opgate, the one atomic write, entry-point groups, torch's process modes, import hooks and the oneMKL warm-up
+    # `import opgate` installs) and the command line's (typer options, the console, output-path checks,
+    # optional-dependency advice) sit here, below the packages that hold them, because probes, judges and the verbs'
+    # own typer apps use them.
     ("plumbing", ("opgate.model.errors", "opgate.engine.children", "opgate.engine.atomic", "opgate.engine.plugins",
-                  "opgate.engine.torch_modes", "opgate.cli.optional", "opgate.cli.outputs", "opgate.cli.console",
+                  "opgate.engine.torch_modes", "opgate.engine.import_hooks", "opgate.engine.vml_dispatch",
+                  "opgate.cli.optional", "opgate.cli.outputs", "opgate.cli.console",
                   "opgate.cli.options", "opgate.gpu.cuda_wait", "opgate.data", "opgate.core.cuda_versions")),
     # The domain: results (outcome, figures, thresholds), specs, GPU tables, limits, occupancy.
     ("model", ("opgate", "opgate.model", "opgate.core", "opgate.gpu")),

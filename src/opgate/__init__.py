@@ -10,6 +10,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# torch's bundled oneMKL 2024.2 can compute a process's first erf/exp/sqrt/... on one thread with a low-accuracy
+# kernel (pytorch/pytorch#188792): resolve its choice on one thread as soon as torch is imported (engine/vml_dispatch.py)
+from opgate.engine import vml_dispatch as _vml_dispatch  # noqa: E402
+
+_vml_dispatch.install()
+
 _SPEC_API = {"Operator", "TensorSpec", "Scalar"}
 
 

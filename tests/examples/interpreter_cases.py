@@ -81,8 +81,9 @@ def _measure(op: Operator, impl: str, case: harness.Case, device: str = "cpu") -
 
 
 def _worst_element(out: Any, truth: Any) -> dict[str, Any] | None:
-    """Where the output is farthest from the truth (flat index, both values), so a failure names its element (a
-    float32 GELU once measured 1.2e-4 in one full test run and 6.7e-8 in every rerun; the next one says where)."""
+    """Where the output is farthest from the truth (flat index, both values), so a failure names its element (it
+    named the float32 GELU's -0.0 for -3.9e-4 at element 21 that led to pytorch/pytorch#188792, the first-call race
+    in torch's oneMKL that opgate.engine.vml_dispatch resolves)."""
     if not (isinstance(out, torch.Tensor) and out.shape == truth.shape and truth.is_floating_point() and out.numel()):
         return None
     gap = (out.detach().cpu().double() - truth).abs().nan_to_num(nan=0.0, posinf=0.0)

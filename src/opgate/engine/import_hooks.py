@@ -8,16 +8,18 @@ implementation uses CuPy. `after_import` defers that work to CuPy's own import.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    import importlib.machinery
 
 
-class _ThenLoader(importlib.abc.Loader):
-    """The module's own loader, then `then(module)` once the module has executed."""
+class _ThenLoader:
+    """The module's own loader, then `then(module)` once the module has executed. (Loaders and finders are duck
+    typed: importlib.abc cost `import opgate` 12 ms, and every opgate process imports it.)"""
 
     def __init__(self, loader: Any, then: Callable[[ModuleType], None]) -> None:
         self._loader = loader
@@ -38,7 +40,7 @@ class _ThenLoader(importlib.abc.Loader):
         return getattr(self._loader, name)  # what a module asks its loader for while it runs (resource readers)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class _AfterImport:
     """Finds nothing itself: for `name` it returns the spec the other finders give, with a loader that calls
     `then` after the module's code has run. It removes itself on first use."""
 
