@@ -312,3 +312,84 @@ def test_without_a_budget_a_declared_sizes_later_seeds_still_run():
     cases = [Case.make({"N": 64}, 0), Case.make({"N": 64}, 1)]
     sizes = [CaseSize.of([(64,)])] * 2
     assert run_in_order(0.0, cases, sizes, {0: 100.0, 1: 100.0}) == [0, 1]
+
+
+def test_a_case_another_dtype_measured_is_predicted_at_that_and_capped_when_it_does_not_fit(tmp_path):
+    """fla_short_conv.grad under the interpreter: B=31, T=3, D=511 launches ~30x the programs its rows predict and
+    took 43-45 s in every dtype while the model said a few seconds; the third dtype's 41 s check ran 74 s. Once
+    another dtype's check has measured it, a check predicts it at that and caps it when it does not fit."""
+    from opgate.verify.case_costs import CaseCostLog, case_costs_path
+
+    cases = [case("declared", B=4, T=64, D=64), case("regime", "constant_rows", "mixed", B=31, T=3, D=511),
+             case("edge", B=4, T=65, D=64)]
+    sizes = [CaseSize.of([(b, t, d)]) for b, t, d in ((4, 64, 64), (31, 3, 511), (4, 65, 64))]
+    seconds = {0: 2.0, 1: 44.0, 2: 2.0}
+    path = case_costs_path(tmp_path, tmp_path / "spec.py", "short_conv.grad", "triton")
+    earlier = CaseCostLog(path, "float32")
+    for k, s in seconds.items():
+        earlier.record(cases[k].label(), s)
+
+    def run(log: CaseCostLog | None) -> tuple[list[int], CasePlanFitter]:
+        clock = FakeClock()
+        fitter = CasePlanFitter(30.0, cases, sizes, clock, measured_elsewhere=log.others if log else None)
+        pending, ran = list(range(len(cases))), []
+        while pending:
+            index = fitter.next_case(pending)
+            pending.remove(index)
+            if fitter.runs(index):
+                clock.now += seconds[index]
+                fitter.observe(index, seconds[index])
+                ran.append(index)
+        return ran, fitter
+
+    alone, _ = run(None)
+    assert 1 in alone  # the size model predicts about 2 s: it runs and takes 44 s of a 30 s budget
+    later, fitter = run(CaseCostLog(path, "bfloat16"))
+    assert later == [0, 2]
+    summary = fitter.summary()
+    assert summary is not None and summary["capped"] == [{"case": cases[1].label(), "predicted_s": 44.0}]
+    # a check does not learn from its own dtype's lines (a resumed child's cases come from its journal)
+    assert CaseCostLog(path, "float32").others() == {}
+
+
+def test_shared_case_costs_keep_the_longest_run_skip_torn_lines_and_count_a_stopped_case_as_a_lower_bound(tmp_path):
+    from opgate.verify.case_costs import CaseCostLog, MeasuredCost
+
+    path = tmp_path / "costs.jsonl"
+    CaseCostLog(path, "float32").record("a", 3.0)
+    CaseCostLog(path, "float16").record("a", 5.0)
+    CaseCostLog(path, "float16").record("b", 9.0, stopped=True)
+    with path.open("a") as f:
+        f.write('{"case": "c", "dtype": "float16", "s": 1')  # a check killed mid-write
+    log = CaseCostLog(path, "bfloat16")
+    assert log.others() == {"a": MeasuredCost(5.0, False), "b": MeasuredCost(9.0, True)}
+    cases = [case("declared", N=4), case("edge", N=8), case("edge", N=16)]
+    fitter = CasePlanFitter(100.0, cases, [CaseSize.of([(1, n)]) for n in (4, 8, 16)], FakeClock(),
+                            measured_elsewhere=lambda: {cases[1].label(): MeasuredCost(9.0, True),
+                                                        cases[2].label(): MeasuredCost(0.5, False)})
+    fitter.observe(0, 20.0)  # the model now says 20 s for any case
+    assert fitter.predict(1) == 20.0  # stopped after 9 s elsewhere: at least 9, and the model says more
+    assert fitter.predict(2) == 0.5  # ran to the end elsewhere in 0.5 s: that is its cost
+    assert CaseCostLog(None, "float32").others() == {} and CaseCostLog(tmp_path / "none.jsonl", "x").others() == {}
+
+
+def test_every_dtype_check_of_one_implementation_shares_one_case_cost_file_and_implementations_do_not(tmp_path):
+    from opgate.core.spec import load_spec_file
+    from opgate.engine.stages import OperatorPlan
+    from opgate.verify.backends.base import ImplementationChoice
+    from opgate.verify.builtin_stages import NumericsStage
+    from tests_verify_support import ROOT
+
+    softmax = ROOT / "examples" / "ops" / "softmax.py"
+    [op] = load_spec_file(softmax)
+    choices = [ImplementationChoice("triton", "triton", "user"), ImplementationChoice("torch", "torch", "user")]
+    paths = {}
+    for dtype in ("float32", "float16"):  # the calibrator hands each dtype's plan over on its own
+        plan = OperatorPlan(op, choices, ["float32", "float16"], softmax, "standard", 0, False, 2, tmp_path,
+                            tmp_path, 900.0, plans={dtype: tmp_path / f"{dtype}.pt"})
+        for task in NumericsStage().tasks(plan):
+            options = task.context.options
+            paths[(options["impl"], dtype)] = options["case_costs_path"]
+    assert paths[("triton", "float32")] == paths[("triton", "float16")] != paths[("torch", "float32")]
+    assert paths[("torch", "float32")] == paths[("torch", "float16")]
+    assert all(p.startswith(str(tmp_path)) for p in paths.values())

@@ -26,6 +26,7 @@ class NumericsStage(Stage):
         from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 
         out: list[CheckTask | CheckResult] = []
+        from opgate.verify.case_costs import case_costs_path
         from opgate.verify.time_budget import check_seconds, operator_seconds
 
         case_timeout = min(plan.timeout_s * CASE_TIMEOUT_SHARE, plan.options.case_timeout_s or CASE_TIMEOUT_S)
@@ -57,7 +58,8 @@ class NumericsStage(Stage):
                     case_timeout_s=case_timeout,
                     time_budget_s=budget,
                     operator_began_at=0.0 if plan.replaying else plan.calibration_began_at,
-                    share_s=share, operator_budget_s=operator_budget)
+                    share_s=share, operator_budget_s=operator_budget,
+                    case_costs_path=str(case_costs_path(plan.workdir, plan.spec_file, plan.op.name, choice.name)))
                 out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
                                      self.timeout_s, payload, choice, labels={"dtype": dtype}))
         return out

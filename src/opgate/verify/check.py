@@ -47,6 +47,7 @@ from opgate.verify.shrink import shrink_case
 from opgate.core.spec import Operator
 from opgate.verify.loaded_specs import loaded_operators
 from opgate.verify.tasks import NumericsPayload
+from opgate.verify.case_costs import CaseCostLog
 from opgate.verify.time_budget import CasePlanFitter, CaseSize, budget_at_start
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
@@ -226,6 +227,7 @@ class VerifyImplementationCheck(Check):
     """One implementation of one operator in one dtype, over the whole case plan."""
 
     reference_returns_tensor: bool | None = None  # from the plan (calibrator.reference_form); None: not known
+    case_costs = CaseCostLog(None, "")  # each check's own in _judge: what its cases cost, for its other dtypes
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
 
@@ -257,6 +259,8 @@ class VerifyImplementationCheck(Check):
         budget_s, started_after_s = budget_at_start(task.time_budget_s, task.share_s, task.operator_budget_s,
                                                     task.operator_began_at, time.time())
         fitter = self._fitter(op, plan, budget_s, per_call=prepared.device.startswith("cuda"))
+        self.case_costs = CaseCostLog(Path(task.case_costs_path) if task.case_costs_path else None, plan.dtype)
+        fitter.measured_elsewhere = self.case_costs.others
         # the gaming probe's float64 side first, on the fitter's clock, and room kept for its calls after the
         # cases: the check as a whole, not only its cases, keeps to its time budget
         probe_truths = prepare_probe(op, choice, plan, smallest=not fitter.timer.per_call,
@@ -343,11 +347,14 @@ class VerifyImplementationCheck(Check):
                     verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
                                              index=index)
             except CaseStopped:
-                fitter.stopped(index, time.perf_counter() - began)
+                ran_s = time.perf_counter() - began
+                fitter.stopped(index, ran_s)
+                self.case_costs.record(case.label(), ran_s, stopped=True)
                 continue
             note = prepared.case_note() if prepared.case_note is not None else ""
             records[index] = CaseRecord(case, verdict, time.perf_counter() - began, note)
             fitter.observe(index, records[index].seconds)
+            self.case_costs.record(case.label(), records[index].seconds)
             self.journal.save(index, records[index])
         return [records[index] for index in sorted(records)]
 

@@ -81,6 +81,8 @@ class NumericsPayload(ImplementationPayload):
     operator_began_at: float = 0.0
     share_s: float = 0.0
     operator_budget_s: float = 0.0
+    # the file where this implementation's checks of every dtype share what each case cost (verify/case_costs.py)
+    case_costs_path: str = ""
 
 
 @dataclass(frozen=True)

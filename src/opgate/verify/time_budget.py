@@ -11,6 +11,8 @@ backend's speed as it runs:
   matters (microseconds) and a case costs what its first call compiles or autotunes for a new shape (seconds), so
   there a case is predicted at the upper quartile of the calls seen (the library corpus's fla kernels: a
   size-scaled rate from compile-bound calls predicted 13251 s for a 65535-wide case and capped 48 of 57 cases);
+  a case another dtype's check of the same implementation has run is predicted at what it took there
+  (verify/case_costs.py): a launch grid the size does not predict defeats the model, not the measurement;
 - before each case the remaining cases are ranked: each declared size's first seed first (always run: the user
   asked for those sizes), then the cheapest case of every (regime, layout) not yet covered, then the rest cheapest
   first, a declared size's other seeds among them (the same code path on other values: inputs.declared_firsts);
@@ -30,7 +32,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from opgate.verify.case_costs import MeasuredCost
 
 # Seconds of numerics per operator by budget level: without a GPU (Triton's interpreter, torch on the CPU) and with
 # one. The CPU figures make a default run of one operator finish in about three minutes on a 2-core CI machine
@@ -180,6 +185,9 @@ class CasePlanFitter:
     # implementation about twice on a declared case after the loop (verify/gaming.py), 8 s a dtype under the
     # interpreter for fla's linear cross-entropy gradient; once that case has run, the cases leave it room.
     reserve: tuple[int, float] | None = None
+    # What each case (by label) cost in this implementation's other dtypes' checks (verify/case_costs.py): a case
+    # measured there is predicted at that, not by the size model
+    measured_elsewhere: Callable[[], Mapping[str, "MeasuredCost"]] | None = None
 
     def __post_init__(self) -> None:
         from opgate.verify.inputs import declared_firsts
@@ -194,6 +202,15 @@ class CasePlanFitter:
         self.done.add(index)
         self._seconds[index] = seconds
         self.timer.observe(self.sizes[index], seconds)
+
+    def predict(self, index: int) -> float:
+        """Case `index`'s predicted seconds: what another dtype's check measured on it (at least that where it was
+        stopped there), else the size model's figure (CaseTimer.predict)."""
+        model = self.timer.predict(self.sizes[index])
+        known = self.measured_elsewhere().get(self.cases[index].label()) if self.measured_elsewhere else None
+        if known is None:
+            return model
+        return max(model, known.seconds) if known.stopped else known.seconds
 
     def reserved_s(self) -> float:
         """Seconds kept for the work after the cases (0 until the reserve's case has run)."""
@@ -224,12 +241,12 @@ class CasePlanFitter:
         pending = [k for k in range(len(self.cases)) if k not in self.done and k not in self._capped_indices()]
         spent = 0.0
         for k in self._ranked(pending):
-            spent += self.timer.predict(self.sizes[k])
+            spent += self.predict(k)
             if k == index:
                 if spent <= left:
                     return True
                 break
-        self.capped.append((index, self.timer.predict(self.sizes[index])))
+        self.capped.append((index, self.predict(index)))
         return False
 
     def stop_after_s(self, index: int) -> float | None:
@@ -245,7 +262,7 @@ class CasePlanFitter:
 
     def stopped(self, index: int, seconds: float) -> None:
         """Case `index` was stopped after `seconds`: capped, and its size costs at least that from now on."""
-        self.capped.append((index, self.timer.predict(self.sizes[index])))
+        self.capped.append((index, self.predict(index)))
         self.stopped_after[index] = seconds
         self.timer.observe(self.sizes[index], seconds)
 
@@ -261,7 +278,7 @@ class CasePlanFitter:
         rest cheapest first)."""
         declared = [k for k in pending if k in self.always]
         rest = sorted((k for k in pending if k not in self.always),
-                      key=lambda k: (self.timer.predict(self.sizes[k]), k))
+                      key=lambda k: (self.predict(k), k))
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
         first_of_kind: list[int] = []
         for k in rest:
