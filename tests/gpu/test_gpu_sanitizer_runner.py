@@ -242,3 +242,17 @@ def test_sigterm_leaves_no_sanitizer_process_behind(stub: Path) -> None:
     while _alive(target_pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(target_pid)
+
+
+def test_a_run_given_no_log_path_reads_its_log_and_leaves_no_folder_behind(stub: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every such run left an opgate-sanitizer-* folder with its log in /tmp (racecheck's logs among them)."""
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setenv("STUB_LOG", str(SAMPLES / "memcheck_oob_write.log"))
+    run = run_under_sanitizer([sys.executable, "-c", "pass"], "memcheck")
+    assert run.report.error_summary == 25 and run.log_path is None  # read, then removed
+    assert list(temp.iterdir()) == []

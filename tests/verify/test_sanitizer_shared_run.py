@@ -190,3 +190,52 @@ def test_the_shared_child_calls_every_member_at_each_size_and_records_its_steps(
     assert all(entry["done"] and [s for s, _ in entry["steps"]] == ["first declared", "tail"]
                for entry in steps.values())
     assert [c for c in calls if c[0] == "tail"] and len([c for c in calls if c[0] == "sync"]) == 4
+
+
+def test_the_sanitizer_logs_go_to_the_implementations_report_folder(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finding's evidence is its log: kept with the report's artefacts (--out), not in a temporary folder."""
+    from opgate.gpu.probes import sanitizer as sanitizer_probe
+    from opgate.verify import runtime
+
+    seen: list[object] = []
+
+    def fake_run(command: list, tool: str, **kwargs: object) -> SimpleNamespace:
+        seen.append(kwargs["log_path"])
+        return _run()
+
+    def shared(group_dir: Path, spec_file: str, members: list, run) -> dict:
+        run(["child"])
+        record = sanitizer_batch.judge_shared_run(_run(), members, _progress(tmp_path / "p.jsonl", 2))
+        (Path(group_dir) / sanitizer_batch.RECORD).write_text(json.dumps(record))
+        return record
+
+    monkeypatch.setattr(sanitizer_probe, "find_compute_sanitizer", lambda: "/usr/bin/compute-sanitizer")
+    monkeypatch.setattr(sanitizer_probe, "supported_tool_options", lambda path, options: ([], []))
+    monkeypatch.setattr(sanitizer_probe, "run_under_sanitizer", fake_run)
+    monkeypatch.setattr(sanitizer_batch, "run_shared", shared)
+    artefacts = tmp_path / "opgate-report" / "verify" / "x" / "triton" / "float32"
+    payload = GpuStagePayload(spec_file="/lib/ops.py", op="x", impl="triton", dtype="float32", tool="racecheck",
+                              group_dir=str(tmp_path), group=MEMBERS, artefact_dir=str(artefacts))
+    result = VerifySanitizerCheck().evaluate(CheckContext(verb="verify", options=payload.to_dict()))
+    assert result.outcome is Outcome.PASSED, result.reason
+    assert seen == [artefacts / "sanitizer-racecheck-shared-run.log"]
+
+
+def test_every_gpu_stage_task_carries_its_implementation_and_dtypes_report_folder(tmp_path: Path) -> None:
+    from opgate.core.spec import load_spec_file
+    from opgate.engine.stages import OperatorPlan
+    from opgate.verify.backends.base import ImplementationChoice
+    from opgate.verify.builtin_stages import RuntimeStage, SanitizerStage
+    from tests_verify_support import ROOT
+
+    softmax = ROOT / "examples" / "ops" / "softmax.py"
+    [op] = load_spec_file(softmax)
+    choice = ImplementationChoice("triton", "triton", "user")
+    plan = OperatorPlan(op, [choice], ["float32", "float16"], softmax, "standard", 0, True, 2, tmp_path,
+                        tmp_path / "out", 900.0, gpu_choices=[choice])
+    for stage in (SanitizerStage(), RuntimeStage()):
+        for task in stage.tasks(plan):
+            options = task.context.options
+            assert options["artefact_dir"] == str((tmp_path / "out" / "verify" / "softmax" / "triton" /
+                                                   options["dtype"]).resolve())

@@ -89,8 +89,10 @@ class _GpuStage(Stage):
         for choice in self.applies_to(plan):
             for suffix, fields in self.suffixes(plan):
                 dtype = str(fields.get("dtype", plan.dtypes[0]))
+                artefacts = (plan.out_dir / "verify" / plan.op.name / choice.name / dtype).resolve()
                 payload = GpuStagePayload(spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
-                                          seed=plan.seed, **{**fields, "dtype": dtype})  # type: ignore[arg-type]
+                                          seed=plan.seed, artefact_dir=str(artefacts),
+                                          **{**fields, "dtype": dtype})  # type: ignore[arg-type]
                 title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
                 out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,
                                      self.timeout_s, payload, choice, retire=self.retire, warm=self.warm,

@@ -358,13 +358,16 @@ class VerifySanitizerCheck(GpuStageCheck):
             path = find_compute_sanitizer()
             tool_options, dropped = supported_tool_options(path, SANITIZER_TOOL_OPTIONS.get(tool, ()))
 
-            def under_tool(command: list[str]) -> Any:
+            def under_tool(command: list[str], log_name: str) -> Any:
+                # the log stays with the report's artefacts (a finding's evidence); without a folder it is removed
+                log = Path(payload.artefact_dir) / log_name if payload.artefact_dir else None
                 return run_under_sanitizer(command, tool=tool, tool_options=tool_options,
-                                           timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path,
+                                           timeout_s=SANITIZER_TIMEOUT_S, sanitizer=path, log_path=log,
                                            env={**os.environ, **SANITIZER_CHILD_ENV})
 
             if payload.group:
-                sanitizer_batch.run_shared(Path(payload.group_dir), payload.spec_file, payload.group, under_tool)
+                sanitizer_batch.run_shared(Path(payload.group_dir), payload.spec_file, payload.group,
+                                           lambda command: under_tool(command, f"sanitizer-{tool}-shared-run.log"))
                 record = sanitizer_batch.shared_record(payload.group_dir, member)
                 if record is not None:
                     return self._passed_in_shared_run(payload, record, tool_options, dropped)
@@ -372,7 +375,7 @@ class VerifySanitizerCheck(GpuStageCheck):
             options, _ = self.begin(ctx)
             op, _ = load_implementation(options)
             sizes = sanitized_sizes(op)
-            run = under_tool(run_once_command(options, sanitized=True))
+            run = under_tool(run_once_command(options, sanitized=True), f"sanitizer-{tool}.log")
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None
         findings = run.report.findings
@@ -394,7 +397,8 @@ class VerifySanitizerCheck(GpuStageCheck):
             extra["finding_steps"] = sorted({step for f in findings for step in finding_steps(f)})
             return self.failed(f"{tool} reports {len(findings) or run.report.reported_error_count} error(s){at}: "
                                f"{where}", figures=figures,
-                               remediation=SANITIZER_REMEDIES.get(tool, "") + " The log path is in the JSON report.",
+                               remediation=SANITIZER_REMEDIES.get(tool, "") + (
+                                   f" The whole log: {run.log_path}." if run.log_path else ""),
                                extra={**extra, "failure_class": "memory"})
         if run.returncode not in (0, None):
             return self.result(Outcome.ERROR, f"the implementation exited with {run.returncode} under {tool}: "

@@ -100,6 +100,8 @@ class GpuStagePayload(ImplementationPayload):
     # task the members it runs for all ([{op, impl, dtype}]); the other members read its record
     group_dir: str = ""
     group: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    # the implementation x dtype's folder of the report's artefacts (--out): the sanitizer's logs go there
+    artefact_dir: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):

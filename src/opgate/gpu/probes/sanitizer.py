@@ -16,6 +16,7 @@ and the standalone runner live in tests/data/gpu/gpu_sanitizer_tool.py.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import os
@@ -351,9 +352,11 @@ def supports_option(path: str, option: str) -> bool:
     return option in _help_text(path)
 
 
-@functools.lru_cache(maxsize=8)
 @dataclass(frozen=True)
 class SanitizerRun:
+    """One compute-sanitizer run. `log_path`: where its log was kept (None: a run given no path, whose log was read
+    and removed)."""
+
     tool: str
     command: tuple[str, ...]
     returncode: int | None
@@ -390,14 +393,20 @@ def run_under_sanitizer(command: Sequence[str], tool: str = "memcheck", *, tool_
                         print_limit: int = DEFAULT_PRINT_LIMIT, error_exitcode: int = ERROR_EXITCODE,
                         timeout_s: float = 300.0, log_path: str | os.PathLike[str] | None = None,
                         env: dict[str, str] | None = None, sanitizer: str | None = None) -> SanitizerRun:
-    """Run `command` under `compute-sanitizer --tool tool`; SanitizerNotFound when it is not installed."""
+    """Run `command` under `compute-sanitizer --tool tool`; SanitizerNotFound when it is not installed. The log goes
+    to `log_path` and stays there; given none, it goes to a temporary folder that is removed once read (one was left
+    in /tmp by every run, racecheck's logs among them)."""
     if tool not in TOOLS:
         from opgate.model.errors import InputError
 
         raise InputError(f"sanitizer tool {tool!r} is not one of {', '.join(TOOLS)}")
     path = sanitizer or find_compute_sanitizer()
     if log_path is None:
-        log_path = Path(tempfile.mkdtemp(prefix="opgate-sanitizer-")) / f"{tool}.log"
+        with tempfile.TemporaryDirectory(prefix="opgate-sanitizer-") as folder:
+            run = run_under_sanitizer(command, tool, tool_options=tool_options, print_limit=print_limit,
+                                      error_exitcode=error_exitcode, timeout_s=timeout_s,
+                                      log_path=Path(folder) / f"{tool}.log", env=env, sanitizer=path)
+        return dataclasses.replace(run, log_path=None)
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full = [path, "--tool", tool, "--print-limit", str(print_limit), "--error-exitcode", str(error_exitcode),
