@@ -395,3 +395,22 @@ def test_every_dtype_check_of_one_implementation_shares_one_case_cost_file_and_i
     assert paths[("triton", "float32")] == paths[("triton", "float16")] != paths[("torch", "float32")]
     assert paths[("torch", "float32")] == paths[("torch", "float16")]
     assert all(p.startswith(str(tmp_path)) for p in paths.values())
+
+
+def test_another_dtypes_costs_are_scaled_by_how_much_slower_this_check_runs_the_cases_both_ran():
+    """fla_short_conv under the interpreter: bfloat16 took 1.35x float32's time over the cases both ran."""
+    from opgate.verify.case_costs import MeasuredCost
+    from opgate.verify.time_budget import MIN_SHARED_CASES
+
+    cases = [case("declared", N=n) for n in (4, 5, 6, 7)] + [case("edge", N=8), case("edge", N=9)]
+    sizes = [CaseSize.of([(1, n)]) for n in (4, 5, 6, 7, 8, 9)]
+    elsewhere = {cases[k].label(): MeasuredCost(1.0, False) for k in range(5)}
+    elsewhere[cases[4].label()] = MeasuredCost(2.0, False)
+    fitter = CasePlanFitter(100.0, cases, sizes, FakeClock(), measured_elsewhere=lambda: elsewhere)
+    fitter.observe(0, 5.0)  # the first case pays the process's start-up: left out of the pace
+    fitter.observe(1, 1.5)
+    fitter.observe(2, 1.5)
+    assert fitter.predict(4) == 2.0  # two shared cases: too few to say, the other dtype's figure stands
+    fitter.observe(3, 1.5)
+    assert MIN_SHARED_CASES == 3 and fitter.predict(4) == 3.0  # 1.5x slower here: 2 s there is 3 s here
+    assert fitter.predict(5) == fitter.timer.predict(sizes[5])  # measured nowhere: the size model
