@@ -67,10 +67,12 @@ def test_when_time_is_short_one_case_of_each_regime_and_layout_comes_before_more
     assert len(ran) == 3 or len(ran) == 4
 
 
-def run_in_order(budget: float, cases: list[Case], sizes: list[CaseSize], seconds: dict[int, float]) -> list[int]:
-    """The order check.py runs a plan in: fitter.next_case, then fitter.runs."""
-    clock = FakeClock()
-    fitter = CasePlanFitter(budget, cases, sizes, clock)
+def run_in_order(budget: float, cases: list[Case], sizes: list[CaseSize], seconds: dict[int, float],
+                 fitter: CasePlanFitter | None = None) -> list[int]:
+    """The order check.py runs a plan in: fitter.next_case, then fitter.runs (a given fitter keeps a FakeClock)."""
+    fitter = fitter or CasePlanFitter(budget, cases, sizes, FakeClock())
+    clock = fitter.clock
+    assert isinstance(clock, FakeClock)
     pending, ran = list(range(len(cases))), []
     while pending:
         index = fitter.next_case(pending)
@@ -332,17 +334,8 @@ def test_a_case_another_dtype_measured_is_predicted_at_that_and_capped_when_it_d
         earlier.record(cases[k].label(), s)
 
     def run(log: CaseCostLog | None) -> tuple[list[int], CasePlanFitter]:
-        clock = FakeClock()
-        fitter = CasePlanFitter(30.0, cases, sizes, clock, measured_elsewhere=log.others if log else None)
-        pending, ran = list(range(len(cases))), []
-        while pending:
-            index = fitter.next_case(pending)
-            pending.remove(index)
-            if fitter.runs(index):
-                clock.now += seconds[index]
-                fitter.observe(index, seconds[index])
-                ran.append(index)
-        return ran, fitter
+        fitter = CasePlanFitter(30.0, cases, sizes, FakeClock(), measured_elsewhere=log.others if log else None)
+        return run_in_order(30.0, cases, sizes, seconds, fitter), fitter
 
     alone, _ = run(None)
     assert 1 in alone  # the size model predicts about 2 s: it runs and takes 44 s of a 30 s budget
