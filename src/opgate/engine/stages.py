@@ -83,6 +83,11 @@ class OperatorPlan:
     # (0: side by side, or not known); verify's numerics checks take what is left of the operator's budget from it
     calibration_began_at: float = 0.0
 
+    def artefact_dir(self, implementation: str, dtype: str) -> Path:
+        """The report's folder (--out) of one implementation x dtype: IR per target, checked ONNX models, sanitizer
+        logs."""
+        return (self.out_dir / "verify" / self.op.name / implementation / dtype).resolve()
+
     def scratch_dir(self, label: str) -> Path:
         """A fresh folder of its own for one task (unique across every operator of the run)."""
         import tempfile

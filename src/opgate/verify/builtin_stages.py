@@ -49,10 +49,9 @@ class NumericsStage(Stage):
                     continue
                 share = check_seconds(operator_budget, checks, plan.jobs, weights[choice.name], total_weight)
                 budget = 0.0 if plan.replaying else share  # a late check shortens it when it starts
-                artefacts = plan.out_dir / "verify" / plan.op.name / choice.name / dtype
                 payload = NumericsPayload(
                     spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
-                    plan_path=str(plan.plans[dtype]), artefact_dir=str(artefacts.resolve()),
+                    plan_path=str(plan.plans[dtype]), artefact_dir=str(plan.artefact_dir(choice.name, dtype)),
                     workdir=str(plan.scratch_dir("work")),
                     extras=plan.options.extras, shrink=plan.options.shrink,
                     case_timeout_s=case_timeout,
@@ -89,9 +88,8 @@ class _GpuStage(Stage):
         for choice in self.applies_to(plan):
             for suffix, fields in self.suffixes(plan):
                 dtype = str(fields.get("dtype", plan.dtypes[0]))
-                artefacts = (plan.out_dir / "verify" / plan.op.name / choice.name / dtype).resolve()
                 payload = GpuStagePayload(spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
-                                          seed=plan.seed, artefact_dir=str(artefacts),
+                                          seed=plan.seed, artefact_dir=str(plan.artefact_dir(choice.name, dtype)),
                                           **{**fields, "dtype": dtype})  # type: ignore[arg-type]
                 title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
                 out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,

@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from opgate.checks.base import Check, CheckContext
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
@@ -47,7 +47,7 @@ from opgate.verify.shrink import shrink_case
 from opgate.core.spec import Operator
 from opgate.verify.loaded_specs import loaded_operators
 from opgate.verify.tasks import NumericsPayload
-from opgate.verify.case_costs import CaseCostLog
+from opgate.verify.case_costs import CaseCostLog, MeasuredCost
 from opgate.verify.time_budget import CasePlanFitter, CaseSize, budget_at_start
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
@@ -227,7 +227,6 @@ class VerifyImplementationCheck(Check):
     """One implementation of one operator in one dtype, over the whole case plan."""
 
     reference_returns_tensor: bool | None = None  # from the plan (calibrator.reference_form); None: not known
-    case_costs = CaseCostLog(None, "")  # each check's own in _judge: what its cases cost, for its other dtypes
     verbs = ("verify",)
     levels = ("quick", "standard", "thorough")
 
@@ -258,9 +257,10 @@ class VerifyImplementationCheck(Check):
         bounds_device.use_gpu(prepared.device.startswith("cuda"))
         budget_s, started_after_s = budget_at_start(task.time_budget_s, task.share_s, task.operator_budget_s,
                                                     task.operator_began_at, time.time())
-        fitter = self._fitter(op, plan, budget_s, per_call=prepared.device.startswith("cuda"))
-        self.case_costs = CaseCostLog(Path(task.case_costs_path) if task.case_costs_path else None, plan.dtype)
-        fitter.measured_elsewhere = self.case_costs.others
+        # what each case costs, shared with this implementation's checks of the other dtypes (verify/case_costs.py)
+        case_costs = CaseCostLog(Path(task.case_costs_path) if task.case_costs_path else None, plan.dtype)
+        fitter = self._fitter(op, plan, budget_s, per_call=prepared.device.startswith("cuda"),
+                              measured_elsewhere=case_costs.others)
         # the gaming probe's float64 side first, on the fitter's clock, and room kept for its calls after the
         # cases: the check as a whole, not only its cases, keeps to its time budget
         probe_truths = prepare_probe(op, choice, plan, smallest=not fitter.timer.per_call,
@@ -268,7 +268,7 @@ class VerifyImplementationCheck(Check):
         if probe_truths is not None and not probe_truths.skipped:
             fitter.reserve = (plan.cases.index(probe_truths.case), PROBE_CALLS)
         clock.lap("gaming probe truths")
-        records = self._run_plan(op, prepared, plan, fitter)
+        records = self._run_plan(op, prepared, plan, fitter, case_costs)
         clock.lap("cases")
         # verify/gaming.py: cache, alias, mutation, stream. Not after a crash: the probe calls the implementation
         # outside any case, and a second death there would read as opgate's own.
@@ -312,8 +312,8 @@ class VerifyImplementationCheck(Check):
             lambda case: ReplayToken(op.name, choice.name, plan.dtype, case, plan.budget, plan.base_seed).encode(),
             Path(task.spec_file).name)
 
-    def _run_plan(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
-                  fitter: CasePlanFitter) -> list[CaseRecord]:
+    def _run_plan(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile, fitter: CasePlanFitter,
+                  case_costs: CaseCostLog) -> list[CaseRecord]:
         """Every case of the plan that fits the time budget (verify/time_budget.py), run in the fitter's order (each
         kind of case first); cases an earlier (crashed) child finished or crashed on come from the journal. The
         records are in plan order."""
@@ -349,23 +349,25 @@ class VerifyImplementationCheck(Check):
             except CaseStopped:
                 ran_s = time.perf_counter() - began
                 fitter.stopped(index, ran_s)
-                self.case_costs.record(case.label(), ran_s, stopped=True)
+                case_costs.record(case.label(), ran_s, stopped=True)
                 continue
             note = prepared.case_note() if prepared.case_note is not None else ""
             records[index] = CaseRecord(case, verdict, time.perf_counter() - began, note)
             fitter.observe(index, records[index].seconds)
-            self.case_costs.record(case.label(), records[index].seconds)
+            case_costs.record(case.label(), records[index].seconds)
             self.journal.save(index, records[index])
         return [records[index] for index in sorted(records)]
 
-    def _fitter(self, op: Operator, plan: PlanFile, budget_s: float, per_call: bool) -> CasePlanFitter:
+    def _fitter(self, op: Operator, plan: PlanFile, budget_s: float, per_call: bool,
+                measured_elsewhere: Callable[[], Mapping[str, MeasuredCost]]) -> CasePlanFitter:
         from opgate.verify.time_budget import CaseTimer
 
         sizes = []
         for case in plan.cases:
             dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
             sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs]))
-        return CasePlanFitter(budget_s, plan.cases, sizes, time.perf_counter, CaseTimer(per_call=per_call))
+        return CasePlanFitter(budget_s, plan.cases, sizes, time.perf_counter, CaseTimer(per_call=per_call),
+                              measured_elsewhere=measured_elsewhere)
 
     # -- deviations -----------------------------------------------------------------------------------
     def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
