@@ -286,8 +286,16 @@ def test_under_the_interpreter_a_case_far_past_its_prediction_is_stopped_and_rep
     [result] = [r for r in json.loads(report.read_text())["results"] if r.get("stage") == "numerics"]
     if not result["extra"]["backend_facts"].get("interpreter"):
         return  # a GPU host compiles the kernel: nothing to stop
-    stopped = [c for c in result["extra"]["time_budget"]["capped"] if "stopped_after_s" in c]
-    assert [c["case"].split(" ")[0] for c in stopped][:1] in (["T=1,H=65537"], ["T=1,H=65535"]), stopped
+    capped = result["extra"]["time_budget"]["capped"]
+    stopped = [c for c in capped if "stopped_after_s" in c]
+    wide = ("T=1,H=65537", "T=1,H=65535")
+    if not stopped:
+        # on a loaded machine the smaller cases run slower, the model's rate rises and the wide cases are capped
+        # before they start (a fresh clone's make test, thirty-first session): never run whole either way
+        ran = {c["case"].split(" ")[0] for c in result["extra"]["cases"]}
+        assert not ran & set(wide) and any(c["case"].split(" ")[0] in wide for c in capped), capped
+        return
+    assert [c["case"].split(" ")[0] for c in stopped][:1] in ([wide[0]], [wide[1]]), stopped
     assert stopped[0]["stopped_after_s"] < 20.0
     assert "stopped while running" in result["reason"]
     # the case phase, not the whole check's duration: load stretches the check's imports and probe, not its budget
