@@ -247,3 +247,129 @@ def test_after_an_interrupt_a_file_is_complete_only_when_every_operator_is_calib
         finished(every[0], every[2], *runtime), []) == ["b.py"]
     # a task whose id names no operator of the run cannot be attributed: nothing is complete
     assert whole.complete_files(finished(*every, *runtime), ["verify.something_else.x"]) == []
+
+
+FAST_AND_SLOW = '''
+import pathlib
+import time
+
+import opgate
+
+HERE = pathlib.Path(__file__).parent
+
+fast = opgate.Operator("fast", reference=lambda x: x + 1, inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                       dims={"M": [2], "N": [8]}, dtypes=["float32"])
+
+
+@fast.implementation("torch")
+def fast_torch(x):
+    return x + 1
+
+
+slow = opgate.Operator("slow", reference=lambda x: x * 3, inputs=[opgate.TensorSpec("x", ("M", "N"))],
+                       dims={"M": [2], "N": [8]}, dtypes=["float32"])
+
+
+@slow.implementation("torch")
+def slow_torch(x):
+    if not (HERE / "release").exists():  # the first run is stopped here
+        (HERE / "started").touch()
+        time.sleep(120)
+    return x * 3
+'''
+
+
+def test_an_interrupted_file_keeps_its_finished_checks_and_the_next_run_runs_only_the_rest(tmp_path, monkeypatch):
+    """A file no run judged wholly (the library on the H200: every file still had measurements to run at the limit)
+    keeps what finished: the next run neither calibrates a settled operator again nor runs its checks, and stores
+    the file whole once every check has run; the run after that reuses the file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests_verify_support import SRC
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    spec = specs / "ops.py"
+    spec.write_text(FAST_AND_SLOW)
+    cache, first = tmp_path / "cache", tmp_path / "first.json"
+    # one slot and the calibration in this thread: fast is calibrated and checked before slow's check hangs
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
+           "OPGATE_CALIBRATION_PROCESSES": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
+                             "--stages", "numerics", "--jobs", "2", "--json", str(first)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (specs / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (specs / "started").exists(), proc.communicate(timeout=60)
+        time.sleep(1.0)  # fast's check ends within it (it started before slow's, on the other slot)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "the finished checks of 1 other spec file(s) are in the verdict cache" in stderr, stderr
+    report = json.loads(first.read_text())
+    assert report["extra"]["verdict_cache"]["stored_in_part"] == [str(spec)]
+    assert report["extra"]["settled_operators"] == ["fast"]
+
+    (specs / "release").touch()
+    monkeypatch.setenv("OPGATE_VERDICT_CACHE", "1")
+    reports = []
+    for name in ("second", "third"):
+        proc = run_verify(str(specs), "--json", str(tmp_path / f"{name}.json"), cache=cache)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        reports.append((proc.stdout, json.loads((tmp_path / f"{name}.json").read_text())))
+    (said, second), (_, third) = reports
+    reused = {r["check_id"]: bool(r["extra"].get("cached_from")) for r in second["results"]}
+    assert reused == {"verify.fast.calibration": True, "verify.fast.torch.float32": True,
+                      "verify.slow.calibration": False, "verify.slow.torch.float32": False}
+    assert "1 spec file(s) judged in part before (3 finished results stored)" in said, said  # slow's calibration too
+    assert list(second["extra"]["engine"]["calibration_spans_s"]) == ["slow float32"]  # fast: not calibrated again
+    assert second["extra"]["case_counts"] == report["extra"]["case_counts"] == {"fast": 25, "slow": 25}
+    assert second["extra"]["verdict_cache"]["resumed"] == {str(spec): 2}
+    assert second["extra"]["verdict_cache"]["stored"] == [str(spec)]
+    assert list(third["extra"]["verdict_cache"]["reused"]) == [str(spec)]
+    assert {r["check_id"]: r["outcome"] for r in third["results"]} == {
+        r["check_id"]: r["outcome"] for r in second["results"]}
+    assert not list((cache / "verdicts").rglob("*.partial.json"))  # the whole entry replaced the partial one
+
+
+def test_a_file_with_an_error_keeps_its_other_checks_and_the_operators_they_settle(tmp_path, cache_on):
+    """An `error` may not recur: that check is judged again, the rest of the file is not (verify/resumed.py)."""
+    from opgate.verify.resumed import ResumedChecks
+    from opgate.verify.verdict_reuse import _store_in_part
+
+    relu = write_spec(tmp_path / "relu.py", "relu", "torch.relu(x)")
+    cache = _cache(VerifyRequest(spec_file=relu))
+    report = _report([_result("verify.relu.calibration", Outcome.PASSED, relu),
+                      _result("verify.relu.torch.float32", Outcome.FAILED, relu),
+                      _result("verify.relu.torch.float32.runtime", Outcome.ERROR, relu)],
+                     settled_operators=["relu"])
+    assert _store_in_part(cache, report, [relu], "then") == [relu]
+    assert cache.load(relu) is None  # not a whole entry
+    part = cache.load(relu, partial=True)
+    assert part is not None and part.settled == ("relu",) and part.case_counts == {"relu": 3}
+    assert [r.check_id for r in part.results] == ["verify.relu.calibration", "verify.relu.torch.float32"]
+    # without the engine's word on settled operators (a whole-spec stage ran), nothing is stored in part
+    assert _store_in_part(cache, _report(report.results[:2]), [relu], "t") == []
+
+    resumed = ResumedChecks()
+    resumed.add(part.results, part.settled, part.case_counts)
+    from opgate.engine.runner import CheckTask
+    from opgate.checks.base import CheckContext
+
+    def task(check_id):
+        return CheckTask(check_id, check_id, "t", 1.0, CheckContext(verb="verify"))
+
+    kept, stored = resumed.take([(10, task("verify.relu.torch.float32")), (30, task("verify.relu.torch.float32.runtime"))])
+    assert [t.check_id for _, t in kept] == ["verify.relu.torch.float32.runtime"]
+    assert [r.check_id for r in stored] == ["verify.relu.torch.float32"]
+    # the settled operator's other stored results, once each; an unsettled operator has none to give
+    assert [r.check_id for r in resumed.of_settled("relu")] == ["verify.relu.calibration"]
+    assert resumed.of_settled("relu") == [] and resumed.of_settled("tanh") == []

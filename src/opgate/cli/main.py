@@ -568,10 +568,14 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
     report = report_of(stop)
     if report is not None:
         err_console.print(f"opgate: interrupted; every child process was stopped{emit_interrupted(report)}")
-        stored = (report.extra.get("verdict_cache") or {}).get("stored") or []
+        said = report.extra.get("verdict_cache") or {}
+        stored, partly = said.get("stored") or [], said.get("stored_in_part") or []
         if stored:  # verify/verdict_reuse.py: what the run judged wholly is not judged again
             err_console.print(f"opgate: {len(stored)} spec file(s) judged wholly before the interrupt are in the "
                               "verdict cache; the next run judges only the others", highlight=False)
+        if partly:  # verify/resumed.py: nor are the finished checks of the others
+            err_console.print(f"opgate: the finished checks of {len(partly)} other spec file(s) are in the verdict "
+                              "cache; the next run runs only their unfinished checks", highlight=False)
     else:
         err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                           "no report was written")

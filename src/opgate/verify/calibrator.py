@@ -31,6 +31,7 @@ from opgate.verify.inputs import (
 )
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
+from opgate.verify.resumed import ResumedChecks
 
 
 def calibration_threads() -> int:
@@ -446,11 +447,14 @@ class Calibrator(threading.Thread):
 
     def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
                  feed: TaskFeed, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
-                 info: dict[str, Any], pool: CalibrationPool | None = None) -> None:
+                 info: dict[str, Any], pool: CalibrationPool | None = None,
+                 resumed: ResumedChecks | None = None) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
         self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
         self.budget, self.seed, self.workdir, self.token = budget, seed, workdir, token
         self.info, self.pool = info, pool
+        # checks an earlier run finished (verify/resumed.py): reported from there, not handed over
+        self.resumed = resumed if resumed is not None else ResumedChecks()
         self.results: list[CheckResult] = []
         self.task_keys: dict[str, tuple[int, int, int]] = {}  # check id -> (stage order, operator, sequence)
         self.stopped = threading.Event()
@@ -659,7 +663,8 @@ class Calibrator(threading.Thread):
         if not stages:
             return
         items, preset = stage_tasks(plan, stages, self.unmet)
-        self.results += preset
+        items, stored = self.resumed.take(items)
+        self.results += preset + stored
         for order, task in items:
             self.task_keys[task.check_id] = (order, op_index, len(self.task_keys))
         self.feed.put([task for _, task in sorted(items, key=lambda item: item[0])])

@@ -35,6 +35,7 @@ from opgate.verify.calibrator import CalibrationJob, CalibrationPool, Calibrator
 from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan
 from opgate.verify.replay import ReplayToken
+from opgate.verify.resumed import ResumedChecks, keepable
 from opgate.verify.resume import follow_up as resume_after_crash
 from opgate.core.spec import Operator
 
@@ -250,6 +251,7 @@ class PreparedRun:
     calibrator: Calibrator
     task_keys: dict[str, tuple[int, int, int]]  # check id -> (stage order, operator, sequence): the report's order
     spec_of_op: dict[str, str]  # operator name -> its spec file as the user gave it (results name it: replays)
+    settled_before: set[str] = field(default_factory=set)  # operators an earlier run settled (verify/resumed.py)
 
     def finish(self, report: RunReport) -> RunReport:
         """The session's report with the calibration's results first and every check in stage order, each result
@@ -288,6 +290,20 @@ class PreparedRun:
         for op, spec in self.spec_of_op.items():
             files.setdefault(spec, set()).add(op)
         return [spec for spec, ops in files.items() if not ops & incomplete]
+
+    def settled_operators(self, results: Sequence[CheckResult]) -> list[str]:
+        """The operators whose calibration and every check that needed it finished without an `error` (a later run
+        need not calibrate them: verify/resumed.py), those an earlier run settled included."""
+        done = set(self.calibrator.operators_done)  # before the task ids: a done operator's tasks are in them
+        handed_over: dict[str | None, list[str]] = {}
+        for check_id in list(self.calibrator.task_keys.copy()):
+            handed_over.setdefault(self._operator_of_id(check_id), []).append(check_id)
+        kept = {result.check_id for result in results if keepable(result)}
+        settled = set(self.settled_before)
+        for op in done:
+            if f"verify.{op}.calibration" in kept and all(i in kept for i in handed_over.get(op, [])):
+                settled.add(op)
+        return sorted(settled)
 
     def _operator_of_id(self, check_id: str) -> str | None:
         """The operator a check id names: the longest operator name it starts with (`verify.<op>.`)."""
@@ -334,9 +350,12 @@ def _load_specs(request: VerifyRequest) -> tuple[list[Operator], dict[Path, Path
 
 
 def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = None,
-                calibration_pool: CalibrationPool | None = None) -> PreparedRun:
+                calibration_pool: CalibrationPool | None = None,
+                resumed: ResumedChecks | None = None) -> PreparedRun:
     """Everything before the checks start: the spec, the selection, the tasks that need no calibration, and the
-    calibration thread (not yet started) with the feed that will bring the numerics tasks."""
+    calibration thread (not yet started) with the feed that will bring the numerics tasks. `resumed`: the stored
+    results of checks an earlier run finished (verify/resumed.py), reported instead of run."""
+    resumed = resumed if resumed is not None else ResumedChecks()
     t0 = time.perf_counter()
     token = ReplayToken.decode(request.replay) if request.replay else None
     budget_name = token.budget if token else request.budget
@@ -369,8 +388,14 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
             return _operator_plan(sel, request, budget_name, gpu, workdir, timeout, plans, token is not None)
 
         items, stage_preset = stage_tasks(make_plan({}), at_once, unmet)
+        items, stored = resumed.take(items)
         keyed += [((order, op_index, len(keyed) + k), task) for k, (order, task) in enumerate(items)]
-        preset += stage_preset
+        preset += stage_preset + stored
+        if sel.op.name in resumed.settled:  # calibrated and judged before: its stored results stand for it
+            preset += resumed.of_settled(sel.op.name, known={r.check_id for r in preset})
+            if sel.op.name in resumed.case_counts:
+                info["case_counts"][sel.op.name] = resumed.case_counts[sel.op.name]
+            continue
         jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file))
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
@@ -383,12 +408,13 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                     groups={str(job.spec_file.resolve()) for job in jobs})  # OperatorPlan.spec_file's
     plans = sum(len(job.dtypes) for job in jobs)
     calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,
-                            pool=calibration_pool if plans > 1 else None)
+                            pool=calibration_pool if plans > 1 else None, resumed=resumed)
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2)}
     spec_of_op = {sel.op.name: str(sel.spec_file) for sel in selections}
-    return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed}, spec_of_op)
+    return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed}, spec_of_op,
+                       settled_before={sel.op.name for sel in selections} & resumed.settled)
 
 
 def _bytecode_folder(run_folder: Path) -> Path:
@@ -523,7 +549,7 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     return verdict_reuse.run_with_cache(request, console, cache, _judge)
 
 
-def _judge(request: VerifyRequest, console: Any) -> RunReport:
+def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None = None) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.engine.interrupts import RunInterrupted
@@ -553,9 +579,9 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
                 _start_spare_workers(pool, request)
             if console.is_terminal:
                 with console.status("loading the spec"):
-                    prepared = prepare_run(request, workdir, pool, calibration_pool)
+                    prepared = prepare_run(request, workdir, pool, calibration_pool, resumed)
             else:
-                prepared = prepare_run(request, workdir, pool, calibration_pool)
+                prepared = prepare_run(request, workdir, pool, calibration_pool, resumed)
             prepared.info["engine"]["bytecode"] = bytecode
             prepared.calibrator.start()
             try:
@@ -566,12 +592,18 @@ def _judge(request: VerifyRequest, console: Any) -> RunReport:
                 report = _with_worker_stats(prepared.finish(stop.report), pool)
                 whole_run = any(stage.whole_run_group for stage in chosen_stages(request))  # not run: incomplete
                 complete = [] if whole_run else prepared.complete_files(stop.results, stop.not_run)
-                report = dataclasses.replace(report, extra={**report.extra, "complete_files": complete})
+                settled = [] if whole_run else prepared.settled_operators(report.results)
+                report = dataclasses.replace(report, extra={**report.extra, "complete_files": complete,
+                                                            "settled_operators": settled})
                 # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace
                 emit_interrupted(report)
                 raise RunInterrupted(stop.results, stop.not_run, report=report) from None
             prepared.calibrator.join()
             report = _with_worker_stats(prepared.finish(report), pool)
+            if not any(stage.whole_run_group for stage in chosen_stages(request)):
+                report = dataclasses.replace(report, extra={**report.extra,
+                                                            "settled_operators": prepared.settled_operators(
+                                                                report.results)})
         finally:
             if interrupted:  # the empty-case probes' children first: their threads are joined at exit
                 from opgate.engine.children import kill_all_children

@@ -59,11 +59,13 @@ ENV_IGNORED = ("OPGATE_CACHE_DIR", "OPGATE_CACHE", "OPGATE_VERDICT_CACHE", "TRIT
 
 @dataclass(frozen=True)
 class CachedFile:
-    """One spec file's stored verdicts."""
+    """One spec file's stored verdicts (`partial`: of the checks an earlier run finished, verify/resumed.py)."""
 
     results: tuple[CheckResult, ...]
     case_counts: Mapping[str, int]
     judged_at: str
+    settled: tuple[str, ...] = ()  # a partial entry's operators whose calibration and checks all finished
+    partial: bool = False
 
 
 def _digest_files(digest: Any, paths: Sequence[Path], root: Path | None = None) -> None:
@@ -227,32 +229,51 @@ class VerdictCache:
             self._keys[spec] = digest.hexdigest()
         return self._keys[spec]
 
-    def _entry(self, spec: Path) -> Path:
+    def _entry(self, spec: Path, partial: bool = False) -> Path:
         key = self.key(spec)
-        return self.root / key[:2] / f"{key}.json"
+        return self.root / key[:2] / (f"{key}.partial.json" if partial else f"{key}.json")
 
-    def load(self, spec: Path) -> CachedFile | None:
-        """The file's stored verdicts, or None (not stored, unreadable, or from another format)."""
+    def load(self, spec: Path, partial: bool = False) -> CachedFile | None:
+        """The file's stored verdicts (`partial`: its partial entry), or None (not stored, unreadable, or from
+        another format)."""
         try:
-            data = json.loads(self._entry(spec).read_text())
-            if data.get("format") != CACHE_FORMAT:
+            data = json.loads(self._entry(spec, partial).read_text())
+            if data.get("format") != CACHE_FORMAT or bool(data.get("partial")) != partial:
                 return None
             results = tuple(CheckResult.from_dict(r) for r in data["results"])
-            return CachedFile(results, dict(data.get("case_counts", {})), str(data["judged_at"]))
+            return CachedFile(results, dict(data.get("case_counts", {})), str(data["judged_at"]),
+                              tuple(str(op) for op in data.get("settled", ())), partial)
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def store(self, spec: Path, results: Sequence[CheckResult], case_counts: Mapping[str, int],
               judged_at: str) -> bool:
-        """Store a wholly judged file's verdicts (none an `error`); whether it was stored."""
-        from opgate.engine.atomic import write_atomically
-
+        """Store a wholly judged file's verdicts (none an `error`), dropping its partial entry; whether it was
+        stored."""
         if not results or any(r.outcome is Outcome.ERROR for r in results):
             return False
-        document = {"format": CACHE_FORMAT, "spec_file": str(Path(spec).resolve()), "judged_at": judged_at,
-                    "case_counts": dict(case_counts), "results": [r.to_dict() for r in results]}
+        stored = self._write(spec, {"results": [r.to_dict() for r in results], "case_counts": dict(case_counts),
+                                    "judged_at": judged_at})
+        if stored:
+            self._entry(spec, partial=True).unlink(missing_ok=True)
+        return stored
+
+    def store_partial(self, spec: Path, results: Sequence[CheckResult], settled: Sequence[str],
+                      case_counts: Mapping[str, int], judged_at: str) -> bool:
+        """Store the finished checks of a file judged in part (verify/resumed.py: `results` without an `error`,
+        `settled` operators); whether it was stored."""
+        if not results or any(r.outcome is Outcome.ERROR for r in results):
+            return False
+        return self._write(spec, {"partial": True, "results": [r.to_dict() for r in results],
+                                  "settled": sorted(settled), "case_counts": dict(case_counts),
+                                  "judged_at": judged_at})
+
+    def _write(self, spec: Path, body: Mapping[str, Any]) -> bool:
+        from opgate.engine.atomic import write_atomically
+
+        document = {"format": CACHE_FORMAT, "spec_file": str(Path(spec).resolve()), **body}
         try:
-            entry = self._entry(spec)
+            entry = self._entry(spec, partial=bool(body.get("partial")))
             entry.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(entry, json.dumps(document))
             return True
@@ -261,10 +282,12 @@ class VerdictCache:
 
 
 def mark_reused(result: CheckResult, judged_at: str) -> CheckResult:
-    """A stored result as this run reports it: saying when it was judged."""
+    """A stored result as this run reports it: saying when it was judged (a result stored again after a run that
+    reused it keeps the time it was judged)."""
     import dataclasses
 
-    return dataclasses.replace(result, extra={**(result.extra or {}), "cached_from": judged_at})
+    extra = result.extra or {}
+    return dataclasses.replace(result, extra={**extra, "cached_from": extra.get("cached_from") or judged_at})
 
 
 def now() -> str:

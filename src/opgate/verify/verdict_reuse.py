@@ -1,6 +1,7 @@
 """One `opgate verify` run with the verdict cache: judge the spec files whose key changed, reuse the others' stored
 verdicts in the same report, and store each file this run judged wholly (verify/verdict_cache.py says what a key is
-and what is stored)."""
+and what is stored). A file judged only in part (interrupted, or an `error` in it) keeps its finished checks for the
+next run (verify/resumed.py)."""
 
 from __future__ import annotations
 
@@ -11,24 +12,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from opgate.engine.interrupts import RunInterrupted
 from opgate.model.results import CheckResult, Outcome, RunReport
+from opgate.verify.resumed import ResumedChecks, keepable, operator_of
 from opgate.verify.verdict_cache import CachedFile, VerdictCache, mark_reused, now
 
 if TYPE_CHECKING:
     from opgate.verify.engine import VerifyRequest
 
-Judge = Callable[["VerifyRequest", Any], RunReport]
+Judge = Callable[["VerifyRequest", Any, ResumedChecks], RunReport]
 
 
 def _file_of(result: CheckResult) -> Path | None:
     spec = result.extra.get("spec_file") if isinstance(result.extra, dict) else None
     return Path(str(spec)).resolve() if spec else None
-
-
-def _operator_of(result: CheckResult) -> str | None:
-    op = (result.labels or {}).get("op")
-    if op is None and isinstance(result.extra, dict):
-        op = result.extra.get("op")
-    return str(op) if op is not None else None
 
 
 def results_by_file(results: Sequence[CheckResult]) -> tuple[dict[Path, list[CheckResult]], list[CheckResult]]:
@@ -46,7 +41,7 @@ def results_by_file(results: Sequence[CheckResult]) -> tuple[dict[Path, list[Che
 
 def _case_counts_of(results: Sequence[CheckResult], case_counts: Mapping[str, int]) -> dict[str, int]:
     """The case counts of the operators these results judged."""
-    ops = {op for op in map(_operator_of, results) if op is not None}
+    ops = {op for op in map(operator_of, results) if op is not None}
     ids = [r.check_id for r in results]
     for name in case_counts:  # a calibration result names its operator only in its id
         if any(check_id.startswith(f"verify.{name}.") for check_id in ids):
@@ -73,43 +68,79 @@ def run_with_cache(request: "VerifyRequest", console: Any, cache: VerdictCache, 
     started = time.perf_counter()
     reused: dict[Path, CachedFile] = {}
     to_judge: list[Path] = []
+    resumed = ResumedChecks()
+    resumed_from: dict[Path, int] = {}
     for spec in request.files:
         entry = cache.load(spec)
-        if entry is None:
-            to_judge.append(spec)
-        else:
+        if entry is not None:
             reused[spec] = entry
+            continue
+        to_judge.append(spec)
+        part = cache.load(spec, partial=True)
+        if part is not None:  # judged in part before: its finished checks are not run again (verify/resumed.py)
+            resumed.add((mark_reused(r, part.judged_at) for r in part.results), part.settled, part.case_counts)
+            resumed_from[spec] = len(part.results)
     if reused:
         console.print(f"verdict cache: {len(reused)} of {len(request.files)} spec file(s) unchanged since they "
                       f"were judged: {sum(len(e.results) for e in reused.values())} results reused "
                       "(--no-cache judges them again)", highlight=False)
+    if resumed_from:
+        console.print(f"verdict cache: {len(resumed_from)} spec file(s) judged in part before "
+                      f"({sum(resumed_from.values())} finished results stored): their finished checks are not run "
+                      "again (--no-cache runs them)", highlight=False)
     judged_at = now()
     try:
-        report = judge(_only(request, to_judge), console) if to_judge else _reused_only_report(request, cache.gpu_present)
+        report = (judge(_only(request, to_judge), console, resumed) if to_judge
+                  else _reused_only_report(request, cache.gpu_present))
     except RunInterrupted as stop:
-        kept = _kept_after_interrupt(stop, request, cache, reused, to_judge, judged_at, started)
+        kept = _kept_after_interrupt(stop, request, cache, reused, to_judge, judged_at, started, resumed)
         raise RunInterrupted(stop.results, stop.not_run, report=kept) from None
     stored = _store_judged(cache, report, to_judge, judged_at)
-    return _merged(report, request, reused, to_judge, stored, started)
+    partly = _store_in_part(cache, report, [spec for spec in to_judge if spec not in stored], judged_at)
+    return _merged(report, request, reused, to_judge, stored, started, resumed, partly)
 
 
 def _kept_after_interrupt(stop: RunInterrupted, request: "VerifyRequest", cache: VerdictCache,
                           reused: Mapping[Path, CachedFile], judged: Sequence[Path], judged_at: str,
-                          started: float) -> RunReport | None:
+                          started: float, resumed: ResumedChecks) -> RunReport | None:
     """An interrupted run (Ctrl-C, a CI job's time limit) still stores the files it judged wholly (the engine's
-    extra["complete_files"]), so the next run judges only the rest. The report so far, with the reused files'
-    verdicts and what was stored, written again when either changed it (reporting.emit.emit_interrupted)."""
+    extra["complete_files"]), and the finished checks of the others (verify/resumed.py), so the next run judges
+    only the rest. The report so far, with the reused files' verdicts and what was stored, written again when
+    either changed it (reporting.emit.emit_interrupted)."""
     if stop.report is None:
         return None
     complete = {Path(spec).resolve() for spec in stop.report.extra.get("complete_files") or ()}
     stored = _store(cache, stop.report, [spec for spec in judged if Path(spec).resolve() in complete], judged_at)
-    if not reused and not stored:
+    partly = _store_in_part(cache, stop.report, [spec for spec in judged if spec not in stored], judged_at)
+    if not reused and not stored and not partly:
         return stop.report
     from opgate.reporting.emit import emit_interrupted
 
-    report = _merged(stop.report, request, reused, judged, stored, started)
+    report = _merged(stop.report, request, reused, judged, stored, started, resumed, partly)
     emit_interrupted(report)
     return report
+
+
+def _store_in_part(cache: VerdictCache, report: RunReport, judged: Sequence[Path], judged_at: str) -> list[Path]:
+    """Store the finished checks of each of `judged` that was not stored whole (interrupted, or an `error` in it)
+    with its settled operators (verify/resumed.py); the files stored. Not where the engine could not say which
+    operators are settled (a whole-spec stage ran) or a whole-run finding is no file's."""
+    settled = report.extra.get("settled_operators")
+    if not judged or settled is None:
+        return []
+    owned, unowned = results_by_file(report.results)
+    if any(r.outcome is not Outcome.SKIPPED for r in unowned):
+        return []
+    case_counts = report.extra.get("case_counts") or {}
+    stored = []
+    for spec in judged:
+        results = [r for r in owned.get(Path(spec).resolve(), []) if keepable(r)]
+        ops = {op for op in map(operator_of, results) if op is not None}
+        mine = [op for op in settled if op in ops]
+        counts = {op: count for op, count in case_counts.items() if op in mine}
+        if cache.store_partial(spec, results, mine, counts, judged_at):
+            stored.append(spec)
+    return stored
 
 
 def _store_judged(cache: VerdictCache, report: RunReport, judged: Sequence[Path], judged_at: str) -> list[Path]:
@@ -135,8 +166,21 @@ def _store(cache: VerdictCache, report: RunReport, judged: Sequence[Path], judge
     return stored
 
 
+def _resumed_counts(report: RunReport, resumed: ResumedChecks | None) -> dict[str, int]:
+    """Per spec file, how many of its results this run took from a partial entry instead of judging them."""
+    if not resumed or not resumed.taken:
+        return {}
+    counts: dict[str, int] = {}
+    for result in report.results:
+        spec = _file_of(result)
+        if spec is not None and result.check_id in resumed.taken:
+            counts[str(spec)] = counts.get(str(spec), 0) + 1
+    return counts
+
+
 def _merged(report: RunReport, request: "VerifyRequest", reused: Mapping[Path, CachedFile],
-            judged: Sequence[Path], stored: Sequence[Path], started: float) -> RunReport:
+            judged: Sequence[Path], stored: Sequence[Path], started: float,
+            resumed: ResumedChecks | None = None, partly: Sequence[Path] = ()) -> RunReport:
     """The run's report with the reused files' verdicts after the judged ones, and what the cache did."""
     results = list(report.results)
     case_counts = dict(report.extra.get("case_counts") or {})
@@ -152,6 +196,9 @@ def _merged(report: RunReport, request: "VerifyRequest", reused: Mapping[Path, C
         "reused": {str(spec): entry.judged_at for spec, entry in reused.items()},
         "judged": [str(spec) for spec in judged],
         "stored": [str(spec) for spec in stored],
+        # judged in part before: how many of each file's stored results this run reported (verify/resumed.py)
+        "resumed": _resumed_counts(report, resumed),
+        "stored_in_part": [str(spec) for spec in partly],
     }
     duration = report.duration_s if judged else time.perf_counter() - started
     return dataclasses.replace(report, results=tuple(results), extra=extra, duration_s=duration)

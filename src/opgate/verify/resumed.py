@@ -1,0 +1,82 @@
+"""The finished checks of a spec file an earlier run judged only in part, reported instead of run again.
+
+A run that stops before it has judged a file wholly (a CI job's time limit, Ctrl-C) or that ends with an `error` in
+it stores that file's finished results as a partial entry beside the verdict cache's (verify/verdict_cache.py: the
+same key, so nothing the verdicts depend on changed): every result that is not an `error`, and the operators that
+are *settled*, whose calibration and every check that needs it finished. The next run judges the file again, but
+
+- a task whose check id has a stored result does not run: the stored result is reported, marked reused;
+- a settled operator is not calibrated again: its calibration result and its numerics results are the stored ones;
+- an operator that is not settled is calibrated again (the same seed gives the same plan) and only those of its
+  checks that have no stored result run.
+
+Why at the check and not the file: on the H200 a library run stopped at its limit had judged 170 of its 188
+numerics checks but none of its runtime or recovery measurements, so no file was complete and the next run judged
+everything again (twenty-ninth H200 session, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from opgate.engine.runner import CheckTask
+from opgate.model.results import CheckResult, Outcome
+
+
+def operator_of(result: CheckResult) -> str | None:
+    """The operator a result judged: its `op` label (the runner copies it from the task), else extra["op"]."""
+    op = (result.labels or {}).get("op")
+    if op is None and isinstance(result.extra, dict):
+        op = result.extra.get("op")
+    return str(op) if op is not None else None
+
+
+def keepable(result: CheckResult) -> bool:
+    """Whether a finished result may stand for its check in a later run: not an `error` (opgate could not judge:
+    that may not recur) and not one of the engine's own scheduling results."""
+    internal = isinstance(result.extra, dict) and bool(result.extra.get("internal"))
+    return result.outcome is not Outcome.ERROR and not internal
+
+
+@dataclass
+class ResumedChecks:
+    """Stored results of the files being judged again, by check id, and their settled operators."""
+
+    results: dict[str, CheckResult] = field(default_factory=dict)
+    settled: set[str] = field(default_factory=set)
+    case_counts: dict[str, int] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)  # the check ids reported from here instead of run
+
+    def add(self, results: Iterable[CheckResult], settled: Iterable[str], case_counts: Mapping[str, int]) -> None:
+        for result in results:
+            self.results[result.check_id] = result
+        self.settled.update(settled)
+        self.case_counts.update(case_counts)
+
+    def __bool__(self) -> bool:
+        return bool(self.results)
+
+    def take(self, items: Sequence[tuple[int, CheckTask]]) -> tuple[list[tuple[int, CheckTask]], list[CheckResult]]:
+        """The tasks still to run, and the stored results of the others."""
+        kept: list[tuple[int, CheckTask]] = []
+        stored: list[CheckResult] = []
+        for order, task in items:
+            result = self.results.get(task.check_id)
+            if result is None:
+                kept.append((order, task))
+            else:
+                stored.append(result)
+                self.taken.add(task.check_id)
+        return kept, stored
+
+    def of_settled(self, op_name: str, known: Iterable[str] = ()) -> list[CheckResult]:
+        """A settled operator's stored results not reported yet (its calibration, and the checks that needed it),
+        except the check ids in `known` (what the run reports afresh: a stage's up-front `skipped` line)."""
+        if op_name not in self.settled:
+            return []
+        known = set(known) | self.taken
+        found = [result for check_id, result in self.results.items()
+                 if check_id not in known and operator_of(result) == op_name]
+        self.taken.update(result.check_id for result in found)
+        return found
