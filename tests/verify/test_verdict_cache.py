@@ -313,7 +313,7 @@ def test_an_interrupted_file_keeps_its_finished_checks_and_the_next_run_runs_onl
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr
-    assert "the finished checks of 1 other spec file(s) are in the verdict cache" in stderr, stderr
+    assert "the finished checks of 1 spec file(s) judged in part are in the verdict cache" in stderr, stderr
     report = json.loads(first.read_text())
     assert report["extra"]["verdict_cache"]["stored_in_part"] == [str(spec)]
     assert report["extra"]["settled_operators"] == ["fast"]

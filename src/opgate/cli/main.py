@@ -574,8 +574,8 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
             err_console.print(f"opgate: {len(stored)} spec file(s) judged wholly before the interrupt are in the "
                               "verdict cache; the next run judges only the others", highlight=False)
         if partly:  # verify/resumed.py: nor are the finished checks of the others
-            err_console.print(f"opgate: the finished checks of {len(partly)} other spec file(s) are in the verdict "
-                              "cache; the next run runs only their unfinished checks", highlight=False)
+            err_console.print(f"opgate: the finished checks of {len(partly)} spec file(s) judged in part are in the "
+                              "verdict cache; the next run runs only their unfinished checks", highlight=False)
     else:
         err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                           "no report was written")
