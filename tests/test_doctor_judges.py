@@ -87,3 +87,32 @@ def test_arch_coverage(cc, arch_list, expected) -> None:
 def test_toolkit_range_cuda13_drops_volta() -> None:
     row = toolkit_range((13, 0))
     assert row["lowest_sm"] == 75 and "13.0" in row["source"]
+
+
+# torch 2.13.0's CPU wheel, recorded (torch.__config__.show(), first lines)
+TORCH_CONFIG = """PyTorch built with:
+  - GCC 13.3
+  - C++ Version: 202002
+  - Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build 20240605 for Intel(R) 64 architecture applications
+  - Intel(R) MKL-DNN v3.12.0 (Git Hash 80afa71049cd69a3df32adcccb623b12cd7baa22)
+  - OpenMP 201511 (a.k.a. OpenMP 4.5)
+"""
+
+
+def test_a_torch_that_bundles_onemkl_2024_2_is_warned_of_the_vml_first_call_race_on_x86_only() -> None:
+    from opgate.gpu.judge.library_stack import judge_framework_builds
+    from opgate.probes.framework_builds import BundledComponent, torch_components
+
+    bundled = torch_components(TORCH_CONFIG, "2.13.0+cpu")
+    assert bundled == [BundledComponent("torch", "2.13.0+cpu", "oneMKL", "2024.2")]
+    outcome, findings, remedies = judge_framework_builds(bundled, "x86_64")
+    assert outcome is Outcome.WARNED and "pytorch/pytorch#188792" in findings[0] and "oneMKL 2024.2" in findings[0]
+    assert "once on one element" in remedies[0]
+    assert judge_framework_builds(bundled, "aarch64")[0] is Outcome.PASSED  # the wheels for Arm bundle no oneMKL
+    for version in ("2024.2.2", "2024.2.0"):
+        assert judge_framework_builds([BundledComponent("torch", "2.9", "oneMKL", version)], "x86_64")[0] is \
+            Outcome.WARNED
+    for version in ("2025.0", "2024.20", "2024.1"):  # fixed, or another minor: not a prefix match
+        assert judge_framework_builds([BundledComponent("torch", "2.9", "oneMKL", version)], "x86_64")[0] is \
+            Outcome.PASSED
+    assert torch_components("PyTorch built with:\n  - GCC 13.3\n", "2.13.0") == []  # no MKL: nothing to judge

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from opgate.probes.framework_builds import BundledComponent
 from opgate.probes.libraries import LoadedLibrary
 from opgate.model.results import Outcome, worst_outcome
 
@@ -33,3 +34,24 @@ def judge_loaded(libraries: list[LoadedLibrary]) -> tuple[Outcome, list[str]]:
                 outcomes.append(Outcome.WARNED)
                 findings.append(f"{lib.family} {lib.version} is for CUDA {lib.major}, the runtime is CUDA {runtime_major}")
     return (worst_outcome(outcomes) if outcomes else Outcome.PASSED), findings
+
+
+def _version_within(version: str, prefix: str) -> bool:
+    return version == prefix or version.startswith(prefix + ".")
+
+
+def judge_framework_builds(components: list[BundledComponent], machine: str) -> tuple[Outcome, list[str], list[str]]:
+    """Warn on a bundled library at a version with a known defect on this machine (data/framework_defects.toml):
+    the outcome, one finding per match (what goes wrong and its source) and the remedies. Pure."""
+    from opgate.data import load_table
+
+    findings, remedies = [], []
+    for component in components:
+        for row in load_table("framework_defects"):
+            if (row["framework"] == component.framework and row["component"] == component.component
+                    and machine in row["machines"]
+                    and any(_version_within(component.version, v) for v in row["versions"])):
+                findings.append(f"{component.framework} {component.framework_version} bundles {component.component} "
+                                f"{component.version}: {row['effect']} ({row['issue']})")
+                remedies.append(row["remedy"])
+    return (Outcome.WARNED if findings else Outcome.PASSED), findings, remedies
