@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from opgate.model.errors import InputError
 from opgate.model.results import CheckResult, Outcome, RunReport
@@ -549,7 +549,8 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     return verdict_reuse.run_with_cache(request, console, cache, _judge)
 
 
-def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None = None) -> RunReport:
+def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None = None,
+           keep: Callable[[RunReport], RunReport] | None = None) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.engine.interrupts import RunInterrupted
@@ -595,8 +596,12 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
                 settled = [] if whole_run else prepared.settled_operators(report.results)
                 report = dataclasses.replace(report, extra={**report.extra, "complete_files": complete,
                                                             "settled_operators": settled})
-                # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace
+                # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace (on
+                # the H200 host a library run was killed 5 s after its SIGTERM); so are the verdicts kept for the
+                # next run (`keep`: verify/verdict_reuse.py)
                 emit_interrupted(report)
+                if keep is not None:
+                    report = keep(report)
                 raise RunInterrupted(stop.results, stop.not_run, report=report) from None
             prepared.calibrator.join()
             report = _with_worker_stats(prepared.finish(report), pool)

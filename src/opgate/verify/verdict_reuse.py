@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from opgate.engine.interrupts import RunInterrupted
 from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.verify.resumed import ResumedChecks, keepable, operator_of
 from opgate.verify.verdict_cache import CachedFile, VerdictCache, mark_reused, now
@@ -18,7 +17,9 @@ from opgate.verify.verdict_cache import CachedFile, VerdictCache, mark_reused, n
 if TYPE_CHECKING:
     from opgate.verify.engine import VerifyRequest
 
-Judge = Callable[["VerifyRequest", Any, ResumedChecks], RunReport]
+# the engine's judging: the request, the console, the stored results of files judged in part, and what to do with
+# the report so far when the run is interrupted (before its children are stopped)
+Judge = Callable[["VerifyRequest", Any, ResumedChecks, Callable[[RunReport], RunReport]], RunReport]
 
 
 def _file_of(result: CheckResult) -> Path | None:
@@ -89,34 +90,34 @@ def run_with_cache(request: "VerifyRequest", console: Any, cache: VerdictCache, 
                       f"({sum(resumed_from.values())} finished results stored): their finished checks are not run "
                       "again (--no-cache runs them)", highlight=False)
     judged_at = now()
-    try:
-        report = (judge(_only(request, to_judge), console, resumed) if to_judge
-                  else _reused_only_report(request, cache.gpu_present))
-    except RunInterrupted as stop:
-        kept = _kept_after_interrupt(stop, request, cache, reused, to_judge, judged_at, started, resumed)
-        raise RunInterrupted(stop.results, stop.not_run, report=kept) from None
+
+    def keep(report: RunReport) -> RunReport:
+        """Called by the engine on an interrupt, before it stops its children (that can outlast a CI runner's
+        SIGTERM-to-SIGKILL grace): what was judged is stored at once."""
+        return _kept_after_interrupt(report, request, cache, reused, to_judge, judged_at, started, resumed)
+
+    report = (judge(_only(request, to_judge), console, resumed, keep) if to_judge
+              else _reused_only_report(request, cache.gpu_present))
     stored = _store_judged(cache, report, to_judge, judged_at)
     partly = _store_in_part(cache, report, [spec for spec in to_judge if spec not in stored], judged_at)
     return _merged(report, request, reused, to_judge, stored, started, resumed, partly)
 
 
-def _kept_after_interrupt(stop: RunInterrupted, request: "VerifyRequest", cache: VerdictCache,
+def _kept_after_interrupt(so_far: RunReport, request: "VerifyRequest", cache: VerdictCache,
                           reused: Mapping[Path, CachedFile], judged: Sequence[Path], judged_at: str,
-                          started: float, resumed: ResumedChecks) -> RunReport | None:
+                          started: float, resumed: ResumedChecks) -> RunReport:
     """An interrupted run (Ctrl-C, a CI job's time limit) still stores the files it judged wholly (the engine's
     extra["complete_files"]), and the finished checks of the others (verify/resumed.py), so the next run judges
     only the rest. The report so far, with the reused files' verdicts and what was stored, written again when
     either changed it (reporting.emit.emit_interrupted)."""
-    if stop.report is None:
-        return None
-    complete = {Path(spec).resolve() for spec in stop.report.extra.get("complete_files") or ()}
-    stored = _store(cache, stop.report, [spec for spec in judged if Path(spec).resolve() in complete], judged_at)
-    partly = _store_in_part(cache, stop.report, [spec for spec in judged if spec not in stored], judged_at)
+    complete = {Path(spec).resolve() for spec in so_far.extra.get("complete_files") or ()}
+    stored = _store(cache, so_far, [spec for spec in judged if Path(spec).resolve() in complete], judged_at)
+    partly = _store_in_part(cache, so_far, [spec for spec in judged if spec not in stored], judged_at)
     if not reused and not stored and not partly:
-        return stop.report
+        return so_far
     from opgate.reporting.emit import emit_interrupted
 
-    report = _merged(stop.report, request, reused, judged, stored, started, resumed, partly)
+    report = _merged(so_far, request, reused, judged, stored, started, resumed, partly)
     emit_interrupted(report)
     return report
 
