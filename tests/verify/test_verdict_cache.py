@@ -367,9 +367,16 @@ def test_a_file_with_an_error_keeps_its_other_checks_and_the_operators_they_sett
     def task(check_id):
         return CheckTask(check_id, check_id, "t", 1.0, CheckContext(verb="verify"))
 
-    kept, stored = resumed.take([(10, task("verify.relu.torch.float32")), (30, task("verify.relu.torch.float32.runtime"))])
-    assert [t.check_id for _, t in kept] == ["verify.relu.torch.float32.runtime"]
+    kept, stored = resumed.take([(10, task("verify.relu.torch.float32")), (30, task("verify.relu.torch.float32.runtime")),
+                                 (42, task("verify.relu.torch.float32.runtime_warm_up"))])
+    assert [t.check_id for _, t in kept] == ["verify.relu.torch.float32.runtime",
+                                            "verify.relu.torch.float32.runtime_warm_up"]
     assert [r.check_id for r in stored] == ["verify.relu.torch.float32"]
     # the settled operator's other stored results, once each; an unsettled operator has none to give
     assert [r.check_id for r in resumed.of_settled("relu")] == ["verify.relu.calibration"]
     assert resumed.of_settled("relu") == [] and resumed.of_settled("tanh") == []
+    # the warm-up of a stored runtime check does not run either (it serves only that check)
+    resumed.add([_result("verify.relu.torch.float32.runtime", Outcome.PASSED, relu)], [], {})
+    kept, stored = resumed.take([(30, task("verify.relu.torch.float32.runtime")),
+                                 (42, task("verify.relu.torch.float32.runtime_warm_up"))])
+    assert kept == [] and [r.check_id for r in stored] == ["verify.relu.torch.float32.runtime"]

@@ -23,6 +23,10 @@ from typing import Iterable, Mapping, Sequence
 from opgate.engine.runner import CheckTask
 from opgate.model.results import CheckResult, Outcome
 
+# The runtime stage's warm-up task of check `X` is `X_warm_up` (verify/builtin_stages.py): its result is internal,
+# never stored, and it serves no other check.
+WARM_UP_SUFFIX = "_warm_up"
+
 
 def operator_of(result: CheckResult) -> str | None:
     """The operator a result judged: its `op` label (the runner copies it from the task), else extra["op"]."""
@@ -63,11 +67,12 @@ class ResumedChecks:
         stored: list[CheckResult] = []
         for order, task in items:
             result = self.results.get(task.check_id)
-            if result is None:
-                kept.append((order, task))
-            else:
+            if result is not None:
                 stored.append(result)
                 self.taken.add(task.check_id)
+            elif not (task.check_id.endswith(WARM_UP_SUFFIX)
+                      and task.check_id.removesuffix(WARM_UP_SUFFIX) in self.results):
+                kept.append((order, task))  # (a warm-up serves only its check: none for a stored one)
         return kept, stored
 
     def of_settled(self, op_name: str, known: Iterable[str] = ()) -> list[CheckResult]:
