@@ -380,3 +380,33 @@ def test_a_file_with_an_error_keeps_its_other_checks_and_the_operators_they_sett
     kept, stored = resumed.take([(30, task("verify.relu.torch.float32.runtime")),
                                  (42, task("verify.relu.torch.float32.runtime_warm_up"))])
     assert kept == [] and [r.check_id for r in stored] == ["verify.relu.torch.float32.runtime"]
+
+
+def test_a_run_given_a_time_limit_stops_itself_there_keeps_what_it_judged_and_says_why(tmp_path):
+    """--time-limit: the run stops as on SIGTERM before a CI job's own limit would kill it without a report; its
+    exit code says what it found (3 here: nothing failed, not everything judged), the report says why it stopped,
+    and the finished checks are kept for the next run."""
+    import os
+    import subprocess
+    import sys
+
+    from tests_verify_support import SRC
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "ops.py").write_text(FAST_AND_SLOW)  # slow's check hangs: the limit stops the run there
+    cache, report_path = tmp_path / "cache", tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
+           "OPGATE_CALIBRATION_PROCESSES": "0"}
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
+                           "--stages", "numerics", "--jobs", "2", "--json", str(report_path), "--time-limit", "60"],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "--time-limit 60 s reached" in proc.stderr, proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["interrupted"] is True and report["extra"]["time_limit_s"] == 60
+    assert report["extra"]["verdict_cache"]["stored_in_part"] == [str(specs / "ops.py")]
+    assert {r["check_id"]: r["outcome"] for r in report["results"]}["verify.fast.torch.float32"] == "passed"
+    bad = subprocess.run([sys.executable, "-m", "opgate", "verify", str(specs), "--time-limit", "0"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--time-limit" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

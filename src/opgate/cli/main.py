@@ -282,10 +282,20 @@ def verify(
                                "not change (their file, local imports, installed packages, opgate, GPUs, options) "
                                "and the float64 bound terms of unchanged cases; --no-cache judges everything again "
                                "(same as OPGATE_CACHE=0)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=1.0, help="Wall-clock seconds for the "
+                                               "whole run: at the limit it stops as on SIGTERM, writes the report "
+                                               "so far and keeps what it judged for the next run (exit 1 if a check "
+                                               "failed, else 3). Set it inside a CI job's own limit."),
 ) -> None:
     """Is this operator correct on every backend and dtype, within a calibrated error budget?"""
     from opgate.verify.engine import VerifyRequest, parse_sanitizer_tools, parse_stages, run_verify
     from opgate.verify.spec_files import changed_specs, expand_spec_paths
+
+    timer = None
+    if time_limit is not None:  # counted from here: the spec load and the calibration are part of the run
+        from opgate.engine.interrupts import stop_at_time_limit
+
+        timer = stop_at_time_limit(time_limit)
 
     if not cache:  # the environment, so the calibration's children skip the bound cache too
         from opgate.verify.bounds_cache import CACHE_ENV
@@ -313,6 +323,8 @@ def verify(
         spec_files=tuple(files) if len(files) > 1 else (), time_budget_s=time_budget,
     )
     report = run_verify(request, console)
+    if timer is not None:  # judged in time: the reports below are written whole
+        timer.cancel()
     if fail_on_skip or require_gpu:
         from opgate.cli.policy import apply_skip_policy
 
@@ -561,11 +573,16 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
     """Stop every child, write the report so far to the planned files (once: verify wrote it already), say where,
     exit 130."""
     from opgate.engine.children import kill_all_children
+    from opgate.engine.interrupts import time_limit_reached
+    from opgate.model.results import Outcome
     from opgate.reporting.emit import emit_interrupted
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
     kill_all_children()
     report = report_of(stop)
+    limit = time_limit_reached()
+    if limit is not None:
+        err_console.print(f"opgate: --time-limit {limit:g} s reached: the run stopped where it was", highlight=False)
     if report is not None:
         err_console.print(f"opgate: interrupted; every child process was stopped{emit_interrupted(report)}")
         said = report.extra.get("verdict_cache") or {}
@@ -579,6 +596,9 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
     else:
         err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                           "no report was written")
+    if limit is not None:  # a limit the user set is not an interrupt: what was found, or that it could not judge all
+        failed = report is not None and any(r.outcome is Outcome.FAILED for r in report.results)
+        sys.exit(int(ExitCode.CHECK_FAILED if failed else ExitCode.INTERNAL_ERROR))
     sys.exit(int(ExitCode.INTERRUPTED))
 
 

@@ -12,6 +12,8 @@ import functools
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 if TYPE_CHECKING:
+    import threading
+
     from opgate.model.results import CheckResult, RunReport
 
 
@@ -72,3 +74,33 @@ def raise_interrupt(signum: int, frame: object) -> None:
         return
     _STOPPING[0] = True
     raise KeyboardInterrupt
+
+
+# -- --time-limit ---------------------------------------------------------------------------------------------------
+# A run given a wall-clock limit stops itself at it the way SIGTERM stops it (the report so far, the verdicts kept
+# for the next run: verify/verdict_reuse.py), before a CI job's own limit kills it without a report. Its exit code
+# then says what the run found: 1 when a check failed, else 3 (opgate could not judge everything in time).
+_TIME_LIMIT: list[float] = []  # the limit, once reached
+
+
+def stop_at_time_limit(limit_s: float) -> "threading.Timer":
+    """Send this process SIGTERM after `limit_s` seconds (a daemon timer: it never keeps the process alive)."""
+    import os
+    import signal
+    import threading
+
+    _TIME_LIMIT.clear()
+
+    def reached() -> None:
+        _TIME_LIMIT[:] = [limit_s]
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(limit_s, reached)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def time_limit_reached() -> float | None:
+    """The --time-limit that stopped this run, or None when none did."""
+    return _TIME_LIMIT[0] if _TIME_LIMIT else None

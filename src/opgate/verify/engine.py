@@ -553,7 +553,7 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
            keep: Callable[[RunReport], RunReport] | None = None) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
-    from opgate.engine.interrupts import RunInterrupted
+    from opgate.engine.interrupts import RunInterrupted, time_limit_reached
     from opgate.engine.session import run_session
 
     from opgate.engine.children import become_subreaper, start_afresh
@@ -596,6 +596,9 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
                 settled = [] if whole_run else prepared.settled_operators(report.results)
                 report = dataclasses.replace(report, extra={**report.extra, "complete_files": complete,
                                                             "settled_operators": settled})
+                if time_limit_reached() is not None:  # --time-limit: why the run stopped
+                    report = dataclasses.replace(report, extra={**report.extra,
+                                                                "time_limit_s": time_limit_reached()})
                 # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace (on
                 # the H200 host a library run was killed 5 s after its SIGTERM); so are the verdicts kept for the
                 # next run (`keep`: verify/verdict_reuse.py)
