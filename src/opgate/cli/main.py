@@ -597,6 +597,8 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
         err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                           "no report was written")
     if limit is not None:  # a limit the user set is not an interrupt: what was found, or that it could not judge all
+        if report is not None and report.extra.get("time_limit_s"):
+            sys.exit(int(report.exit_code))  # RunReport.exit_code: 1 if a check failed, else 3
         failed = report is not None and any(r.outcome is Outcome.FAILED for r in report.results)
         sys.exit(int(ExitCode.CHECK_FAILED if failed else ExitCode.INTERNAL_ERROR))
     sys.exit(int(ExitCode.INTERRUPTED))

@@ -220,6 +220,9 @@ class RunReport:
     def exit_code(self) -> ExitCode:
         """Unreadable input (exit 2) outranks verdicts: the run could not judge what it was given."""
         if self.extra.get("interrupted"):
+            if self.extra.get("time_limit_s"):  # stopped by its own --time-limit: what it found, or that it could
+                failed = any(r.outcome is Outcome.FAILED for r in self.results)  # not judge everything in time
+                return ExitCode.CHECK_FAILED if failed else ExitCode.INTERNAL_ERROR
             return ExitCode.INTERRUPTED
         if self.input_errors:
             return ExitCode.BAD_INPUT
