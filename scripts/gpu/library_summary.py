@@ -17,6 +17,14 @@ def summary(report: dict) -> list[str]:
     engine = report.get("extra", {}).get("engine", {})
     lines = [f"report {report.get('duration_s', 0):.0f} s, interrupted {report.get('interrupted')}, "
              f"exit {report.get('exit_code')}, {report.get('counts')}"]
+    extra_ = report.get("extra", {})
+    if extra_.get("time_limit_s"):
+        lines.append(f"stopped by --time-limit {extra_['time_limit_s']:g} s")
+    reused = collections.Counter(r.get("stage") or "-" for r in report.get("results", [])
+                                 if (r.get("extra") or {}).get("cached_from"))
+    if reused:  # from the verdict cache: whole files, or the finished checks of files judged in part
+        lines.append(f"reused {sum(reused.values())} results: {dict(reused)}; settled operators "
+                     f"{len(extra_.get('settled_operators') or [])}")
     outcomes = collections.Counter((r.get("stage") or "-", r["outcome"]) for r in report.get("results", []))
     lines += [f"  {stage} {outcome}: {count}" for (stage, outcome), count in sorted(outcomes.items())]
     workers = engine.get("warm_workers", {})
