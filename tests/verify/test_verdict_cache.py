@@ -253,6 +253,7 @@ FAST_AND_SLOW = '''
 import pathlib
 import time
 
+import torch
 import opgate
 
 HERE = pathlib.Path(__file__).parent
@@ -267,12 +268,12 @@ def fast_torch(x):
 
 
 slow = opgate.Operator("slow", reference=lambda x: x * 3, inputs=[opgate.TensorSpec("x", ("M", "N"))],
-                       dims={"M": [2], "N": [8]}, dtypes=["float32"])
+                       dims={"M": [2], "N": [8]}, dtypes=["float32", "bfloat16"])
 
 
 @slow.implementation("torch")
 def slow_torch(x):
-    if not (HERE / "release").exists():  # the first run is stopped here
+    if x.dtype == torch.bfloat16 and not (HERE / "release").exists():  # the first run is stopped here
         (HERE / "started").touch()
         time.sleep(120)
     return x * 3
@@ -296,18 +297,18 @@ def test_an_interrupted_file_keeps_its_finished_checks_and_the_next_run_runs_onl
     spec = specs / "ops.py"
     spec.write_text(FAST_AND_SLOW)
     cache, first = tmp_path / "cache", tmp_path / "first.json"
-    # one slot and the calibration in this thread: fast is calibrated and checked before slow's check hangs
+    # one slot and the calibration in this thread: fast's check and slow's float32 check finish before slow's
+    # bfloat16 check (the last handed over) starts and hangs
     env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
            "OPGATE_CALIBRATION_PROCESSES": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
-                             "--stages", "numerics", "--jobs", "2", "--json", str(first)], env=env,
+                             "--stages", "numerics", "--jobs", "1", "--json", str(first)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
         while not (specs / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert (specs / "started").exists(), proc.communicate(timeout=60)
-        time.sleep(1.0)  # fast's check ends within it (it started before slow's, on the other slot)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -317,6 +318,7 @@ def test_an_interrupted_file_keeps_its_finished_checks_and_the_next_run_runs_onl
     report = json.loads(first.read_text())
     assert report["extra"]["verdict_cache"]["stored_in_part"] == [str(spec)]
     assert report["extra"]["settled_operators"] == ["fast"]
+    assert report["extra"]["settled_dtypes"] == {"fast": ["float32"], "slow": ["float32"]}
 
     (specs / "release").touch()
     monkeypatch.setenv("OPGATE_VERDICT_CACHE", "1")
@@ -327,12 +329,15 @@ def test_an_interrupted_file_keeps_its_finished_checks_and_the_next_run_runs_onl
         reports.append((proc.stdout, json.loads((tmp_path / f"{name}.json").read_text())))
     (said, second), (_, third) = reports
     reused = {r["check_id"]: bool(r["extra"].get("cached_from")) for r in second["results"]}
+    # slow's calibration result is the first run's: it calibrated slow whole, and only bfloat16 is calibrated again
     assert reused == {"verify.fast.calibration": True, "verify.fast.torch.float32": True,
-                      "verify.slow.calibration": False, "verify.slow.torch.float32": False}
-    assert "1 spec file(s) judged in part before (3 finished results stored)" in said, said  # slow's calibration too
-    assert list(second["extra"]["engine"]["calibration_spans_s"]) == ["slow float32"]  # fast: not calibrated again
+                      "verify.slow.calibration": True, "verify.slow.torch.float32": True,
+                      "verify.slow.torch.bfloat16": False}
+    assert "1 spec file(s) judged in part before (4 finished results stored)" in said, said
+    assert list(second["extra"]["engine"]["calibration_spans_s"]) == ["slow bfloat16"]
     assert second["extra"]["case_counts"] == report["extra"]["case_counts"] == {"fast": 25, "slow": 25}
-    assert second["extra"]["verdict_cache"]["resumed"] == {str(spec): 2}
+    assert second["extra"]["verdict_cache"]["resumed"] == {str(spec): 4}
+    assert second["extra"]["settled_operators"] == ["fast", "slow"]
     assert second["extra"]["verdict_cache"]["stored"] == [str(spec)]
     assert list(third["extra"]["verdict_cache"]["reused"]) == [str(spec)]
     assert {r["check_id"]: r["outcome"] for r in third["results"]} == {
@@ -375,6 +380,13 @@ def test_a_file_with_an_error_keeps_its_other_checks_and_the_operators_they_sett
     # the settled operator's other stored results, once each; an unsettled operator has none to give
     assert [r.check_id for r in resumed.of_settled("relu")] == ["verify.relu.calibration"]
     assert resumed.of_settled("relu") == [] and resumed.of_settled("tanh") == []
+    # an operator that is not settled skips the dtypes settled before, only while its stored calibration (of all its
+    # dtypes) stands for them and a dtype is left to calibrate
+    partly = ResumedChecks()
+    partly.add([_result("verify.tanh.calibration", Outcome.PASSED, relu)], [], {}, {"tanh": ["float32"]})
+    assert partly.skippable_dtypes("tanh", ["float32", "float16"]) == ["float32"]
+    assert partly.skippable_dtypes("tanh", ["float32"]) == []  # nothing left: calibrated as a whole operator
+    assert ResumedChecks(settled_dtypes={"tanh": {"float32"}}).skippable_dtypes("tanh", ["float32", "float16"]) == []
     # the warm-up of a stored runtime check does not run either (it serves only that check)
     resumed.add([_result("verify.relu.torch.float32.runtime", Outcome.PASSED, relu)], [], {})
     kept, stored = resumed.take([(30, task("verify.relu.torch.float32.runtime")),

@@ -149,6 +149,9 @@ class CalibrationJob:
     make_plan: Callable[[dict[str, Path]], OperatorPlan]  # the engine's OperatorPlan for these plan files
     spec_file: Path  # the spec file that defines `op`, as the user gave it
     cases: list[Case] = field(default_factory=list)
+    # an operator an earlier run calibrated whole, now calibrated again only in `dtypes` (its other dtypes' checks
+    # all finished: verify/resumed.py): the calibration result reported is that run's
+    stored_calibration: CheckResult | None = None
 
 
 @dataclass(frozen=True)
@@ -463,6 +466,8 @@ class Calibrator(threading.Thread):
         # operators whose every dtype is calibrated and every task handed over (added last: an interrupted run's
         # complete spec files, PreparedRun.complete_files)
         self.operators_done: set[str] = set()
+        self.plans_done: set[tuple[str, str]] = set()  # (operator, dtype) calibrated, its tasks handed over
+        self.task_dtypes: dict[str, str] = {}  # check id -> the dtype of the one plan it was handed over with
 
     def run(self) -> None:
         self.started_at = time.perf_counter()
@@ -643,6 +648,7 @@ class Calibrator(threading.Thread):
         if lag_s > 0:  # the epoch seconds the operator's calibration began: its checks measure their lag at start
             plan.calibration_began_at = time.time() - lag_s
         self._hand_over(op_index, plan, per_dtype)
+        self.plans_done.add((op.name, outcome.dtype))
 
     def _done_operator(self, op_index: int, job: CalibrationJob, outcomes: dict[str, Any], seconds: float) -> None:
         per_operator = [s for s in self.stages if s.needs.calibration and not s.per_dtype_plans]
@@ -651,6 +657,8 @@ class Calibrator(threading.Thread):
         result = calibration_result(job.op, calibrated, self.budget, self.seed, seconds)
         if failed:
             result = failed_calibration_result(result, failed, calibrated)
+        elif job.stored_calibration is not None:  # calibrated again in some dtypes only: the whole one stands
+            result = job.stored_calibration
         self.results.append(result)
         if calibrated:
             self._hand_over(op_index, job.make_plan({d: Path(o.path) for d, o in calibrated.items()}), per_operator)
@@ -665,8 +673,11 @@ class Calibrator(threading.Thread):
         items, preset = stage_tasks(plan, stages, self.unmet)
         items, stored = self.resumed.take(items)
         self.results += preset + stored
+        single = next(iter(plan.plans)) if len(plan.plans) == 1 else None
         for order, task in items:
             self.task_keys[task.check_id] = (order, op_index, len(self.task_keys))
+            if single is not None:
+                self.task_dtypes[task.check_id] = single
         self.feed.put([task for _, task in sorted(items, key=lambda item: item[0])])
 
     def _replay_plan(self, job: CalibrationJob, dtype: str, path: Path, fatal_cases: Callable[[], list[Case]],

@@ -252,6 +252,7 @@ class PreparedRun:
     task_keys: dict[str, tuple[int, int, int]]  # check id -> (stage order, operator, sequence): the report's order
     spec_of_op: dict[str, str]  # operator name -> its spec file as the user gave it (results name it: replays)
     settled_before: set[str] = field(default_factory=set)  # operators an earlier run settled (verify/resumed.py)
+    settled_dtypes_before: dict[str, set[str]] = field(default_factory=dict)  # ... and operator x dtypes
 
     def finish(self, report: RunReport) -> RunReport:
         """The session's report with the calibration's results first and every check in stage order, each result
@@ -304,6 +305,20 @@ class PreparedRun:
             if f"verify.{op}.calibration" in kept and all(i in kept for i in handed_over.get(op, [])):
                 settled.add(op)
         return sorted(settled)
+
+    def settled_dtypes(self, results: Sequence[CheckResult]) -> dict[str, list[str]]:
+        """Per operator, the dtypes whose plan was calibrated and every check handed over with it finished without
+        an `error` (a later run need not calibrate them again: verify/resumed.py), those settled before included."""
+        done = set(self.calibrator.plans_done)  # before the task ids: a done plan's tasks are in them
+        handed_over: dict[tuple[str | None, str], list[str]] = {}
+        for check_id, dtype in list(self.calibrator.task_dtypes.copy().items()):
+            handed_over.setdefault((self._operator_of_id(check_id), dtype), []).append(check_id)
+        kept = {result.check_id for result in results if keepable(result)}
+        settled = {op: set(dtypes) for op, dtypes in self.settled_dtypes_before.items()}
+        for op, dtype in done:
+            if all(i in kept for i in handed_over.get((op, dtype), [])):
+                settled.setdefault(op, set()).add(dtype)
+        return {op: sorted(dtypes) for op, dtypes in sorted(settled.items()) if dtypes}
 
     def _operator_of_id(self, check_id: str) -> str | None:
         """The operator a check id names: the longest operator name it starts with (`verify.<op>.`)."""
@@ -380,6 +395,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     unmet = {stage.name: stage.unmet(gpu) for stage in stages}
     at_once = [s for s in stages if not s.needs.calibration]
     calibrated = [s for s in stages if s.needs.calibration]
+    per_dtype_only = all(s.per_dtype_plans for s in calibrated)
     keyed: list[tuple[tuple[int, int, int], CheckTask]] = []
     preset: list[CheckResult] = []
     jobs: list[CalibrationJob] = []
@@ -395,6 +411,15 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
             preset += resumed.of_settled(sel.op.name, known={r.check_id for r in preset})
             if sel.op.name in resumed.case_counts:
                 info["case_counts"][sel.op.name] = resumed.case_counts[sel.op.name]
+            continue
+        # the dtypes whose checks all finished before are not calibrated again (only where every stage that needs
+        # the calibration takes one dtype's plan at a time: a per-operator stage needs them all)
+        skip = resumed.skippable_dtypes(sel.op.name, sel.dtypes) if per_dtype_only else []
+        if skip:
+            stored_calibration = resumed.calibration_of(sel.op.name)
+            preset += resumed.of_dtypes(sel.op.name, skip)
+            jobs.append(CalibrationJob(sel.op, [d for d in sel.dtypes if d not in skip], make_plan, sel.spec_file,
+                                       stored_calibration=stored_calibration))
             continue
         jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file))
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
@@ -413,8 +438,10 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2)}
     spec_of_op = {sel.op.name: str(sel.spec_file) for sel in selections}
+    names = {sel.op.name for sel in selections}
     return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed}, spec_of_op,
-                       settled_before={sel.op.name for sel in selections} & resumed.settled)
+                       settled_before=names & resumed.settled,
+                       settled_dtypes_before={op: set(d) for op, d in resumed.settled_dtypes.items() if op in names})
 
 
 def _bytecode_folder(run_folder: Path) -> Path:
@@ -594,8 +621,9 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
                 whole_run = any(stage.whole_run_group for stage in chosen_stages(request))  # not run: incomplete
                 complete = [] if whole_run else prepared.complete_files(stop.results, stop.not_run)
                 settled = [] if whole_run else prepared.settled_operators(report.results)
-                report = dataclasses.replace(report, extra={**report.extra, "complete_files": complete,
-                                                            "settled_operators": settled})
+                report = dataclasses.replace(report, extra={
+                    **report.extra, "complete_files": complete, "settled_operators": settled,
+                    "settled_dtypes": {} if whole_run else prepared.settled_dtypes(report.results)})
                 if time_limit_reached() is not None:  # --time-limit: why the run stopped
                     report = dataclasses.replace(report, extra={**report.extra,
                                                                 "time_limit_s": time_limit_reached()})
@@ -609,9 +637,9 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
             prepared.calibrator.join()
             report = _with_worker_stats(prepared.finish(report), pool)
             if not any(stage.whole_run_group for stage in chosen_stages(request)):
-                report = dataclasses.replace(report, extra={**report.extra,
-                                                            "settled_operators": prepared.settled_operators(
-                                                                report.results)})
+                report = dataclasses.replace(report, extra={
+                    **report.extra, "settled_operators": prepared.settled_operators(report.results),
+                    "settled_dtypes": prepared.settled_dtypes(report.results)})
         finally:
             if interrupted:  # the empty-case probes' children first: their threads are joined at exit
                 from opgate.engine.children import kill_all_children

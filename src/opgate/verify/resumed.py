@@ -36,6 +36,14 @@ def operator_of(result: CheckResult) -> str | None:
     return str(op) if op is not None else None
 
 
+def dtype_of(result: CheckResult) -> str | None:
+    """The dtype a result judged (its `dtype` label, else extra["dtype"]), or None for one about no dtype."""
+    dtype = (result.labels or {}).get("dtype")
+    if dtype is None and isinstance(result.extra, dict):
+        dtype = result.extra.get("dtype")
+    return str(dtype) if dtype is not None else None
+
+
 def keepable(result: CheckResult) -> bool:
     """Whether a finished result may stand for its check in a later run: not an `error` (opgate could not judge:
     that may not recur) and not one of the engine's own scheduling results."""
@@ -50,13 +58,43 @@ class ResumedChecks:
     results: dict[str, CheckResult] = field(default_factory=dict)
     settled: set[str] = field(default_factory=set)
     case_counts: dict[str, int] = field(default_factory=dict)
+    # operator -> dtypes whose plan was calibrated and every check that needed it finished
+    settled_dtypes: dict[str, set[str]] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)  # the check ids reported from here instead of run
 
-    def add(self, results: Iterable[CheckResult], settled: Iterable[str], case_counts: Mapping[str, int]) -> None:
+    def add(self, results: Iterable[CheckResult], settled: Iterable[str], case_counts: Mapping[str, int],
+            settled_dtypes: Mapping[str, Iterable[str]] | None = None) -> None:
         for result in results:
             self.results[result.check_id] = result
         self.settled.update(settled)
         self.case_counts.update(case_counts)
+        for op, dtypes in (settled_dtypes or {}).items():
+            self.settled_dtypes.setdefault(op, set()).update(dtypes)
+
+    def calibration_of(self, op_name: str) -> CheckResult | None:
+        """The operator's stored calibration result when it was calibrated whole and it judged (not an `error`)."""
+        return self.results.get(f"verify.{op_name}.calibration")
+
+    def skippable_dtypes(self, op_name: str, dtypes: Sequence[str]) -> list[str]:
+        """Of an operator that is not settled, the dtypes not to calibrate again: each settled before, and only
+        when its stored calibration result stands for the rest (calibrated whole then) and a dtype is left to
+        calibrate."""
+        if op_name in self.settled or self.calibration_of(op_name) is None:
+            return []
+        skip = [d for d in dtypes if d in self.settled_dtypes.get(op_name, set())]
+        return skip if len(skip) < len(dtypes) else []
+
+    def of_dtypes(self, op_name: str, dtypes: Iterable[str]) -> list[CheckResult]:
+        """The stored results of these dtypes of an operator not reported yet (the checks of the dtypes that are
+        not calibrated again); the calibration result is taken too (it stands for the operator)."""
+        wanted = set(dtypes)
+        found = [result for check_id, result in self.results.items()
+                 if check_id not in self.taken and operator_of(result) == op_name and dtype_of(result) in wanted]
+        self.taken.update(result.check_id for result in found)
+        calibration = self.calibration_of(op_name)
+        if calibration is not None:
+            self.taken.add(calibration.check_id)
+        return found
 
     def __bool__(self) -> bool:
         return bool(self.results)

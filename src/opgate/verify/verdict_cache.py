@@ -37,6 +37,7 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -66,6 +67,7 @@ class CachedFile:
     judged_at: str
     settled: tuple[str, ...] = ()  # a partial entry's operators whose calibration and checks all finished
     partial: bool = False
+    settled_dtypes: Mapping[str, tuple[str, ...]] = dataclass_field(default_factory=dict)  # ... and operator x dtypes
 
 
 def _digest_files(digest: Any, paths: Sequence[Path], root: Path | None = None) -> None:
@@ -242,7 +244,9 @@ class VerdictCache:
                 return None
             results = tuple(CheckResult.from_dict(r) for r in data["results"])
             return CachedFile(results, dict(data.get("case_counts", {})), str(data["judged_at"]),
-                              tuple(str(op) for op in data.get("settled", ())), partial)
+                              tuple(str(op) for op in data.get("settled", ())), partial,
+                              {str(op): tuple(str(d) for d in dtypes)
+                               for op, dtypes in dict(data.get("settled_dtypes", {})).items()})
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -259,13 +263,15 @@ class VerdictCache:
         return stored
 
     def store_partial(self, spec: Path, results: Sequence[CheckResult], settled: Sequence[str],
-                      case_counts: Mapping[str, int], judged_at: str) -> bool:
+                      case_counts: Mapping[str, int], judged_at: str,
+                      settled_dtypes: Mapping[str, Sequence[str]] | None = None) -> bool:
         """Store the finished checks of a file judged in part (verify/resumed.py: `results` without an `error`,
-        `settled` operators); whether it was stored."""
+        `settled` operators and operator x dtypes); whether it was stored."""
         if not results or any(r.outcome is Outcome.ERROR for r in results):
             return False
         return self._write(spec, {"partial": True, "results": [r.to_dict() for r in results],
                                   "settled": sorted(settled), "case_counts": dict(case_counts),
+                                  "settled_dtypes": {op: sorted(d) for op, d in (settled_dtypes or {}).items()},
                                   "judged_at": judged_at})
 
     def _write(self, spec: Path, body: Mapping[str, Any]) -> bool:

@@ -79,7 +79,8 @@ def run_with_cache(request: "VerifyRequest", console: Any, cache: VerdictCache, 
         to_judge.append(spec)
         part = cache.load(spec, partial=True)
         if part is not None:  # judged in part before: its finished checks are not run again (verify/resumed.py)
-            resumed.add((mark_reused(r, part.judged_at) for r in part.results), part.settled, part.case_counts)
+            resumed.add((mark_reused(r, part.judged_at) for r in part.results), part.settled, part.case_counts,
+                        part.settled_dtypes)
             resumed_from[spec] = len(part.results)
     if reused:
         console.print(f"verdict cache: {len(reused)} of {len(request.files)} spec file(s) unchanged since they "
@@ -138,8 +139,9 @@ def _store_in_part(cache: VerdictCache, report: RunReport, judged: Sequence[Path
         results = [r for r in owned.get(Path(spec).resolve(), []) if keepable(r)]
         ops = {op for op in map(operator_of, results) if op is not None}
         mine = [op for op in settled if op in ops]
-        counts = {op: count for op, count in case_counts.items() if op in mine}
-        if cache.store_partial(spec, results, mine, counts, judged_at):
+        dtypes = {op: d for op, d in (report.extra.get("settled_dtypes") or {}).items() if op in ops}
+        counts = {op: count for op, count in case_counts.items() if op in mine or op in dtypes}
+        if cache.store_partial(spec, results, mine, counts, judged_at, dtypes):
             stored.append(spec)
     return stored
 
