@@ -7,8 +7,9 @@ are *settled*, whose calibration and every check that needs it finished. The nex
 
 - a task whose check id has a stored result does not run: the stored result is reported, marked reused;
 - a settled operator is not calibrated again: its calibration result and its numerics results are the stored ones;
-- an operator that is not settled is calibrated again (the same seed gives the same plan) and only those of its
-  checks that have no stored result run.
+- an operator that is not settled is calibrated again (the same seed gives the same plan), in only the dtypes
+  whose checks did not all finish where the earlier run had calibrated it whole (its stored calibration result then
+  stands for it), and only those of its checks that have no stored result run.
 
 Why at the check and not the file: on the H200 a library run stopped at its limit had judged 170 of its 188
 numerics checks but none of its runtime or recovery measurements, so no file was complete and the next run judged
