@@ -73,6 +73,7 @@ def _compiles(report: dict) -> list[str]:
     """The numerics checks' Triton JIT compiles against their wall time, and the operators that compiled longest."""
     seconds: collections.Counter[str] = collections.Counter()
     counts: collections.Counter[str] = collections.Counter()
+    slowest: list[tuple[float, str]] = []  # the longest single compile of each check (backend_facts.triton_jit)
     wall = 0.0
     for result in report.get("results", []):
         if result.get("stage") != "numerics":
@@ -81,12 +82,18 @@ def _compiles(report: dict) -> list[str]:
         jit = (extra.get("backend_facts") or {}).get("triton_jit") or {}
         seconds[str(extra.get("op"))] += float(jit.get("seconds") or 0.0)
         counts[str(extra.get("op"))] += int(jit.get("compiles") or 0)
+        if jit.get("slowest"):
+            slowest.append((float(jit["slowest"]["seconds"]), f"{jit['slowest']['kernel']} ({result['check_id']})"))
         wall += float(result.get("duration_s") or 0.0)
     if not counts:
         return []
     top = ", ".join(f"{op} {s:.0f} s ({counts[op]})" for op, s in seconds.most_common(8))
-    return [f"numerics Triton compiles: {sum(counts.values())} in {sum(seconds.values()):.0f} s of the checks' "
-            f"{wall:.0f} s; longest (seconds, compiles): {top}"]
+    lines = [f"numerics Triton compiles: {sum(counts.values())} in {sum(seconds.values()):.0f} s of the checks' "
+             f"{wall:.0f} s; longest (seconds, compiles): {top}"]
+    if slowest:
+        slowest.sort(reverse=True)
+        lines.append("longest single compiles: " + ", ".join(f"{s:.1f} s {what}" for s, what in slowest[:8]))
+    return lines
 
 
 if __name__ == "__main__":

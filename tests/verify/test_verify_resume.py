@@ -8,6 +8,7 @@ every case.
 from __future__ import annotations
 
 import json
+import time
 import os
 import subprocess
 import sys
@@ -272,6 +273,12 @@ def test_tritons_jit_hooks_mark_the_compile_while_it_runs(tmp_path):
         assert json.loads((tmp_path / COMPILING).read_text())["kernel"] == "softmax_kernel"
         knobs.runtime.jit_post_compile_hook(key="k", fn=kernel)
         assert not (tmp_path / COMPILING).exists() and record["compiles"] == 1
+        assert record["slowest"]["kernel"] == "softmax_kernel" and record["slowest"]["seconds"] >= 0.0
+        wide = SimpleNamespace(name="wide_kernel")
+        knobs.runtime.jit_cache_hook(key="w", fn=wide)
+        time.sleep(0.05)
+        knobs.runtime.jit_post_compile_hook(key="w", fn=wide)
+        assert record["slowest"]["kernel"] == "wide_kernel"  # the longest single compile is kept
     finally:
         knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = saved
         resume._OPEN_JOURNAL["folder"] = None

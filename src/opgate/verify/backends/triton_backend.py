@@ -170,7 +170,12 @@ def record_compiles() -> dict[str, Any]:
         name = str(getattr(info, "name", "kernel"))
         record["compiles"] += 1
         if began is not None:
-            record["seconds"] = round(record["seconds"] + time.perf_counter() - began, 4)
+            took = time.perf_counter() - began
+            record["seconds"] = round(record["seconds"] + took, 4)
+            # the longest single compile: a first call's stall in production too (FlagGems' skip_layer_norm at
+            # N=65537: a minute, library_corpus/RESULTS.md)
+            if took > record.get("slowest", {}).get("seconds", 0.0):
+                record["slowest"] = {"kernel": name, "seconds": round(took, 3)}
         record["kernels"][name] = record["kernels"].get(name, 0) + 1
 
     knobs.runtime.jit_cache_hook = before
