@@ -28,7 +28,6 @@ import os
 import queue
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -40,6 +39,7 @@ from opgate.engine.children import (die_with_parent, kill_process_group, kill_pr
                                     reap_seconds_left, register_child, signal_name, signal_process_group,
                                     unregister_child)
 from opgate.engine.gpu_guard import GpuGuard, GpuLockRequest, Waiting
+from opgate.engine.workdirs import owned_workdir
 from opgate.engine.interrupts import RunInterrupted
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
@@ -617,8 +617,8 @@ def run_checks(
     pending = list(enumerate(tasks))
     running: list[Any] = []  # _Running | _WarmRunning
     claims = _GpuClaims(gpu_guard or (pool.guard if pool is not None else GpuGuard()))
-    with tempfile.TemporaryDirectory(prefix="opgate-run-") as tmp, _stop_on_interrupt(running, results, pending):
-        workdir = Path(tmp)
+    # its folder records its owner, and first sweeps the folders of runs that were SIGKILLed (engine/workdirs.py)
+    with owned_workdir("opgate-run-") as workdir, _stop_on_interrupt(running, results, pending):
         own_pool = pool is None
         workers = WarmPool(workdir, warm_worker_limit(jobs), claims.guard) if pool is None else pool
         try:

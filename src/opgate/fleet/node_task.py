@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,8 +57,10 @@ def run_verb_on_node(node: str, verb_args: Sequence[str], timeout_s: float) -> d
     """Run `opgate VERB_ARGS --json` here; always returns a NodeOutcome dict, never raises."""
     started = time.perf_counter()
     gpus, driver = gpu_identities()
-    with tempfile.TemporaryDirectory(prefix="opgate-fleet-") as tmp:
-        report_path = Path(tmp) / "report.json"
+    from opgate.engine.workdirs import owned_workdir
+
+    with owned_workdir("opgate-fleet-") as tmp:  # records its owner; sweeps killed nodes' folders
+        report_path = tmp / "report.json"
         command = [sys.executable, "-m", "opgate", *verb_args, "--json", str(report_path)]
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the same opgate the task imported

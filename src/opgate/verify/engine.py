@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -590,9 +589,9 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
     from opgate.engine.bytecode import shared_bytecode
 
-    with tempfile.TemporaryDirectory(prefix="opgate-verify-") as tmp, \
-            shared_bytecode(_bytecode_folder(Path(tmp))) as bytecode:
-        workdir = Path(tmp)
+    from opgate.engine.workdirs import owned_workdir
+
+    with owned_workdir("opgate-verify-") as workdir, shared_bytecode(_bytecode_folder(workdir)) as bytecode:
         (workdir / "workers").mkdir()
         pool = WarmPool(workdir / "workers", warm_worker_limit(request.jobs))
         prepared: PreparedRun | None = None
