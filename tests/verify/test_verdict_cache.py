@@ -134,6 +134,40 @@ def test_an_unchanged_library_is_judged_once_and_a_changed_file_again(tmp_path, 
     assert not any(r["extra"].get("cached_from") for r in edited["results"] if r["check_id"].startswith("verify.relu"))
 
 
+def _verify_env(cache: Path) -> dict[str, str]:
+    """A child `opgate verify`'s environment: this checkout, the cache at `cache` with verdicts on, and the
+    calibration in the parent's thread (plans handed over in file order)."""
+    import os
+
+    from tests_verify_support import SRC
+
+    return {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
+            "OPGATE_CALIBRATION_PROCESSES": "0"}
+
+
+def _stopped_once_started(specs: Path, cache: Path, report: Path) -> tuple[int, str]:
+    """`opgate verify specs` on one slot, sent SIGTERM once a check has touched specs/started (a CI job's limit
+    reached while that check hangs); its exit code and stderr."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
+                             "--stages", "numerics", "--jobs", "1", "--json", str(report)], env=_verify_env(cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (specs / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (specs / "started").exists(), proc.communicate(timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, stderr
+
+
 SLOW_UNTIL_RELEASED = '''
 import pathlib
 import time
@@ -164,14 +198,6 @@ def slow_torch(x):
 def test_an_interrupted_run_stores_the_files_it_judged_wholly_and_the_next_run_judges_the_rest(tmp_path, monkeypatch):
     """A CI job stopped by its time limit keeps what it finished: the spec files whose every task ran are stored,
     the report so far says so, and the next run reuses them and judges only the others."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests_verify_support import SRC
-
     specs = tmp_path / "specs"
     specs.mkdir()
     relu = write_spec(specs / "a_relu.py", "relu", "torch.relu(x)")
@@ -179,21 +205,8 @@ def test_an_interrupted_run_stores_the_files_it_judged_wholly_and_the_next_run_j
     slow.write_text(SLOW_UNTIL_RELEASED)
     cache, first = tmp_path / "cache", tmp_path / "first.json"
     # one slot and the calibration in this thread: a_relu's check runs before b_slow's, which then waits
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
-           "OPGATE_CALIBRATION_PROCESSES": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
-                             "--stages", "numerics", "--jobs", "1", "--json", str(first)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (specs / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert (specs / "started").exists(), proc.communicate(timeout=60)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, stderr
+    returncode, stderr = _stopped_once_started(specs, cache, first)
+    assert returncode == 130, stderr
     assert "1 spec file(s) judged wholly before the interrupt are in the verdict cache" in stderr, stderr
     report = json.loads(first.read_text())
     assert report["interrupted"] is True
@@ -284,13 +297,6 @@ def test_an_interrupted_file_keeps_its_finished_checks_and_the_next_run_runs_onl
     """A file no run judged wholly (the library on the H200: every file still had measurements to run at the limit)
     keeps what finished: the next run neither calibrates a settled operator again nor runs its checks, and stores
     the file whole once every check has run; the run after that reuses the file."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests_verify_support import SRC
 
     specs = tmp_path / "specs"
     specs.mkdir()
@@ -299,21 +305,8 @@ def test_an_interrupted_file_keeps_its_finished_checks_and_the_next_run_runs_onl
     cache, first = tmp_path / "cache", tmp_path / "first.json"
     # one slot and the calibration in this thread: fast's check and slow's float32 check finish before slow's
     # bfloat16 check (the last handed over) starts and hangs
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
-           "OPGATE_CALIBRATION_PROCESSES": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
-                             "--stages", "numerics", "--jobs", "1", "--json", str(first)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (specs / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert (specs / "started").exists(), proc.communicate(timeout=60)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, stderr
+    returncode, stderr = _stopped_once_started(specs, cache, first)
+    assert returncode == 130, stderr
     assert "the finished checks of 1 spec file(s) judged in part are in the verdict cache" in stderr, stderr
     report = json.loads(first.read_text())
     assert report["extra"]["verdict_cache"]["stored_in_part"] == [str(spec)]
@@ -398,18 +391,15 @@ def test_a_run_given_a_time_limit_stops_itself_there_keeps_what_it_judged_and_sa
     """--time-limit: the run stops as on SIGTERM before a CI job's own limit would kill it without a report; its
     exit code says what it found (3 here: nothing failed, not everything judged), the report says why it stopped,
     and the finished checks are kept for the next run."""
-    import os
     import subprocess
     import sys
 
-    from tests_verify_support import SRC
 
     specs = tmp_path / "specs"
     specs.mkdir()
     (specs / "ops.py").write_text(FAST_AND_SLOW)  # slow's check hangs: the limit stops the run there
     cache, report_path = tmp_path / "cache", tmp_path / "report.json"
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OPGATE_CACHE_DIR": str(cache), "OPGATE_VERDICT_CACHE": "1",
-           "OPGATE_CALIBRATION_PROCESSES": "0"}
+    env = _verify_env(cache)
     proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(specs), "--budget", "quick", "--no-extras",
                            "--stages", "numerics", "--jobs", "2", "--json", str(report_path), "--time-limit", "60"],
                           env=env, capture_output=True, text=True, timeout=240)

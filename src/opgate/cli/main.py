@@ -574,7 +574,7 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
     exit 130."""
     from opgate.engine.children import kill_all_children
     from opgate.engine.interrupts import time_limit_reached
-    from opgate.model.results import Outcome
+    from opgate.model.results import exit_code_at_time_limit
     from opgate.reporting.emit import emit_interrupted
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
@@ -597,10 +597,7 @@ def _interrupted(stop: KeyboardInterrupt) -> NoReturn:
         err_console.print("opgate: interrupted before any check finished; every child process was stopped, "
                           "no report was written")
     if limit is not None:  # a limit the user set is not an interrupt: what was found, or that it could not judge all
-        if report is not None and report.extra.get("time_limit_s"):
-            sys.exit(int(report.exit_code))  # RunReport.exit_code: 1 if a check failed, else 3
-        failed = report is not None and any(r.outcome is Outcome.FAILED for r in report.results)
-        sys.exit(int(ExitCode.CHECK_FAILED if failed else ExitCode.INTERNAL_ERROR))
+        sys.exit(int(exit_code_at_time_limit(report.results if report is not None else ())))
     sys.exit(int(ExitCode.INTERRUPTED))
 
 

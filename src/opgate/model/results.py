@@ -202,6 +202,13 @@ def exit_code_for(results: Sequence[CheckResult], strict: bool = False) -> ExitC
     return ExitCode.OK
 
 
+def exit_code_at_time_limit(results: Sequence[CheckResult]) -> ExitCode:
+    """A run stopped by its own --time-limit is not interrupted: 1 when a check it finished failed, else 3 (it could
+    not judge everything in time)."""
+    failed = any(r.outcome is Outcome.FAILED for r in results)
+    return ExitCode.CHECK_FAILED if failed else ExitCode.INTERNAL_ERROR
+
+
 @dataclass(frozen=True)
 class RunReport:
     """Everything one opgate invocation found; what `--json` writes."""
@@ -220,9 +227,8 @@ class RunReport:
     def exit_code(self) -> ExitCode:
         """Unreadable input (exit 2) outranks verdicts: the run could not judge what it was given."""
         if self.extra.get("interrupted"):
-            if self.extra.get("time_limit_s"):  # stopped by its own --time-limit: what it found, or that it could
-                failed = any(r.outcome is Outcome.FAILED for r in self.results)  # not judge everything in time
-                return ExitCode.CHECK_FAILED if failed else ExitCode.INTERNAL_ERROR
+            if self.extra.get("time_limit_s"):
+                return exit_code_at_time_limit(self.results)
             return ExitCode.INTERRUPTED
         if self.input_errors:
             return ExitCode.BAD_INPUT

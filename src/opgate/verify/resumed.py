@@ -19,7 +19,7 @@ everything again (twenty-ninth H200 session, docs/benchmarks.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from opgate.engine.runner import CheckTask
 from opgate.model.results import CheckResult, Outcome
@@ -89,12 +89,17 @@ class ResumedChecks:
         """The stored results of these dtypes of an operator not reported yet (the checks of the dtypes that are
         not calibrated again); the calibration result is taken too (it stands for the operator)."""
         wanted = set(dtypes)
-        found = [result for check_id, result in self.results.items()
-                 if check_id not in self.taken and operator_of(result) == op_name and dtype_of(result) in wanted]
-        self.taken.update(result.check_id for result in found)
+        found = self._take_stored(op_name, lambda result: dtype_of(result) in wanted)
         calibration = self.calibration_of(op_name)
         if calibration is not None:
             self.taken.add(calibration.check_id)
+        return found
+
+    def _take_stored(self, op_name: str, wanted: Callable[[CheckResult], bool]) -> list[CheckResult]:
+        """The operator's stored results not taken yet that `wanted` accepts, marked taken."""
+        found = [result for check_id, result in self.results.items()
+                 if check_id not in self.taken and operator_of(result) == op_name and wanted(result)]
+        self.taken.update(result.check_id for result in found)
         return found
 
     def __bool__(self) -> bool:
@@ -119,8 +124,5 @@ class ResumedChecks:
         except the check ids in `known` (what the run reports afresh: a stage's up-front `skipped` line)."""
         if op_name not in self.settled:
             return []
-        known = set(known) | self.taken
-        found = [result for check_id, result in self.results.items()
-                 if check_id not in known and operator_of(result) == op_name]
-        self.taken.update(result.check_id for result in found)
-        return found
+        known_ids = set(known)
+        return self._take_stored(op_name, lambda result: result.check_id not in known_ids)
