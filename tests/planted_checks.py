@@ -174,3 +174,51 @@ class BarrierCheck(Check):
                 return self.passed("met")
             time.sleep(0.05)
         return self.failed(f"only {len(list(folder.glob('*.started')))} of {ctx.options['parties']} started together")
+
+
+class PausableWorkCheck(Check):
+    """Side-by-side GPU work that pauses for measurement windows (engine/gpu_pause.py): `options["compile_s"]` seconds
+    inside a JIT compile (quiet), then pause points every 20 ms for `options["seconds"]`; says when it waited."""
+
+    check_id = "planted.pausable"
+    title = "pauses for a measurement"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.engine import gpu_pause
+
+        waits: list[list[float]] = []
+
+        def point() -> None:
+            before, began = gpu_pause.paused_seconds(), time.time()
+            gpu_pause.pause_point()
+            if gpu_pause.paused_seconds() > before:
+                waits.append([began, time.time()])
+
+        compile_s = float(ctx.options.get("compile_s", 0.0))
+        compile_span: list[float] = []
+        if compile_s:
+            compile_span.append(time.time())
+            gpu_pause.compile_began()
+            time.sleep(compile_s)
+            gpu_pause.compile_ended()  # waits here while a window is open
+            compile_span.append(time.time())
+        deadline = time.monotonic() + float(ctx.options.get("seconds", 1.0))
+        clock_began = gpu_pause.clock()
+        while time.monotonic() < deadline:
+            point()
+            time.sleep(0.02)
+        return self.passed("worked", extra={"waits": waits, "compile_span": compile_span,
+                                            "paused_s": gpu_pause.paused_seconds(),
+                                            "unpaused_s": gpu_pause.clock() - clock_began, "pid": os.getpid()})
+
+
+class StampCheck(Check):
+    """A measurement stand-in: says when it ran (wall clock)."""
+
+    check_id = "planted.stamp"
+    title = "says when it ran"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        began = time.time()
+        time.sleep(float(ctx.options.get("seconds", 0.2)))
+        return self.passed("measured", extra={"span": [began, time.time()]})

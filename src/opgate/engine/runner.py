@@ -38,7 +38,10 @@ from opgate.checks.base import CheckContext
 from opgate.engine.children import (die_with_parent, kill_process_group, kill_process_groups, package_root,
                                     reap_seconds_left, register_child, signal_name, signal_process_group,
                                     unregister_child)
+from opgate.engine import gpu_pause
 from opgate.engine.gpu_guard import GpuGuard, GpuLockRequest, Waiting
+from opgate.engine.gpu_windows import MeasurementWindows
+from opgate.engine.gpu_windows import enabled as windows_enabled
 from opgate.engine.workdirs import owned_workdir
 from opgate.engine.interrupts import RunInterrupted
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
@@ -83,6 +86,9 @@ class CheckTask:
     # Check ids of tasks of the same run this one starts after: it waits while any of them is queued or running
     # (a sanitizer run's other implementations read the one run their first task made for all of them).
     after: tuple[str, ...] = ()
+    # It waits at pause points while a measurement window is open (engine/gpu_windows.py, engine/gpu_pause.py): a
+    # measurement may then run beside it. Only a warm worker's task pauses.
+    pausable: bool = False
     # What the task judges, set where it is planned and copied onto its result (CheckResult.with_identity), so a
     # check never has to name it: verify's stage ("numerics", "sanitizer", ...), and labels (op, impl, dtype, tool).
     stage: str = ""
@@ -206,6 +212,15 @@ def _child_env(task: CheckTask) -> dict[str, str]:
     return env
 
 
+def pause_folder(workdir: Path) -> Path:
+    """Where the warm workers of a pool in `workdir` look for a measurement window's flag (engine/gpu_pause.py)."""
+    return workdir / "gpu-pause"
+
+
+def _worker_env(task: CheckTask, workdir: Path) -> dict[str, str]:
+    return {**_child_env(task), gpu_pause.PAUSE_DIR_ENV: str(pause_folder(workdir))}
+
+
 def _tail(path: Path) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -257,6 +272,7 @@ class _Running:
         self.result_path = workdir / f"{index}.result.json"
         self.stderr_path = workdir / f"{index}.stderr"
         self.stdout_path = workdir / f"{index}.stdout"
+        self.paused_s = 0.0  # a fresh process per task is never paused (only warm workers are: CheckTask.pausable)
         self.request_path.write_text(
             json.dumps({
                 "check_id": task.check_id,
@@ -303,7 +319,7 @@ class _WarmWorker:
 
     def __init__(self, task: CheckTask, workdir: Path, serial: int) -> None:
         self.key = task.worker
-        self.env = _child_env(task)
+        self.env = _worker_env(task, workdir)
         self.stderr_path = workdir / f"worker-{serial}.stderr"
         self.stdout_path = workdir / f"worker-{serial}.stdout"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
@@ -360,10 +376,11 @@ class _WarmRunning:
         self.result_path = workdir / f"{index}.{worker.tasks_run}.{id(worker)}.result.json"
         self.stderr_from = worker.stderr_size()
         self.started = time.perf_counter()
+        self.paused_s = 0.0  # seconds it waited in measurement windows: not counted against its time limit
         self.proc = worker.proc
         worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
                      "context": _request_context(task), "result_path": str(self.result_path),
-                     "retire": task.retire})
+                     "retire": task.retire, "pausable": task.pausable})
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -409,6 +426,8 @@ class WarmPool:
         # Spares: started before anyone knows which key they will serve (verify starts them before it has read
         # the spec); the first key whose environment matches adopts one instead of starting a worker.
         self.spares: list[_WarmWorker] = []
+        # what the run's measurement windows did (engine/gpu_windows.py MeasurementWindows.report), set at its end
+        self.measurement_windows: dict[str, float] = {}
         self.started = 0
         # why workers started and ended: each start pays its imports and the spec's (~14 CPU-s for a library like
         # fla on the H200 host), so a run's count of them is where worker churn shows (WarmPool.stats)
@@ -419,7 +438,7 @@ class WarmPool:
         return len(self.idle) + len(self.busy) + len(self.spares)
 
     def _adopt_spare(self, task: CheckTask) -> _WarmWorker | None:
-        env = _child_env(task)
+        env = _worker_env(task, self.workdir)
         for worker in list(self.spares):
             if not worker.alive():
                 self.spares.remove(worker)
@@ -639,6 +658,26 @@ class _GpuClaims:
         self.guard = guard
         self.waiting: dict[int, Waiting] = {}
         self.held: dict[int, Waiting] = {}
+        self.lent: dict[int, Waiting] = {}  # shared locks of paused tasks, given back for a measurement window
+
+    def lend(self, index: int) -> None:
+        """A running task waits in a measurement window: its shared lock goes, so a measurement can take the GPU
+        exclusively (engine/gpu_windows.py)."""
+        claim = self.held.pop(index, None)
+        if claim is not None:
+            claim.request.release()
+            self.lent[index] = claim
+
+    def retake(self, index: int) -> bool:
+        """The window closes: the paused task's shared lock again (False: not yet, another run's measurement has
+        the GPU; the task waits on)."""
+        claim = self.lent.get(index)
+        if claim is None:
+            return True
+        if not claim.request.poll():  # a released request asks again (its files are opened anew)
+            return False
+        self.held[index] = self.lent.pop(index)
+        return True
 
     def admit(self, index: int, task: CheckTask) -> tuple[bool, CheckResult | None]:
         """(start it now, or the error result of a wait past the limit); (False, None): keep it waiting."""
@@ -662,17 +701,18 @@ class _GpuClaims:
 
     def finished(self, index: int, result: CheckResult) -> CheckResult:
         """Release the task's lock; a result of a task that had to wait says how long."""
-        claim = self.held.pop(index, None)
+        claim = self.held.pop(index, None) or self.lent.pop(index, None)
         if claim is None:
             return result
         claim.request.release()
         return with_gpu_wait(result, claim) if claim.blocked else result
 
     def release_all(self) -> None:
-        for claim in [*self.waiting.values(), *self.held.values()]:
+        for claim in [*self.waiting.values(), *self.held.values(), *self.lent.values()]:
             claim.request.release()
         self.waiting.clear()
         self.held.clear()
+        self.lent.clear()
 
 
 GPU_WAIT = "waited for the GPU (another opgate run held it)"
@@ -743,9 +783,12 @@ def _shares_gpu(a: CheckTask, b: CheckTask) -> bool:
     return a.device is None or b.device is None or a.device == b.device
 
 
-def _must_wait(task: CheckTask, running: Sequence[Any]) -> bool:
-    """An exclusive task runs alone on its GPU, and nothing joins a GPU an exclusive task is measuring."""
-    return any(_shares_gpu(task, slot.task) and (task.exclusive or slot.task.exclusive) for slot in running)
+def _must_wait(task: CheckTask, running: Sequence[Any], paused: Collection[int] = ()) -> bool:
+    """An exclusive task runs alone on its GPU, and nothing joins a GPU an exclusive task is measuring. `paused`:
+    the result indices of tasks waiting in a measurement window (engine/gpu_windows.py), which a measurement may
+    run beside."""
+    return any(_shares_gpu(task, slot.task) and (task.exclusive or slot.task.exclusive) for slot in running
+               if not paused or slot.index not in paused)
 
 
 def _over_share(task: CheckTask, running: Sequence[Any], jobs: int) -> bool:
@@ -758,7 +801,8 @@ def _over_share(task: CheckTask, running: Sequence[Any], jobs: int) -> bool:
 
 def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any] = (), jobs: int = 1,
                    idle_keys: Collection[str] = (), arriving: Callable[[str], bool] | None = None,
-                   more_coming: bool = True) -> int | None:
+                   more_coming: bool = True, paused: Collection[int] = (),
+                   startable: Callable[[CheckTask], bool] | None = None) -> int | None:
     """Where in the queue the next task to start is (None: none may start now): the first one that is not over its
     share of the slots, unless it is an exclusive (measuring) task and tasks that run side by side on its GPU still
     wait behind it; then the first of those. Measurements go after the side-by-side work instead of draining the
@@ -775,7 +819,8 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     slots (CheckTask.slot_share) holds while other work may still come (`more_coming`: the feed is open) or may
     start; once neither, it takes the free slots too (fla_activations.py on the H200 host: its runtime warm-ups ran
     on in 8 of 16 slots for 65 s after its last numerics check). `idle_keys`: the keys with an idle warm worker
-    (_with_idle_worker)."""
+    (_with_idle_worker). `paused`: tasks waiting in a measurement window, which a measurement may run beside
+    (_must_wait); `startable`: which tasks may start at all (a window holds the side-by-side GPU work back)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
     groups_waiting = {task.group for _, task in pending if not task.exclusive}
     unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
@@ -784,9 +829,11 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
         return bool(group) and group not in groups_waiting and not (arriving is not None and arriving(group))
 
     def may_start(task: CheckTask, shared: bool = True) -> bool:
+        if startable is not None and not startable(task):
+            return False
         if (shared and _over_share(task, running, jobs)) or unfinished.intersection(task.after):
             return False
-        if task.exclusive and _must_wait(task, running):
+        if task.exclusive and _must_wait(task, running, paused):
             return False  # a measurement starts on a free GPU; it never drains one (below)
         if not task.exclusive or not side_by_side or group_done(task.group):
             return True
@@ -850,20 +897,57 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
               on_done: DoneHook | None, follow_up: FollowUpHook | None, feed: TaskFeed | None = None,
               on_added: Callable[[int], None] | None = None, claims: "_GpuClaims | None" = None) -> None:
     claims = claims or _GpuClaims(GpuGuard())
+    windows = MeasurementWindows(pause_folder(pool.workdir)) if windows_enabled() else None
+    try:
+        _schedule_loop(pending, running, results, workdir, pool, jobs, on_start, on_done, follow_up, feed, on_added,
+                       claims, windows)
+    finally:
+        if windows is not None:
+            windows.close()
+            pool.measurement_windows = windows.report()
+
+
+def _measurement_waiting(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any], jobs: int,
+                         feed: TaskFeed | None) -> CheckTask | None:
+    """The measurement that would start now if the side-by-side GPU work were paused (None: none would)."""
+    beside = {slot.index for slot in running if slot.task.uses_gpu and not slot.task.exclusive}
+    at = _next_position(pending, running, jobs, (), feed.arriving if feed is not None else None,
+                        more_coming=feed is not None and feed.is_open, paused=beside,
+                        startable=lambda task: task.uses_gpu and task.exclusive)
+    if at is None or (feed is not None and feed.holds(pending[at][1])):
+        return None
+    return pending[at][1]
+
+
+def _schedule_loop(pending: list[tuple[int, CheckTask]], running: list[Any], results: list[CheckResult | None],
+                   workdir: Path, pool: WarmPool, jobs: int, on_start: ProgressHook | None,
+                   on_done: DoneHook | None, follow_up: FollowUpHook | None, feed: TaskFeed | None,
+                   on_added: Callable[[int], None] | None, claims: "_GpuClaims",
+                   windows: MeasurementWindows | None) -> None:
     while pending or running or (feed is not None and feed.is_open):
         pool.settle()  # warm-ups that finished give their GPU lock back
         if feed is not None:
             _take_arrivals(feed, pending, results, running, on_added)
             for group in feed.settled():
                 _note_group_completed(feed, group, pending, running)
-        while pending and len(running) < max(1, jobs):
+        paused: Collection[int] = ()
+        startable: Callable[[CheckTask], bool] | None = None
+        slots = max(1, jobs)
+        if windows is not None:
+            windows.step(running, claims, lambda: _measurement_waiting(pending, running, jobs, feed))
+            paused = windows.paused()
+            if windows.holds_side_by_side():  # only measurements (in an open window) and work off the GPU start
+                startable = lambda task: not task.uses_gpu or (windows.is_open() and task.exclusive)  # noqa: E731
+            if windows.is_open() and not any(slot.task.exclusive for slot in running):
+                slots += 1  # the paused tasks keep their slots: the measurement gets one more
+        while pending and len(running) < slots:
             at = _next_position(pending, running, jobs, pool.idle_keys(),
                                 feed.arriving if feed is not None else None,
-                                more_coming=feed is not None and feed.is_open)
+                                more_coming=feed is not None and feed.is_open, paused=paused, startable=startable)
             if at is None:
                 break
             index, task = pending[at]
-            if _must_wait(task, running) or (feed is not None and feed.holds(task)):
+            if _must_wait(task, running, paused) or (feed is not None and feed.holds(task)):
                 break
             if task.uses_gpu and task.exclusive:
                 pool.settle(yield_all=True)
@@ -879,6 +963,8 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
                 continue
             if on_start:
                 on_start(task)
+            if windows is not None:
+                windows.started(task)
             try:
                 running.append(_start(task, index, workdir, pool))
             except OSError as exc:
@@ -891,7 +977,7 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
         time.sleep(POLL_INTERVAL_S)
         for slot in list(running):
             if not slot.finished():
-                if slot.elapsed() <= slot.task.timeout_s:
+                if slot.elapsed() - slot.paused_s <= slot.task.timeout_s:
                     continue
                 slot.kill()
                 result = slot.error(

@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from opgate.engine import gpu_pause
 from opgate.engine.atomic import write_atomically
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
@@ -70,6 +71,7 @@ def run_request(request: dict[str, Any]) -> bool:
     )
     previous = os.environ.get(CHECK_ENV)
     os.environ[CHECK_ENV] = str(request["check_id"])  # processes the check starts inherit it: a leak names its check
+    gpu_pause.begin_task(bool(request.get("pausable")))  # it waits while a measurement window is open
     try:
         check_cls = CheckSpec(request["check_id"], request["target"]).load()
         result = check_cls().run(ctx)
@@ -81,6 +83,7 @@ def run_request(request: dict[str, Any]) -> bool:
             reason=f"check could not be loaded: {type(exc).__name__}: {exc}",
             extra={"traceback": traceback.format_exc(limit=12)},
         )
+    gpu_pause.end_task()
     if previous is None:
         os.environ.pop(CHECK_ENV, None)
     else:

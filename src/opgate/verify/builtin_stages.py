@@ -4,6 +4,7 @@ verify/runtime.py, verify/oom_recovery.py and verify/qos_stage.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from opgate.model.results import CheckResult, Outcome
@@ -59,8 +60,10 @@ class NumericsStage(Stage):
                     operator_began_at=0.0 if plan.replaying else plan.calibration_began_at,
                     share_s=share, operator_budget_s=operator_budget,
                     case_costs_path=str(case_costs_path(plan.workdir, plan.spec_file, plan.op.name, choice.name)))
-                out.append(plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
-                                     self.timeout_s, payload, choice, labels={"dtype": dtype}))
+                task = plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
+                                 self.timeout_s, payload, choice, labels={"dtype": dtype})
+                # it waits at its pause points while a measurement runs beside it (engine/gpu_windows.py)
+                out.append(dataclasses.replace(task, pausable=task.uses_gpu and bool(task.worker)))
         return out
 
 
@@ -145,7 +148,7 @@ class RuntimeStage(_GpuStage):
                     item, check_id=f"{item.check_id}_warm_up", title=f"{item.title} (warm-up)",
                     target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False,
                     order=self.warm_up_order, slot_share=self.warm_up_slot_share,
-                    slot_floor=self.warm_up_slot_floor, after=after))
+                    slot_floor=self.warm_up_slot_floor, after=after, pausable=bool(item.worker)))
         return warm_ups + measured
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from opgate.engine import gpu_pause
 from opgate.checks.base import Check, CheckContext
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 from opgate.core import dtypes as dt
@@ -336,7 +337,7 @@ class VerifyImplementationCheck(Check):
             if not fitter.runs(index):
                 continue
             case, truth, budgets, masks = plan.cases[index], plan.truths[index], plan.budgets[index], plan.masks[index]
-            began = time.perf_counter()
+            began = gpu_pause.clock()  # a wait in a measurement window is not the case's time
             if not budgets:  # deferred by the calibration (calibrate.bounds_until_deferred): computed here
                 budgets, masks = self._deferred_budgets(op, plan, index)
             # under the interpreter a case far past its prediction is stopped once the budget is spent (the time
@@ -347,12 +348,12 @@ class VerifyImplementationCheck(Check):
                     verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
                                              index=index)
             except CaseStopped:
-                ran_s = time.perf_counter() - began
+                ran_s = gpu_pause.clock() - began
                 fitter.stopped(index, ran_s)
                 case_costs.record(case.label(), ran_s, stopped=True)
                 continue
             note = prepared.case_note() if prepared.case_note is not None else ""
-            records[index] = CaseRecord(case, verdict, time.perf_counter() - began, note)
+            records[index] = CaseRecord(case, verdict, gpu_pause.clock() - began, note)
             fitter.observe(index, records[index].seconds)
             case_costs.record(case.label(), records[index].seconds)
             self.journal.save(index, records[index])
@@ -366,7 +367,7 @@ class VerifyImplementationCheck(Check):
         for case in plan.cases:
             dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
             sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs]))
-        return CasePlanFitter(budget_s, plan.cases, sizes, time.perf_counter, CaseTimer(per_call=per_call),
+        return CasePlanFitter(budget_s, plan.cases, sizes, gpu_pause.clock, CaseTimer(per_call=per_call),
                               measured_elsewhere=measured_elsewhere)
 
     # -- deviations -----------------------------------------------------------------------------------

@@ -667,8 +667,11 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
 
 
 def _with_worker_stats(report: RunReport, pool: WarmPool) -> RunReport:
-    """The report with the warm pool's worker starts and ends (extra.engine.warm_workers)."""
+    """The report with the warm pool's worker starts and ends (extra.engine.warm_workers) and its measurement
+    windows (extra.engine.measurement_windows, where one was asked for)."""
     engine = {**report.extra.get("engine", {}), "warm_workers": pool.stats()}
+    if pool.measurement_windows.get("asked"):  # engine/gpu_windows.py: measurements run while the others waited
+        engine["measurement_windows"] = dict(pool.measurement_windows)
     return dataclasses.replace(report, extra={**report.extra, "engine": engine})
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from opgate.engine import gpu_pause
 from opgate.engine.atomic import write_atomically
 from opgate.engine.children import stderr_excerpt
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
@@ -171,6 +172,8 @@ class CaseJournal:
         marker = {"phase": phase, "index": index, "case": case.to_dict(), "label": case.label(),
                   "limit_s": self.case_timeout_s}
         compile_finished()  # a compile that raised never ran its post hook: its marker is stale by now
+        gpu_pause.compile_ended()  # ... and so is its quiet marker; then wait while a measurement window is open
+        gpu_pause.pause_point()
         self._mark(marker)
         faulthandler.dump_traceback_later(self.case_timeout_s, exit=True)
         try:

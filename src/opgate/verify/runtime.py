@@ -193,12 +193,17 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.verify.gradients import upstream_kept_on_device
 
+        from opgate.engine import gpu_pause
+
         started = time.perf_counter()
         options, torch = self.begin(ctx)
         note = "compiled"
+        gpu_pause.install_triton_hooks()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
         try:
             op, implementation = load_implementation(options)
+            gpu_pause.pause_point()
             inputs = cuda_inputs(op, op.timing_dims(), options.dtype, options.seed)
+            gpu_pause.pause_point()
             with upstream_kept_on_device():  # as the runtime check will call it
                 implementation.fn(*inputs)
             torch.cuda.synchronize()

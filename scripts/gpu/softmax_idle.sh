@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# H200: softmax at its default stages on an idle machine: the process wall of each run beside its report's phases.
+# MODES (default "cold reuse nocache nocache"): cold = caches on, nothing stored; reuse = the same again (verdicts
+# reused); nocache = --no-cache (a warm Triton cache); bcpu = --no-cache with OPGATE_BOUNDS_DEVICE=cpu; importtime =
+# --no-cache under python -X importtime. Results in $OUT/a (times.txt, runN.json, runN.log), packed as $OUT/a.tgz.
+set -u
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OPGATE_CACHE_DIR=/tmp/oc
+mkdir -p "$OUT/a"
+{ nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv; uptime; } > "$OUT/a/smi.txt" 2>&1
+timed() {  # timed LABEL COMMAND...: the command's wall seconds and exit code, one line in times.txt
+  local label="$1"; shift
+  python3 - "$label" "$@" >> "$OUT/a/times.txt" <<'PY'
+import subprocess, sys, time
+started = time.perf_counter()
+rc = subprocess.call(sys.argv[2:])
+print(f"{sys.argv[1]}: {time.perf_counter() - started:.2f} s wall, exit {rc}")
+PY
+}
+timed torch_cuda_init python3 -c "import torch; torch.cuda.init()"
+timed opgate_version python3 -m opgate --version
+i=0
+for mode in ${MODES:-cold reuse nocache nocache}; do
+  i=$((i + 1))
+  args=(examples/ops/softmax.py --json "$OUT/a/run$i.json" --out "/tmp/art$i")
+  case "$mode" in
+    cold|reuse) timed "run$i $mode" python3 -m opgate verify "${args[@]}" ;;
+    nocache) timed "run$i $mode" python3 -m opgate verify "${args[@]}" --no-cache ;;
+    bcpu) OPGATE_BOUNDS_DEVICE=cpu timed "run$i $mode" python3 -m opgate verify "${args[@]}" --no-cache ;;
+    importtime) timed "run$i $mode" python3 -X importtime -m opgate verify "${args[@]}" --no-cache ;;
+  esac > "$OUT/a/run$i.log" 2>&1
+done
+uptime >> "$OUT/a/smi.txt"
+cat "$OUT/a/times.txt"
+tar -czf "$OUT/a.tgz" -C "$OUT" a

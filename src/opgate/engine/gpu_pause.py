@@ -1,0 +1,159 @@
+"""A check's side of a measurement window (the runner's side: opgate.engine.gpu_windows).
+
+A timing or recovery check measures alone on its GPU. On a library the side-by-side tasks (numerics checks, runtime
+warm-ups) hold the GPU for minutes while they mostly compile Triton kernels on the CPU, so the measurements used to
+wait for the end of the run. A window lets them measure in between: the runner writes a flag file, each side-by-side
+task that is pausable says it is quiet (a marker file named by its pid) once it is either inside a JIT compile (no GPU
+work) or waiting at a pause point, and only when every one of them is quiet does a measurement start.
+
+In a pausable task (the runner says so per request: engine/worker.py calls begin_task):
+- compile_began / compile_ended bracket a JIT compile (Triton's jit hooks: verify/backends/triton_backend.py). The
+  compile first waits for this process's GPU work in flight, so "compiling" means "nothing of mine on the GPU".
+- pause_point() is called where the task is about to use the GPU (before each implementation call, after each
+  compile): while the flag exists it waits, marked paused, and the seconds it waited are left out of its case times
+  (clock()).
+Everything here is a no-op outside a pausable task, so a measurement never pauses for its own window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+PAUSE_DIR_ENV = "OPGATE_GPU_PAUSE_DIR"
+FLAG = "measuring"
+QUIET = "quiet"
+COMPILING, PAUSED = "compiling", "paused"
+POLL_S = 0.01
+# The longest a pause point waits for a window to close: the runner closes one within seconds (gpu_windows.LONGEST_S);
+# a flag left by a runner that died must not hang the task (its process group is killed with the run anyway).
+MAX_PAUSE_S = 300.0
+
+_STATE: dict[str, object] = {"active": False, "paused_s": 0.0, "compiling": False}
+
+
+def folder() -> Path | None:
+    raw = os.environ.get(PAUSE_DIR_ENV, "").strip()
+    return Path(raw) if raw else None
+
+
+def flag_path(root: Path) -> Path:
+    return root / FLAG
+
+
+def quiet_marker(root: Path, pid: int) -> Path:
+    return root / QUIET / str(pid)
+
+
+def _own_marker() -> Path | None:
+    root = folder()
+    return quiet_marker(root, os.getpid()) if root is not None else None
+
+
+def begin_task(pausable: bool) -> None:
+    """A warm worker starts a task: pausable or not; no marker is left from the last one."""
+    _STATE["active"] = bool(pausable) and folder() is not None
+    _STATE["compiling"] = False
+    _clear_marker()
+
+
+def end_task() -> None:
+    _STATE["active"] = False
+    _STATE["compiling"] = False
+    _clear_marker()
+
+
+def paused_seconds() -> float:
+    return float(_STATE["paused_s"])  # type: ignore[arg-type]
+
+
+def clock() -> float:
+    """perf_counter without the seconds this process waited at pause points: a case's time as if never paused."""
+    return time.perf_counter() - paused_seconds()
+
+
+def _write_marker(state: str) -> None:
+    marker = _own_marker()
+    if marker is None:
+        return
+    with contextlib.suppress(OSError):
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(state)
+
+
+def _clear_marker() -> None:
+    marker = _own_marker()
+    if marker is not None:
+        with contextlib.suppress(OSError):
+            marker.unlink()
+
+
+def _synchronize() -> None:
+    """Wait for this process's GPU work in flight, unless a CUDA graph is being captured (a synchronize would end
+    the capture with an error). torch's synchronize is cudaDeviceSynchronize on the primary context, which CuPy and
+    the CUDA runtime share: their streams are waited for too."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    with contextlib.suppress(Exception):
+        if cuda is not None and cuda.is_initialized() and not cuda.is_current_stream_capturing():
+            cuda.synchronize()
+
+
+def compile_began() -> None:
+    if not _STATE["active"] or _STATE["compiling"]:
+        return
+    _synchronize()
+    _STATE["compiling"] = True
+    _write_marker(COMPILING)
+
+
+def compile_ended() -> None:
+    if not _STATE["active"] or not _STATE["compiling"]:
+        return
+    _STATE["compiling"] = False
+    _clear_marker()  # first: a runner that reads no marker from now on waits for this task (or gives up)
+    pause_point()
+
+
+def pause_point() -> None:
+    """Wait here while a measurement window is asked for or open (module docstring)."""
+    if not _STATE["active"]:
+        return
+    root = folder()
+    if root is None or not flag_path(root).exists():
+        return
+    began = time.perf_counter()
+    _synchronize()
+    _write_marker(PAUSED)
+    try:
+        while flag_path(root).exists() and time.perf_counter() - began < MAX_PAUSE_S:
+            time.sleep(POLL_S)
+    finally:
+        _clear_marker()
+        _STATE["paused_s"] = paused_seconds() + time.perf_counter() - began
+
+
+def install_triton_hooks() -> None:
+    """Triton's jit hooks bracket each compile (quiet) where nothing installed them yet (a runtime warm-up in a fresh
+    worker; verify/backends/triton_backend.record_compiles installs its own, which call compile_began/compile_ended
+    too)."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return
+    runtime = knobs.runtime
+    if getattr(runtime, "jit_cache_hook", None) is not None or getattr(runtime, "jit_post_compile_hook", None):
+        return
+
+    def before(**_: object) -> bool:
+        compile_began()
+        return False  # compile as usual
+
+    def after(**_: object) -> None:
+        compile_ended()
+
+    runtime.jit_cache_hook = before
+    runtime.jit_post_compile_hook = after

@@ -1,0 +1,161 @@
+"""Measurement windows: a run's timing and recovery checks measure while its side-by-side GPU tasks wait.
+
+A measurement (an exclusive task: runtime timing, recovery) runs alone on its GPU. Without windows it starts only
+once no other task of the run holds that GPU, which on a library means at the run's end: the numerics checks and
+runtime warm-ups hold the GPU for minutes while they mostly run Triton's compiler on the CPU (last H200 library runs:
+the measurements waited 160 s behind four compile-bound numerics checks). A window, asked for when a measurement
+could start but for its busy GPU:
+
+1. asking: the runner writes the flag (engine/gpu_pause.py) and starts no side-by-side GPU task; each running one
+   that is pausable (CheckTask.pausable) marks itself quiet once it is inside a JIT compile or at a pause point.
+   If they are not all quiet within QUIET_WAIT_S the flag goes and the run goes on as before.
+2. open: every side-by-side task of the GPU is quiet; their shared GPU locks (engine/gpu_guard.py) are given back
+   so the measurement can take the lock exclusively (another opgate run's tasks keep it out as before), and the
+   measurements that may start run one after another in one slot more than the run's jobs.
+3. reopening: after LONGEST_S, or once no measurement may start, the runner takes the shared locks again, removes
+   the flag and the paused tasks go on; the window's seconds are added to their time limits (and left out of their
+   case times by the tasks themselves). The next window waits at least as long as this one was open, so the
+   side-by-side work keeps at least half of the GPU's time.
+
+A task that is not pausable (a sanitizer run, a task of another kind) keeps the GPU as before: no window opens while
+one runs. One flag serves the run's every GPU: on a host of several, a window pauses the run's GPU work on all of
+them (a window is seconds long). OPGATE_MEASUREMENT_WINDOWS=0 turns windows off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from opgate.engine import gpu_pause
+
+ENV = "OPGATE_MEASUREMENT_WINDOWS"
+# How long the side-by-side tasks have to reach a pause point or a compile once asked (a case's GPU part is well
+# under a second on the H200 host; a longer one makes the window give up, not wait).
+QUIET_WAIT_S = 2.0
+# The longest a window stays open while measurements keep coming.
+LONGEST_S = 20.0
+# The shortest gap between two windows (and between a window that gave up and the next try).
+MIN_GAP_S = 5.0
+
+CLOSED, ASKING, OPEN, REOPENING = "closed", "asking", "open", "reopening"
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass
+class MeasurementWindows:
+    """The runner's window state (module docstring); `folder` is the run's pause folder, the one its warm workers
+    find in OPGATE_GPU_PAUSE_DIR."""
+
+    folder: Path
+    quiet_wait_s: float = field(default_factory=lambda: QUIET_WAIT_S)
+    longest_s: float = field(default_factory=lambda: LONGEST_S)
+    min_gap_s: float = field(default_factory=lambda: MIN_GAP_S)
+    clock: Callable[[], float] = time.perf_counter
+    state: str = CLOSED
+    since: float = 0.0
+    not_before: float = 0.0
+    lent: dict[int, Any] = field(default_factory=dict)  # result index -> running slot whose shared lock was lent
+    stats: dict[str, float] = field(default_factory=lambda: {"asked": 0, "opened": 0, "gave_up": 0, "measured": 0,
+                                                             "seconds_open": 0.0})
+
+    def __post_init__(self) -> None:
+        (self.folder / gpu_pause.QUIET).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def flag(self) -> Path:
+        return gpu_pause.flag_path(self.folder)
+
+    def is_open(self) -> bool:
+        return self.state == OPEN
+
+    def holds_side_by_side(self) -> bool:
+        """No side-by-side GPU task may start now."""
+        return self.state != CLOSED
+
+    def paused(self) -> set[int]:
+        """The result indices of the tasks a measurement may run beside (they wait at a pause point or compile)."""
+        return set(self.lent) if self.state == OPEN else set()
+
+    def quiet(self, slot: Any) -> bool:
+        worker = getattr(slot, "worker", None)
+        proc = getattr(worker, "proc", None)
+        return proc is not None and gpu_pause.quiet_marker(self.folder, proc.pid).exists()
+
+    def step(self, running: Sequence[Any], claims: Any, wanted: Callable[[], Any]) -> None:
+        """Advance the window by what the running tasks and the queue say now. `wanted()`: the exclusive task that
+        would start if its GPU were free (None: none), asked only while it matters."""
+        now = self.clock()
+        if self.state == CLOSED:
+            if now < self.not_before:
+                return
+            task = wanted()
+            if task is None:
+                return
+            on_gpu = [slot for slot in running if slot.task.uses_gpu]
+            if on_gpu and all(_pausable(slot) for slot in on_gpu):
+                self._write_flag()
+                self.state, self.since = ASKING, now
+                self.stats["asked"] += 1
+        elif self.state == ASKING:
+            on_gpu = [slot for slot in running if slot.task.uses_gpu]
+            if all(_pausable(slot) and self.quiet(slot) for slot in on_gpu):
+                for slot in on_gpu:
+                    claims.lend(slot.index)
+                    self.lent[slot.index] = slot
+                self.state, self.since = OPEN, now
+                self.stats["opened"] += 1
+            elif now - self.since > self.quiet_wait_s:
+                self._close(now, gave_up=True)
+        elif self.state == OPEN:
+            measuring = any(slot.task.exclusive for slot in running)
+            if not measuring and (now - self.since > self.longest_s or wanted() is None):
+                held = now - self.since
+                self.stats["seconds_open"] = round(self.stats["seconds_open"] + held, 2)
+                for slot in self.lent.values():  # their time limits do not count the window
+                    slot.paused_s = getattr(slot, "paused_s", 0.0) + held
+                self.state, self.since = REOPENING, now
+        if self.state == REOPENING:
+            alive = {slot.index for slot in running}
+            for index in list(self.lent):
+                if index not in alive or claims.retake(index):
+                    del self.lent[index]
+            if not self.lent:
+                self._close(now, gap=max(self.min_gap_s, now - self.since))
+
+    def started(self, task: Any) -> None:
+        if self.state == OPEN and task.exclusive:
+            self.stats["measured"] += 1
+
+    def _write_flag(self) -> None:
+        self.flag.write_text(str(os.getpid()))
+
+    def _close(self, now: float, gave_up: bool = False, gap: float | None = None) -> None:
+        with contextlib.suppress(OSError):
+            self.flag.unlink()
+        if gave_up:
+            self.stats["gave_up"] += 1
+        self.state = CLOSED
+        self.not_before = now + (self.min_gap_s if gap is None else gap)
+
+    def close(self) -> None:
+        """The run ends (or stops): no task may wait for a window any more."""
+        with contextlib.suppress(OSError):
+            self.flag.unlink()
+        self.state = CLOSED
+        self.lent.clear()
+
+    def report(self) -> dict[str, float]:
+        return dict(self.stats)
+
+
+def _pausable(slot: Any) -> bool:
+    return bool(getattr(slot.task, "pausable", False)) and getattr(slot, "worker", None) is not None
+

@@ -1,0 +1,185 @@
+"""Measurement windows (engine/gpu_windows.py, engine/gpu_pause.py): a measurement runs while the run's side-by-side
+GPU work waits at a pause point or compiles, with real warm workers and the GPU guard's real locks on a fake GPU key;
+the window's state machine on its own with a fake clock."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opgate_testing import child_pythonpath
+
+from opgate.checks.base import CheckContext
+from opgate.engine import gpu_pause, gpu_windows
+from opgate.engine.gpu_guard import GpuGuard
+from opgate.engine.gpu_windows import CLOSED, OPEN, MeasurementWindows
+from opgate.engine.runner import CheckTask, run_checks
+from opgate.model.results import Outcome
+
+KEY = "GPU-fake-windows"
+
+
+def gpu_task(name: str, cls: str, worker: str, exclusive: bool = False, pausable: bool = False,
+             **options: float) -> CheckTask:
+    return CheckTask(check_id=f"planted.{name}", title=name, target=f"planted_checks:{cls}", timeout_s=60,
+                     context=CheckContext(verb="doctor", options=dict(options)),
+                     env={"PYTHONPATH": child_pythonpath()}, worker=worker, exclusive=exclusive, uses_gpu=True,
+                     pausable=pausable)
+
+
+@pytest.fixture(autouse=True)
+def patient_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's first pause point comes after its start-up, which a loaded CI machine can stretch past 2 s."""
+    monkeypatch.setattr(gpu_windows, "QUIET_WAIT_S", 20.0)
+
+
+def run(tasks: list[CheckTask], tmp_path: Path) -> dict[str, Any]:
+    guard = GpuGuard(keys_for=lambda device: (KEY,), wait_s=60, directory=tmp_path / "locks")
+    return {r.check_id: r for r in run_checks(tasks, jobs=2, gpu_guard=guard)}
+
+
+def test_a_measurement_runs_while_the_side_by_side_work_waits_at_a_pause_point(tmp_path: Path) -> None:
+    work = gpu_task("work", "PausableWorkCheck", "side", pausable=True, seconds=4.0)
+    measure = gpu_task("measure", "StampCheck", "timing", exclusive=True, seconds=0.3)
+    results = run([work, measure], tmp_path)
+    assert results["planted.work"].outcome is Outcome.PASSED and results["planted.measure"].outcome is Outcome.PASSED
+    began, ended = results["planted.measure"].extra["span"]
+    waits = results["planted.work"].extra["waits"]
+    # the measurement ran inside one of the work's waits: nothing of the work's ran beside it
+    assert any(start <= began and ended <= end for start, end in waits), (began, ended, waits)
+    assert results["planted.work"].extra["paused_s"] >= 0.3
+    # the work's own clock leaves the wait out: it still worked its 4 s
+    assert results["planted.work"].extra["unpaused_s"] == pytest.approx(4.0, abs=0.5)
+
+
+def test_a_measurement_runs_while_the_side_by_side_work_compiles(tmp_path: Path) -> None:
+    work = gpu_task("work", "PausableWorkCheck", "side", pausable=True, compile_s=3.0, seconds=0.5)
+    measure = gpu_task("measure", "StampCheck", "timing", exclusive=True, seconds=0.3)
+    results = run([work, measure], tmp_path)
+    began, ended = results["planted.measure"].extra["span"]
+    compile_began, compile_ended = results["planted.work"].extra["compile_span"]
+    assert compile_began <= began and ended <= compile_ended  # measured during the compile
+
+
+@pytest.mark.parametrize("why", ["not pausable", "windows off"])
+def test_without_a_window_the_measurement_waits_for_the_gpu_to_be_free(tmp_path: Path, why: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    if why == "windows off":
+        monkeypatch.setenv(gpu_windows.ENV, "0")
+    work = gpu_task("work", "PausableWorkCheck", "side", pausable=why != "not pausable", seconds=2.0)
+    measure = gpu_task("measure", "StampCheck", "timing", exclusive=True, seconds=0.1)
+    results = run([work, measure], tmp_path)
+    assert results["planted.work"].extra["waits"] == []
+    assert results["planted.work"].extra["paused_s"] == 0.0
+    assert results["planted.measure"].outcome is Outcome.PASSED
+
+
+# -- the state machine alone -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class FakeProc:
+    pid: int
+
+
+@dataclasses.dataclass
+class FakeSlot:
+    task: CheckTask
+    index: int
+    worker: Any = None
+    paused_s: float = 0.0
+
+
+class FakeClaims:
+    def __init__(self) -> None:
+        self.lent: set[int] = set()
+        self.refuse_retake = False
+
+    def lend(self, index: int) -> None:
+        self.lent.add(index)
+
+    def retake(self, index: int) -> bool:
+        if self.refuse_retake:
+            return False
+        self.lent.discard(index)
+        return True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def windows_with(tmp_path: Path) -> tuple[MeasurementWindows, Clock, FakeClaims, list[FakeSlot], CheckTask]:
+    clock = Clock()
+    windows = MeasurementWindows(tmp_path / "pause", clock=clock)
+    side = gpu_task("work", "PausableWorkCheck", "side", pausable=True)
+    slot = FakeSlot(side, 0, worker=type("W", (), {"proc": FakeProc(4242)})())
+    measure = gpu_task("measure", "StampCheck", "timing", exclusive=True)
+    return windows, clock, FakeClaims(), [slot], measure
+
+
+def test_a_window_gives_up_when_the_work_does_not_quiet_down_and_tries_again_later(tmp_path: Path) -> None:
+    windows, clock, claims, running, measure = windows_with(tmp_path)
+    windows.step(running, claims, lambda: measure)
+    assert windows.flag.exists() and windows.holds_side_by_side() and not windows.is_open()
+    clock.now += windows.quiet_wait_s + 0.1  # no quiet marker came
+    windows.step(running, claims, lambda: measure)
+    assert windows.state == CLOSED and not windows.flag.exists() and windows.stats["gave_up"] == 1
+    windows.step(running, claims, lambda: measure)  # not again before the gap
+    assert windows.state == CLOSED
+    clock.now += gpu_windows.MIN_GAP_S
+    windows.step(running, claims, lambda: measure)
+    assert windows.flag.exists()
+
+
+def test_a_window_opens_once_every_task_is_quiet_and_gives_their_time_back(tmp_path: Path) -> None:
+    windows, clock, claims, running, measure = windows_with(tmp_path)
+    windows.step(running, claims, lambda: measure)
+    marker = gpu_pause.quiet_marker(windows.folder, 4242)
+    marker.write_text(gpu_pause.PAUSED)
+    windows.step(running, claims, lambda: measure)
+    assert windows.state == OPEN and windows.paused() == {0} and claims.lent == {0}
+    clock.now += 3.0
+    windows.step(running, claims, lambda: None)  # nothing left to measure: the window closes
+    assert windows.state == CLOSED and not windows.flag.exists() and claims.lent == set()
+    assert running[0].paused_s == pytest.approx(3.0)
+    assert windows.stats["opened"] == 1 and windows.stats["seconds_open"] == pytest.approx(3.0)
+
+
+def test_a_window_keeps_the_flag_until_the_paused_tasks_have_their_locks_again(tmp_path: Path) -> None:
+    windows, clock, claims, running, measure = windows_with(tmp_path)
+    windows.step(running, claims, lambda: measure)
+    gpu_pause.quiet_marker(windows.folder, 4242).write_text(gpu_pause.PAUSED)
+    windows.step(running, claims, lambda: measure)
+    claims.refuse_retake = True  # another opgate run's measurement has the GPU now
+    clock.now += gpu_windows.LONGEST_S + 1
+    windows.step(running, claims, lambda: measure)
+    assert windows.flag.exists() and windows.holds_side_by_side() and not windows.is_open()
+    claims.refuse_retake = False
+    windows.step(running, claims, lambda: measure)
+    assert windows.state == CLOSED and not windows.flag.exists()
+
+
+def test_no_window_beside_a_task_that_cannot_pause(tmp_path: Path) -> None:
+    windows, clock, claims, running, measure = windows_with(tmp_path)
+    sanitizer = FakeSlot(gpu_task("sanitizer", "PassingCheck", ""), 1)  # a fresh process per task: never pauses
+    windows.step([*running, sanitizer], claims, lambda: measure)
+    assert windows.state == CLOSED and not windows.flag.exists()
+
+
+def test_pause_points_do_nothing_outside_a_pausable_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(gpu_pause.PAUSE_DIR_ENV, str(tmp_path))
+    gpu_pause.flag_path(tmp_path).write_text("1")  # a window is open
+    gpu_pause.begin_task(False)  # a measurement: it must not wait for its own window
+    gpu_pause.pause_point()
+    gpu_pause.compile_began()
+    gpu_pause.compile_ended()  # none of these waited (the test would hang) or marked this process quiet
+    assert not (tmp_path / gpu_pause.QUIET).exists() or not any((tmp_path / gpu_pause.QUIET).iterdir())
+    assert gpu_pause.paused_seconds() == 0.0
+    gpu_pause.end_task()
