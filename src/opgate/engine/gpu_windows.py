@@ -39,8 +39,11 @@ ENV = "OPGATE_MEASUREMENT_WINDOWS"
 QUIET_WAIT_S = 2.0
 # The longest a window stays open while measurements keep coming.
 LONGEST_S = 20.0
-# The shortest gap between two windows (and between a window that gave up and the next try).
+# The shortest gap between two windows (and between a window that gave up and the next try) ...
 MIN_GAP_S = 5.0
+# ... doubled after each window that gave up, up to this: asking holds the side-by-side work back for up to
+# QUIET_WAIT_S each time, which a run whose work never quiets down must not pay every few seconds.
+MAX_GAP_S = 80.0
 
 CLOSED, ASKING, OPEN, REOPENING = "closed", "asking", "open", "reopening"
 
@@ -62,6 +65,7 @@ class MeasurementWindows:
     state: str = CLOSED
     since: float = 0.0
     not_before: float = 0.0
+    give_up_gap_s: float = 0.0  # the gap after the next give-up (doubles each time; a window that opens resets it)
     lent: dict[int, Any] = field(default_factory=dict)  # result index -> running slot whose shared lock was lent
     stats: dict[str, float] = field(default_factory=lambda: {"asked": 0, "opened": 0, "gave_up": 0, "measured": 0,
                                                              "seconds_open": 0.0})
@@ -112,6 +116,7 @@ class MeasurementWindows:
                     self.lent[slot.index] = slot
                 self.state, self.since = OPEN, now
                 self.stats["opened"] += 1
+                self.give_up_gap_s = 0.0
             elif now - self.since > self.quiet_wait_s:
                 self._close(now, gave_up=True)
         elif self.state == OPEN:
@@ -121,6 +126,9 @@ class MeasurementWindows:
                 self.stats["seconds_open"] = round(self.stats["seconds_open"] + held, 2)
                 for slot in self.lent.values():  # their time limits do not count the window
                     slot.paused_s = getattr(slot, "paused_s", 0.0) + held
+                # a measurement still waiting for the lock (another process's terms hold it shared) holds the lock's
+                # gate: the paused tasks could never take theirs again
+                claims.withdraw_exclusive()
                 self.state, self.since = REOPENING, now
         if self.state == REOPENING:
             alive = {slot.index for slot in running}
@@ -142,6 +150,8 @@ class MeasurementWindows:
             self.flag.unlink()
         if gave_up:
             self.stats["gave_up"] += 1
+            self.give_up_gap_s = min(MAX_GAP_S, max(self.min_gap_s, 2 * self.give_up_gap_s))
+            gap = self.give_up_gap_s
         self.state = CLOSED
         self.not_before = now + (self.min_gap_s if gap is None else gap)
 

@@ -39,7 +39,7 @@ from opgate.engine.children import (die_with_parent, kill_process_group, kill_pr
                                     reap_seconds_left, register_child, signal_name, signal_process_group,
                                     unregister_child)
 from opgate.engine import gpu_pause
-from opgate.engine.gpu_guard import GpuGuard, GpuLockRequest, Waiting
+from opgate.engine.gpu_guard import EXCLUSIVE, GpuGuard, GpuLockRequest, Waiting
 from opgate.engine.gpu_windows import MeasurementWindows
 from opgate.engine.gpu_windows import enabled as windows_enabled
 from opgate.engine.workdirs import owned_workdir
@@ -667,6 +667,15 @@ class _GpuClaims:
         if claim is not None:
             claim.request.release()
             self.lent[index] = claim
+
+    def withdraw_exclusive(self) -> None:
+        """Give up the locks exclusive tasks wait for (they ask again when they come to the head of the queue): a
+        waiting exclusive request holds its GPU's gate, which would keep this run's own paused tasks from taking their
+        shared locks again when a measurement window closes."""
+        for index, claim in list(self.waiting.items()):
+            if claim.request.mode == EXCLUSIVE:
+                claim.request.release()
+                del self.waiting[index]
 
     def retake(self, index: int) -> bool:
         """The window closes: the paused task's shared lock again (False: not yet, another run's measurement has
