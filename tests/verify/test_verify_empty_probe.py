@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from opgate.verify import empty_probe
 from opgate.verify.empty_probe import surviving_cases
 from opgate.verify.inputs import Case
 
@@ -18,6 +19,20 @@ def test_a_case_that_kills_the_reference_is_dropped_and_the_rest_survive(opgate_
     cases = [Case.make({"M": 0, "N": 8}, 1, origin="edge"), Case.make({"M": 4, "N": 0}, 2, origin="edge"),
              Case.make({"M": 0, "N": 3}, 3, origin="edge")]
     assert surviving_cases(DATA / "fatal_empty_spec.py", "double", "float32", cases) == {1}
+
+
+def test_a_prestarted_child_takes_its_cases_once_they_are_known_and_an_unused_one_ends(opgate_env, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", opgate_env["PYTHONPATH"])
+    spec = DATA / "fatal_empty_spec.py"
+    cases = [Case.make({"M": 0, "N": 8}, 1, origin="edge"), Case.make({"M": 4, "N": 0}, 2, origin="edge")]
+    empty_probe.prestart(spec)  # imports the spec while the parent would load it too
+    [child] = empty_probe._PRESTARTED.values()
+    assert surviving_cases(spec, "double", "float32", cases) == {1}  # the first child got the cases, died on case 0
+    assert empty_probe._PRESTARTED == {} and child.poll() is not None
+    empty_probe.prestart(spec)
+    [unused] = empty_probe._PRESTARTED.values()
+    empty_probe.discard_prestarted()  # the run ends without probing (every verdict reused, no numerics stage)
+    assert unused.poll() == 0 and empty_probe._PRESTARTED == {}
 
 
 def test_verify_runs_past_a_reference_that_dies_on_an_empty_batch(tmp_path, opgate_env):

@@ -601,7 +601,11 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
         library = len(request.files) > 1 or any(Path(f).is_dir() for f in request.files)
         processes = 0 if request.replay else calibration_processes(1 << 16, library)
         calibration_pool = CalibrationPool(processes) if processes else None
+        from opgate.verify import empty_probe
+
         try:
+            if not request.replay and not library:  # its imports overlap the spec load (verify/empty_probe.py)
+                empty_probe.prestart(Path(request.files[0]))
             if not request.replay:
                 _start_spare_workers(pool, request)
             if console.is_terminal:
@@ -651,6 +655,7 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
                 if prepared.calibrator.is_alive():
                     prepared.calibrator.join(timeout=0.5)
             closing = time.perf_counter()
+            empty_probe.discard_prestarted()
             if calibration_pool is not None:
                 calibration_pool.close()
             pool.close(grace_s=0.0 if interrupted else 10.0)
