@@ -344,10 +344,13 @@ def _load_specs(request: VerifyRequest) -> tuple[list[Operator], dict[Path, Path
     """Every spec file's operators (pre-flight imports in one isolated child, then here: specload.py) with their `<op>.grad` twins (verify/gradients.py), and each resolved spec path -> the path as
     given. torch is imported here while the child imports the specs. An operator name defined by two spec files
     is an input error: check ids, replay tokens and reports name operators, not files."""
-    from opgate.engine.specload import DEFAULT_IMPORT_TIMEOUT_S, import_spec_guarded, preflight_specs
+    from opgate.engine.specload import (DEFAULT_IMPORT_TIMEOUT_S, import_spec_guarded, installed_imports,
+                                        preflight_specs)
 
-    # every file in one pre-flight child, in the order given (torch imported here meanwhile)
-    preflight_specs(request.files, request.timeout_s or DEFAULT_IMPORT_TIMEOUT_S, import_meanwhile=("torch",))
+    # every file in one pre-flight child, in the order given (torch and the installed packages the specs import, here
+    # meanwhile)
+    meanwhile = ["torch", *(name for name in installed_imports(request.files) if name != "torch")]
+    preflight_specs(request.files, request.timeout_s or DEFAULT_IMPORT_TIMEOUT_S, import_meanwhile=meanwhile)
     files = request.files
     ops: list[Operator] = []
     shown: dict[Path, Path] = {}
