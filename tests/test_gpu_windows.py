@@ -33,8 +33,10 @@ def gpu_task(name: str, cls: str, worker: str, exclusive: bool = False, pausable
 
 @pytest.fixture(autouse=True)
 def patient_windows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker's first pause point comes after its start-up, which a loaded CI machine can stretch past 2 s."""
+    """A worker's first pause point comes after its start-up, which a loaded CI machine can stretch past 2 s; and the
+    test machine's cores are busy with other tests (the idle-core guard has its own test)."""
     monkeypatch.setattr(gpu_windows, "QUIET_WAIT_S", 20.0)
+    monkeypatch.setattr(gpu_windows, "MIN_IDLE_CORES", 0.0)
 
 
 def run(tasks: list[CheckTask], tmp_path: Path) -> dict[str, Any]:
@@ -120,7 +122,7 @@ class Clock:
 
 def windows_with(tmp_path: Path) -> tuple[MeasurementWindows, Clock, FakeClaims, list[FakeSlot], CheckTask]:
     clock = Clock()
-    windows = MeasurementWindows(tmp_path / "pause", clock=clock)
+    windows = MeasurementWindows(tmp_path / "pause", clock=clock, cores=gpu_windows.IdleCores(clock, tmp_path / "no"))
     side = gpu_task("work", "PausableWorkCheck", "side", pausable=True)
     slot = FakeSlot(side, 0, worker=type("W", (), {"proc": FakeProc(4242)})())
     measure = gpu_task("measure", "StampCheck", "timing", exclusive=True)
@@ -213,3 +215,31 @@ def test_a_window_whose_measurement_cannot_take_the_lock_closes_and_the_work_goe
         results = {r.check_id: r for r in run_checks([work, measure], jobs=2, gpu_guard=guard)}
     assert results["planted.work"].outcome is Outcome.PASSED and results["planted.measure"].outcome is Outcome.PASSED
     assert time.monotonic() - started < 30  # nobody waited for the GPU guard's limit
+
+
+def test_idle_cores_come_from_proc_stat_deltas_and_hold_a_window_back_on_a_busy_host(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_windows, "MIN_IDLE_CORES", 2.0)
+    monkeypatch.setattr(gpu_windows.os, "cpu_count", lambda: 16)
+    stat = tmp_path / "stat"
+    clock = Clock()
+    cores = gpu_windows.IdleCores(clock, stat)
+
+    def jiffies(busy: int, idle: int) -> None:  # user nice system idle iowait irq softirq steal
+        stat.write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\n")
+
+    jiffies(1000, 1000)
+    assert cores.sample() is None  # one reading: nothing to compare yet
+    clock.now += 1.5
+    jiffies(2500, 1100)  # 1,500 busy and 100 idle jiffies since: 1/16 idle, one core
+    assert cores.sample() == pytest.approx(1.0)
+    windows = MeasurementWindows(tmp_path / "pause", clock=clock, cores=cores)
+    side = gpu_task("work", "PausableWorkCheck", "side", pausable=True)
+    running = [FakeSlot(side, 0, worker=type("W", (), {"proc": FakeProc(4242)})())]
+    measure = gpu_task("measure", "StampCheck", "timing", exclusive=True)
+    windows.step(running, FakeClaims(), lambda: measure)
+    assert windows.state == CLOSED and not windows.flag.exists()  # the compiles would take the measurement's core
+    clock.now += 1.5
+    jiffies(3300, 1900)  # half idle: eight cores
+    windows.step(running, FakeClaims(), lambda: measure)
+    assert windows.flag.exists()

@@ -17,6 +17,10 @@ could start but for its busy GPU:
    case times by the tasks themselves). The next window waits at least as long as this one was open, so the
    side-by-side work keeps at least half of the GPU's time.
 
+A window also waits for the host to have MIN_IDLE_CORES idle (over the last second, /proc/stat): the tasks inside a
+compile go on compiling during it, and a measurement's CUDA events time its launches too, so a measuring process that
+has to wait for a core would time the wait (time_torch_events enqueues call by call).
+
 A task that is not pausable (a sanitizer run, a task of another kind) keeps the GPU as before: no window opens while
 one runs. One flag serves the run's every GPU: on a host of several, a window pauses the run's GPU work on all of
 them (a window is seconds long). OPGATE_MEASUREMENT_WINDOWS=0 turns windows off.
@@ -45,7 +49,43 @@ MIN_GAP_S = 5.0
 # QUIET_WAIT_S each time, which a run whose work never quiets down must not pay every few seconds.
 MAX_GAP_S = 80.0
 
+# Idle cores the host must have had over the last second for a window to be asked for (module docstring).
+MIN_IDLE_CORES = 2.0
+IDLE_SAMPLE_S = 1.0
+
 CLOSED, ASKING, OPEN, REOPENING = "closed", "asking", "open", "reopening"
+
+
+class IdleCores:
+    """How many of the host's cores were idle over the last IDLE_SAMPLE_S or more (/proc/stat; None where it cannot
+    be read: the guard then does not hold windows back)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, stat: Path = Path("/proc/stat")) -> None:
+        self.clock, self.stat = clock, stat
+        self._last: tuple[float, float, float] | None = None  # (when, idle jiffies, total jiffies)
+        self.idle: float | None = None
+
+    def _read(self) -> tuple[float, float] | None:
+        try:
+            fields = self.stat.read_text().splitlines()[0].split()[1:]
+            values = [float(v) for v in fields]
+        except (OSError, IndexError, ValueError):
+            return None
+        idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
+        return idle, sum(values[:8])
+
+    def sample(self) -> float | None:
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < IDLE_SAMPLE_S:
+            return self.idle
+        read = self._read()
+        if read is None:
+            return None
+        if self._last is not None and read[1] > self._last[2]:
+            share = (read[0] - self._last[1]) / (read[1] - self._last[2])
+            self.idle = max(0.0, share) * (os.cpu_count() or 1)
+        self._last = (now, *read)
+        return self.idle
 
 
 def enabled() -> bool:
@@ -66,12 +106,15 @@ class MeasurementWindows:
     since: float = 0.0
     not_before: float = 0.0
     give_up_gap_s: float = 0.0  # the gap after the next give-up (doubles each time; a window that opens resets it)
+    cores: IdleCores | None = None  # None: one reading /proc/stat
     lent: dict[int, Any] = field(default_factory=dict)  # result index -> running slot whose shared lock was lent
     stats: dict[str, float] = field(default_factory=lambda: {"asked": 0, "opened": 0, "gave_up": 0, "measured": 0,
                                                              "seconds_open": 0.0})
 
     def __post_init__(self) -> None:
         (self.folder / gpu_pause.QUIET).mkdir(parents=True, exist_ok=True)
+        if self.cores is None:
+            self.cores = IdleCores(self.clock)
 
     @property
     def flag(self) -> Path:
@@ -99,6 +142,9 @@ class MeasurementWindows:
         now = self.clock()
         if self.state == CLOSED:
             if now < self.not_before:
+                return
+            idle = self.cores.sample() if self.cores is not None else None
+            if idle is not None and idle < MIN_IDLE_CORES:
                 return
             task = wanted()
             if task is None:
