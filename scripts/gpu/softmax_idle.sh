@@ -17,6 +17,7 @@ print(f"{sys.argv[1]}: {time.perf_counter() - started:.2f} s wall, exit {rc}")
 PY
 }
 timed torch_cuda_init python3 -c "import torch; torch.cuda.init()"
+python3 -c "import time; t = time.perf_counter(); import torch; i = time.perf_counter(); torch.cuda.is_available(); print(f'import torch {i - t:.2f} s, torch.cuda.is_available() {time.perf_counter() - i:.2f} s')" >> "$OUT/a/times.txt" 2>&1
 timed opgate_version python3 -m opgate --version
 i=0
 for mode in ${MODES:-cold reuse nocache nocache}; do

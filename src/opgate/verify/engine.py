@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,6 +231,16 @@ def fan_out_gpu_stages(tasks: list[CheckTask], gpu_stage_names: set[str], device
     return sorted((pinned.get(t.check_id, t) for t in tasks), key=key)
 
 
+def _start_cuda_quietly() -> None:
+    """Ask torch for the GPUs once (cuInit, the device count), so the next ask is answered at once."""
+    try:
+        import torch
+
+        torch.cuda.is_available()
+    except Exception:  # _gpu_present asks again and meets it
+        pass
+
+
 def _gpu_present() -> bool:
     """Whether verify's GPU stages can run: torch's view, not gpu/probes/device.py's CuPy-based gate, because every
     verify check runs the user's implementations through torch (a torch-only host has no CuPy)."""
@@ -382,6 +393,8 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
             raise InputError("--replay re-runs one case of one operator: give only the spec file that defines "
                              f"operator {token.op!r}, not {len(request.files)} files")
         request = dataclasses.replace(request, seed=token.plan_seed, shrink=False)
+    # the CUDA driver's start-up (_gpu_present below) overlaps the spec load instead of following it
+    threading.Thread(target=_start_cuda_quietly, daemon=True, name="opgate-cuda-init").start()
     ops, shown = _load_specs(request)
     spec_loaded = time.perf_counter()
     selections = select(ops, request, token, shown)
