@@ -233,3 +233,20 @@ def test_a_gradient_failure_replays_from_its_token(gradient_run, tmp_path):
     assert result["outcome"] == "failed" and result["extra"]["failure_class"] == "gradient"
     assert result["extra"]["cases"][0]["case"] == results["verify.layer_norm.grad.triton_dw_bug.float32"][
         "extra"]["smallest_failing_label"]
+
+
+def test_the_runtime_warm_up_leaves_its_work_count_for_the_measurement(tmp_path, monkeypatch):
+    """core/work.operator_work_stored: counted once (the warm-up, side by side), read by the exclusive measurement;
+    another size or a torn file is counted again."""
+    from opgate.core import work as work_module
+
+    path = tmp_path / "counts" / "softmax.float32.json"
+    op = softmax_op()
+    counted = work_module.operator_work_stored(op, "float32", {"M": 64, "N": 32}, path)
+    monkeypatch.setattr(work_module, "operator_work", lambda *a: pytest.fail("counted again"))
+    assert work_module.operator_work_stored(op, "float32", {"M": 64, "N": 32}, path) == counted
+    monkeypatch.undo()
+    other = work_module.operator_work_stored(op, "float32", {"M": 128, "N": 32}, path)
+    assert other.bytes == 2 * counted.bytes
+    path.write_text("{torn")
+    assert work_module.operator_work_stored(op, "float32", {"M": 64, "N": 32}, path) == counted

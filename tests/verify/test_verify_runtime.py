@@ -72,6 +72,10 @@ def test_each_timing_check_follows_a_warm_up_beside_other_work_in_the_same_worke
     for check_id, task in timing.items():
         twin = warm[f"{check_id}_warm_up"]
         assert task.exclusive and not twin.exclusive and twin.order > 40 and twin.worker == task.worker
+        # the warm-up counts the work at the timing size where the measurement reads it, and pauses for windows
+        assert twin.pausable and not task.pausable
+        counts = {t.context.options["work_count_path"] for t in (task, twin)}
+        assert len(counts) == 1 and counts.pop().endswith(f"{op.name}.{task.labels['dtype']}.json")
     assert _internal(CheckResult("x", "x", Outcome.PASSED, "warm-up", extra={"internal": True}))
 
 

@@ -91,9 +91,10 @@ class _GpuStage(Stage):
         for choice in self.applies_to(plan):
             for suffix, fields in self.suffixes(plan):
                 dtype = str(fields.get("dtype", plan.dtypes[0]))
+                more = {**fields, **self.payload_fields(plan, dtype), "dtype": dtype}
                 payload = GpuStagePayload(spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name,
                                           seed=plan.seed, artefact_dir=str(plan.artefact_dir(choice.name, dtype)),
-                                          **{**fields, "dtype": dtype})  # type: ignore[arg-type]
+                                          **more)  # type: ignore[arg-type]
                 title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
                 out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,
                                      self.timeout_s, payload, choice, retire=self.retire, warm=self.warm,
@@ -102,6 +103,10 @@ class _GpuStage(Stage):
 
     def describe(self, fields: dict[str, object], dtype: str) -> str:
         return self.title_text.format(**{"dtype": dtype, **fields})
+
+    def payload_fields(self, plan: OperatorPlan, dtype: str) -> dict[str, object]:
+        """More GpuStagePayload fields of this stage's tasks of `plan` in `dtype`."""
+        return {}
 
 
 class RuntimeStage(_GpuStage):
@@ -128,6 +133,11 @@ class RuntimeStage(_GpuStage):
     # the end of a library's calibration, none but the first nine warm-ups had started at 515 s, so no file could
     # reach its exclusive runtime and recovery checks (twenty-fourth H200 session; this floor not yet measured)
     warm_up_slot_floor = 0.125
+
+    def payload_fields(self, plan: OperatorPlan, dtype: str) -> dict[str, object]:
+        # one count per operator x dtype, shared by its implementations: the warm-ups count, the measurements read
+        name = plan.op.name.replace("/", "_")
+        return {"work_count_path": str(plan.workdir / "work_counts" / f"{name}.{dtype}.json")}
 
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         import dataclasses

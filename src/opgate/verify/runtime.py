@@ -65,9 +65,10 @@ def _require_cuda() -> Any:
 
 
 def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float,
-                      gpu_name: str) -> tuple[list[Figure], str]:
-    """Floor time for this case on this GPU and the achieved fraction; figures and a short text."""
-    from opgate.core.work import operator_work, roofline_point
+                      gpu_name: str, work_count_path: str = "") -> tuple[list[Figure], str]:
+    """Floor time for this case on this GPU and the achieved fraction; figures and a short text. `work_count_path`:
+    where the runtime warm-up left the operator's work count (core/work.py operator_work_stored)."""
+    from opgate.core.work import operator_work_stored, roofline_point
     from opgate.model.errors import InputError
     from opgate.gpu.judge.ceilings import load_ceilings
     from opgate.core.gpus import lookup_gpu
@@ -77,7 +78,7 @@ def roofline_fraction(op: Any, dtype: str, dims: dict[str, int], median_s: float
     except InputError:
         return [Figure("roofline", f"not judged: {gpu_name!r} is not in opgate's GPU catalogue",
                        key="verify.runtime.roofline")], ""
-    work = operator_work(op, dtype, dims)
+    work = operator_work_stored(op, dtype, dims, work_count_path)
     point = roofline_point(work, gpu, median_s)
     if point is None:
         return [Figure("roofline", f"not judged: no {dtype} peak for {gpu.name} in the catalogue",
@@ -199,6 +200,7 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
         options, torch = self.begin(ctx)
         note = "compiled"
         gpu_pause.install_triton_hooks()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
+        op = None
         try:
             op, implementation = load_implementation(options)
             gpu_pause.pause_point()
@@ -209,6 +211,13 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
             torch.cuda.synchronize()
         except Exception as exc:  # the runtime check meets it again and reports it in its own words
             note = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if op is not None and options.work_count_path:  # counted here, not in the measurement that holds the GPU
+            from opgate.core.work import operator_work_stored
+
+            try:
+                operator_work_stored(op, options.dtype, op.timing_dims(), options.work_count_path)
+            except Exception:  # the runtime check counts it again and reports what stops it
+                pass
         return self.passed(f"warm-up at the timing size: {note}",
                            extra={INTERNAL: True, "seconds": round(time.perf_counter() - started, 3)})
 
@@ -266,7 +275,8 @@ class VerifyRuntimeCheck(GpuStageCheck):
                                     f"{stats.input_sets} rotating input sets (rolled copies of one)",
                    key="verify.runtime.timing_method"),
         ]
-        roof_figures, roof_text = roofline_fraction(op, dtype, dims, stats.median_us * 1e-6, gpu_name)
+        roof_figures, roof_text = roofline_fraction(op, dtype, dims, stats.median_us * 1e-6, gpu_name,
+                                                    options.work_count_path)
         figures += roof_figures
         # Graph capture last: a failed capture leaves torch's CUDA generator unusable in this process.
         phase("roofline")

@@ -102,6 +102,9 @@ class GpuStagePayload(ImplementationPayload):
     group: list[dict[str, str]] = dataclasses.field(default_factory=list)
     # the implementation x dtype's folder of the report's artefacts (--out): the sanitizer's logs go there
     artefact_dir: str = ""
+    # the runtime stage: where its warm-up leaves the operator's work count at the timing size for the measurement
+    # (core/work.py operator_work_stored), so the exclusive check does not count it while it holds the GPU alone
+    work_count_path: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
