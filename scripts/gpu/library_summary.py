@@ -38,6 +38,8 @@ def summary(report: dict) -> list[str]:
                  "heaviest " + ", ".join(f"{plan} {seconds:.0f} s" for seconds, plan in heaviest))
     per_plan = engine.get("calibration_bounds_cache", {})
     lines += [f"  {plan}: {seconds:.0f} s of bound terms, {per_plan.get(plan, {})}" for seconds, plan in heaviest]
+    if engine.get("measurement_windows"):  # engine/gpu_windows.py
+        lines.append(f"measurement windows: {engine['measurement_windows']}")
     lines.append(f"spec load {engine.get('spec_load_s')} s, prepare {engine.get('prepare_s')} s, "
                  f"bound cache {engine.get('bounds_cache')}")
     # the measuring stages run one at a time: their durations' sum is the time the GPU was held for them alone
