@@ -140,17 +140,14 @@ class MeasurementWindows:
         """Advance the window by what the running tasks and the queue say now. `wanted()`: the exclusive task that
         would start if its GPU were free (None: none), asked only while it matters."""
         now = self.clock()
+        idle = self.cores.sample() if self.cores is not None else None  # kept fresh: over the last second or so
         if self.state == CLOSED:
             if now < self.not_before:
                 return
-            idle = self.cores.sample() if self.cores is not None else None
-            if idle is not None and idle < MIN_IDLE_CORES:
-                return
-            task = wanted()
-            if task is None:
-                return
             on_gpu = [slot for slot in running if slot.task.uses_gpu]
-            if on_gpu and all(_pausable(slot) for slot in on_gpu):
+            if not on_gpu or not all(_pausable(slot) for slot in on_gpu):
+                return  # a free GPU needs no window; a task that cannot pause keeps it
+            if (idle is None or idle >= MIN_IDLE_CORES) and wanted() is not None:
                 self._write_flag()
                 self.state, self.since = ASKING, now
                 self.stats["asked"] += 1
