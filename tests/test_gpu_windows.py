@@ -37,6 +37,7 @@ def patient_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     test machine's cores are busy with other tests (the idle-core guard has its own test)."""
     monkeypatch.setattr(gpu_windows, "QUIET_WAIT_S", 20.0)
     monkeypatch.setattr(gpu_windows, "MIN_IDLE_CORES", 0.0)
+    monkeypatch.setenv(gpu_windows.ENV, "1")  # opt-in (gpu_windows.enabled)
 
 
 def run(tasks: list[CheckTask], tmp_path: Path) -> dict[str, Any]:
