@@ -39,3 +39,17 @@ def test_a_new_work_folder_sweeps_only_the_folders_whose_owner_is_gone(tmp_path:
     assert not folder.exists()
     assert sweep_orphans("opgate-verify-", root=tmp_path) == [other_prefix]
     assert sweep_orphans("opgate-run-", root=tmp_path / "missing") == []  # an unreadable root: nothing, no error
+
+
+def test_the_process_age_counts_from_this_process_start() -> None:
+    import subprocess
+    import sys
+
+    from opgate.engine.workdirs import process_age_s
+
+    mine = process_age_s()
+    assert mine is not None and mine > 0
+    # a fresh interpreter that sleeps 0.5 s first is at least that old, and younger than this test's process
+    code = "import time; time.sleep(0.5); from opgate.engine.workdirs import process_age_s; print(process_age_s())"
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.45 <= child < 30 and child < process_age_s()

@@ -36,6 +36,17 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (its start in /proc against /proc/uptime, to the clock tick), or None off
+    Linux: where a run's wall time went before its report's clock started (interpreter, imports, spec load)."""
+    ticks = _start_ticks(os.getpid())
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if ticks is None else round(uptime - ticks / os.sysconf("SC_CLK_TCK"), 2)
+
+
 def _pid_namespace() -> str:
     try:
         return os.readlink("/proc/self/ns/pid")

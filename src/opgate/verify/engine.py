@@ -605,7 +605,7 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
     from opgate.engine.bytecode import shared_bytecode
 
-    from opgate.engine.workdirs import owned_workdir
+    from opgate.engine.workdirs import owned_workdir, process_age_s
 
     with owned_workdir("opgate-verify-") as workdir, shared_bytecode(_bytecode_folder(workdir)) as bytecode:
         (workdir / "workers").mkdir()
@@ -630,6 +630,8 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
             else:
                 prepared = prepare_run(request, workdir, pool, calibration_pool, resumed)
             prepared.info["engine"]["bytecode"] = bytecode
+            # the process's age when the checks start: its interpreter, imports and spec load (engine/workdirs.py)
+            prepared.info["engine"]["process_age_at_checks_s"] = process_age_s()
             prepared.calibrator.start()
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
@@ -679,7 +681,8 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
                 from opgate.engine.children import end_processes, escaped_processes
 
                 end_processes(escaped_processes())
-        engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2)}
+        engine = {**report.extra.get("engine", {}), "workers_close_s": round(time.perf_counter() - closing, 2),
+                  "process_age_at_end_s": process_age_s()}
         report = dataclasses.replace(report, extra={**report.extra, "engine": engine})
         report = _with_escaped_processes(report)
     if not request.replay:
