@@ -219,13 +219,23 @@ def _perturbation_steps(generated_truth: Sequence[Any], scale: float, seed: int)
             if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else None for v in generated_truth]
 
 
+def _moved_by(value: Any, step: Any, sign: float) -> Any:
+    """value x (1 + sign x step), bit for bit and in the same layout, in two passes instead of three: sign is +-1, so
+    sign x step is exact and 1 + sign x step is 1 + step or 1 - step (these products were 3.2 s of a 17.6 s
+    calibration of fla_kl_div's float32 plan on one core)."""
+    import torch
+
+    factor = step.add(1.0) if sign > 0 else torch.rsub(step, 1.0)  # 1 - step
+    return torch.mul(value, factor)  # the last product as before: its output takes the value's layout as it did
+
+
 def _reference_moved(op: Operator, generated_truth: Sequence[Any], steps: Sequence[Any],
                      sign: float) -> list[Any] | None:
     """The reference on the inputs moved by sign x steps (relative), as CPU float64 outputs; None if it raises
     (it ran on these inputs' values once already: a failure here adds no budget)."""
     import torch
 
-    args = [v * (1 + sign * step) if step is not None else v for v, step in zip(generated_truth, steps)]
+    args = [_moved_by(v, step, sign) if step is not None else v for v, step in zip(generated_truth, steps)]
     try:
         with torch.no_grad():
             outputs = as_outputs(op.reference(*args))

@@ -796,6 +796,18 @@ def _outputs_or_none(reference: Any, args: Sequence[Any]) -> list[Any] | None:
     return [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs]  # beside the CPU truth
 
 
+def _finite_peak(values: Any) -> float:
+    """The largest finite |value| (0.0 where none is finite); without copying the finite elements out when all are,
+    the usual case."""
+    import torch
+
+    finite_mask = torch.isfinite(values)
+    if bool(finite_mask.all()):
+        return float(values.abs().max())
+    finite = values[finite_mask]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
 def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequence[Any], dtype: str
                     ) -> list[LogspaceBound]:
     """The log-space statistic's bound for every output of one case (see above); zero where it does not apply."""
@@ -809,10 +821,7 @@ def logspace_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Sequenc
                  if isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.numel() > 0]
     if not positions:
         return empty
-    peaks = []
-    for i in positions:
-        finite = truth_inputs[i][torch.isfinite(truth_inputs[i])]
-        peaks.append(float(finite.abs().max()) if finite.numel() else 0.0)
+    peaks = [_finite_peak(truth_inputs[i]) for i in positions]
     magnitude = max(peaks)
     if magnitude == 0.0:
         return empty
