@@ -620,7 +620,8 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
         from opgate.verify import empty_probe
 
         try:
-            if not request.replay and not library:  # its imports overlap the spec load (verify/empty_probe.py)
+            calibrating = any(stage.needs.calibration for stage in chosen_stages(request))
+            if not request.replay and not library and calibrating:  # its imports overlap the spec load
                 empty_probe.prestart(Path(request.files[0]))
             if not request.replay:
                 _start_spare_workers(pool, request)
