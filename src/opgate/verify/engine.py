@@ -621,8 +621,8 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
 
         try:
             # its imports overlap the spec load where cores are spare; on CI's 2 it is one more process importing torch
-            # beside every run's own start-up (pytest took 712 s in a fresh clone with it and the session's other
-            # changes, 623 s at the session's start: docs/benchmarks.md, make test)
+            # beside every run's own start-up: a fresh clone's pytest took 713 s with it, 627 s without, 623 s at
+            # the session's start (docs/benchmarks.md, make test)
             calibrating = any(stage.needs.calibration for stage in chosen_stages(request))
             if not request.replay and not library and calibrating and (os.cpu_count() or 1) >= 8:
                 empty_probe.prestart(Path(request.files[0]))
