@@ -14,8 +14,8 @@ backend's speed as it runs:
   a case another dtype's check of the same implementation has run is predicted at what it took there
   (verify/case_costs.py): a launch grid the size does not predict defeats the model, not the measurement;
 - before each case the remaining cases are ranked: each declared size's first seed first (always run: the user
-  asked for those sizes), then the cheapest case of every (regime, layout) not yet covered, then the rest cheapest
-  first, a declared size's other seeds among them (the same code path on other values: inputs.declared_firsts);
+  asked for those sizes), then the cheapest case of every (regime, layout) not yet covered (at a size already run
+  whole where the kind has one: its cost is measured), then the rest cheapest first, a declared size's other seeds among them (the same code path on other values: inputs.declared_firsts);
   a case runs if it fits, with every higher-ranked case, in the time left;
 - the cases run declared first, then one of each (regime, layout), then the rest in plan order (`next_case`): a
   prediction can be far off (a size past the block caps), and what runs first is what a misprediction cannot cap;
@@ -283,10 +283,14 @@ class CasePlanFitter:
     def stop_after_s(self, index: int) -> float | None:
         """Seconds case `index` may run before it is stopped: what is left of the budget, and STOP_GRACE_S. None
         (never stopped) without a budget, for a declared size's first seed (always run, as in `runs`) or for the first
-        case of its regime x layout (the one case of its kind: docs/verify-engine.md)."""
+        case of its regime x layout (the one case of its kind: docs/verify-engine.md) at a size this check has run
+        whole. A first of its kind at a size never run is predicted by the model alone, which a kernel's launch grid
+        can put 1000x low: such a case, left unstoppable, ran a 15 s check for minutes (the test of
+        mispredicted_case_spec.py on a loaded 2-core machine, thirty-third session)."""
         case = self.cases[index]
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
-        if self.budget_s <= 0 or index in self.always or (case.regime, case.layout) not in covered:
+        one_of_its_kind = (case.regime, case.layout) not in covered and self.sizes[index] in self._sizes_run_whole()
+        if self.budget_s <= 0 or index in self.always or one_of_its_kind:
             return None
         left = self.budget_s - (self.clock() - self.started) - self.reserved_s()
         return max(left, 0.0) + stop_grace_s()
@@ -297,6 +301,10 @@ class CasePlanFitter:
         self.stopped_after[index] = seconds
         self.timer.observe(self.sizes[index], seconds)
 
+    def _sizes_run_whole(self) -> set[CaseSize]:
+        """The sizes of the cases run whole in this check: their cost is measured, not modelled."""
+        return {self.sizes[k] for k in self.done}
+
     def _capped_indices(self) -> set[int]:
         return {k for k, _ in self.capped}
 
@@ -305,14 +313,18 @@ class CasePlanFitter:
         return essential + rest
 
     def _ranked_parts(self, pending: Sequence[int]) -> tuple[list[int], list[int]]:
-        """(each declared size's first seed and the cheapest case of each (regime, layout) no run case covers, the
-        rest cheapest first)."""
+        """(each declared size's first seed and, for each (regime, layout) no run case covers, its cheapest case at a
+        size run whole here, else its cheapest case; the rest cheapest first). A size run whole has a measured cost;
+        another's is the model's guess, which can be 1000x low where the kernel's grid does not follow the size:
+        picked as the one case of its kind, such a guess ran unstopped (stop_after_s)."""
         declared = [k for k in pending if k in self.always]
         rest = sorted((k for k in pending if k not in self.always),
                       key=lambda k: (self.predict(k), k))
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
+        measured = self._sizes_run_whole()
+        measured_first = sorted(rest, key=lambda k: self.sizes[k] not in measured)  # stable: cheapest first within
         first_of_kind: list[int] = []
-        for k in rest:
+        for k in measured_first:
             kind = (self.cases[k].regime, self.cases[k].layout)
             if kind not in covered:
                 covered.add(kind)
