@@ -284,6 +284,47 @@ def test_tritons_jit_hooks_mark_the_compile_while_it_runs(tmp_path):
         resume._OPEN_JOURNAL["folder"] = None
 
 
+def test_the_same_hooks_make_a_pausable_task_quiet_and_its_compile_time_leaves_out_a_window(tmp_path, monkeypatch):
+    """One pair of jit hooks serves the journal and the measurement windows (engine/gpu_pause.py): inside a compile
+    the task is quiet; after it, while a window is open, the post hook waits, and the compile's recorded time is taken
+    before that wait. A closed journal (its check over) is written no more by a warm worker's next task."""
+    import threading
+    from types import SimpleNamespace
+
+    knobs = pytest.importorskip("triton").knobs
+    from opgate.engine import gpu_pause
+    from opgate.verify.backends.triton_backend import record_compiles
+    from opgate.verify.resume import COMPILING, CaseJournal
+
+    pauses = tmp_path / "pause"
+    monkeypatch.setenv(gpu_pause.PAUSE_DIR_ENV, str(pauses))
+    monkeypatch.setitem(gpu_pause._STATE, "paused_s", 0.0)  # this process's pauses: given back after the test
+    saved = (knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook)
+    journal = CaseJournal(tmp_path / "journal", 300.0)
+    try:
+        gpu_pause.begin_task(True)
+        record = record_compiles()
+        kernel = SimpleNamespace(name="chunk_kernel")
+        knobs.runtime.jit_cache_hook(key="k", fn=kernel)
+        quiet = gpu_pause.quiet_marker(pauses, os.getpid())
+        assert quiet.read_text() == gpu_pause.COMPILING and (journal.folder / COMPILING).is_file()
+        gpu_pause.flag_path(pauses).write_text("1")  # a window is asked for while the compile runs
+        threading.Timer(0.5, gpu_pause.flag_path(pauses).unlink).start()  # ... and closes half a second later
+        began = time.perf_counter()
+        knobs.runtime.jit_post_compile_hook(key="k", fn=kernel)
+        assert time.perf_counter() - began >= 0.4  # it waited for the window
+        assert record["seconds"] < 0.4 and gpu_pause.paused_seconds() >= 0.4  # not counted as the compile's time
+        assert not quiet.exists() and not (journal.folder / COMPILING).exists()
+        journal.close()
+        knobs.runtime.jit_cache_hook(key="n", fn=kernel)  # the worker's next task compiles
+        assert not (journal.folder / COMPILING).exists()
+        knobs.runtime.jit_post_compile_hook(key="n", fn=kernel)
+    finally:
+        knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = saved
+        gpu_pause.end_task()
+        journal.close()
+
+
 def test_after_the_last_restart_for_hung_compiles_the_cases_left_are_counted_not_run(tmp_path):
     from opgate.verify.inputs import Case
     from opgate.verify.resume import CaseJournal, CrashEntry

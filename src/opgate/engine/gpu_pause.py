@@ -7,8 +7,10 @@ task that is pausable says it is quiet (a marker file named by its pid) once it 
 work) or waiting at a pause point, and only when every one of them is quiet does a measurement start.
 
 In a pausable task (the runner says so per request: engine/worker.py calls begin_task):
-- compile_began / compile_ended bracket a JIT compile (Triton's jit hooks: verify/backends/triton_backend.py). The
-  compile first waits for this process's GPU work in flight, so "compiling" means "nothing of mine on the GPU".
+- compile_began / compile_ended bracket a JIT compile (Triton's jit hooks, installed by
+  verify/backends/triton_backend.record_compiles, call them through verify/resume.compile_started/_finished, which
+  mark the compile in a numerics check's journal too). The compile first waits for this process's GPU work in
+  flight, so "compiling" means "nothing of mine on the GPU".
 - pause_point() is called where the task is about to use the GPU (before each implementation call, after each
   compile): while the flag exists it waits, marked paused, and the seconds it waited are left out of its case times
   (clock()).
@@ -135,25 +137,3 @@ def pause_point() -> None:
         _clear_marker()
         _STATE["paused_s"] = paused_seconds() + time.perf_counter() - began
 
-
-def install_triton_hooks() -> None:
-    """Triton's jit hooks bracket each compile (quiet) where nothing installed them yet (a runtime warm-up in a fresh
-    worker; verify/backends/triton_backend.record_compiles installs its own, which call compile_began/compile_ended
-    too)."""
-    try:
-        from triton import knobs
-    except ImportError:
-        return
-    runtime = knobs.runtime
-    if getattr(runtime, "jit_cache_hook", None) is not None or getattr(runtime, "jit_post_compile_hook", None):
-        return
-
-    def before(**_: object) -> bool:
-        compile_began()
-        return False  # compile as usual
-
-    def after(**_: object) -> None:
-        compile_ended()
-
-    runtime.jit_cache_hook = before
-    runtime.jit_post_compile_hook = after

@@ -245,6 +245,7 @@ class VerifyImplementationCheck(Check):
         try:
             return self._judge(task, clock, plan, op, choice, prepared)
         finally:
+            self.journal.close()
             if prepared.release is not None:
                 prepared.release()
 

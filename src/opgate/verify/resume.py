@@ -68,17 +68,23 @@ _OPEN_JOURNAL: dict[str, Path | None] = {"folder": None}  # the journal of the c
 
 
 def compile_started(kernel: str) -> None:
-    """A JIT compile of `kernel` begins in this process (a no-op outside a numerics check)."""
+    """A JIT compile of `kernel` begins in this process: the journal says so (in a numerics check), and the task is
+    quiet for a measurement window (in a pausable task: engine/gpu_pause.py). Outside both, a no-op."""
     folder = _OPEN_JOURNAL["folder"]
     if folder is not None:
-        _write_atomically(folder / COMPILING, json.dumps({"kernel": kernel, "time": time.time()}))
+        with contextlib.suppress(OSError):  # a marker that cannot be written must not fail the kernel's compile
+            _write_atomically(folder / COMPILING, json.dumps({"kernel": kernel, "time": time.time()}))
+    gpu_pause.compile_began()  # no GPU work of this process from here to the compile's end
 
 
 def compile_finished() -> None:
+    """The compile is over (or, called before an implementation call, any compile that raised is: its post hook
+    never ran). May wait while a measurement window is open, so a caller timing the compile reads its clock first."""
     folder = _OPEN_JOURNAL["folder"]
     if folder is not None:
         with contextlib.suppress(OSError):
             (folder / COMPILING).unlink()
+    gpu_pause.compile_ended()
 
 
 def _write_atomically(path: Path, data: str | bytes) -> None:
@@ -140,6 +146,11 @@ class CaseJournal:
         self._mark({"phase": "setup"})
         faulthandler.enable()  # a fatal signal prints the Python stack (the user's line) into the stderr tail
 
+    def close(self) -> None:
+        """The check is over: a warm worker's next task (another check, a runtime warm-up) writes nothing here."""
+        if _OPEN_JOURNAL["folder"] == self.folder:
+            _OPEN_JOURNAL["folder"] = None
+
     @classmethod
     def open(cls, options: Mapping[str, Any]) -> "CaseJournal":
         return cls(journal_dir(options), float(options.get("case_timeout_s", CASE_TIMEOUT_S)))
@@ -171,9 +182,8 @@ class CaseJournal:
         phase = "case" if index is not None else "shrink"
         marker = {"phase": phase, "index": index, "case": case.to_dict(), "label": case.label(),
                   "limit_s": self.case_timeout_s}
-        compile_finished()  # a compile that raised never ran its post hook: its marker is stale by now
-        gpu_pause.compile_ended()  # ... and so is its quiet marker; then wait while a measurement window is open
-        gpu_pause.pause_point()
+        compile_finished()  # a compile that raised never ran its post hook: its markers are stale by now
+        gpu_pause.pause_point()  # wait while a measurement window is open
         self._mark(marker)
         faulthandler.dump_traceback_later(self.case_timeout_s, exit=True)
         try:

@@ -192,6 +192,7 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
     internal (not reported): the runtime check judges, and says so itself if the call fails."""
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.verify.backends.triton_backend import record_compiles
         from opgate.verify.gradients import upstream_kept_on_device
 
         from opgate.engine import gpu_pause
@@ -199,7 +200,7 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
         started = time.perf_counter()
         options, torch = self.begin(ctx)
         note = "compiled"
-        gpu_pause.install_triton_hooks()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
+        record_compiles()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
         op = None
         try:
             op, implementation = load_implementation(options)

@@ -265,7 +265,6 @@ class CasePlanFitter:
 
     def runs(self, index: int) -> bool:
         """Whether case `index` (the next one: next_case) is run; False records it as capped."""
-        case = self.cases[index]
         if self.budget_s <= 0 or index in self.always or not self.timer.observed:
             return True
         left = self.budget_s - (self.clock() - self.started) - self.reserved_s()

@@ -15,7 +15,6 @@ import types
 from pathlib import Path
 from typing import Any, Iterable
 
-from opgate.engine import gpu_pause
 from opgate.model.errors import SkipCheck
 from opgate.model.results import Figure
 from opgate.verify import resume
@@ -160,13 +159,11 @@ def record_compiles() -> dict[str, Any]:
         started[repr(kwargs.get("key"))] = time.perf_counter()
         # a case that hangs from here on hung in the compiler (LLVM's O3 on a config with thousands of elements per
         # thread ran past 240 s: fla's token_shift backward at D=65537; verify/resume.py reports such a case as not
-        # judged, not as a crash)
+        # judged, not as a crash), and the task is quiet for a measurement window (engine/gpu_pause.py)
         resume.compile_started(str(getattr(kwargs.get("fn"), "name", "kernel")))
-        gpu_pause.compile_began()  # no GPU work of this process from here to the compile's end (engine/gpu_pause.py)
         return False  # compile as usual
 
     def after(**kwargs: Any) -> None:
-        resume.compile_finished()
         began = started.pop(repr(kwargs.get("key")), None)
         info = kwargs.get("fn")
         name = str(getattr(info, "name", "kernel"))
@@ -179,7 +176,7 @@ def record_compiles() -> dict[str, Any]:
             if took > record.get("slowest", {}).get("seconds", 0.0):
                 record["slowest"] = {"kernel": name, "seconds": round(took, 3)}
         record["kernels"][name] = record["kernels"].get(name, 0) + 1
-        gpu_pause.compile_ended()  # may wait for a measurement window: after the compile's own time is taken
+        resume.compile_finished()  # last: it may wait for a measurement window, which is not the compile's time
 
     knobs.runtime.jit_cache_hook = before
     knobs.runtime.jit_post_compile_hook = after
