@@ -142,6 +142,32 @@ def test_a_gpu_another_run_keeps_past_the_wait_limit_leaves_the_terms_on_the_cpu
         other_run.release()
 
 
+def test_the_lock_waits_and_give_ups_are_counted_for_the_report(monkeypatch, tmp_path) -> None:
+    """What placing the terms cost is in each plan's report (calibrate_plan): the cases that found the GPU's lock
+    taken, those that then ran on the CPU, and the milliseconds they waited; the terms' own time is not a wait."""
+    import time
+
+    from opgate.engine.gpu_guard import EXCLUSIVE, GpuLockRequest, keys_from_nvml
+
+    monkeypatch.setenv("OPGATE_GPU_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("OPGATE_GPU_WAIT_S", "0.3")
+    monkeypatch.setattr(bounds_device, "COUNTS", dict.fromkeys(bounds_device.COUNTS, 0))
+    with bounds_device._shared_gpu_lock() as held:  # free: no wait
+        assert held
+    assert bounds_device.COUNTS["gpu_lock_waits"] == 0
+    measuring = GpuLockRequest(keys_from_nvml(None), EXCLUSIVE, holder="a runtime check", directory=tmp_path)
+    assert measuring.poll()
+    try:
+        with bounds_device._shared_gpu_lock() as held:
+            assert not held
+            time.sleep(0.5)  # the terms, on the CPU
+    finally:
+        measuring.release()
+    counts = bounds_device.COUNTS
+    assert counts["gpu_lock_waits"] == counts["gpu_lock_gave_up"] == 1
+    assert 250 <= counts["gpu_lock_wait_ms"] < 500
+
+
 @needs_gpu
 def test_a_measurement_holding_the_gpu_sends_the_terms_to_the_cpu_within_a_second(monkeypatch, tmp_path) -> None:
     """A library's runtime checks hold the GPU alone for minutes while other files calibrate: the terms do not

@@ -53,9 +53,13 @@ def use_gpu(enabled: bool) -> None:
     _ENABLED["gpu"] = enabled
 
 
-# Cases this process kept on the CPU only because a spec it loaded replaced aten's GPU kernels (the calibration pool
-# keeps such specs' plans in processes of their own: verify/calibrator.CalibrationPool)
-KEPT_FOR_REPLACED_KERNELS = {"cases": 0}
+# What placing the terms cost and decided in this process (the calibration reports each plan's share:
+# calibrator.calibrate_plan):
+# - cpu_for_replaced_kernels: cases kept on the CPU only because a spec it loaded replaced aten's GPU kernels (the
+#   calibration pool keeps such specs' plans in processes of their own: verify/calibrator.CalibrationPool);
+# - gpu_lock_waits / gpu_lock_gave_up / gpu_lock_wait_ms: cases that found the GPU's lock taken (a measurement holds
+#   it or waits for it), those that then ran on the CPU, and the milliseconds spent waiting.
+COUNTS = {"cpu_for_replaced_kernels": 0, "gpu_lock_waits": 0, "gpu_lock_gave_up": 0, "gpu_lock_wait_ms": 0}
 
 
 def _wanted(reference: Any, inputs: Sequence[Any]) -> bool:
@@ -69,7 +73,7 @@ def _wanted(reference: Any, inputs: Sequence[Any]) -> bool:
     elements = sum(int(v.numel()) for v in inputs if isinstance(v, torch.Tensor) and v.dtype == torch.float64)
     large = choice == "cuda" or elements >= MIN_GPU_ELEMENTS
     if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
-        KEPT_FOR_REPLACED_KERNELS["cases"] += int(large)
+        COUNTS["cpu_for_replaced_kernels"] += int(large)
         return False
     return large or _slow_on_the_cpu(reference, inputs)
 
@@ -132,14 +136,18 @@ def _shared_gpu_lock() -> Iterator[bool]:
     from opgate.engine.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml, wait_limit_s
 
     request = GpuLockRequest(keys_from_nvml(None), SHARED, holder="calibration bound terms")
-    deadline = time.perf_counter() + min(LOCK_WAIT_S, wait_limit_s())
+    began = time.perf_counter()
+    deadline = began + min(LOCK_WAIT_S, wait_limit_s())
     try:
-        while not request.poll():
-            if time.perf_counter() > deadline:
-                yield False
-                return
-            time.sleep(LOCK_POLL_S)
-        yield True
+        held = request.poll()
+        if not held:
+            COUNTS["gpu_lock_waits"] += 1
+            while not held and time.perf_counter() <= deadline:
+                time.sleep(LOCK_POLL_S)
+                held = request.poll()
+            COUNTS["gpu_lock_wait_ms"] += round(1000 * (time.perf_counter() - began))
+            COUNTS["gpu_lock_gave_up"] += int(not held)
+        yield held
     finally:
         request.release()
 

@@ -519,7 +519,12 @@ def essential_cases(cases: Sequence[Case]) -> tuple[list[int], set[int]]:
 
 
 # How many cases' bounds this process took from the disk cache and how many it computed (the engine reports it).
-CACHE_COUNTS = {"hit": 0, "computed": 0, "on_gpu": 0, "gpu_out_of_memory": 0}
+# The bound terms of this process's cases: from the disk cache or computed, how many on the GPU, and the milliseconds
+# each device's terms took, placing them included (verify/bounds_device.py): a plan's report says whether moving its
+# terms to the GPU paid (softmax's on the H200 took 7-9 s a dtype beside sanitizer runs, its whole plan 1.4 s on a
+# 2-core CPU: thirty-third session)
+CACHE_COUNTS = {"hit": 0, "computed": 0, "on_gpu": 0, "gpu_out_of_memory": 0, "terms_ms_on_gpu": 0,
+                "terms_ms_on_cpu": 0}
 
 
 @dataclass(frozen=True)
@@ -547,6 +552,7 @@ class CaseBounds:
                 CACHE_COUNTS["hit"] += 1
                 return cached
         bounds: CaseBounds | None = None
+        began = time.perf_counter()
         with bounds_device.placed(op.reference, inputs, truth) as (where, device):
             try:
                 bounds = cls._computed(op, case, dtype, truth, where)
@@ -560,6 +566,8 @@ class CaseBounds:
             bounds, device = cls._computed(op, case, dtype, truth, inputs), "cpu"
         CACHE_COUNTS["computed"] += 1
         CACHE_COUNTS["on_gpu"] += int(device == "cuda")
+        CACHE_COUNTS["terms_ms_on_gpu" if device == "cuda" else "terms_ms_on_cpu"] += round(
+            1000 * (time.perf_counter() - began))
         if key is not None:
             bounds_cache.store(key, bounds)
         return bounds

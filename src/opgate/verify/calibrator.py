@@ -272,7 +272,7 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
         _wait_for_the_gpu_as_asked()
     refuse_oversized_cases(op, cases, dtype)
     before = dict(CACHE_COUNTS)
-    kept_before = bounds_device.KEPT_FOR_REPLACED_KERNELS["cases"]
+    placement_before = dict(bounds_device.COUNTS)
     began = time.perf_counter()
     with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
         kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases)
@@ -287,9 +287,10 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
                        cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
                        len(cases) - len(fatal), [c.label() for c in fatal],
                        {**{k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS},
-                        # cases whose terms the GPU would have taken, and plans calibrated in a process where a spec
-                        # had replaced aten's GPU kernels (CalibrationPool keeps those specs apart)
-                        "cpu_for_replaced_kernels": bounds_device.KEPT_FOR_REPLACED_KERNELS["cases"] - kept_before,
+                        # where the terms ran and what placing them cost (bounds_device.COUNTS), and plans calibrated
+                        # in a process where a spec had replaced aten's GPU kernels (CalibrationPool keeps those
+                        # specs apart)
+                        **{k: n - placement_before.get(k, 0) for k, n in bounds_device.COUNTS.items()},
                         "plans_beside_replaced_kernels": int(bool(replaced_gpu_kernels()))},
                        phases)
 
