@@ -32,4 +32,19 @@ for mode in ${MODES:-cold reuse nocache nocache}; do
 done
 uptime >> "$OUT/a/smi.txt"
 cat "$OUT/a/times.txt"
+# each run's report: its duration, the process's age, and where each plan's bound terms ran and what that cost
+python3 - "$OUT"/a/run*.json <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    try:
+        report = json.load(open(path))
+    except (OSError, ValueError) as exc:
+        print(f"{path}: {exc}")
+        continue
+    engine = report.get("extra", {}).get("engine", {})
+    print(f"{path}: report {report.get('duration_s')} s, process age at checks {engine.get('process_age_at_checks_s')}"
+          f" s, at end {engine.get('process_age_at_end_s')} s, spec load {engine.get('spec_load_s')} s")
+    for plan, phases in engine.get("calibration_phases_s", {}).items():
+        print(f"  {plan}: {phases} {engine.get('calibration_bounds_cache', {}).get(plan, {})}")
+PY
 tar -czf "$OUT/a.tgz" -C "$OUT" a
