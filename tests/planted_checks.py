@@ -198,6 +198,7 @@ class PausableWorkCheck(Check):
         compile_span: list[float] = []
         if compile_s:
             compile_span.append(time.time())
+            gpu_pause.compiles_tracked(True)  # as record_compiles says where Triton's failed compiles end too
             gpu_pause.compile_began()
             time.sleep(compile_s)
             gpu_pause.compile_ended()  # waits here while a window is open

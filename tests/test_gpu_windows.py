@@ -5,6 +5,7 @@ the window's state machine on its own with a fake clock."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ def gpu_task(name: str, cls: str, worker: str, exclusive: bool = False, pausable
     return CheckTask(check_id=f"planted.{name}", title=name, target=f"planted_checks:{cls}", timeout_s=60,
                      context=CheckContext(verb="doctor", options=dict(options)),
                      env={"PYTHONPATH": child_pythonpath()}, worker=worker, exclusive=exclusive, uses_gpu=True,
-                     pausable=pausable)
+                     pausable=pausable, measures_in_windows=exclusive)
 
 
 @pytest.fixture(autouse=True)
@@ -244,3 +245,114 @@ def test_idle_cores_come_from_proc_stat_deltas_and_hold_a_window_back_on_a_busy_
     jiffies(3300, 1900)  # half idle: eight cores
     windows.step(running, FakeClaims(), lambda: measure)
     assert windows.flag.exists()
+
+
+def test_the_next_window_waits_as_long_as_the_last_was_open_and_a_window_without_a_measurement_backs_off(
+        tmp_path: Path) -> None:
+    """The side-by-side work keeps at least half the GPU's time: the gap after a window is its length (it was the
+    few milliseconds of retaking the locks); a window in which nothing was measured backs off like one that gave up."""
+    windows, clock, claims, running, measure = windows_with(tmp_path)
+    marker = gpu_pause.quiet_marker(windows.folder, 4242)
+    windows.step(running, claims, lambda: measure)
+    marker.write_text(gpu_pause.PAUSED)
+    windows.step(running, claims, lambda: measure)
+    assert windows.is_open()
+    windows.started(measure)  # a measurement ran in it ...
+    clock.now += 30.0  # ... for 30 s (a window stays open while its measurement runs)
+    assert windows.pausing_s(0) == pytest.approx(30.0)  # the paused task's time limit leaves it out meanwhile
+    windows.step(running, claims, lambda: None)
+    assert windows.state == CLOSED and windows.stats["gave_up"] == 0
+    assert windows.not_before == pytest.approx(clock.now + 30.0) and running[0].paused_s == pytest.approx(30.0)
+    clock.now += 30.0
+    windows.step(running, claims, lambda: measure)
+    windows.step(running, claims, lambda: measure)  # the marker is still there: open again
+    assert windows.is_open()
+    clock.now += 1.0
+    windows.step(running, claims, lambda: None)  # nothing was measured (its lock was held elsewhere)
+    assert windows.state == CLOSED and windows.stats["gave_up"] == 1
+    assert windows.not_before == pytest.approx(clock.now + gpu_windows.MIN_GAP_S)
+
+
+def test_a_compile_is_quiet_only_where_a_compile_that_raises_ends_it_too(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton calls no hook after a compile that raises (an autotuner skips that config and runs the others), so
+    record_compiles ends such a compile itself; where it cannot, a compile is not quiet."""
+    triton_jit = pytest.importorskip("triton.runtime.jit")
+    from opgate.verify.backends.triton_backend import record_compiles
+
+    monkeypatch.setenv(gpu_pause.PAUSE_DIR_ENV, str(tmp_path))
+    marker = gpu_pause.quiet_marker(tmp_path, os.getpid())
+    gpu_pause.begin_task(True)
+    try:
+        gpu_pause.compiles_tracked(False)
+        gpu_pause.compile_began()
+        assert not marker.exists()  # a missed end would leave the task quiet while it runs kernels
+        knobs = pytest.importorskip("triton").knobs
+        saved = (knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook)
+        try:
+            record_compiles()
+            knobs.runtime.jit_cache_hook(key="k", fn=None)
+            assert marker.read_text() == gpu_pause.COMPILING
+            with pytest.raises(AttributeError):  # the compile raises (here: no device caches on a bare object)
+                triton_jit.JITFunction._do_compile(object(), "k", None, 0, {}, None, [], False)
+            assert not marker.exists() and not gpu_pause._STATE["compiling"]
+        finally:
+            knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = saved
+    finally:
+        gpu_pause.end_task()
+
+
+HANG_TIMER_CHILD = """
+import os, sys, threading, time
+from pathlib import Path
+from opgate.engine import gpu_pause
+
+root = Path(sys.argv[1])
+gpu_pause.begin_task(True)
+flag = gpu_pause.flag_path(root)
+with gpu_pause.hang_timer(1.0):
+    time.sleep(0.3)
+    flag.write_text(str(os.getpid()))  # a window, asked by a runner that lives
+    threading.Timer(1.5, flag.unlink).start()
+    gpu_pause.pause_point()  # waits 1.5 s: past the timer, which must not count it
+    time.sleep(0.5)
+print("finished", round(gpu_pause.paused_seconds(), 1))
+"""
+
+
+def test_a_pause_inside_an_implementation_call_does_not_count_against_its_hang_timer(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(), gpu_pause.PAUSE_DIR_ENV: str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", HANG_TIMER_CHILD, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "finished" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+def test_a_flag_whose_runner_died_holds_no_task_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    monkeypatch.setenv(gpu_pause.PAUSE_DIR_ENV, str(tmp_path))
+    gpu_pause.flag_path(tmp_path).write_text(dead.stdout.strip())
+    gpu_pause.begin_task(True)
+    try:
+        began = time.perf_counter()
+        gpu_pause.pause_point()
+        assert time.perf_counter() - began < 1.0
+    finally:
+        gpu_pause.end_task()
+
+
+def test_no_window_while_a_warm_up_of_an_idle_worker_runs() -> None:
+    from opgate.engine.runner import _measurement_waiting
+
+    measure = gpu_task("measure", "StampCheck", "timing", exclusive=True)
+    pool = type("Pool", (), {"warming_up": lambda self: True})()
+    assert _measurement_waiting([(0, measure)], [], 2, None, pool) is None
+    pool = type("Pool", (), {"warming_up": lambda self: False})()
+    assert _measurement_waiting([(0, measure)], [], 2, None, pool) is measure
+    recovery = dataclasses.replace(measure, measures_in_windows=False)  # fills the card: never in a window
+    assert _measurement_waiting([(0, recovery)], [], 2, None, pool) is None

@@ -109,10 +109,17 @@ class GpuLockRequest:
             fcntl.flock(self._fds[name], fcntl.LOCK_UN)
             self._held.discard(name)
 
-    def poll(self) -> bool:
-        """Try once, without blocking; True when every key is held in the mode asked."""
+    def poll(self, past_the_gate: bool = False) -> bool:
+        """Try once, without blocking; True when every key is held in the mode asked. `past_the_gate`: a shared
+        request of a task that held the lock until a moment ago (a measurement window lent it) takes it back without
+        stopping at a waiting writer's gate, as if it had kept it."""
         for key in sorted(self.keys):  # one order for every process: no two requests wait on each other's keys
             gate, main = f"{_safe(key)}.gate", f"{_safe(key)}.lock"
+            if past_the_gate and self.mode == SHARED:
+                if not self._take(main, fcntl.LOCK_SH):
+                    self._drop_all()
+                    return False
+                continue
             if self.mode == EXCLUSIVE:
                 # keep the gate while waiting for the main lock: new shared requests stop at it
                 if not (self._take(gate, fcntl.LOCK_EX) and self._take(main, fcntl.LOCK_EX)):

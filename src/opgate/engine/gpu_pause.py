@@ -10,31 +10,36 @@ In a pausable task (the runner says so per request: engine/worker.py calls begin
 - compile_began / compile_ended bracket a JIT compile (Triton's jit hooks, installed by
   verify/backends/triton_backend.record_compiles, call them through verify/resume.compile_started/_finished, which
   mark the compile in a numerics check's journal too). The compile first waits for this process's GPU work in
-  flight, so "compiling" means "nothing of mine on the GPU".
+  flight, so "compiling" means "nothing of mine on the GPU". Triton calls no hook after a compile that raises (an
+  autotuner skips such a config and runs the others): the task is quiet while compiling only where record_compiles
+  could also catch that end (compiles_tracked), else a task that went on with GPU work would still read as quiet.
 - pause_point() is called where the task is about to use the GPU (before each implementation call, after each
-  compile): while the flag exists it waits, marked paused, and the seconds it waited are left out of its case times
-  (clock()).
+  compile): while the flag exists and the runner that wrote it lives, it waits, marked paused, and the seconds it
+  waited are left out of its case times (clock()) and out of the case's hang timer (hang_timer).
 Everything here is a no-op outside a pausable task, so a measurement never pauses for its own window.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 PAUSE_DIR_ENV = "OPGATE_GPU_PAUSE_DIR"
 FLAG = "measuring"
 QUIET = "quiet"
 COMPILING, PAUSED = "compiling", "paused"
 POLL_S = 0.01
-# The longest a pause point waits for a window to close: the runner closes one within seconds (gpu_windows.LONGEST_S);
-# a flag left by a runner that died must not hang the task (its process group is killed with the run anyway).
-MAX_PAUSE_S = 300.0
+# The longest a pause point waits while the runner lives: it closes a window once its measurements end (their own
+# timeouts bound them); a flag left by a runner that died is seen at once (the pid in it).
+MAX_PAUSE_S = 1800.0
 
-_STATE: dict[str, object] = {"active": False, "paused_s": 0.0, "compiling": False}
+_STATE: dict[str, object] = {"active": False, "paused_s": 0.0, "compiling": False, "compiles_tracked": False,
+                             "hang_deadline": None}
 
 
 def folder() -> Path | None:
@@ -65,6 +70,7 @@ def begin_task(pausable: bool) -> None:
 def end_task() -> None:
     _STATE["active"] = False
     _STATE["compiling"] = False
+    _STATE["hang_deadline"] = None
     _clear_marker()
 
 
@@ -104,20 +110,50 @@ def _synchronize() -> None:
             cuda.synchronize()
 
 
+def compiles_tracked(tracked: bool) -> None:
+    """Set by record_compiles: whether a compile that raises ends the compile here too (module docstring)."""
+    _STATE["compiles_tracked"] = bool(tracked)
+
+
 def compile_began() -> None:
-    if not _STATE["active"] or _STATE["compiling"]:
+    if not _STATE["active"] or not _STATE["compiles_tracked"]:
         return
-    _synchronize()
+    _synchronize()  # every time: a compile whose end was missed must not leave its GPU work unwaited
     _STATE["compiling"] = True
     _write_marker(COMPILING)
 
 
 def compile_ended() -> None:
-    if not _STATE["active"] or not _STATE["compiling"]:
+    if not _STATE["active"]:
         return
-    _STATE["compiling"] = False
-    _clear_marker()  # first: a runner that reads no marker from now on waits for this task (or gives up)
+    if _STATE["compiling"]:
+        _STATE["compiling"] = False
+        _clear_marker()  # first: a runner that reads no marker from now on waits for this task (or gives up)
     pause_point()
+
+
+def _runner_alive(flag: Path) -> bool:
+    """Whether the process that wrote the flag (its pid is the flag's text) still runs; True where it cannot tell."""
+    try:
+        text = flag.read_text()
+    except OSError:
+        return flag.exists()
+    try:
+        pid = int(text.strip())
+    except ValueError:  # being written (not atomically): its pid comes next
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _window_asked(root: Path) -> bool:
+    flag = flag_path(root)
+    return flag.exists() and _runner_alive(flag)
 
 
 def pause_point() -> None:
@@ -125,15 +161,38 @@ def pause_point() -> None:
     if not _STATE["active"]:
         return
     root = folder()
-    if root is None or not flag_path(root).exists():
+    if root is None or not _window_asked(root):
         return
     began = time.perf_counter()
     _synchronize()
-    _write_marker(PAUSED)
+    hang_deadline: float | None = _STATE["hang_deadline"]  # type: ignore[assignment]
+    if hang_deadline is not None:  # a pause is not the case's time: its hang timer stops meanwhile
+        faulthandler.cancel_dump_traceback_later()
     try:
-        while flag_path(root).exists() and time.perf_counter() - began < MAX_PAUSE_S:
-            time.sleep(POLL_S)
+        while True:
+            _write_marker(PAUSED)
+            while _window_asked(root) and time.perf_counter() - began < MAX_PAUSE_S:
+                time.sleep(POLL_S)
+            _clear_marker()
+            # the runner may have asked again between the loop's last look and the marker's removal: it would count
+            # this task quiet while it goes on
+            if not _window_asked(root) or time.perf_counter() - began >= MAX_PAUSE_S:
+                break
     finally:
-        _clear_marker()
         _STATE["paused_s"] = paused_seconds() + time.perf_counter() - began
+        if hang_deadline is not None:
+            faulthandler.dump_traceback_later(max(hang_deadline - clock(), 1.0), exit=True)
+
+
+@contextlib.contextmanager
+def hang_timer(seconds: float) -> Iterator[None]:
+    """Dump the stack and exit the process if the body runs past `seconds` (faulthandler: a hung implementation
+    call); the time the body waits at pause points does not count."""
+    _STATE["hang_deadline"] = clock() + seconds
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        _STATE["hang_deadline"] = None
+        faulthandler.cancel_dump_traceback_later()
 

@@ -12,10 +12,18 @@ could start but for its busy GPU:
 2. open: every side-by-side task of the GPU is quiet; their shared GPU locks (engine/gpu_guard.py) are given back
    so the measurement can take the lock exclusively (another opgate run's tasks keep it out as before), and the
    measurements that may start run one after another in one slot more than the run's jobs.
-3. reopening: after LONGEST_S, or once no measurement may start, the runner takes the shared locks again, removes
-   the flag and the paused tasks go on; the window's seconds are added to their time limits (and left out of their
-   case times by the tasks themselves). The next window waits at least as long as this one was open, so the
-   side-by-side work keeps at least half of the GPU's time.
+3. reopening: after LONGEST_S, or once no measurement may start, the runner takes the shared locks again (past
+   the lock's gate, as a holder would: another run's waiting measurement does not hold them up), removes the flag
+   and the paused tasks go on; the seconds from the window's opening until the task's lock is back are added to its
+   time limit (and left out of its case times by the task itself). The next window waits at least as long as this
+   one was open, so the side-by-side work keeps at least half of the GPU's time; a window in which no measurement
+   started counts as one that gave up.
+
+Only measurements of a stage short and light enough for a window take one (CheckTask.measures_in_windows: runtime
+timing; not recovery, which fills the card beside the paused tasks' memory, nor ncu or qos, which run for minutes): a
+window stays open while its measurement runs, which its own timeout bounds. While a window is asked for or open no
+other task starts (work off the GPU would take the cores and the slot the measurement needs), and no window is asked
+for while a warm-up of an idle worker still runs (it is no running task, so it could not pause).
 
 A window also waits for the host to have MIN_IDLE_CORES idle (over the last second, /proc/stat): the tasks inside a
 compile go on compiling during it, and a measurement's CUDA events time its launches too, so a measuring process that
@@ -110,6 +118,9 @@ class MeasurementWindows:
     give_up_gap_s: float = 0.0  # the gap after the next give-up (doubles each time; a window that opens resets it)
     cores: IdleCores | None = None  # None: one reading /proc/stat
     lent: dict[int, Any] = field(default_factory=dict)  # result index -> running slot whose shared lock was lent
+    opened_at: float = 0.0
+    held_s: float = 0.0  # how long the last window was open
+    measured_at_open: float = 0.0
     stats: dict[str, float] = field(default_factory=lambda: {"asked": 0, "opened": 0, "gave_up": 0, "measured": 0,
                                                              "seconds_open": 0.0})
 
@@ -132,6 +143,11 @@ class MeasurementWindows:
     def paused(self) -> set[int]:
         """The result indices of the tasks a measurement may run beside (they wait at a pause point or compile)."""
         return set(self.lent) if self.state == OPEN else set()
+
+    def pausing_s(self, index: int) -> float:
+        """Seconds the task of result `index` has waited in the window now open or reopening (not yet added to its
+        slot's paused_s): its time limit does not count them."""
+        return self.clock() - self.opened_at if index in self.lent and self.state in (OPEN, REOPENING) else 0.0
 
     def quiet(self, slot: Any) -> bool:
         worker = getattr(slot, "worker", None)
@@ -159,29 +175,33 @@ class MeasurementWindows:
                 for slot in on_gpu:
                     claims.lend(slot.index)
                     self.lent[slot.index] = slot
-                self.state, self.since = OPEN, now
+                self.state, self.since, self.opened_at = OPEN, now, now
+                self.measured_at_open = self.stats["measured"]
                 self.stats["opened"] += 1
-                self.give_up_gap_s = 0.0
             elif now - self.since > self.quiet_wait_s:
                 self._close(now, gave_up=True)
         elif self.state == OPEN:
             measuring = any(slot.task.exclusive for slot in running)
             if not measuring and (now - self.since > self.longest_s or wanted() is None):
-                held = now - self.since
-                self.stats["seconds_open"] = round(self.stats["seconds_open"] + held, 2)
-                for slot in self.lent.values():  # their time limits do not count the window
-                    slot.paused_s = getattr(slot, "paused_s", 0.0) + held
+                self.held_s = now - self.since
+                self.stats["seconds_open"] = round(self.stats["seconds_open"] + self.held_s, 2)
                 # a measurement still waiting for the lock (another process's terms hold it shared) holds the lock's
                 # gate: the paused tasks could never take theirs again
                 claims.withdraw_exclusive()
                 self.state, self.since = REOPENING, now
         if self.state == REOPENING:
             alive = {slot.index for slot in running}
-            for index in list(self.lent):
+            for index, slot in list(self.lent.items()):
                 if index not in alive or claims.retake(index):
+                    # its time limit does not count the window, from the opening until its lock is back
+                    slot.paused_s = getattr(slot, "paused_s", 0.0) + now - self.opened_at
                     del self.lent[index]
             if not self.lent:
-                self._close(now, gap=max(self.min_gap_s, now - self.since))
+                if self.stats["measured"] > self.measured_at_open:
+                    self.give_up_gap_s = 0.0
+                    self._close(now, gap=max(self.min_gap_s, self.held_s))
+                else:  # nothing measured (its lock was held elsewhere): backs off as a window that gave up
+                    self._close(now, gave_up=True)
 
     def started(self, task: Any) -> None:
         if self.state == OPEN and task.exclusive:

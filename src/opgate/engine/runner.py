@@ -22,6 +22,7 @@ kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), so a SIGKILL of opga
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -89,6 +90,9 @@ class CheckTask:
     # It waits at pause points while a measurement window is open (engine/gpu_windows.py, engine/gpu_pause.py): a
     # measurement may then run beside it. Only a warm worker's task pauses.
     pausable: bool = False
+    # A measurement (exclusive) short and light enough to run in such a window (engine/gpu_windows.py): the runtime
+    # stage's timing, not recovery (it fills the card beside the paused tasks' memory) nor ncu or qos (minutes long).
+    measures_in_windows: bool = False
     # What the task judges, set where it is planned and copied onto its result (CheckResult.with_identity), so a
     # check never has to name it: verify's stage ("numerics", "sanitizer", ...), and labels (op, impl, dtype, tool).
     stage: str = ""
@@ -348,8 +352,13 @@ class _WarmWorker:
             return 0
 
     def discard(self) -> None:
-        """Dead, poisoned or timed out: kill it (and its group) and release its pipe."""
+        """Dead, poisoned or timed out: kill it (and its group) and release its pipe, and drop the quiet marker a
+        worker killed in a measurement window leaves (a new worker given its pid would read as quiet)."""
         kill_process_group(self.proc)
+        pause_dir = self.env.get(gpu_pause.PAUSE_DIR_ENV)
+        if pause_dir:
+            with contextlib.suppress(OSError):
+                gpu_pause.quiet_marker(Path(pause_dir), self.proc.pid).unlink()
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
@@ -481,6 +490,10 @@ class WarmPool:
                      "context": _request_context(task), "result_path": str(result_path)})
         if lock is not None:
             self._warm_ups.append((result_path, worker, lock))
+
+    def warming_up(self) -> bool:
+        """A warm-up of an idle worker holds the GPU (shared) and has not finished."""
+        return any(not path.is_file() and worker.alive() for path, worker, _ in self._warm_ups)
 
     def settle(self, yield_all: bool = False) -> None:
         """Release the GPU locks of warm-ups that have finished (their result is written, or their worker died);
@@ -683,7 +696,9 @@ class _GpuClaims:
         claim = self.lent.get(index)
         if claim is None:
             return True
-        if not claim.request.poll():  # a released request asks again (its files are opened anew)
+        # a released request asks again (its files are opened anew), past the gate as the holder it was: another
+        # run's measurement waiting at the gate would otherwise hold this run's paused work up for its whole queue
+        if not claim.request.poll(past_the_gate=True):
             return False
         self.held[index] = self.lent.pop(index)
         return True
@@ -916,13 +931,20 @@ def _schedule(pending: list[tuple[int, CheckTask]], running: list[Any], results:
             pool.measurement_windows = windows.report()
 
 
+def _in_window(task: CheckTask) -> bool:
+    """A task that may start while a measurement window is asked for or open: a measurement made for one."""
+    return task.uses_gpu and task.exclusive and task.measures_in_windows
+
+
 def _measurement_waiting(pending: Sequence[tuple[int, CheckTask]], running: Sequence[Any], jobs: int,
-                         feed: TaskFeed | None) -> CheckTask | None:
-    """The measurement that would start now if the side-by-side GPU work were paused (None: none would)."""
+                         feed: TaskFeed | None, pool: "WarmPool") -> CheckTask | None:
+    """The measurement that would start now if the side-by-side GPU work were paused (None: none would, or a warm-up
+    of an idle worker still runs: it could not pause)."""
+    if pool.warming_up():
+        return None
     beside = {slot.index for slot in running if slot.task.uses_gpu and not slot.task.exclusive}
     at = _next_position(pending, running, jobs, (), feed.arriving if feed is not None else None,
-                        more_coming=feed is not None and feed.is_open, paused=beside,
-                        startable=lambda task: task.uses_gpu and task.exclusive)
+                        more_coming=feed is not None and feed.is_open, paused=beside, startable=_in_window)
     if at is None or (feed is not None and feed.holds(pending[at][1])):
         return None
     return pending[at][1]
@@ -943,10 +965,10 @@ def _schedule_loop(pending: list[tuple[int, CheckTask]], running: list[Any], res
         startable: Callable[[CheckTask], bool] | None = None
         slots = max(1, jobs)
         if windows is not None:
-            windows.step(running, claims, lambda: _measurement_waiting(pending, running, jobs, feed))
+            windows.step(running, claims, lambda: _measurement_waiting(pending, running, jobs, feed, pool))
             paused = windows.paused()
-            if windows.holds_side_by_side():  # only measurements (in an open window) and work off the GPU start
-                startable = lambda task: not task.uses_gpu or (windows.is_open() and task.exclusive)  # noqa: E731
+            if windows.holds_side_by_side():  # only the window's measurements start (engine/gpu_windows.py)
+                startable = lambda task: windows.is_open() and _in_window(task)  # noqa: E731
             if windows.is_open() and not any(slot.task.exclusive for slot in running):
                 slots += 1  # the paused tasks keep their slots: the measurement gets one more
         while pending and len(running) < slots:
@@ -986,7 +1008,8 @@ def _schedule_loop(pending: list[tuple[int, CheckTask]], running: list[Any], res
         time.sleep(POLL_INTERVAL_S)
         for slot in list(running):
             if not slot.finished():
-                if slot.elapsed() - slot.paused_s <= slot.task.timeout_s:
+                paused_s = slot.paused_s + (windows.pausing_s(slot.index) if windows is not None else 0.0)
+                if slot.elapsed() - paused_s <= slot.task.timeout_s:
                     continue
                 slot.kill()
                 result = slot.error(

@@ -144,7 +144,10 @@ class RuntimeStage(_GpuStage):
 
         from opgate.verify.gradients import GRAD_SUFFIX
 
-        measured = super().tasks(plan)
+        # the timing runs in a measurement window if one opens (engine/gpu_windows.py): seconds long, and it takes
+        # little memory beside the paused tasks'
+        measured = [dataclasses.replace(item, measures_in_windows=True) if isinstance(item, CheckTask) else item
+                    for item in super().tasks(plan)]
         warm_ups: list[CheckTask | CheckResult] = []
         forward = plan.op.name[:-len(GRAD_SUFFIX)] if plan.op.name.endswith(GRAD_SUFFIX) else ""
         for item in measured:
@@ -156,7 +159,7 @@ class RuntimeStage(_GpuStage):
                 after = (f"verify.{forward}.{item.check_id.removeprefix(own)}_warm_up",) if forward else ()
                 warm_ups.append(dataclasses.replace(
                     item, check_id=f"{item.check_id}_warm_up", title=f"{item.title} (warm-up)",
-                    target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False,
+                    target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False, measures_in_windows=False,
                     order=self.warm_up_order, slot_share=self.warm_up_slot_share,
                     slot_floor=self.warm_up_slot_floor, after=after, pausable=bool(item.worker)))
         return warm_ups + measured

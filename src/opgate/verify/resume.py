@@ -185,11 +185,11 @@ class CaseJournal:
         compile_finished()  # a compile that raised never ran its post hook: its markers are stale by now
         gpu_pause.pause_point()  # wait while a measurement window is open
         self._mark(marker)
-        faulthandler.dump_traceback_later(self.case_timeout_s, exit=True)
         try:
-            yield
+            # a hang past the limit dumps the stack and exits; waits in a measurement window do not count
+            with gpu_pause.hang_timer(self.case_timeout_s):
+                yield
         except Exception:
-            faulthandler.cancel_dump_traceback_later()
             fault = _cuda_context_fault()
             if fault:  # a sticky CUDA error: this process cannot judge anything more; a fresh one resumes
                 self._mark({**marker, "cuda_fault": fault})
@@ -198,8 +198,6 @@ class CaseJournal:
                       file=sys.stderr, flush=True)
                 os._exit(EXIT_CONTEXT_LOST)
             raise
-        finally:
-            faulthandler.cancel_dump_traceback_later()
         self._mark({**marker, "phase": "after"})
 
     def not_crashed(self, records: Sequence[Any]) -> list[Any]:

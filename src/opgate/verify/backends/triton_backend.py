@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 from typing import Any, Iterable
 
+from opgate.engine import gpu_pause
 from opgate.model.errors import SkipCheck
 from opgate.model.results import Figure
 from opgate.verify import resume
@@ -141,6 +142,34 @@ def autotune_first_config_under_interpreter() -> bool:
     return True
 
 
+def _end_failed_compiles() -> bool:
+    """Make a compile that raises end like one that returns (resume.compile_finished), where Triton's JITFunction
+    compiles in `_do_compile` (Triton 3.4 and later); True when it does. Triton calls its post-compile hook only after
+    a compile that returned, and its autotuner skips a config whose compile raised (ptxas out of resources) and runs
+    the others: the compile's marks would stay, and the task would read as quiet to a measurement window while it
+    runs kernels (engine/gpu_pause.py). Patched once per process."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return False
+    compile_ = getattr(JITFunction, "_do_compile", None)
+    if compile_ is None:
+        return False
+    if getattr(compile_, "_opgate_ends_failed_compiles", False):
+        return True
+
+    def do_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return compile_(self, *args, **kwargs)
+        except BaseException:
+            resume.compile_finished()
+            raise
+
+    do_compile._opgate_ends_failed_compiles = True  # type: ignore[attr-defined]
+    JITFunction._do_compile = do_compile  # type: ignore[method-assign]
+    return True
+
+
 def record_compiles() -> dict[str, Any]:
     """Count and time every Triton JIT compile from now on in this process (one per distinct signature and
     constexpr set, autotuning configs included), per kernel, into the dict returned: where a GPU check's first
@@ -180,6 +209,7 @@ def record_compiles() -> dict[str, Any]:
 
     knobs.runtime.jit_cache_hook = before
     knobs.runtime.jit_post_compile_hook = after
+    gpu_pause.compiles_tracked(_end_failed_compiles())
     autotuning = getattr(knobs, "autotuning", None)
     if autotuning is not None and hasattr(autotuning, "listener"):
         # every autotuning of a new key: how long benchmarking its configs took (None when the result came from
