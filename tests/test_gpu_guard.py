@@ -91,6 +91,22 @@ def test_a_waiting_writer_stops_new_readers_so_a_stream_of_them_cannot_starve_it
         late_reader.release()
 
 
+def test_a_lock_lent_for_a_measurement_window_is_taken_back_past_a_waiting_writers_gate(tmp_path: Path) -> None:
+    """A paused task's shared lock, lent for a measurement window, comes back as if it had been kept: another run's
+    writer waiting at the gate would otherwise hold the whole run's paused work up for its queue of measurements."""
+    with hold(tmp_path, SHARED, 1.5):
+        writer = GpuLockRequest((KEY,), EXCLUSIVE, "another run's timing", tmp_path)
+        assert not writer.poll()  # it holds the gate and waits for the readers
+        lent = GpuLockRequest((KEY,), SHARED, "numerics", tmp_path)
+        assert not lent.poll()  # a new reader stops at the gate
+        assert lent.poll(past_the_gate=True)  # the holder it was does not
+        assert not writer.poll()
+        lent.release()
+        writer.release()
+    with hold(tmp_path, EXCLUSIVE, 1.0):  # a writer that holds the lock itself keeps it out either way
+        assert not GpuLockRequest((KEY,), SHARED, "numerics", tmp_path).poll(past_the_gate=True)
+
+
 def test_a_holder_that_dies_leaves_no_lock_behind(tmp_path: Path) -> None:
     with hold(tmp_path, EXCLUSIVE, 60) as other:
         os.kill(other.pid, signal.SIGKILL)
