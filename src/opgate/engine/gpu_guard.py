@@ -164,12 +164,13 @@ class GpuLockRequest:
                 pid = int(note["pid"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if pid != os.getpid() and _alive(pid):
+            if pid != os.getpid() and process_alive(pid):
                 return f"opgate pid {pid} ({note.get('task', '?')})"
         return ""
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (one of another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from opgate.engine.gpu_guard import process_alive
+
 PAUSE_DIR_ENV = "OPGATE_GPU_PAUSE_DIR"
 FLAG = "measuring"
 QUIET = "quiet"
@@ -142,13 +144,7 @@ def _runner_alive(flag: Path) -> bool:
         pid = int(text.strip())
     except ValueError:  # being written (not atomically): its pid comes next
         return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_alive(pid)
 
 
 def _window_asked(root: Path) -> bool:
