@@ -356,3 +356,41 @@ def test_no_window_while_a_warm_up_of_an_idle_worker_runs() -> None:
     assert _measurement_waiting([(0, measure)], [], 2, None, pool) is measure
     recovery = dataclasses.replace(measure, measures_in_windows=False)  # fills the card: never in a window
     assert _measurement_waiting([(0, recovery)], [], 2, None, pool) is None
+
+
+def test_a_window_that_gives_up_leaves_the_wait_of_the_tasks_that_paused_out_of_their_time_limits(
+        tmp_path: Path) -> None:
+    windows, clock, claims, running, measure = windows_with(tmp_path)
+    compiling = FakeSlot(gpu_task("other", "PausableWorkCheck", "side2", pausable=True), 1,
+                         worker=type("W", (), {"proc": FakeProc(4343)})())
+    busy = FakeSlot(gpu_task("busy", "PausableWorkCheck", "side3", pausable=True), 2,
+                    worker=type("W", (), {"proc": FakeProc(4444)})())
+    slots = [*running, compiling, busy]
+    windows.step(slots, claims, lambda: measure)
+    gpu_pause.quiet_marker(windows.folder, 4242).write_text(gpu_pause.PAUSED)  # waits at a pause point
+    gpu_pause.quiet_marker(windows.folder, 4343).write_text(gpu_pause.COMPILING)  # compiles on meanwhile
+    clock.now += windows.quiet_wait_s + 0.5  # the third never quiets down
+    windows.step(slots, claims, lambda: measure)
+    assert windows.state == CLOSED and windows.stats["gave_up"] == 1
+    assert running[0].paused_s == pytest.approx(windows.quiet_wait_s + 0.5)
+    assert compiling.paused_s == 0.0 and busy.paused_s == 0.0
+
+
+def test_a_measurement_a_closing_window_withdrew_keeps_its_first_waits_start(tmp_path: Path) -> None:
+    """withdraw_exclusive lets go of a waiting measurement's lock (its gate would keep the paused work out); asked
+    again, its wait limit and its reported wait still count from when it first asked."""
+    from test_gpu_guard import KEY as HELD_KEY, hold
+
+    from opgate.engine.runner import _GpuClaims
+
+    claims = _GpuClaims(GpuGuard(keys_for=lambda device: (HELD_KEY,), wait_s=60, directory=tmp_path))
+    measure = gpu_task("measure", "StampCheck", "timing", exclusive=True)
+    with hold(tmp_path, "shared", 2.0):
+        assert claims.admit(7, measure) == (False, None)
+        first = claims.waiting[7].since
+        claims.withdraw_exclusive()
+        assert 7 not in claims.waiting
+        time.sleep(0.2)
+        assert claims.admit(7, measure) == (False, None)
+        assert claims.waiting[7].since == first and claims.waiting[7].blocked
+    claims.release_all()

@@ -149,10 +149,21 @@ class MeasurementWindows:
         slot's paused_s): its time limit does not count them."""
         return self.clock() - self.opened_at if index in self.lent and self.state in (OPEN, REOPENING) else 0.0
 
+    def _marker(self, slot: Any) -> Path | None:
+        proc = getattr(getattr(slot, "worker", None), "proc", None)
+        return gpu_pause.quiet_marker(self.folder, proc.pid) if proc is not None else None
+
     def quiet(self, slot: Any) -> bool:
-        worker = getattr(slot, "worker", None)
-        proc = getattr(worker, "proc", None)
-        return proc is not None and gpu_pause.quiet_marker(self.folder, proc.pid).exists()
+        marker = self._marker(slot)
+        return marker is not None and marker.exists()
+
+    def waiting_at_pause_point(self, slot: Any) -> bool:
+        """Quiet because it waits (not because it compiles, which goes on)."""
+        marker = self._marker(slot)
+        try:
+            return marker is not None and marker.read_text() == gpu_pause.PAUSED
+        except OSError:
+            return False
 
     def step(self, running: Sequence[Any], claims: Any, wanted: Callable[[], Any]) -> None:
         """Advance the window by what the running tasks and the queue say now. `wanted()`: the exclusive task that
@@ -179,6 +190,9 @@ class MeasurementWindows:
                 self.measured_at_open = self.stats["measured"]
                 self.stats["opened"] += 1
             elif now - self.since > self.quiet_wait_s:
+                for slot in on_gpu:  # the tasks that waited for it: their time limits do not count the wait
+                    if self.waiting_at_pause_point(slot):
+                        slot.paused_s = getattr(slot, "paused_s", 0.0) + now - self.since
                 self._close(now, gave_up=True)
         elif self.state == OPEN:
             measuring = any(slot.task.exclusive for slot in running)

@@ -672,6 +672,9 @@ class _GpuClaims:
         self.waiting: dict[int, Waiting] = {}
         self.held: dict[int, Waiting] = {}
         self.lent: dict[int, Waiting] = {}  # shared locks of paused tasks, given back for a measurement window
+        # exclusive claims a closing window withdrew (withdraw_exclusive): asked again with their first wait's start,
+        # so the wait limit and the reported wait count from when the task first asked
+        self.withdrawn: dict[int, Waiting] = {}
 
     def lend(self, index: int) -> None:
         """A running task waits in a measurement window: its shared lock goes, so a measurement can take the GPU
@@ -688,7 +691,7 @@ class _GpuClaims:
         for index, claim in list(self.waiting.items()):
             if claim.request.mode == EXCLUSIVE:
                 claim.request.release()
-                del self.waiting[index]
+                self.withdrawn[index] = self.waiting.pop(index)
 
     def retake(self, index: int) -> bool:
         """The window closes: the paused task's shared lock again (False: not yet, another run's measurement has
@@ -711,6 +714,9 @@ class _GpuClaims:
         if claim is None:
             claim = self.waiting[index] = Waiting(self.guard.request(task.device, task.exclusive, task.check_id),
                                                   limit_s=self.guard.wait_s)
+            earlier = self.withdrawn.pop(index, None)
+            if earlier is not None:
+                claim.since, claim.blocked = earlier.since, earlier.blocked
         if claim.request.poll():
             claim.granted_after_s = claim.waited_s()
             self.held[index] = self.waiting.pop(index)
