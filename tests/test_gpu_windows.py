@@ -394,3 +394,26 @@ def test_a_measurement_a_closing_window_withdrew_keeps_its_first_waits_start(tmp
         assert claims.admit(7, measure) == (False, None)
         assert claims.waiting[7].since == first and claims.waiting[7].blocked
     claims.release_all()
+
+
+def test_a_check_that_starts_after_windows_leaves_them_out_of_its_operators_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window pauses the run's side-by-side work; a numerics check that measures its operator's time since the
+    calibration began (time_budget.budget_at_start) does not count the windows closed since then."""
+    windows, clock, claims, running, measure = windows_with(tmp_path)
+    windows.step(running, claims, lambda: measure)
+    gpu_pause.quiet_marker(windows.folder, 4242).write_text(gpu_pause.PAUSED)
+    windows.step(running, claims, lambda: measure)
+    windows.started(measure)
+    clock.now += 1.0
+    windows.step(running, claims, lambda: None)
+    [line] = gpu_pause.windows_log(windows.folder).read_text().splitlines()
+    opened, closed = (float(v) for v in line.split())
+    assert 0.0 <= closed - opened < 5.0  # epoch seconds (the fake clock drives only the state machine)
+    gpu_pause.windows_log(windows.folder).write_text(f"{opened} {opened + 30.0}\n100 112\n")  # two windows
+    monkeypatch.setenv(gpu_pause.PAUSE_DIR_ENV, str(windows.folder))
+    assert gpu_pause.window_seconds_since(opened - 60.0) == pytest.approx(30.0)  # the one since then
+    assert gpu_pause.window_seconds_since(opened + 10.0) == pytest.approx(20.0)  # its part since then
+    assert gpu_pause.window_seconds_since(0.0) == pytest.approx(42.0)
+    monkeypatch.delenv(gpu_pause.PAUSE_DIR_ENV)
+    assert gpu_pause.window_seconds_since(0.0) == 0.0  # no windows outside a run with them

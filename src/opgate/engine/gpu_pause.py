@@ -53,6 +53,34 @@ def flag_path(root: Path) -> Path:
     return root / FLAG
 
 
+# The windows the runner has closed, one "opened closed" line of epoch seconds each (gpu_windows.MeasurementWindows)
+WINDOWS_LOG = "windows.log"
+
+
+def windows_log(root: Path) -> Path:
+    return root / WINDOWS_LOG
+
+
+def window_seconds_since(epoch: float) -> float:
+    """Seconds of this run's measurement windows since `epoch` (0 outside a run with windows): the time its
+    side-by-side work waited, which a budget measured from `epoch` must not count (verify/check.py)."""
+    root = folder()
+    if root is None:
+        return 0.0
+    try:
+        lines = windows_log(root).read_text().splitlines()
+    except OSError:
+        return 0.0
+    total = 0.0
+    for line in lines:
+        try:
+            opened, closed = (float(v) for v in line.split())
+        except ValueError:
+            continue
+        total += max(0.0, closed - max(opened, epoch))
+    return total
+
+
 def quiet_marker(root: Path, pid: int) -> Path:
     return root / QUIET / str(pid)
 

@@ -15,9 +15,10 @@ could start but for its busy GPU:
 3. reopening: after LONGEST_S, or once no measurement may start, the runner takes the shared locks again (past
    the lock's gate, as a holder would: another run's waiting measurement does not hold them up), removes the flag
    and the paused tasks go on; the seconds from the window's opening until the task's lock is back are added to its
-   time limit (and left out of its case times by the task itself). The next window waits at least as long as this
-   one was open, so the side-by-side work keeps at least half of the GPU's time; a window in which no measurement
-   started counts as one that gave up.
+   time limit (and left out of its case times by the task itself; each closed window goes into the pause folder's
+   windows.log, which a numerics check starting later leaves out of its operator's budget). The next window waits at
+   least as long as this one was open, so the side-by-side work keeps at least half of the GPU's time; a window in
+   which no measurement started counts as one that gave up.
 
 Only measurements of a stage short and light enough for a window take one (CheckTask.measures_in_windows: runtime
 timing; not recovery, which fills the card beside the paused tasks' memory, nor ncu or qos, which run for minutes): a
@@ -119,6 +120,7 @@ class MeasurementWindows:
     cores: IdleCores | None = None  # None: one reading /proc/stat
     lent: dict[int, Any] = field(default_factory=dict)  # result index -> running slot whose shared lock was lent
     opened_at: float = 0.0
+    opened_epoch: float = 0.0
     held_s: float = 0.0  # how long the last window was open
     measured_at_open: float = 0.0
     stats: dict[str, float] = field(default_factory=lambda: {"asked": 0, "opened": 0, "gave_up": 0, "measured": 0,
@@ -186,7 +188,7 @@ class MeasurementWindows:
                 for slot in on_gpu:
                     claims.lend(slot.index)
                     self.lent[slot.index] = slot
-                self.state, self.since, self.opened_at = OPEN, now, now
+                self.state, self.since, self.opened_at, self.opened_epoch = OPEN, now, now, time.time()
                 self.measured_at_open = self.stats["measured"]
                 self.stats["opened"] += 1
             elif now - self.since > self.quiet_wait_s:
@@ -211,6 +213,9 @@ class MeasurementWindows:
                     slot.paused_s = getattr(slot, "paused_s", 0.0) + now - self.opened_at
                     del self.lent[index]
             if not self.lent:
+                with contextlib.suppress(OSError):  # the checks that start later leave it out of their budgets
+                    with gpu_pause.windows_log(self.folder).open("a") as log:
+                        log.write(f"{self.opened_epoch:.3f} {time.time():.3f}\n")
                 if self.stats["measured"] > self.measured_at_open:
                     self.give_up_gap_s = 0.0
                     self._close(now, gap=max(self.min_gap_s, self.held_s))

@@ -257,8 +257,10 @@ class VerifyImplementationCheck(Check):
         # float64 reverse passes per dtype on one CPU for fla's large gradient twins) may use its GPU, as the
         # calibration's do (a spec that replaced aten's GPU kernels keeps them on the CPU: verify/bounds_device.py)
         bounds_device.use_gpu(prepared.device.startswith("cuda"))
+        # the run's measurement windows since the operator's calibration began paused its work: not its budget's
+        now = time.time() - (gpu_pause.window_seconds_since(task.operator_began_at) if task.operator_began_at else 0.0)
         budget_s, started_after_s = budget_at_start(task.time_budget_s, task.share_s, task.operator_budget_s,
-                                                    task.operator_began_at, time.time())
+                                                    task.operator_began_at, now)
         # what each case costs, shared with this implementation's checks of the other dtypes (verify/case_costs.py)
         case_costs = CaseCostLog(Path(task.case_costs_path) if task.case_costs_path else None, plan.dtype)
         fitter = self._fitter(op, plan, budget_s, per_call=prepared.device.startswith("cuda"),
