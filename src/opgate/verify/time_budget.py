@@ -15,7 +15,8 @@ backend's speed as it runs:
   (verify/case_costs.py): a launch grid the size does not predict defeats the model, not the measurement;
 - before each case the remaining cases are ranked: each declared size's first seed first (always run: the user
   asked for those sizes), then the cheapest case of every (regime, layout) not yet covered (at a size already run
-  whole where the kind has one: its cost is measured), then the rest cheapest first, a declared size's other seeds among them (the same code path on other values: inputs.declared_firsts);
+  whole where the kind has one: its cost is measured), then the rest cheapest first, a declared size's other seeds
+  among them (the same code path on other values: inputs.declared_firsts);
   a case runs if it fits, with every higher-ranked case, in the time left;
 - the cases run declared first, then one of each (regime, layout), then the rest in plan order (`next_case`): a
   prediction can be far off (a size past the block caps), and what runs first is what a misprediction cannot cap;
