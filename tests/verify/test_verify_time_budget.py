@@ -267,6 +267,21 @@ def test_the_one_case_of_a_kind_is_one_at_a_size_already_run_whole_even_where_th
     assert fitter.stop_after_s(4) is not None  # the wide one, no longer the first of its kind, may be stopped
 
 
+def test_a_case_with_an_empty_dimension_runs_before_cases_that_ran_longer_than_predicted_spend_the_budget():
+    """fla_kl_div.grad on 2 cores: its V=0 case came late in plan order, after sizes that ran longer than predicted,
+    and was capped in some runs and not in others, so the verdict (pass or warn [size_limit]) followed the load. It
+    costs next to nothing and reaches the empty-input path, so it ranks with the essential cases; it stays stoppable."""
+    cases = [case("declared", M=16, V=512), case("edge", M=8192, V=512), case("edge", M=8193, V=512),
+             case("edge", M=16, V=0)]
+    sizes = [CaseSize.of([(m, v)]) for m, v in ((16, 512), (8192, 512), (8193, 512), (16, 0))]
+    seconds = {0: 1.0, 1: 6.0, 2: 6.0, 3: 0.01}  # the large edges run 6 s where the model guesses far less
+    ran = run_in_order(8.0, cases, sizes, seconds)
+    assert ran[:2] == [0, 3]  # the declared case, then the empty one, whatever the others cost
+    fitter = CasePlanFitter(8.0, cases, sizes, FakeClock())
+    fitter.observe(0, 1.0)
+    assert fitter.stop_after_s(3) is not None  # essential in order, not exempt from the stop
+
+
 def test_the_watchdog_stops_python_that_runs_past_its_limit_and_nothing_after_a_block_that_ended():
     import time
 

@@ -172,6 +172,11 @@ class CaseTimer:
         return self.overhead + max(self.per_element * size.elements, self.per_row * size.rows)
 
 
+def has_empty_dim(case: Any) -> bool:
+    """Whether a case (verify.inputs.Case) has a dimension of size 0: an empty input."""
+    return any(size == 0 for _, size in case.dims)
+
+
 # Cases this check and another dtype's check must both have run before the other's costs are scaled by the pace
 MIN_SHARED_CASES = 3
 
@@ -252,8 +257,8 @@ class CasePlanFitter:
         return calls * self._seconds.get(index, 0.0)
 
     def next_case(self, pending: Sequence[int]) -> int:
-        """Which pending case runs next: a declared one, else the cheapest case of a (regime, layout) no case run so
-        far covers, else the first in plan order. In plain plan order a case past the block caps that ran far
+        """Which pending case runs next: a declared one, else one with an empty dimension, else the cheapest case of a
+        (regime, layout) no case run so far covers, else the first in plan order. In plain plan order a case past the block caps that ran far
         longer than predicted took the whole budget before the plan reached its regimes and layouts: matmul's
         N=65535 took 15.4 s under the interpreter, the 30 s budget ran out, and the transposed case that catches a
         kernel assuming row-major b was capped (truth corpus, twenty-seventh session). After the one case of each
@@ -313,12 +318,16 @@ class CasePlanFitter:
         return essential + rest
 
     def _ranked_parts(self, pending: Sequence[int]) -> tuple[list[int], list[int]]:
-        """(each declared size's first seed and, for each (regime, layout) no run case covers, its cheapest case at a
+        """(each declared size's first seed, each case with an empty dimension and, for each (regime, layout) no run case covers, its cheapest case at a
         size run whole here, else its cheapest case; the rest cheapest first). A size run whole has a measured cost;
         another's is the model's guess, which can be 1000x low where the kernel's grid does not follow the size:
-        picked as the one case of its kind, such a guess ran unstopped (stop_after_s)."""
+        picked as the one case of its kind, such a guess ran unstopped (stop_after_s). An empty case costs next to
+        nothing and reaches a path no other case does (a zero-size grid, an empty reduction); left in plan order it
+        came after cases that ran longer than predicted and was capped in some runs and not in others
+        (fla_kl_div.grad's V=0 case, thirty-fourth session), so the verdict depended on the machine's load."""
         declared = [k for k in pending if k in self.always]
-        rest = sorted((k for k in pending if k not in self.always),
+        empty = [k for k in pending if k not in self.always and has_empty_dim(self.cases[k])]
+        rest = sorted((k for k in pending if k not in self.always and k not in empty),
                       key=lambda k: (self.predict(k), k))
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
         measured = self._sizes_run_whole()
@@ -329,7 +338,7 @@ class CasePlanFitter:
             if kind not in covered:
                 covered.add(kind)
                 first_of_kind.append(k)
-        return declared + first_of_kind, [k for k in rest if k not in first_of_kind]
+        return declared + empty + first_of_kind, [k for k in rest if k not in first_of_kind]
 
     def summary(self) -> dict[str, Any] | None:
         """What the result reports: the budget, and each capped case with its predicted cost (and, for a case stopped
