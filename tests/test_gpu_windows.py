@@ -417,3 +417,17 @@ def test_a_check_that_starts_after_windows_leaves_them_out_of_its_operators_budg
     assert gpu_pause.window_seconds_since(0.0) == pytest.approx(42.0)
     monkeypatch.delenv(gpu_pause.PAUSE_DIR_ENV)
     assert gpu_pause.window_seconds_since(0.0) == 0.0  # no windows outside a run with them
+
+
+def test_a_check_paused_by_windows_reports_how_long_beside_its_wall_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """duration_s and phase_s stay wall time; extra["paused_in_windows_s"] says how much of it was waiting, and a
+    check no window paused carries no such key."""
+    from opgate.model.results import CheckResult, Outcome
+    from opgate.verify.check import with_window_pause
+
+    result = CheckResult(check_id="verify.op.impl.float32", title="t", outcome=Outcome.PASSED, reason="ok")
+    monkeypatch.setenv(gpu_pause.PAUSE_DIR_ENV, str(tmp_path))
+    gpu_pause.windows_log(tmp_path).write_text("1000 1012.5\n2000 2003\n")
+    assert with_window_pause(result, 1500.0).extra["paused_in_windows_s"] == 3.0  # the window since it began
+    assert "paused_in_windows_s" not in with_window_pause(result, 2500.0).extra

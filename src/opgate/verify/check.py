@@ -199,6 +199,15 @@ def _find_op(ops: Sequence[Operator], name: str) -> Operator:
     raise RuntimeError(f"operator {name!r} is no longer defined by the spec file")
 
 
+def with_window_pause(result: CheckResult, began_at: float) -> CheckResult:
+    """`result` with the seconds the run's measurement windows paused it since `began_at` (an epoch), where there
+    were any: its duration_s and phase_s stay wall time, and this says how much of that was waiting."""
+    paused = gpu_pause.window_seconds_since(began_at)
+    if paused <= 0:
+        return result
+    return dataclasses.replace(result, extra={**result.extra, "paused_in_windows_s": round(paused, 1)})
+
+
 class _PhaseClock:
     """Seconds per phase of the check (in the result's extra["phase_s"]): where a slow verify spends its time."""
 
@@ -234,6 +243,7 @@ class VerifyImplementationCheck(Check):
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         task = NumericsPayload.from_dict(ctx.options)
         clock = _PhaseClock()
+        began_at = time.time()  # the measurement windows since then paused this check (extra["paused_in_windows_s"])
         # a crash on a case becomes that case's verdict (resume.py)
         self.journal = CaseJournal(Path(task.workdir) / "journal", task.case_timeout_s)
         self.oom_events: list[dict[str, Any]] = []  # out-of-memory errors met in cases, and what became of them
@@ -243,7 +253,7 @@ class VerifyImplementationCheck(Check):
         choice = find_choice(op, task.impl, task.extras)
         prepared = prepare(choice, op, plan.dtype, Path(task.workdir))
         try:
-            return self._judge(task, clock, plan, op, choice, prepared)
+            return with_window_pause(self._judge(task, clock, plan, op, choice, prepared), began_at)
         finally:
             self.journal.close()
             if prepared.release is not None:
