@@ -11,6 +11,10 @@
 # neither is needed to import or run it, so it is installed with --no-deps and its runtime deps are listed here:
 # PyYAML, SQLAlchemy (+ greenlet on x86_64, typing-extensions). fla-core 0.6.0 needs einops (torch/triton come from
 # the host).
+#
+# attorch (the attorch_*.py specs) is not on PyPI: scripts/attorch_wheel.sh SRC_GIT_DIR DIR builds its wheel at the
+# pinned commit 67c2772 from a git clone or mirror (no dependencies declared) into the same DIR. It imports only with a
+# CUDA GPU, so the CPU venv below leaves it out.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REQ="$REPO/tests/data/verify/library_corpus/requirements.txt"
