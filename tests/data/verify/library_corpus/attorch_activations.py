@@ -32,19 +32,14 @@ DTYPES = ["float32", "float16", "bfloat16"]
 DIMS = {"M": [64, 7], "N": [4096, 1000]}
 PERF = {"M": 16384, "N": 4096}
 
-
-def _elementwise(name: str, reference) -> opgate.Operator:
-    return opgate.Operator(
-        name,
-        reference=reference,
-        inputs=[opgate.TensorSpec("x", ("M", "N"), requires_grad=True)],
-        dims=DIMS,
-        dtypes=DTYPES,
-        perf_dims=PERF,
-    )
-
-
-attorch_gelu = _elementwise("attorch_gelu", lambda x: F.gelu(x))
+attorch_gelu = opgate.Operator(
+    "attorch_gelu",
+    reference=lambda x: F.gelu(x),
+    inputs=[opgate.TensorSpec("x", ("M", "N"), requires_grad=True)],
+    dims=DIMS,
+    dtypes=DTYPES,
+    perf_dims=PERF,
+)
 
 
 @implementation(attorch_gelu, "attorch_gelu")
@@ -52,7 +47,14 @@ def _attorch_gelu(x):
     return attorch.GELU()(x)
 
 
-attorch_mish = _elementwise("attorch_mish", lambda x: F.mish(x))
+attorch_mish = opgate.Operator(
+    "attorch_mish",
+    reference=lambda x: F.mish(x),
+    inputs=[opgate.TensorSpec("x", ("M", "N"), requires_grad=True)],
+    dims=DIMS,
+    dtypes=DTYPES,
+    perf_dims=PERF,
+)
 
 
 @implementation(attorch_mish, "attorch_mish")
@@ -60,7 +62,14 @@ def _attorch_mish(x):
     return attorch.Mish()(x)
 
 
-attorch_softplus = _elementwise("attorch_softplus", lambda x: F.softplus(x))
+attorch_softplus = opgate.Operator(
+    "attorch_softplus",
+    reference=lambda x: F.softplus(x),
+    inputs=[opgate.TensorSpec("x", ("M", "N"), requires_grad=True)],
+    dims=DIMS,
+    dtypes=DTYPES,
+    perf_dims=PERF,
+)
 
 
 @implementation(attorch_softplus, "attorch_softplus")
@@ -68,7 +77,14 @@ def _attorch_softplus(x):
     return attorch.Softplus()(x)
 
 
-attorch_leaky_relu = _elementwise("attorch_leaky_relu", lambda x: F.leaky_relu(x, 0.2))
+attorch_leaky_relu = opgate.Operator(
+    "attorch_leaky_relu",
+    reference=lambda x: F.leaky_relu(x, 0.2),
+    inputs=[opgate.TensorSpec("x", ("M", "N"), requires_grad=True)],
+    dims=DIMS,
+    dtypes=DTYPES,
+    perf_dims=PERF,
+)
 
 
 @implementation(attorch_leaky_relu, "attorch_leaky_relu")
@@ -77,19 +93,18 @@ def _attorch_leaky_relu(x):
 
 
 # ---------------------------------------------------------------- GLU: x = [a | b] along the last dim
-def _glu_op(name: str, reference) -> opgate.Operator:
-    return opgate.Operator(
-        name,
-        reference=reference,
-        inputs=[opgate.TensorSpec("x", ("M", "D"), requires_grad=True)],
-        dims={"M": [64, 7], "H": [2048, 1000]},  # H: the output width; the input holds both halves
-        derived_dims={"D": lambda H: 2 * H},
-        dtypes=DTYPES,
-        perf_dims={"M": 16384, "H": 11008},
-    )
+GLU_DIMS = {"M": [64, 7], "H": [2048, 1000]}  # H: the output width; the input holds both halves, D = 2H
+GLU_PERF = {"M": 16384, "H": 11008}
 
-
-attorch_glu = _glu_op("attorch_glu", lambda x: F.glu(x, dim=-1))
+attorch_glu = opgate.Operator(
+    "attorch_glu",
+    reference=lambda x: F.glu(x, dim=-1),
+    inputs=[opgate.TensorSpec("x", ("M", "D"), requires_grad=True)],
+    dims=GLU_DIMS,
+    derived_dims={"D": lambda H: 2 * H},
+    dtypes=DTYPES,
+    perf_dims=GLU_PERF,
+)
 
 
 @implementation(attorch_glu, "attorch_glu")
@@ -102,7 +117,15 @@ def _glu_silu_ref(x):
     return a * F.silu(b)
 
 
-attorch_glu_silu = _glu_op("attorch_glu_silu", _glu_silu_ref)
+attorch_glu_silu = opgate.Operator(
+    "attorch_glu_silu",
+    reference=_glu_silu_ref,
+    inputs=[opgate.TensorSpec("x", ("M", "D"), requires_grad=True)],
+    dims=GLU_DIMS,
+    derived_dims={"D": lambda H: 2 * H},
+    dtypes=DTYPES,
+    perf_dims=GLU_PERF,
+)
 
 
 @implementation(attorch_glu_silu, "attorch_glu_silu")
