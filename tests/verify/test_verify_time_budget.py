@@ -454,3 +454,23 @@ def test_another_dtypes_costs_are_scaled_by_how_much_slower_this_check_runs_the_
     fitter.observe(3, 1.5)
     assert MIN_SHARED_CASES == 3 and fitter.predict(4) == 3.0  # 1.5x slower here: 2 s there is 3 s here
     assert fitter.predict(5) == fitter.timer.predict(sizes[5])  # measured nowhere: the size model
+
+
+def test_a_case_of_nearly_the_sizes_of_one_stopped_in_another_dtype_is_predicted_from_it_and_capped(tmp_path):
+    """fla_local_cumsum under the interpreter: float32 stopped B=1,T=1,H=65537 after 40 s; float16's plan drew
+    H=65535 instead, the size model predicted 1.4 s, and the check ran it until it was stopped 18 s later."""
+    from opgate.verify.case_costs import CaseCostLog, near_dims
+
+    path = tmp_path / "costs.jsonl"
+    stopped = Case.make({"B": 1, "T": 1, "H": 65537}, 42, "typical", "contiguous", "edge")
+    CaseCostLog(path, "float32").record(stopped.label(), 40.5, stopped=True, dims=stopped.dims)
+    cases = [case("declared", B=2, T=64, H=4), case("edge", B=1, T=1, H=65535), case("edge", B=1, T=1, H=60000)]
+    sizes = [CaseSize.of([(b, t, h)]) for b, t, h in ((2, 64, 4), (1, 1, 65535), (1, 1, 60000))]
+    log = CaseCostLog(path, "float16")
+    fitter = CasePlanFitter(18.8, cases, sizes, FakeClock(), measured_elsewhere=log.others)
+    fitter.observe(0, 0.5)
+    assert fitter.predict(1) >= 40.5  # nearly the stopped case's sizes: at least what it ran there
+    assert fitter.predict(2) < 1.0  # 8% smaller is another size: the model's figure
+    assert not fitter.runs(1)  # so it is capped, not run for 18 s and stopped
+    assert near_dims((("N", 0),), (("N", 0),)) and not near_dims((("N", 0),), (("N", 1),))
+    assert not near_dims((("M", 8),), (("N", 8),)) and not near_dims((("N", 8),), ())

@@ -363,12 +363,12 @@ class VerifyImplementationCheck(Check):
             except CaseStopped:
                 ran_s = gpu_pause.clock() - began
                 fitter.stopped(index, ran_s)
-                case_costs.record(case.label(), ran_s, stopped=True)
+                case_costs.record(case.label(), ran_s, stopped=True, dims=case.dims)
                 continue
             note = prepared.case_note() if prepared.case_note is not None else ""
             records[index] = CaseRecord(case, verdict, gpu_pause.clock() - began, note)
             fitter.observe(index, records[index].seconds)
-            case_costs.record(case.label(), records[index].seconds)
+            case_costs.record(case.label(), records[index].seconds, dims=case.dims)
             self.journal.save(index, records[index])
         return [records[index] for index in sorted(records)]
 

@@ -208,6 +208,7 @@ class CasePlanFitter:
         self._seconds: dict[int, float] = {}
         self._labels = [case.label() for case in self.cases]
         self._pace_memo: tuple[tuple[int, int, int], float] = ((-1, 0, 0), 1.0)
+        self._near_memo: tuple[tuple[int, int], dict[int, "MeasuredCost | None"]] = ((-1, 0), {})
         self.stopped_after: dict[int, float] = {}  # case index -> seconds it ran before it was stopped
 
     def observe(self, index: int, seconds: float) -> None:
@@ -216,16 +217,33 @@ class CasePlanFitter:
         self.timer.observe(self.sizes[index], seconds)
 
     def predict(self, index: int) -> float:
-        """Case `index`'s predicted seconds: what another dtype's check measured on it, times how much slower this
-        check has run the cases both ran (at least that where it was stopped there), else the size model's figure
-        (CaseTimer.predict)."""
+        """Case `index`'s predicted seconds: what another dtype's check measured on it (or on nearly its sizes),
+        times how much slower this check has run the cases both ran (at least that where it was stopped there), else
+        the size model's figure (CaseTimer.predict)."""
         model = self.timer.predict(self.sizes[index])
         elsewhere = self.measured_elsewhere() if self.measured_elsewhere else {}
-        known = elsewhere.get(self._labels[index])
+        known = self._measured_elsewhere(index, elsewhere)
         if known is None:
             return model
         seconds = known.seconds * self._pace(elsewhere)
         return max(model, seconds) if known.stopped else seconds
+
+    def _measured_elsewhere(self, index: int, elsewhere: Mapping[str, "MeasuredCost"]) -> "MeasuredCost | None":
+        """The longest that case `index` or one of nearly its sizes (case_costs.near_dims) took in the other dtypes'
+        checks: each dtype's plan draws its own fuzzed sizes, so the exact label alone missed H=65535 where H=65537
+        had been stopped after 40 s."""
+        from opgate.verify.case_costs import near_dims
+
+        key = (id(elsewhere), len(elsewhere))
+        if self._near_memo[0] != key:  # recomputed when the others measured another case
+            self._near_memo = (key, {})
+        memo = self._near_memo[1]
+        if index not in memo:
+            dims = self.cases[index].dims
+            matches = [cost for label, cost in elsewhere.items()
+                       if label == self._labels[index] or near_dims(dims, cost.dims)]
+            memo[index] = max(matches, key=lambda cost: cost.seconds) if matches else None
+        return memo[index]
 
     def _pace(self, elsewhere: Mapping[str, "MeasuredCost"]) -> float:
         """This check's seconds over the other checks' on the cases both ran whole, its first case left out (it pays
