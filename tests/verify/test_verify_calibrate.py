@@ -311,3 +311,30 @@ def test_a_declared_sizes_first_seed_is_never_deferred_and_its_later_seeds_rank_
     second_of_33 = declared[3]
     smaller_added = [k for k in order if k not in essential and math.prod(v for _, v in cases[k].dims) < 4 * 33]
     assert smaller_added and all(order.index(k) < order.index(second_of_33) for k in smaller_added)
+
+
+def test_a_size_opgate_added_that_the_reference_refuses_is_left_out_and_said_a_declared_one_is_bad_input(tmp_path):
+    """attorch's BatchNorm1d: F.batch_norm in training mode raises on the B=1, L=1 edge case opgate adds; that one
+    case stopped a 17-operator run with exit 2. Now it is left out of the plan and the calibration result says so;
+    a size the spec declared that the reference refuses is still the user's error."""
+    from opgate.verify.calibrator import REFERENCE_REFUSED_KEY, calibrate_plan, calibration_result
+
+    def needs_two(x):
+        if x.shape[0] < 2:
+            raise ValueError("Expected more than 1 value per channel when training")
+        return x - x.mean(0)
+
+    op = opgate.Operator("needs_two", reference=needs_two, inputs=[opgate.TensorSpec("x", ("B", "C"))],
+                         dims={"B": [16, 3], "C": [8]}, dtypes=["float32"])
+    cases = plan_cases(op, "quick")
+    assert any(dict(c.dims)["B"] == 1 for c in cases)  # opgate adds B=1
+    outcome = calibrate_plan(op, "float32", cases, lambda: [], "quick", 0, tmp_path / "plan.pt")
+    said = outcome.summary()[REFERENCE_REFUSED_KEY]
+    assert said["cases"] >= 1 and "Expected more than 1 value per channel" in said["first"]
+    assert outcome.n_cases <= len(cases) - said["cases"]  # (an empty case B=0 is dropped apart, as before)
+    result = calibration_result(op, {"float32": outcome}, "quick", 0, 1.0)
+    assert result.outcome.value == "passed" and "left out because the reference raised on them" in result.reason
+    declared = opgate.Operator("needs_two", reference=needs_two, inputs=[opgate.TensorSpec("x", ("B", "C"))],
+                               dims={"B": [1], "C": [8]}, dtypes=["float32"])
+    with pytest.raises(CalibrationError, match="raised ValueError on B=1"):
+        calibrate_plan(declared, "float32", plan_cases(declared, "quick"), lambda: [], "quick", 0, tmp_path / "d.pt")

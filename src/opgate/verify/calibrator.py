@@ -50,6 +50,10 @@ def calibration_threads() -> int:
     return max(1, (os.cpu_count() or 1) // 4)
 
 
+# The plan summary's key for the cases opgate added that the reference raised on (left out of the plan)
+REFERENCE_REFUSED_KEY = "reference_refused"
+
+
 def is_added_empty_case(case: Case) -> bool:
     """A size-0 case opgate added (not one the spec declared)."""
     return case.origin != "declared" and any(size == 0 for _, size in case.dims)
@@ -119,6 +123,12 @@ def calibration_result(op: Any, calibrations: dict[str, Calibration], budget: st
     n = next(iter(calibrations.values())).n_cases if calibrations else 0
     reason = (f"budgets calibrated from PyTorch eager vs float64 over {n} cases for "
               f"{', '.join(calibrations)} ({budget} budget, seed {seed})")
+    refused = [said for said in (c.summary().get(REFERENCE_REFUSED_KEY) for c in calibrations.values()) if said]
+    if refused:  # never silent: the sizes opgate added that the reference does not define are not judged
+        most = max(said["cases"] for said in refused)
+        reason += (f"; {most} size(s) opgate added were left out because the reference raised on them "
+                   f"({refused[0]['first']}): outside the operator's domain as its reference "
+                   "defines it; declare the supported sizes to say so")
     return CheckResult(f"verify.{op.name}.calibration", f"{op.name}: calibrated error budgets", Outcome.PASSED,
                        reason, tuple(figures), "", duration, extra, stage="calibration", labels={"op": op.name})
 
@@ -229,11 +239,14 @@ def reference_form(op: Any, cases: Sequence[Case], dtype: str) -> dict[str, bool
 
 
 def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Callable[[], list[Case]],
-                          ) -> tuple[list[Case], list[Any], list[Any], list[Case]]:
+                          refused: list[str] | None = None) -> tuple[list[Case], list[Any], list[Any], list[Case]]:
     """(kept cases, truths, baselines, fatal empty cases). The opgate-added empty cases go last, and
     `fatal_cases()` (the empty-case probe's verdict) is asked for only when they are reached; an empty case the
-    reference refuses is dropped, a declared case it refuses raises CalibrationError. Call inside
-    inputs_generated_once()."""
+    reference refuses is dropped, a declared case it refuses raises CalibrationError. Another case opgate added that
+    the reference refuses is outside the operator's domain as the reference defines it: it is dropped too, and its
+    reason goes into `refused` for the report. attorch's BatchNorm1d spec: F.batch_norm in training mode raises
+    "Expected more than 1 value per channel" on the B=1, L=1 edge case opgate adds, and that one case stopped a
+    17-operator run with exit 2 (thirty-fifth session). Call inside inputs_generated_once()."""
     fatal: list[Case] | None = None
     computed: dict[int, tuple[Any, Any]] = {}
     first = first_with_same_values(cases)
@@ -247,10 +260,14 @@ def _truths_and_baselines(op: Any, dtype: str, cases: Sequence[Case], fatal_case
         twin = first[k]  # a case holding another's values in other strides has its truth and baseline
         try:
             computed[k] = computed[twin] if twin in computed else truth_and_baseline(op, case, dtype)
-        except CalibrationError:
+        except CalibrationError as exc:
             if is_added_empty_case(case):
                 continue  # the reference refuses empty tensors: so may the implementations
-            raise
+            if case.origin == "declared":
+                raise  # the spec's own sizes: bad input
+            if refused is not None:
+                refused.append(str(exc))
+            continue
         if len(computed) == 1:
             reference_is_deterministic(op, case, dtype, computed[k][0])
     kept = sorted(computed)
@@ -274,17 +291,20 @@ def calibrate_plan(op: Any, dtype: str, cases: Sequence[Case], fatal_cases: Call
     before = dict(CACHE_COUNTS)
     placement_before = dict(bounds_device.COUNTS)
     began = time.perf_counter()
+    refused: list[str] = []
     with inputs_generated_once():  # truth, baseline, perturbation and bound read each case's once
-        kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases)
+        kept, truths, baselines, fatal = _truths_and_baselines(op, dtype, cases, fatal_cases, refused)
         truths_done = time.perf_counter()
         cal = calibrate(op, dtype, kept, truths, baselines, deferral_seconds(gpu))
+        summary = {**cal.summary(), **({REFERENCE_REFUSED_KEY: {"cases": len(refused), "first": refused[0]}}
+                                       if refused else {})}
         PlanFile(op.name, dtype, budget, seed, kept, truths, cal.budgets, cal.masks, cal.out_dtypes,
                  cal.pooled_rmse, cal.pooled_quantile, cal.n_cases,
-                 {**cal.summary(), **reference_form(op, kept, dtype)}).save(path)
+                 {**summary, **reference_form(op, kept, dtype)}).save(path)
     phases = {"truth_and_baseline": round(truths_done - began, 3), "bounds": round(cal.bounds_seconds, 3),
               "budgets_and_plan_file": round(time.perf_counter() - truths_done - cal.bounds_seconds, 3)}
     return PlanOutcome(dtype, str(path), list(cal.out_dtypes), list(cal.pooled_rmse), list(cal.pooled_quantile),
-                       cal.n_cases, dict(cal.override) if cal.override else None, cal.summary(),
+                       cal.n_cases, dict(cal.override) if cal.override else None, summary,
                        len(cases) - len(fatal), [c.label() for c in fatal],
                        {**{k: CACHE_COUNTS[k] - before.get(k, 0) for k in CACHE_COUNTS},
                         # where the terms ran and what placing them cost (bounds_device.COUNTS), and plans calibrated
