@@ -152,6 +152,7 @@ def test_the_lock_waits_and_give_ups_are_counted_for_the_report(monkeypatch, tmp
     monkeypatch.setenv("OPGATE_GPU_LOCK_DIR", str(tmp_path))
     monkeypatch.setenv("OPGATE_GPU_WAIT_S", "0.3")
     monkeypatch.setattr(bounds_device, "COUNTS", dict.fromkeys(bounds_device.COUNTS, 0))
+    monkeypatch.setattr(bounds_device, "_BUSY_UNTIL", [0.0])  # its give-up must not hold back later tests' waits
     with bounds_device._shared_gpu_lock() as held:  # free: no wait
         assert held
     assert bounds_device.COUNTS["gpu_lock_waits"] == 0
@@ -166,6 +167,35 @@ def test_the_lock_waits_and_give_ups_are_counted_for_the_report(monkeypatch, tmp
     counts = bounds_device.COUNTS
     assert counts["gpu_lock_waits"] == counts["gpu_lock_gave_up"] == 1
     assert 250 <= counts["gpu_lock_wait_ms"] < 500
+
+
+def test_after_a_give_up_the_next_cases_look_once_and_do_not_wait(monkeypatch, tmp_path) -> None:
+    """softmax on the H200: its plans waited 2-2.4 s each for a lock a measurement kept, one second a case; after
+    one give-up the next cases go to the CPU at once, and once the back-off is over they wait again."""
+    import time
+
+    from opgate.engine.gpu_guard import EXCLUSIVE, GpuLockRequest, keys_from_nvml
+
+    monkeypatch.setenv("OPGATE_GPU_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("OPGATE_GPU_WAIT_S", "0.3")
+    monkeypatch.setattr(bounds_device, "COUNTS", dict.fromkeys(bounds_device.COUNTS, 0))
+    monkeypatch.setattr(bounds_device, "_BUSY_UNTIL", [0.0])
+    measuring = GpuLockRequest(keys_from_nvml(None), EXCLUSIVE, holder="a runtime check", directory=tmp_path)
+    assert measuring.poll()
+    try:
+        for _ in range(3):
+            with bounds_device._shared_gpu_lock() as held:
+                assert not held
+        assert bounds_device.COUNTS["gpu_lock_waits"] == 3 and bounds_device.COUNTS["gpu_lock_wait_ms"] < 450
+        bounds_device._BUSY_UNTIL[0] = time.perf_counter()  # the back-off is over: a case waits again
+        began = time.perf_counter()
+        with bounds_device._shared_gpu_lock() as held:
+            assert not held
+        assert time.perf_counter() - began >= 0.25
+    finally:
+        measuring.release()
+    with bounds_device._shared_gpu_lock() as held:  # free again: taken at the first look
+        assert held
 
 
 @needs_gpu

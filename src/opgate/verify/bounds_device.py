@@ -44,6 +44,12 @@ LOCK_POLL_S = 0.05
 # How long the terms wait for the GPU's lock before running on the CPU instead: they need no GPU, and a measurement
 # (runtime, recovery) that holds the GPU alone can run for minutes while a library's other files calibrate
 LOCK_WAIT_S = 1.0
+# After the terms gave up waiting, the next cases of this process only look (no wait) for this long: a measurement
+# that held the lock past one case's wait mostly holds it past the next. On the H200 softmax's plans waited 2.0-2.4 s
+# each in 2-3 waits, 1-2 of them given up, and their bound terms took 7.4-8.5 s against 3.7-5.8 s all on the CPU
+# (scripts/gpu/softmax_idle.sh, thirty-fifth session).
+LOCK_BACKOFF_S = 10.0
+_BUSY_UNTIL = [0.0]  # perf_counter before which a wait is not started (set by a give-up)
 
 _ENABLED = {"gpu": False}
 
@@ -131,13 +137,14 @@ def _agrees(reference: Any, moved: Sequence[Any], truth: Sequence[Any]) -> bool:
 @contextlib.contextmanager
 def _shared_gpu_lock() -> Iterator[bool]:
     """This process's GPU lock, shared, held while the terms run; yields False (nothing held) when a measurement
-    (this run's or another's) holds the GPU or waits for it past LOCK_WAIT_S: the terms then run on the CPU instead
-    of waiting on."""
+    (this run's or another's) holds the GPU or waits for it past LOCK_WAIT_S (for LOCK_BACKOFF_S after a give-up:
+    at once): the terms then run on the CPU instead of waiting on."""
     from opgate.engine.gpu_guard import SHARED, GpuLockRequest, keys_from_nvml, wait_limit_s
 
     request = GpuLockRequest(keys_from_nvml(None), SHARED, holder="calibration bound terms")
     began = time.perf_counter()
-    deadline = began + min(LOCK_WAIT_S, wait_limit_s())
+    # just after a give-up, one look and no wait
+    deadline = began if began < _BUSY_UNTIL[0] else began + min(LOCK_WAIT_S, wait_limit_s())
     try:
         held = request.poll()
         if not held:
@@ -147,6 +154,8 @@ def _shared_gpu_lock() -> Iterator[bool]:
                 held = request.poll()
             COUNTS["gpu_lock_wait_ms"] += round(1000 * (time.perf_counter() - began))
             COUNTS["gpu_lock_gave_up"] += int(not held)
+            if not held:
+                _BUSY_UNTIL[0] = time.perf_counter() + LOCK_BACKOFF_S
         yield held
     finally:
         request.release()
