@@ -181,6 +181,51 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     assert str(report_path) in said and str(html_path) in said and html_path.stat().st_mtime_ns == written
 
 
+
+def test_an_interrupt_after_every_check_ended_still_writes_the_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with measurement windows on the H200 ended its 84 checks and met its --time-limit while it closed its
+    workers: the interrupt came outside the checks' loop, and the report was lost ("interrupted before any check
+    finished"). Now the report of the ended checks is written and carried, marked interrupted."""
+    from opgate.engine import session
+    from opgate.engine.interrupts import RunInterrupted
+    from opgate.cli.console import make_console
+    from opgate.reporting import emit
+    from opgate.model.results import CheckResult, Outcome, RunReport
+    from opgate.engine.runner import WarmPool
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    report_path = tmp_path / "r.json"
+    monkeypatch.setattr(emit, "_PLANNED", [emit.ReportOutputs(json=report_path)])
+    planted = CheckResult("verify.planted.check", "planted", Outcome.PASSED, "ran to the end")
+    real_close = WarmPool.close
+
+    def ended_session(verb, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return RunReport(verb=verb, results=(planted,), started_at="", duration_s=1.0)
+
+    def close(self, grace_s: float = 10.0):  # type: ignore[no-untyped-def]
+        real_close(self, grace_s=0.0)
+        raise KeyboardInterrupt  # the --time-limit's SIGTERM while the workers close
+
+    monkeypatch.setattr(session, "run_session", ended_session)
+    monkeypatch.setattr(WarmPool, "close", close)
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    from opgate.engine.children import start_afresh
+
+    try:
+        with pytest.raises(RunInterrupted) as stop:
+            run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
+                                     dtypes=("float32",), out_dir=tmp_path / "out"), make_console())
+    finally:
+        start_afresh()
+    assert stop.value.report is not None and planted in stop.value.report.results
+    import json
+
+    written = json.loads(report_path.read_text())
+    assert written["interrupted"] is True
+    assert any(r["check_id"] == "verify.planted.check" for r in written["results"])
+
+
 SLOW_SPEC = '''
 import time
 import torch

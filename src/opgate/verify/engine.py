@@ -593,6 +593,31 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
 
 def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None = None,
            keep: Callable[[RunReport], RunReport] | None = None) -> RunReport:
+    """_judge_checks, and a report even where an interrupt (SIGTERM, --time-limit) comes after every check has ended,
+    while the run closes its workers and finishes the report: that interrupt lost the whole report once (a run
+    with measurement windows on the H200 ended its 84 checks and met its --time-limit while it closed: "interrupted
+    before any check finished", no report; thirty-fifth session)."""
+    from opgate.engine.interrupts import RunInterrupted, time_limit_reached
+    from opgate.reporting.emit import emit_interrupted
+
+    checked: list[RunReport] = []  # the report once the checks have ended, then as it is finished
+    try:
+        return _judge_checks(request, console, resumed, keep, checked)
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, RunInterrupted) or not checked:
+            raise
+        report = checked[-1]
+        report = dataclasses.replace(report, extra={
+            **report.extra, "interrupted": True, "not_run": [],
+            **({"time_limit_s": time_limit_reached()} if time_limit_reached() is not None else {})})
+        emit_interrupted(report)
+        if keep is not None:  # what was judged goes into the verdict cache, as after any interrupt
+            report = keep(report)
+        raise RunInterrupted(list(report.results), [], report=report) from None
+
+
+def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks | None,
+                  keep: Callable[[RunReport], RunReport] | None, checked: list[RunReport]) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.engine.interrupts import RunInterrupted, time_limit_reached
@@ -640,6 +665,7 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
                                      follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
+                checked[:] = [report]
             except RunInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True
                 report = _with_worker_stats(prepared.finish(stop.report), pool)
@@ -665,6 +691,7 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
                 report = dataclasses.replace(report, extra={
                     **report.extra, "settled_operators": prepared.settled_operators(report.results),
                     "settled_dtypes": prepared.settled_dtypes(report.results)})
+            checked[:] = [report]
         finally:
             if interrupted:  # the empty-case probes' children first: their threads are joined at exit
                 from opgate.engine.children import kill_all_children
