@@ -16,7 +16,7 @@ rm -rf /tmp/tc-probe
 OPGATE_MEASUREMENT_WINDOWS=1 TRITON_CACHE_DIR=/tmp/tc-probe timeout --kill-after=5 $((LIMIT + 20)) \
   python3 -m opgate verify "$SPEC" --no-cache --time-limit "$LIMIT" --json "$OUT/library/probe.json" \
   --out /tmp/opgate-art-probe > "$OUT/library/probe_run.log" 2>&1 &
-pid=$!
+pid=$!  # timeout's: opgate is its child (py-spy needs opgate's own pid)
 start=$SECONDS
 while kill -0 "$pid" 2>/dev/null; do
   sleep 5
@@ -28,7 +28,7 @@ while kill -0 "$pid" 2>/dev/null; do
     find /tmp -maxdepth 5 -type d -name gpu-pause 2>/dev/null | while read -r d; do
       echo "-- $d"; ls -la "$d" "$d/quiet" 2>/dev/null; tail -3 "$d/windows.log" 2>/dev/null
     done
-    /tmp/site/bin/py-spy dump --pid "$pid" 2>&1 | head -120
+    for child in $(pgrep -P "$pid"); do /tmp/site/bin/py-spy dump --pid "$child" 2>&1 | head -120; done
   } >> "$PROBES/dumps.txt"
   sleep 5
 done
