@@ -5,6 +5,7 @@ the report says what failed (the H200 library run of 2026-12-02 lost its whole r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,6 +132,23 @@ def test_a_sigterm_to_the_process_group_does_not_kill_the_calibration_processes(
         pool.close()
 
 
+def _interrupted_verify_of_the_softmax_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """run_verify of SPEC (numerics, float32), which the test's patches interrupt: the RunInterrupted it raised."""
+    from opgate.cli.console import make_console
+    from opgate.engine.children import start_afresh
+    from opgate.engine.interrupts import RunInterrupted
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        with pytest.raises(RunInterrupted) as stop:
+            run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
+                                     dtypes=("float32",), out_dir=tmp_path / "out"), make_console())
+    finally:
+        start_afresh()  # the interrupt path stops this process's child starts; later tests start children
+    return stop
+
+
 def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reaping waits for each CUDA context's teardown: on the H200 a library run stopped by SIGTERM was SIGKILLed 5 s
@@ -138,12 +156,10 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     report too (it was left out of the interrupt path)."""
     from opgate.engine import session
     from opgate.engine.interrupts import RunInterrupted
-    from opgate.cli.console import make_console
     from opgate.reporting import emit
     from opgate.model.results import RunReport
     from opgate.engine.runner import WarmPool
     from opgate.verify import calibrator
-    from opgate.verify.engine import VerifyRequest, run_verify
 
     report_path, html_path = tmp_path / "r.json", tmp_path / "r.html"
     monkeypatch.setattr(emit, "_PLANNED", [emit.ReportOutputs(json=report_path, html=html_path)])
@@ -161,15 +177,7 @@ def test_an_interrupted_run_writes_its_report_before_it_reaps_any_child(
     monkeypatch.setattr(WarmPool, "close", close)
     monkeypatch.setattr(calibrator.CalibrationPool, "close", lambda self: on_disk_at_reap.append(report_path.is_file()))
     monkeypatch.setattr(session, "run_session", interrupted_session)
-    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
-    from opgate.engine.children import start_afresh
-
-    try:
-        with pytest.raises(RunInterrupted) as stop:
-            run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
-                                     dtypes=("float32",), out_dir=tmp_path / "out"), make_console())
-    finally:
-        start_afresh()  # the interrupt path stops this process's child starts; later tests start children
+    stop = _interrupted_verify_of_the_softmax_spec(tmp_path, monkeypatch)
     assert on_disk_at_reap and all(on_disk_at_reap), on_disk_at_reap
     import json
 
@@ -188,12 +196,9 @@ def test_an_interrupt_after_every_check_ended_still_writes_the_report(
     workers: the interrupt came outside the checks' loop, and the report was lost ("interrupted before any check
     finished"). Now the report of the ended checks is written and carried, marked interrupted."""
     from opgate.engine import session
-    from opgate.engine.interrupts import RunInterrupted
-    from opgate.cli.console import make_console
     from opgate.reporting import emit
     from opgate.model.results import CheckResult, Outcome, RunReport
     from opgate.engine.runner import WarmPool
-    from opgate.verify.engine import VerifyRequest, run_verify
 
     report_path = tmp_path / "r.json"
     monkeypatch.setattr(emit, "_PLANNED", [emit.ReportOutputs(json=report_path)])
@@ -209,15 +214,7 @@ def test_an_interrupt_after_every_check_ended_still_writes_the_report(
 
     monkeypatch.setattr(session, "run_session", ended_session)
     monkeypatch.setattr(WarmPool, "close", close)
-    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
-    from opgate.engine.children import start_afresh
-
-    try:
-        with pytest.raises(RunInterrupted) as stop:
-            run_verify(VerifyRequest(spec_file=SPEC, budget="quick", stages=("numerics",), jobs=2,
-                                     dtypes=("float32",), out_dir=tmp_path / "out"), make_console())
-    finally:
-        start_afresh()
+    stop = _interrupted_verify_of_the_softmax_spec(tmp_path, monkeypatch)
     assert stop.value.report is not None and planted in stop.value.report.results
     import json
 
