@@ -31,9 +31,28 @@ QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """`count` free ports, distinct from each other and from `taken`: every socket stays bound until all are read.
+    Asked one at a time, a port released at once can be handed out again: two of a node's ports came out equal
+    and Ray refused to start ("runtime_env_agent is trying to use a port number 43573 that is used by other
+    components", a fresh clone's make test, thirty-fifth session)."""
+    sockets: list[socket.socket] = []
+    try:
+        ports: list[int] = []
+        while len(ports) < count:
+            s = socket.socket()
+            sockets.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port not in taken:
+                ports.append(port)
+        return ports
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @dataclass
@@ -48,12 +67,13 @@ class LocalRayCluster:
         return f"127.0.0.1:{self.port}"
 
     def _start(self, name: str, head: bool, node_env: dict[str, str]) -> None:
+        listen, grpc, runtime_env, metrics, node_manager, object_manager = free_ports(6, taken=(self.port,))
         args = [RAY, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
                 "--num-cpus=1", "--num-gpus=0", f"--object-store-memory={OBJECT_STORE_BYTES}",
                 f"--resources={json.dumps({f'opgate_node_{name}': 1})}",
-                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-                f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
-                f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
+                f"--dashboard-agent-listen-port={listen}", f"--dashboard-agent-grpc-port={grpc}",
+                f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
+                f"--node-manager-port={node_manager}", f"--object-manager-port={object_manager}"]
         if head:
             args += ["--head", f"--port={self.port}", "--include-dashboard=false",
                      f"--temp-dir={self.temp_dir}"]
