@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from opgate.model.errors import InputError
 from opgate.model.results import CheckResult, Outcome, RunReport
@@ -597,8 +597,7 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
     while the run closes its workers and finishes the report: that interrupt lost the whole report once (a run
     with measurement windows on the H200 ended its 84 checks and met its --time-limit while it closed: "interrupted
     before any check finished", no report; thirty-fifth session)."""
-    from opgate.engine.interrupts import RunInterrupted, time_limit_reached
-    from opgate.reporting.emit import emit_interrupted
+    from opgate.engine.interrupts import RunInterrupted
 
     checked: list[RunReport] = []  # the report once the checks have ended, then as it is finished
     try:
@@ -607,24 +606,33 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
         if isinstance(stop, RunInterrupted) or not checked:
             raise
         report = checked[-1]
-        report = dataclasses.replace(report, extra={
-            **report.extra, "interrupted": True, "not_run": [],
-            **({"time_limit_s": time_limit_reached()} if time_limit_reached() is not None else {})})
-        emit_interrupted(report)
-        if keep is not None:  # what was judged goes into the verdict cache, as after any interrupt
-            report = keep(report)
-        raise RunInterrupted(list(report.results), [], report=report) from None
+        report = dataclasses.replace(report, extra={**report.extra, "interrupted": True, "not_run": []})
+        _stop_with(report, keep, list(report.results), [])
+
+
+def _stop_with(report: RunReport, keep: Callable[[RunReport], RunReport] | None, results: list[CheckResult],
+               not_run: list[str]) -> NoReturn:
+    """End an interrupted run: its report says why it stopped (--time-limit), is written to the planned files and
+    kept in the verdict cache before any child is reaped (that can outlast a CI runner's SIGTERM-to-SIGKILL grace)."""
+    from opgate.engine.interrupts import RunInterrupted, time_limit_reached
+    from opgate.reporting.emit import emit_interrupted
+
+    if time_limit_reached() is not None:  # --time-limit: why the run stopped
+        report = dataclasses.replace(report, extra={**report.extra, "time_limit_s": time_limit_reached()})
+    emit_interrupted(report)
+    if keep is not None:  # what was judged is stored at once (verify/verdict_reuse.py)
+        report = keep(report)
+    raise RunInterrupted(results, not_run, report=report) from None
 
 
 def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks | None,
                   keep: Callable[[RunReport], RunReport] | None, checked: list[RunReport]) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
-    from opgate.engine.interrupts import RunInterrupted, time_limit_reached
+    from opgate.engine.interrupts import RunInterrupted
     from opgate.engine.session import run_session
 
     from opgate.engine.children import become_subreaper, start_afresh
-    from opgate.reporting.emit import emit_interrupted
 
     start_afresh()  # a run in this process after an interrupted one (tests, the pytest plugin)
     become_subreaper()  # a process a check starts that leaves its group and outlives it is re-parented here
@@ -675,16 +683,9 @@ def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks |
                 report = dataclasses.replace(report, extra={
                     **report.extra, "complete_files": complete, "settled_operators": settled,
                     "settled_dtypes": {} if whole_run else prepared.settled_dtypes(report.results)})
-                if time_limit_reached() is not None:  # --time-limit: why the run stopped
-                    report = dataclasses.replace(report, extra={**report.extra,
-                                                                "time_limit_s": time_limit_reached()})
                 # on disk before any child is reaped: the cleanup below can outlast a SIGTERM-to-SIGKILL grace (on
-                # the H200 host a library run was killed 5 s after its SIGTERM); so are the verdicts kept for the
-                # next run (`keep`: verify/verdict_reuse.py)
-                emit_interrupted(report)
-                if keep is not None:
-                    report = keep(report)
-                raise RunInterrupted(stop.results, stop.not_run, report=report) from None
+                # the H200 host a library run was killed 5 s after its SIGTERM)
+                _stop_with(report, keep, stop.results, stop.not_run)
             prepared.calibrator.join()
             report = _with_worker_stats(prepared.finish(report), pool)
             if not any(stage.whole_run_group for stage in chosen_stages(request)):

@@ -123,6 +123,11 @@ class Case:
     def dims_dict(self) -> dict[str, int]:
         return dict(self.dims)
 
+    @property
+    def is_empty(self) -> bool:
+        """A dimension of size 0: an empty input."""
+        return any(size == 0 for _, size in self.dims)
+
     def label(self) -> str:
         sizes = ",".join(f"{k}={v}" for k, v in self.dims) or "scalar"
         regime = f"magnitude x{self.scale:.3g}" if self.regime == "magnitude" else self.regime

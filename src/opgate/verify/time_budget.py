@@ -172,11 +172,6 @@ class CaseTimer:
         return self.overhead + max(self.per_element * size.elements, self.per_row * size.rows)
 
 
-def has_empty_dim(case: Any) -> bool:
-    """Whether a case (verify.inputs.Case) has a dimension of size 0: an empty input."""
-    return any(size == 0 for _, size in case.dims)
-
-
 # Cases this check and another dtype's check must both have run before the other's costs are scaled by the pace
 MIN_SHARED_CASES = 3
 
@@ -344,7 +339,7 @@ class CasePlanFitter:
         came after cases that ran longer than predicted and was capped in some runs and not in others
         (fla_kl_div.grad's V=0 case, thirty-fourth session), so the verdict depended on the machine's load."""
         declared = [k for k in pending if k in self.always]
-        empty = [k for k in pending if k not in self.always and has_empty_dim(self.cases[k])]
+        empty = [k for k in pending if k not in self.always and self.cases[k].is_empty]
         rest = sorted((k for k in pending if k not in self.always and k not in empty),
                       key=lambda k: (self.predict(k), k))
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
