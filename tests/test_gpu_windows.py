@@ -431,3 +431,118 @@ def test_a_check_paused_by_windows_reports_how_long_beside_its_wall_time(
     gpu_pause.windows_log(tmp_path).write_text("1000 1012.5\n2000 2003\n")
     assert with_window_pause(result, 1500.0).extra["paused_in_windows_s"] == 3.0  # the window since it began
     assert "paused_in_windows_s" not in with_window_pause(result, 2500.0).extra
+
+
+class KeyedClaims(FakeClaims):
+    """FakeClaims with the runner's guard: the lock keys (GPU UUIDs) of a task's device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.guard = GpuGuard(keys_for=lambda device: (f"GPU-{device}",), wait_s=60)
+
+
+def test_a_window_gives_up_where_its_gpu_is_short_of_memory_once_the_work_is_quiet(tmp_path: Path) -> None:
+    windows, clock, _, running, measure = windows_with(tmp_path)
+    claims = KeyedClaims()
+    measure = dataclasses.replace(measure, device=3)
+    asked: list[tuple[str, ...]] = []
+    shares = iter([0.3, 0.8])  # the paused tasks' live tensors fill 70% of the card, then (later) 20%
+    windows.memory_share = lambda keys: (asked.append(tuple(keys)), next(shares))[1]
+    windows.step(running, claims, lambda: measure)
+    gpu_pause.quiet_marker(windows.folder, 4242).write_text(gpu_pause.PAUSED)
+    clock.now += 1.0
+    windows.step(running, claims, lambda: measure)
+    assert windows.state == CLOSED and not windows.flag.exists() and claims.lent == set()
+    assert windows.stats["short_of_memory"] == 1 and windows.stats["gave_up"] == 1 and asked == [("GPU-3",)]
+    assert running[0].paused_s == pytest.approx(1.0)  # the wait at its pause point is not its time
+    clock.now += gpu_windows.MIN_GAP_S
+    windows.step(running, claims, lambda: measure)
+    windows.step(running, claims, lambda: measure)
+    assert windows.state == OPEN and claims.lent == {0}  # enough memory free now
+
+
+def test_a_gpu_whose_free_memory_nvml_cannot_tell_holds_no_window_back(tmp_path: Path) -> None:
+    windows, _, _, running, measure = windows_with(tmp_path)
+    windows.memory_share = lambda keys: None
+    claims = KeyedClaims()
+    windows.step(running, claims, lambda: measure)
+    gpu_pause.quiet_marker(windows.folder, 4242).write_text(gpu_pause.PAUSED)
+    windows.step(running, claims, lambda: measure)
+    assert windows.state == OPEN
+
+
+class FakeNvmlError(Exception):
+    pass
+
+
+def fake_pynvml(free: dict[str, int], total: int) -> Any:
+    """pynvml's calls free_memory_share makes (nvml_session: init, shutdown; a handle by UUID; its memory)."""
+    import types
+
+    def handle_by_uuid(uuid: bytes) -> str:
+        if uuid.decode() not in free:
+            raise FakeNvmlError("Not Found")
+        return uuid.decode()
+
+    module = types.SimpleNamespace(
+        NVMLError=FakeNvmlError, NVMLError_LibraryNotFound=type("A", (FakeNvmlError,), {}),
+        NVMLError_DriverNotLoaded=type("B", (FakeNvmlError,), {}), nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByUUID=handle_by_uuid,
+        nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(free=free[handle], total=total))
+    return module
+
+
+def test_free_memory_share_is_the_smallest_among_the_keys_gpus_and_none_where_one_is_unknown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml({"GPU-a": 60, "GPU-b": 20}, total=80))
+    assert gpu_windows.free_memory_share(["GPU-a"]) == pytest.approx(0.75)
+    assert gpu_windows.free_memory_share(["GPU-a", "GPU-b"]) == pytest.approx(0.25)  # a MIG parent and child
+    assert gpu_windows.free_memory_share(["GPU-a", "unidentified"]) is None
+
+
+class FakeCuda:
+    """The parts of torch.cuda a paused task's memory release uses, counting the releases."""
+
+    def __init__(self, capturing: bool = False) -> None:
+        self.capturing, self.emptied = capturing, 0
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing
+
+    def synchronize(self) -> None:
+        pass
+
+    def empty_cache(self) -> None:
+        self.emptied += 1
+
+
+@pytest.mark.parametrize("capturing", [False, True])
+def test_a_task_gives_its_cached_gpu_memory_back_when_it_quiets_for_a_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capturing: bool) -> None:
+    import sys
+    import threading
+    import types
+
+    cuda = FakeCuda(capturing)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setenv(gpu_pause.PAUSE_DIR_ENV, str(tmp_path))
+    gpu_pause.begin_task(True)
+    try:
+        gpu_pause.compiles_tracked(True)
+        gpu_pause.compile_began()  # no window asked: the cache stays
+        gpu_pause.compile_ended()
+        assert cuda.emptied == 0
+        flag = gpu_pause.flag_path(tmp_path)
+        flag.write_text(str(os.getpid()))  # a window, asked by a runner that lives
+        gpu_pause.compile_began()
+        threading.Timer(0.2, flag.unlink).start()
+        gpu_pause.compile_ended()  # its pause point waits for the window, cache given back again
+        # never while a CUDA graph is being captured: freeing would break the capture
+        assert cuda.emptied == (0 if capturing else 2)
+    finally:
+        gpu_pause.end_task()

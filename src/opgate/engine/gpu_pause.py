@@ -140,6 +140,22 @@ def _synchronize() -> None:
             cuda.synchronize()
 
 
+def _release_cached_memory() -> None:
+    """Give the memory this process's allocators keep cached, not in use, back to the driver (torch's caching
+    allocator, CuPy's default pools): a window's measurement needs the card's memory while this task waits, and the
+    H100 probe run's paused tasks kept all 79 GiB, so its runtime checks ran out of memory. Not while a CUDA graph
+    is being captured (freeing would invalidate the capture)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    with contextlib.suppress(Exception):
+        if cuda is not None and cuda.is_initialized() and not cuda.is_current_stream_capturing():
+            cuda.empty_cache()
+    cupy = sys.modules.get("cupy")
+    with contextlib.suppress(Exception):
+        if cupy is not None:
+            cupy.get_default_memory_pool().free_all_blocks()
+
+
 def compiles_tracked(tracked: bool) -> None:
     """Set by record_compiles: whether a compile that raises ends the compile here too (module docstring)."""
     _STATE["compiles_tracked"] = bool(tracked)
@@ -149,6 +165,9 @@ def compile_began() -> None:
     if not _STATE["active"] or not _STATE["compiles_tracked"]:
         return
     _synchronize()  # every time: a compile whose end was missed must not leave its GPU work unwaited
+    root = folder()
+    if root is not None and _window_asked(root):  # a compile is quiet: the measurement may need the cached memory
+        _release_cached_memory()
     _STATE["compiling"] = True
     _write_marker(COMPILING)
 
@@ -180,6 +199,13 @@ def _window_asked(root: Path) -> bool:
     return flag.exists() and _runner_alive(flag)
 
 
+def window_asked_now() -> bool:
+    """Whether a measurement window of this process's run is asked for or open now (its flag is there and its
+    runner lives): a measurement that runs out of memory now ran beside the run's paused tasks."""
+    root = folder()
+    return root is not None and _window_asked(root)
+
+
 def pause_point() -> None:
     """Wait here while a measurement window is asked for or open (module docstring)."""
     if not _STATE["active"]:
@@ -189,6 +215,7 @@ def pause_point() -> None:
         return
     began = time.perf_counter()
     _synchronize()
+    _release_cached_memory()
     hang_deadline: float | None = _STATE["hang_deadline"]  # type: ignore[assignment]
     if hang_deadline is not None:  # a pause is not the case's time: its hang timer stops meanwhile
         faulthandler.cancel_dump_traceback_later()

@@ -30,6 +30,10 @@ A window also waits for the host to have MIN_IDLE_CORES idle (over the last seco
 compile go on compiling during it, and a measurement's CUDA events time its launches too, so a measuring process that
 has to wait for a core would time the wait (time_torch_events enqueues call by call).
 
+A window opens only where its measurement's GPU has MIN_FREE_MEMORY_SHARE of its memory free once the paused tasks,
+as they quiet, have given their allocators' cached memory back (engine/gpu_pause.py): their live tensors stay, and a
+measurement that runs out of memory beside them is no fact about the GPU (verify/runtime.py reports it as an error).
+
 A task that is not pausable (a sanitizer run, a task of another kind) keeps the GPU as before: no window opens while
 one runs. One flag serves the run's every GPU: on a host of several, a window pauses the run's GPU work on all of
 them (a window is seconds long). OPGATE_MEASUREMENT_WINDOWS=1 turns windows on (enabled()).
@@ -57,6 +61,12 @@ MIN_GAP_S = 5.0
 # ... doubled after each window that gave up, up to this: asking holds the side-by-side work back for up to
 # QUIET_WAIT_S each time, which a run whose work never quiets down must not pay every few seconds.
 MAX_GAP_S = 80.0
+
+# The share of its GPU's memory that must be free, once every paused task has given its cached memory back
+# (engine/gpu_pause.py), for a window to open: a measurement's need is not known before it runs, and on the H100
+# probe run (thirty-fifth session) the paused tasks kept all 79 GiB and four runtime checks ran out of memory. Half
+# the card is a margin, not a measured need; a window short of it gives up (and backs off) as one that did not quiet.
+MIN_FREE_MEMORY_SHARE = 0.5
 
 # Idle cores the host must have had over the last second for a window to be asked for (module docstring).
 MIN_IDLE_CORES = 2.0
@@ -97,6 +107,25 @@ class IdleCores:
         return self.idle
 
 
+def free_memory_share(keys: Sequence[str]) -> float | None:
+    """The smallest free share of memory among the GPUs (NVML UUIDs, MIG ones included) a task's lock keys name;
+    None where NVML cannot tell (no driver, a key that is no UUID): the window is then not held back."""
+    from opgate.probes.nvml import NvmlUnavailable, is_available, nvml_session, query
+
+    shares: list[float] = []
+    try:
+        with nvml_session() as nv:
+            for key in keys:
+                handle = query(nv.nvmlDeviceGetHandleByUUID, key.encode())
+                memory = query(nv.nvmlDeviceGetMemoryInfo, handle) if is_available(handle) else handle
+                if not is_available(memory) or not getattr(memory, "total", 0):
+                    return None
+                shares.append(memory.free / memory.total)
+    except NvmlUnavailable:
+        return None
+    return min(shares) if shares else None
+
+
 def enabled() -> bool:
     """Windows are opt-in (OPGATE_MEASUREMENT_WINDOWS=1) until a GPU run has shown that the medians measured in them
     agree with those measured alone (scripts/gpu/windows_side_by_side.sh); none has yet."""
@@ -118,13 +147,16 @@ class MeasurementWindows:
     not_before: float = 0.0
     give_up_gap_s: float = 0.0  # the gap after the next give-up (doubles each time; a window that opens resets it)
     cores: IdleCores | None = None  # None: one reading /proc/stat
+    # the free share of the memory of the GPUs named by these lock keys (free_memory_share; tests pass their own)
+    memory_share: Callable[[Sequence[str]], float | None] = field(default=free_memory_share)
+    min_free_share: float = field(default_factory=lambda: MIN_FREE_MEMORY_SHARE)
     lent: dict[int, Any] = field(default_factory=dict)  # result index -> running slot whose shared lock was lent
     opened_at: float = 0.0
     opened_epoch: float = 0.0
     held_s: float = 0.0  # how long the last window was open
     measured_at_open: float = 0.0
     stats: dict[str, float] = field(default_factory=lambda: {"asked": 0, "opened": 0, "gave_up": 0, "measured": 0,
-                                                             "seconds_open": 0.0})
+                                                             "short_of_memory": 0, "seconds_open": 0.0})
 
     def __post_init__(self) -> None:
         (self.folder / gpu_pause.QUIET).mkdir(parents=True, exist_ok=True)
@@ -185,6 +217,11 @@ class MeasurementWindows:
         elif self.state == ASKING:
             on_gpu = [slot for slot in running if slot.task.uses_gpu]
             if all(_pausable(slot) and self.quiet(slot) for slot in on_gpu):
+                if self._short_of_memory(claims, wanted()):
+                    self.stats["short_of_memory"] += 1
+                    self._pauses_end(on_gpu, now)
+                    self._close(now, gave_up=True)
+                    return
                 for slot in on_gpu:
                     claims.lend(slot.index)
                     self.lent[slot.index] = slot
@@ -192,9 +229,7 @@ class MeasurementWindows:
                 self.measured_at_open = self.stats["measured"]
                 self.stats["opened"] += 1
             elif now - self.since > self.quiet_wait_s:
-                for slot in on_gpu:  # the tasks that waited for it: their time limits do not count the wait
-                    if self.waiting_at_pause_point(slot):
-                        slot.paused_s = getattr(slot, "paused_s", 0.0) + now - self.since
+                self._pauses_end(on_gpu, now)
                 self._close(now, gave_up=True)
         elif self.state == OPEN:
             measuring = any(slot.task.exclusive for slot in running)
@@ -221,6 +256,23 @@ class MeasurementWindows:
                     self._close(now, gap=max(self.min_gap_s, self.held_s))
                 else:  # nothing measured (its lock was held elsewhere): backs off as a window that gave up
                     self._close(now, gave_up=True)
+
+    def _pauses_end(self, on_gpu: Sequence[Any], now: float) -> None:
+        """A window that will not open: the tasks that waited for it at a pause point do not count the wait against
+        their time limits."""
+        for slot in on_gpu:
+            if self.waiting_at_pause_point(slot):
+                slot.paused_s = getattr(slot, "paused_s", 0.0) + now - self.since
+
+    def _short_of_memory(self, claims: Any, task: Any) -> bool:
+        """Whether the measurement's GPU has less than min_free_share of its memory free now that the paused tasks
+        gave their cached memory back (MIN_FREE_MEMORY_SHARE). A measurement no longer waiting: not short."""
+        if task is None:
+            return False
+        guard = getattr(claims, "guard", None)
+        keys = guard.keys(task.device) if guard is not None else ()
+        share = self.memory_share(keys) if keys else None
+        return share is not None and share < self.min_free_share
 
     def started(self, task: Any) -> None:
         if self.state == OPEN and task.exclusive:

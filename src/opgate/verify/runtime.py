@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from opgate.checks.base import Check, CheckContext
+from opgate.engine import gpu_pause
 from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.graphs import ROUNDING_ORDER
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
@@ -195,8 +196,6 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
         from opgate.verify.backends.triton_backend import record_compiles
         from opgate.verify.gradients import upstream_kept_on_device
 
-        from opgate.engine import gpu_pause
-
         started = time.perf_counter()
         options, torch = self.begin(ctx)
         note = "compiled"
@@ -263,8 +262,15 @@ class VerifyRuntimeCheck(GpuStageCheck):
             stats = time_cuda(fn, input_sets, warmup=5, repeats=options.repeats)
             phase("timing")
         except torch.cuda.OutOfMemoryError:
-            # The timing size does not fit this GPU: a fact about the size and the card, not a defect.
             free, total = torch.cuda.mem_get_info()
+            if gpu_pause.window_asked_now():  # beside the run's paused tasks: no fact about the size and the card
+                return self.result(
+                    Outcome.ERROR, f"{label} {dtype} ran out of memory inside a measurement window, beside this run's "
+                    f"paused tasks ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free now): opgate cannot tell "
+                    "whether it fits this GPU alone",
+                    remediation="Run again without OPGATE_MEASUREMENT_WINDOWS=1 (the measurements then run with the "
+                                "GPU to themselves).")
+            # The timing size does not fit this GPU: a fact about the size and the card, not a defect.
             raise SkipCheck(f"{label} {dtype} does not fit this GPU's memory (out of memory with 3 input sets; "
                             f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free now): declare smaller perf_dims "
                             "or time on a larger GPU") from None
