@@ -474,3 +474,38 @@ def test_a_case_of_nearly_the_sizes_of_one_stopped_in_another_dtype_is_predicted
     assert not fitter.runs(1)  # so it is capped, not run for 18 s and stopped
     assert near_dims((("N", 0),), (("N", 0),)) and not near_dims((("N", 0),), (("N", 1),))
     assert not near_dims((("M", 8),), (("N", 8),)) and not near_dims((("N", 8),), ())
+
+
+def test_a_case_running_in_another_dtypes_check_is_a_lower_bound_that_grows_until_its_cost_line_comes(tmp_path):
+    """The dtypes' checks run side by side: float16 reached the case float32 had been stuck in for 30 s and predicted
+    it by the size model. A started case reads as stopped at its seconds so far, while its process lives."""
+    import os
+
+    import pytest
+
+    from opgate.verify.case_costs import RUNNING_REFRESH_S, CaseCostLog, MeasuredCost
+
+    now = [1000.0]
+    path = tmp_path / "costs.jsonl"
+    big = Case.make({"B": 1, "T": 1, "H": 65537}, 42, "typical", "contiguous", "edge")
+    CaseCostLog(path, "float32", clock=lambda: now[0]).started(big.label(), dims=big.dims)
+    log = CaseCostLog(path, "float16", clock=lambda: now[0], alive=lambda pid: pid == os.getpid())
+    now[0] += 30.0
+    first = log.others()
+    assert first == {big.label(): MeasuredCost(30.0, True, big.dims)}
+    now[0] += RUNNING_REFRESH_S / 2
+    assert log.others() is first  # unchanged within the refresh: the fitter's caches stay
+    now[0] += RUNNING_REFRESH_S
+    assert log.others()[big.label()].seconds == pytest.approx(31.5)
+    cases = [case("declared", B=2, T=64, H=4), case("edge", B=1, T=1, H=65535)]
+    sizes = [CaseSize.of([(b, t, h)]) for b, t, h in ((2, 64, 4), (1, 1, 65535))]
+    fitter = CasePlanFitter(18.8, cases, sizes, FakeClock(), measured_elsewhere=log.others)
+    fitter.observe(0, 0.5)
+    assert fitter.predict(1) >= 31.5 and not fitter.runs(1)  # nearly its sizes, running there: capped here
+    CaseCostLog(path, "float32", clock=lambda: now[0]).record(big.label(), 33.0, dims=big.dims)
+    assert log.others() == {big.label(): MeasuredCost(33.0, False, big.dims)}  # ended: its cost, no bound
+    CaseCostLog(path, "bfloat16", clock=lambda: now[0]).started("other")
+    assert "other" in log.others()
+    dead = CaseCostLog(path, "float16", clock=lambda: now[0], alive=lambda pid: False)
+    assert "other" not in dead.others()  # its check died in it: no bound that grows for ever
+

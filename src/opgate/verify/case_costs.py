@@ -11,6 +11,11 @@ measured there also predicts one here whose sizes are all within 1% of its own (
 B=1, T=1, H=65537 case was stopped after 40 s in float32, and the float16 check, predicting its H=65535 case at
 1.4 s by the size model, ran it until it was stopped 18 s later (thirty-fifth session).
 
+A case still running in another dtype's check counts too, as a lower bound: each check also appends a line when it
+starts a case, and until that case's cost line comes, the other checks read it as costing at least the seconds since
+it started (while the process that started it lives). The dtypes' checks run side by side, so without it a check
+reached the case another dtype had been stuck in for half a minute and predicted it by the size model.
+
 One file per spec x operator x implementation in the run's folder, a JSON line per measured case. Lines are short
 and appended with one write each (O_APPEND), so checks running side by side never interleave them; a line that does
 not parse (a check killed mid-write) is skipped.
@@ -21,8 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from opgate.engine.gpu_guard import process_alive
 
 
 def case_costs_path(workdir: Path, spec_file: Path, op: str, implementation: str) -> Path:
@@ -54,21 +63,47 @@ def near_dims(mine: tuple[tuple[str, int], ...], theirs: tuple[tuple[str, int], 
                for (_, a), (_, b) in zip(mine, theirs))
 
 
+# How often the lower bounds of the cases running elsewhere are brought up to date when the file has not grown
+RUNNING_REFRESH_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunningCase:
+    """A case another dtype's check started and has not yet recorded: since when (epoch seconds), in which process."""
+
+    started: float
+    pid: int
+    dims: tuple[tuple[str, int], ...]
+
+
 @dataclass
 class CaseCostLog:
     """Appends this check's measured cases and reads the other dtypes' ones. A log without a path does nothing."""
 
     path: Path | None
     dtype: str
+    clock: Callable[[], float] = time.time  # epoch seconds: the checks are separate processes
+    alive: Callable[[int], bool] = process_alive
     _size: int = -1
+    _built_at: float = 0.0
+    _finished: dict[str, MeasuredCost] = field(default_factory=dict)
+    _running: dict[tuple[str, str], RunningCase] = field(default_factory=dict)  # (dtype, label) -> its start
     _costs: dict[str, MeasuredCost] = field(default_factory=dict)
+
+    def started(self, label: str, dims: tuple[tuple[str, int], ...] = ()) -> None:
+        """This check starts case `label`: the others count it as running until its cost line comes."""
+        self._append({"case": label, "dtype": self.dtype, "started": round(self.clock(), 3), "pid": os.getpid(),
+                      "dims": [[name, size] for name, size in dims]})
 
     def record(self, label: str, seconds: float, stopped: bool = False,
                dims: tuple[tuple[str, int], ...] = ()) -> None:
+        self._append({"case": label, "dtype": self.dtype, "s": round(seconds, 4), "stopped": stopped,
+                      "dims": [[name, size] for name, size in dims]})
+
+    def _append(self, entry: dict[str, object]) -> None:
         if self.path is None:
             return
-        line = json.dumps({"case": label, "dtype": self.dtype, "s": round(seconds, 4), "stopped": stopped,
-                           "dims": [[name, size] for name, size in dims]}) + "\n"
+        line = json.dumps(entry) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -80,30 +115,57 @@ class CaseCostLog:
             return  # a prediction aid: a check never fails for want of it
 
     def others(self) -> dict[str, MeasuredCost]:
-        """Case label -> its cost in the other dtypes' checks so far (re-read only when the file grew)."""
+        """Case label -> its cost in the other dtypes' checks so far, a case running there as `stopped` at the seconds
+        it has run (re-read when the file grew; the running ones brought up to date every RUNNING_REFRESH_S). The
+        same mapping comes back until something changed: the fitter keys its caches by it."""
         if self.path is None:
             return {}
         try:
             size = self.path.stat().st_size
         except OSError:
             return {}
+        now = self.clock()
         if size != self._size:
             self._size = size
-            self._costs = self._parse(self.path.read_text(errors="replace"))
+            self._finished, self._running = self._parse(self.path.read_text(errors="replace"))
+        elif not self._running or now - self._built_at < RUNNING_REFRESH_S:
+            return self._costs
+        self._built_at = now
+        self._costs = self._with_running(now)
         return self._costs
 
-    def _parse(self, text: str) -> dict[str, MeasuredCost]:
+    def _with_running(self, now: float) -> dict[str, MeasuredCost]:
+        costs = dict(self._finished)
+        for (_, label), case in list(self._running.items()):
+            if not self.alive(case.pid):  # its check's process died in it: the case's cost is unknown, not growing
+                continue
+            bound = MeasuredCost(max(0.0, now - case.started), True, case.dims)
+            known = costs.get(label)
+            if known is None or bound.seconds > known.seconds:
+                costs[label] = bound
+        return costs
+
+    def _parse(self, text: str) -> tuple[dict[str, MeasuredCost], dict[tuple[str, str], RunningCase]]:
         costs: dict[str, MeasuredCost] = {}
+        running: dict[tuple[str, str], RunningCase] = {}
         for line in text.splitlines():
             try:
                 entry = json.loads(line)
-                label, dtype, seconds, stopped = entry["case"], entry["dtype"], float(entry["s"]), bool(entry["stopped"])
+                label, dtype = entry["case"], entry["dtype"]
                 dims = tuple((str(name), int(size)) for name, size in entry.get("dims", ()))
+                if "started" in entry:
+                    start = RunningCase(float(entry["started"]), int(entry["pid"]), dims)
+                else:
+                    seconds, stopped = float(entry["s"]), bool(entry["stopped"])
             except (ValueError, KeyError, TypeError):
                 continue
             if dtype == self.dtype or not isinstance(label, str):
                 continue
+            if "started" in entry:
+                running[(dtype, label)] = start
+                continue
+            running.pop((dtype, label), None)
             known = costs.get(label)
             if known is None or seconds > known.seconds:  # the longest run says the most about the cost
                 costs[label] = MeasuredCost(seconds, stopped, dims)
-        return costs
+        return costs, running

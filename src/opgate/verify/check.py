@@ -351,6 +351,7 @@ class VerifyImplementationCheck(Check):
                 continue
             case, truth, budgets, masks = plan.cases[index], plan.truths[index], plan.budgets[index], plan.masks[index]
             began = gpu_pause.clock()  # a wait in a measurement window is not the case's time
+            case_costs.started(case.label(), dims=case.dims)  # the other dtypes' checks see it running
             if not budgets:  # deferred by the calibration (calibrate.bounds_until_deferred): computed here
                 budgets, masks = self._deferred_budgets(op, plan, index)
             # under the interpreter a case far past its prediction is stopped once the budget is spent (the time
@@ -365,6 +366,9 @@ class VerifyImplementationCheck(Check):
                 fitter.stopped(index, ran_s)
                 case_costs.record(case.label(), ran_s, stopped=True, dims=case.dims)
                 continue
+            except BaseException:  # the check ends here; its warm worker lives on, so the case must not read running
+                case_costs.record(case.label(), gpu_pause.clock() - began, stopped=True, dims=case.dims)
+                raise
             note = prepared.case_note() if prepared.case_note is not None else ""
             records[index] = CaseRecord(case, verdict, gpu_pause.clock() - began, note)
             fitter.observe(index, records[index].seconds)

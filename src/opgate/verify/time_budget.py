@@ -202,8 +202,10 @@ class CasePlanFitter:
         self.done: set[int] = set()
         self._seconds: dict[int, float] = {}
         self._labels = [case.label() for case in self.cases]
-        self._pace_memo: tuple[tuple[int, int, int], float] = ((-1, 0, 0), 1.0)
-        self._near_memo: tuple[tuple[int, int], dict[int, "MeasuredCost | None"]] = ((-1, 0), {})
+        # keyed by the others' mapping itself (CaseCostLog.others returns a new one when anything changed), held so
+        # that its id cannot be reused by a later one
+        self._pace_memo: tuple[int, Mapping[str, "MeasuredCost"] | None, float] = (-1, None, 1.0)
+        self._near_memo: tuple[Mapping[str, "MeasuredCost"] | None, dict[int, "MeasuredCost | None"]] = (None, {})
         self.stopped_after: dict[int, float] = {}  # case index -> seconds it ran before it was stopped
 
     def observe(self, index: int, seconds: float) -> None:
@@ -229,9 +231,8 @@ class CasePlanFitter:
         had been stopped after 40 s."""
         from opgate.verify.case_costs import near_dims
 
-        key = (id(elsewhere), len(elsewhere))
-        if self._near_memo[0] != key:  # recomputed when the others measured another case
-            self._near_memo = (key, {})
+        if self._near_memo[0] is not elsewhere:  # recomputed when the others' costs changed (a new mapping)
+            self._near_memo = (elsewhere, {})
         memo = self._near_memo[1]
         if index not in memo:
             dims = self.cases[index].dims
@@ -247,9 +248,8 @@ class CasePlanFitter:
         over 52 shared cases (library file run, thirty-first session), so the float32 figures alone predicted its
         cases a quarter short."""
         # recomputed when this check or the others measured another case (a cache: it runs for every prediction)
-        key = (len(self._seconds), id(elsewhere), len(elsewhere))
-        if self._pace_memo[0] == key:
-            return self._pace_memo[1]
+        if self._pace_memo[0] == len(self._seconds) and self._pace_memo[1] is elsewhere:
+            return self._pace_memo[2]
         mine = theirs = 0.0
         shared = 0
         first = next(iter(self._seconds), None)
@@ -259,7 +259,7 @@ class CasePlanFitter:
                 continue
             mine, theirs, shared = mine + seconds, theirs + known.seconds, shared + 1
         pace = mine / theirs if shared >= MIN_SHARED_CASES and theirs > 0 and mine > 0 else 1.0
-        self._pace_memo = (key, pace)
+        self._pace_memo = (len(self._seconds), elsewhere, pace)
         return pace
 
     def reserved_s(self) -> float:
