@@ -282,6 +282,17 @@ def test_a_case_with_an_empty_dimension_runs_before_cases_that_ran_longer_than_p
     assert fitter.stop_after_s(3) is not None  # essential in order, not exempt from the stop
 
 
+def test_an_empty_case_runs_even_where_the_declared_sizes_spent_a_late_checks_budget():
+    """fla_kl_div.grad's bfloat16 check started late with 18.8 s; its 8 declared sizes spent them, and the V=0 case,
+    ranked next, was capped at a predicted 0.0 s: that dtype passed where the others warned [size_limit: V = 0]."""
+    cases = [case("declared", M=16, V=512), case("declared", M=5, V=512), case("edge", M=16, V=0),
+             case("edge", M=8, V=512)]
+    sizes = [CaseSize.of([(m, v)]) for m, v in ((16, 512), (5, 512), (16, 0), (8, 512))]
+    seconds = {0: 12.0, 1: 9.0, 2: 0.01, 3: 1.0}  # the declared sizes alone run past the budget
+    ran = run_in_order(18.8, cases, sizes, seconds)
+    assert ran == [0, 1, 2]  # the empty case runs, the other added size is capped
+
+
 def test_the_watchdog_stops_python_that_runs_past_its_limit_and_nothing_after_a_block_that_ended():
     import time
 
