@@ -85,6 +85,7 @@ class CaseCostLog:
     clock: Callable[[], float] = time.time  # epoch seconds: the checks are separate processes
     alive: Callable[[int], bool] = process_alive
     _size: int = -1
+    _offset: int = 0  # bytes of whole lines read so far
     _built_at: float = 0.0
     _finished: dict[str, MeasuredCost] = field(default_factory=dict)
     _running: dict[tuple[str, str], RunningCase] = field(default_factory=dict)  # (dtype, label) -> its start
@@ -127,7 +128,7 @@ class CaseCostLog:
         now = self.clock()
         if size != self._size:
             self._size = size
-            self._finished, self._running = self._parse(self.path.read_text(errors="replace"))
+            self._read_new_lines()
         elif not self._running or now - self._built_at < RUNNING_REFRESH_S:
             return self._costs
         self._built_at = now
@@ -145,9 +146,23 @@ class CaseCostLog:
                 costs[label] = bound
         return costs
 
-    def _parse(self, text: str) -> tuple[dict[str, MeasuredCost], dict[tuple[str, str], RunningCase]]:
-        costs: dict[str, MeasuredCost] = {}
-        running: dict[tuple[str, str], RunningCase] = {}
+    def _read_new_lines(self) -> None:
+        """Parse the whole lines appended since the last read (a check reads the file before each case it ranks, and
+        every dtype's check appends two lines a case: read whole each time, a GPU plan of hundreds of cases would
+        parse it quadratically). A line not yet ended (being written, or torn by a killed check) waits."""
+        assert self.path is not None
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n") + 1
+        self._offset += end
+        self._parse_into(chunk[:end].decode(errors="replace"))
+
+    def _parse_into(self, text: str) -> None:
+        costs, running = self._finished, self._running
         for line in text.splitlines():
             try:
                 entry = json.loads(line)
@@ -168,4 +183,3 @@ class CaseCostLog:
             known = costs.get(label)
             if known is None or seconds > known.seconds:  # the longest run says the most about the cost
                 costs[label] = MeasuredCost(seconds, stopped, dims)
-        return costs, running
