@@ -142,6 +142,18 @@ def test_death_status_words():
     assert death_status(_died(returncode=7), {}).startswith("exited with code 7 without reporting")
 
 
+def test_a_hang_timers_dump_whose_first_line_fell_out_of_the_tail_is_still_a_hang():
+    """attorch's NLL loss gradient compiled one Triton kernel past the 300 s case limit; the dump of the worker's
+    threads pushed "Timeout (0:05:00)!" out of the 2,000-character tail, and the death read as a [crash]."""
+    frames = "\n".join(f'  File "/x/triton/compiler.py", line {n} in compile' for n in range(40)) + \
+        '\n  File "<frozen runpy>", line 198 in _run_module_as_main\n\n'
+    marker = {"phase": "case", "limit_s": 300.0}
+    assert death_status(_died(returncode=1, stderr_tail=frames), marker).startswith("timed out after 300 s (a hang")
+    traceback_text = 'Traceback (most recent call last):\n  File "/x/spec.py", line 3, in fn\nSystemExit: 1\n'
+    assert death_status(_died(returncode=1, stderr_tail=traceback_text), marker).startswith("exited with code 1")
+    assert death_status(_died(returncode=1, stderr_tail=frames), {}).startswith("exited with code 1")
+
+
 def test_stderr_excerpt_keeps_the_error_and_the_innermost_frames():
     tail = "\n".join([
         "some warning from import",

@@ -52,6 +52,10 @@ CASE_TIMEOUT_SHARE = 0.9
 # Exit status of a child that found the CUDA context unusable after the implementation raised (sticky error).
 EXIT_CONTEXT_LOST = 75
 _FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!")
+# A frame as faulthandler writes it ('File "x.py", line 12 in run'; a Python traceback has ", in run"): the case's
+# hang timer (faulthandler.dump_traceback_later(exit=True), which then exits with code 1) dumps every thread, and
+# with a worker's many threads its "Timeout (...)!" line can fall out of the stderr tail the parent keeps
+_FAULTHANDLER_FRAME = re.compile(r'^File ".*", line \d+ in \S+$')
 
 PHASE_WORDS = {
     "setup": "setting up (loading the plan and the spec, preparing the backend) before any case ran",
@@ -323,11 +327,16 @@ def death_status(result: CheckResult, marker: Mapping[str, Any]) -> str:
             name = f"signal {-code}"
         return f"killed its process with {name}"
     tail = str(extra.get("stderr_tail", ""))
-    for line in tail.splitlines():
-        match = _FAULTHANDLER_TIMEOUT.match(line.strip())
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    for line in lines:
+        match = _FAULTHANDLER_TIMEOUT.match(line)
         if match and code == 1:
             hours, minutes, seconds = (int(g) for g in match.groups())
             return f"timed out after {hours * 3600 + minutes * 60 + seconds:g} s (a hang: no return from the call)"
+    if code == 1 and lines and _FAULTHANDLER_FRAME.match(lines[-1]) and "limit_s" in marker:
+        # the hang timer's dump without its first line (attorch's NLL loss gradient, thirty-sixth session: a
+        # 5-minute Triton compile read as "exited with code 1 without reporting", a [crash] finding)
+        return f"timed out after {float(marker['limit_s']):g} s (a hang: no return from the call)"
     return f"exited with code {code} without reporting (os._exit, sys.exit or exit() inside the implementation)"
 
 
