@@ -165,8 +165,7 @@ def compile_began() -> None:
     if not _STATE["active"] or not _STATE["compiles_tracked"]:
         return
     _synchronize()  # every time: a compile whose end was missed must not leave its GPU work unwaited
-    root = folder()
-    if root is not None and _window_asked(root):  # a compile is quiet: the measurement may need the cached memory
+    if window_asked_now():  # a compile is quiet: the window's measurement may need the cached memory
         _release_cached_memory()
     _STATE["compiling"] = True
     _write_marker(COMPILING)
