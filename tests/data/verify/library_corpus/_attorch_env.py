@@ -1,12 +1,14 @@
 """Shared set-up for the library corpus's attorch spec files (imported by them; defines no operator).
 
-attorch (github.com/BobMcDear/attorch at 67c2772; not on PyPI: scripts/attorch_wheel.sh builds its wheel) imports
-only where CUDA works: its convolution kernels call torch.cuda.get_device_capability() at import, which asserts
-"Torch not compiled with CUDA enabled" on a CPU build of torch. So:
+attorch (github.com/BobMcDear/attorch at 67c2772; not on PyPI: scripts/attorch_wheel.sh builds its wheel) asks for
+the GPU's compute capability at import (its convolution kernels) and when it picks TF32 and pipelining stages, and
+torch.cuda.get_device_capability() asserts "Torch not compiled with CUDA enabled" on a CPU build of torch. So:
 
-- without a GPU, `attorch` is None and `implementation()` leaves the functions unregistered: the spec files still
-  load (operators, references, sizes: a folder run and the manifest checks find them), and a CPU run has no attorch
-  kernel to judge instead of one crash per kernel that would read as attorch's fault;
+- without a GPU the capability is answered as the H200's, (9, 0), and attorch's kernels run in Triton's
+  interpreter like the other libraries' (thirty-sixth session: attorch_gelu's CPU run failed [layout] on the same
+  M=1, N=2 strided case as on the H200). What the interpreter cannot show is said in the manifest (TF32);
+- without a GPU and without attorch installed, `attorch` is None and `implementation()` leaves the functions
+  unregistered: the spec files still load (a folder run and the manifest checks find their operators);
 - on a GPU host every import error is raised: attorch pins torch 2.4 / triton 3.0 and the host has newer ones, so
   a failure there must show, as the version gap it is.
 
@@ -26,12 +28,14 @@ import torch
 
 import opgate
 
+if not torch.cuda.is_available():  # answered as the H200's: the kernels run in Triton's interpreter (docstring)
+    torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
 try:
     import attorch
-except Exception:
+except ImportError:
     if torch.cuda.is_available():
         raise
-    attorch = None  # type: ignore[assignment]  (no GPU: see the docstring)
+    attorch = None  # type: ignore[assignment]  (no GPU and no attorch: see the docstring)
 
 
 def implementation(op: opgate.Operator, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
