@@ -1,4 +1,5 @@
-"""Library corpus: attorch (67c2772) activation layers and GLU, forward and gradients (GPU only: see _attorch_env.py).
+"""Library corpus: attorch (67c2772) activation layers and GLU, forward and gradients (on a GPU, and on the CPU through
+Triton's interpreter: see _attorch_env.py).
 
 The activation layers take `drop_p` (fused dropout, default 0: none) besides their PyTorch arguments; the specs
 leave it at 0, so each layer is its PyTorch equivalent. Half precision: half inputs, no autocast (the input dtype

@@ -1,5 +1,6 @@
-"""Library corpus: attorch (67c2772) loss layers, forward and gradients (GPU only: see _attorch_env.py). Half
-precision: half inputs, no autocast (the loss comes back in the input dtype, as PyTorch's does).
+"""Library corpus: attorch (67c2772) loss layers, forward and gradients (on a GPU, and on the CPU through Triton's
+interpreter: see _attorch_env.py). Half precision: half inputs, no autocast (the loss comes back in the input dtype, as
+PyTorch's does).
 
 - attorch_cross_entropy: attorch.CrossEntropyLoss(weight=w): "the mean cross entropy loss between the input and
   target, with optional reweighing of each class" = F.cross_entropy(logits, labels, weight=w) (the weighted mean:

@@ -1,5 +1,6 @@
-"""Library corpus: attorch (67c2772) softmax layers and the fused Linear layer, forward and gradients (GPU only: see
-_attorch_env.py). Half precision: half inputs and a half layer, no autocast (the input dtype flows through).
+"""Library corpus: attorch (67c2772) softmax layers and the fused Linear layer, forward and gradients (on a GPU, and on
+the CPU through Triton's interpreter: see _attorch_env.py). Half precision: half inputs and a half layer, no autocast
+(the input dtype flows through).
 
 - attorch_softmax: attorch.Softmax(dim=-1) = torch.softmax over the last dim ("Only softmax along the last dimension
   is supported"); logits up to a 32000-word vocabulary; gradient for x.

@@ -1,4 +1,5 @@
-"""Library corpus: attorch (67c2772) normalisation layers, forward and gradients (GPU only: see _attorch_env.py).
+"""Library corpus: attorch (67c2772) normalisation layers, forward and gradients (on a GPU, and on the CPU through
+Triton's interpreter: see _attorch_env.py).
 
 attorch's README: its layers "behave identically to their PyTorch equivalents" unless their docstrings say
 otherwise, with AMP support; each layer takes `device` and `dtype` arguments. The specs build the layer in the dtype

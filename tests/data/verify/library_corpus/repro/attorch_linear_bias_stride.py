@@ -21,4 +21,5 @@ layer = attorch.Linear(3, 2, device=DEVICE)
 print(f"bias {b.tolist()} stride {b.stride()}")
 print("attorch                ", torch.func.functional_call(layer, {"weight": w, "bias": b}, (x,)).tolist())
 print("torch                  ", (x @ w + b).tolist())
-print("attorch, contiguous bias", torch.func.functional_call(layer, {"weight": w, "bias": b.contiguous()}, (x,)).tolist())
+contiguous = {"weight": w, "bias": b.contiguous()}
+print("attorch, contiguous bias", torch.func.functional_call(layer, contiguous, (x,)).tolist())
