@@ -60,24 +60,22 @@ def main() -> int:
     return 1 if counts["disagree"] else 0
 
 
-# The last part of a numerics check's id (verify.OP[.grad].IMPL.DTYPE); the other stages' ids end in their stage
-NOT_NUMERICS = ("calibration", "runtime", "runtime_warm_up", "recovery", "sanitizer", "racecheck", "initcheck",
-                "synccheck", "ncu", "qos")
+def _check_prefixes(row: "truth_corpus.Row") -> tuple[str, str]:
+    """The check ids of the row's implementation start with these: its operator's and its gradient twin's."""
+    return f"verify.{row.op}.{row.impl}.", f"verify.{row.op}.grad.{row.impl}."
 
 
 def _numerics_judged(row: "truth_corpus.Row", results: list[dict]) -> bool:
-    """Whether a numerics check of the row's implementation (its operator's or its gradient twin's) has a result:
-    attorch's first H200 runs stopped at their time limits before the norm layers' numerics, and those rows read
-    `agree` on their sanitizer passes alone (thirty-sixth session)."""
-    prefixes = (f"verify.{row.op}.{row.impl}.", f"verify.{row.op}.grad.{row.impl}.")
-    ids = [str(r.get("check_id", "")) for r in results]
-    return any(i.startswith(prefixes) and i.rsplit(".", 1)[-1] not in NOT_NUMERICS for i in ids)
+    """Whether a numerics check of the row's implementation has a result: attorch's first H200 runs stopped at their
+    time limits before the norm layers' numerics, and those rows read `agree` on their sanitizer passes alone
+    (thirty-sixth session)."""
+    return any(r.get("stage") == "numerics" and str(r.get("check_id", "")).startswith(_check_prefixes(row))
+               for r in results)
 
 
 def _unfinished(row: "truth_corpus.Row", not_run: set[str]) -> bool:
     """Whether a check of the row's implementation (its operator's or its gradient twin's) had not run."""
-    prefixes = (f"verify.{row.op}.{row.impl}.", f"verify.{row.op}.grad.{row.impl}.")
-    return any(check_id.startswith(prefixes) for check_id in not_run)
+    return any(check_id.startswith(_check_prefixes(row)) for check_id in not_run)
 
 
 if __name__ == "__main__":
