@@ -86,6 +86,17 @@ CHILD = textwrap.dedent("""
         for n in range(1, 9):
             write_row[(1,)](wide, n, B=65536)
             runs["row"].append(autotune_choice.take_used()["write_row"])
+        # a block a heuristic under the autotuner computes (attorch's whole-row kernels: next_power_of_2 of the row)
+        @triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (1, 2, 4, 8)], key=["n"])
+        @triton.heuristics({"B": lambda args: triton.next_power_of_2(args["n"])})
+        @triton.jit
+        def write_derived(out_ptr, n, B: tl.constexpr):
+            tl.store(out_ptr + tl.program_id(0), B // 1024)
+
+        runs["derived"] = []
+        for n in range(8000, 8016):
+            write_derived[(1,)](wide, n)
+            runs["derived"].append(autotune_choice.take_used()["write_derived"])
     runs["ran"] = ran
     runs["keys_after"] = len(write_block.cache)
     try:  # a GPU driver to benchmark with (a GPU host runs the interpreter with one)
@@ -168,6 +179,14 @@ def test_a_block_over_the_limit_in_every_config_runs_the_configs_nearest_it(runs
     assert set(runs["ran"]["write_row"]["over_thread_limit"]) == {"num_warps=1, num_stages=3",
                                                                   "num_warps=2, num_stages=3",
                                                                   "num_warps=4, num_stages=3"}
+
+
+def test_a_block_a_heuristic_computes_counts_toward_the_limit(runs: dict) -> None:
+    """B = next_power_of_2(n) = 8192 from @triton.heuristics: 256 and 128 elements a thread at 1 and 2 warps are left
+    out (attorch's NLL kernel ran a 32768-wide block in one warp on the H200 while the heuristic was not seen)."""
+    assert set(runs["derived"]) <= {"num_warps=4, num_stages=3", "num_warps=8, num_stages=3"}, runs["derived"]
+    assert runs["ran"]["write_derived"]["over_thread_limit"] == {"num_warps=1, num_stages=3": 16,
+                                                                 "num_warps=2, num_stages=3": 16}
 
 
 def test_the_environment_keeps_tritons_autotuning(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -105,6 +105,25 @@ def _constexpr_names(tuner: Any) -> frozenset[str]:
     return frozenset()
 
 
+def heuristic_values(tuner: Any, named: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The meta-parameters that `@triton.heuristics` under the tuner would compute for this call and config (attorch's
+    whole-row kernels: BLOCK_SIZE_SPATIAL = next_power_of_2(spatial_dim)), as Heuristics.run computes them: from the
+    call's arguments by name and the config's. A heuristic that raises here is left out (it raises at the launch)."""
+    values: dict[str, Any] = {}
+    args = {**named, **(getattr(config, "all_kwargs", lambda: getattr(config, "kwargs", {}))() or {})}
+    fn = getattr(tuner, "fn", None)
+    for _ in range(8):
+        heuristics = getattr(fn, "values", None)
+        if isinstance(heuristics, dict) and hasattr(fn, "arg_names"):
+            for name, heuristic in heuristics.items():
+                try:
+                    values[name] = args[name] = heuristic(dict(args))
+                except Exception:  # noqa: BLE001 (the user's code: its error belongs to the launch)
+                    continue
+        fn = getattr(fn, "fn", None)
+    return values
+
+
 def _power_of_two(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 1 and value & (value - 1) == 0
 
@@ -112,7 +131,7 @@ def _power_of_two(value: Any) -> bool:
 def elements_per_thread(config: Any, call_constexprs: dict[str, Any]) -> float:
     """The largest power-of-two block size among the config's meta-parameters and the call's constexprs, over the
     config's threads: what one thread holds of that block. Dimensions passed as constexprs (fla's D) are rarely
-    powers of two; a block computed by a heuristic under the autotuner is not seen (the estimate is then low)."""
+    powers of two; a block a heuristic under the autotuner computes is among `call_constexprs` (heuristic_values)."""
     values = [*(getattr(config, "kwargs", None) or {}).values(), *call_constexprs.values()]
     block = max((v for v in values if _power_of_two(v)), default=1)
     warps = getattr(config, "num_warps", None) or 4
@@ -137,8 +156,9 @@ def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
     key = tuning_key(tuner, kwargs)
     name = kernel_name(tuner)
     constexprs = _constexpr_names(tuner)
-    call = {k: v for k, v in {**(tuner.nargs or {}), **kwargs}.items() if k in constexprs}
-    load = [(c, elements_per_thread(c, call)) for c in configs]
+    named = {**(tuner.nargs or {}), **kwargs}
+    call = {k: v for k, v in named.items() if k in constexprs}
+    load = [(c, elements_per_thread(c, {**call, **heuristic_values(tuner, named, c)})) for c in configs]
     bound = max(ELEMENTS_PER_THREAD_LIMIT, min(held for _, held in load))
     eligible = [c for c, held in load if held <= bound]
     over = [c for c, held in sorted(load, key=lambda pair: pair[1]) if held > bound]
