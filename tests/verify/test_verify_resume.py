@@ -354,3 +354,48 @@ def test_after_the_last_restart_for_hung_compiles_the_cases_left_are_counted_not
     more = CaseJournal(folder, 300.0)
     more.stopped = False
     assert more.annotate(passed, planned=8, judged=2, token_for=lambda case: "t", spec_name="s.py") is passed
+
+
+def test_a_warm_up_killed_inside_a_compile_says_which_kernel_it_was_compiling(tmp_path, monkeypatch):
+    """attorch's NLL loss at S = 65536: its warm-up's first call ran Triton's autotuner over every config, a
+    65536-wide block in one warp among them, past the 300 s timeout, reported only as "timed out" (thirty-seventh
+    session). The warm-up marks its compiles beside its work count; the runner's follow-up names the kernel."""
+    from opgate.checks.base import CheckContext
+    from opgate.engine.runner import CheckTask
+    from opgate.verify import resume
+    from opgate.verify.resume import COMPILING, WARM_UP_TARGET, compiles_marked, follow_up, warm_up_folder
+
+    monkeypatch.setitem(resume._OPEN_JOURNAL, "folder", None)  # no check's journal open in this worker
+    options = {"work_count_path": str(tmp_path / "work_counts" / "nll.float32.json"), "impl": "attorch_nll_loss"}
+    folder = warm_up_folder(options)
+    task = CheckTask("verify.nll.attorch_nll_loss.float32.runtime_warm_up", "x", WARM_UP_TARGET, 300.0,
+                     CheckContext(verb="verify", options=options))
+    timed_out = _died(timeout_s=300.0)
+    with compiles_marked(folder):
+        resume.compile_started("other_kernel")
+        resume.compile_finished()  # a compile that ended leaves no mark
+    assert follow_up(task, timed_out) is timed_out
+    with compiles_marked(folder):
+        resume.compile_started("nll_loss_forward_kernel")  # the worker is killed here: the mark stays
+    assert (folder / COMPILING).is_file()
+    said = follow_up(task, timed_out)
+    assert said.outcome is Outcome.ERROR and "while Triton compiled kernel nll_loss_forward_kernel" in said.reason
+    assert said.extra["compiling"]["kernel"] == "nll_loss_forward_kernel" and "autotuner" in said.remediation
+    crashed = _died(returncode=-11)  # not a timeout: the runner's words stand
+    assert follow_up(task, crashed) is crashed
+
+
+def test_a_warm_up_marks_nothing_inside_an_open_check_journal(tmp_path, monkeypatch):
+    from opgate.verify import resume
+    from opgate.verify.resume import COMPILING, CaseJournal, compiles_marked
+
+    monkeypatch.setitem(resume._OPEN_JOURNAL, "folder", None)
+    journal = CaseJournal.open({"workdir": str(tmp_path / "work")})
+    try:
+        with compiles_marked(tmp_path / "warm_up"):
+            resume.compile_started("k")
+        assert (tmp_path / "work" / "journal" / COMPILING).is_file()
+        assert not (tmp_path / "warm_up" / COMPILING).exists()
+    finally:
+        resume.compile_finished()
+        journal.close()

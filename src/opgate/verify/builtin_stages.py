@@ -143,6 +143,7 @@ class RuntimeStage(_GpuStage):
         import dataclasses
 
         from opgate.verify.gradients import GRAD_SUFFIX
+        from opgate.verify.resume import WARM_UP_TARGET
 
         # the timing runs in a measurement window if one opens (engine/gpu_windows.py): seconds long, and it takes
         # little memory beside the paused tasks'
@@ -159,7 +160,7 @@ class RuntimeStage(_GpuStage):
                 after = (f"verify.{forward}.{item.check_id.removeprefix(own)}_warm_up",) if forward else ()
                 warm_ups.append(dataclasses.replace(
                     item, check_id=f"{item.check_id}_warm_up", title=f"{item.title} (warm-up)",
-                    target="opgate.verify.runtime:VerifyRuntimeWarmUpCheck", exclusive=False, measures_in_windows=False,
+                    target=WARM_UP_TARGET, exclusive=False, measures_in_windows=False,
                     order=self.warm_up_order, slot_share=self.warm_up_slot_share,
                     slot_floor=self.warm_up_slot_floor, after=after, pausable=bool(item.worker)))
         return warm_ups + measured

@@ -43,6 +43,7 @@ from opgate.engine.children import stderr_excerpt
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
+WARM_UP_TARGET = "opgate.verify.runtime:VerifyRuntimeWarmUpCheck"  # the runtime stage's warm-up (compiles, autotunes)
 # Crashed children restarted per implementation x dtype before the remaining cases are given up as not run.
 MAX_CRASHES = 3
 # Longest one implementation call may take before it counts as a hang (the task's --timeout caps it).
@@ -89,6 +90,53 @@ def compile_finished() -> None:
         with contextlib.suppress(OSError):
             (folder / COMPILING).unlink()
     gpu_pause.compile_ended()
+
+
+def warm_up_folder(options: Mapping[str, Any]) -> Path | None:
+    """Where a runtime warm-up marks its JIT compiles (COMPILING): beside the work count it leaves, per
+    implementation. None when the task has no work count path (the warm-up then marks nothing)."""
+    count = str(options.get("work_count_path") or "")
+    if not count:
+        return None
+    return Path(count).parent / f"{Path(count).stem}.{options.get('impl', 'impl')}.warm_up"
+
+
+@contextlib.contextmanager
+def compiles_marked(folder: Path | None) -> Iterator[None]:
+    """Inside, compile_started/compile_finished mark a compile in `folder` (a runtime warm-up's): a warm-up the
+    runner kills at its timeout is then reported with the kernel it was compiling. A check's open journal wins."""
+    if folder is None or _OPEN_JOURNAL["folder"] is not None:
+        yield
+        return
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / COMPILING).unlink(missing_ok=True)
+    _OPEN_JOURNAL["folder"] = folder
+    try:
+        yield
+    finally:
+        if _OPEN_JOURNAL["folder"] == folder:
+            _OPEN_JOURNAL["folder"] = None
+
+
+def _warm_up_follow_up(task: Any, result: CheckResult) -> CheckResult:
+    """A runtime warm-up killed at its timeout while a JIT compile ran: say which kernel and for how long (attorch's
+    NLL loss at S = 65536: Triton's autotuner compiling a 65536-wide block in one warp, past 300 s, thirty-seventh
+    session), so the error reads as the first call's compile time, which production pays too."""
+    folder = warm_up_folder(task.context.options)
+    compiling = _read_json(folder / COMPILING) if folder is not None else {}
+    if "timeout_s" not in result.extra or not compiling:
+        return result
+    running_s = max(0.0, time.time() - float(compiling.get("time", time.time())))
+    kernel = compiling.get("kernel", "?")
+    return dataclasses.replace(
+        result, reason=f"{result.reason} while Triton compiled kernel {kernel} (that compile had run "
+                       f"{running_s:.0f} s): the first call at the timing size did not finish compiling",
+        remediation="A production process's first call at this size pays the same compiles. Triton's autotuner "
+                    "compiles every config at each new key: a whole-row block in one or two warps (over 64 elements "
+                    "a thread) takes minutes. Trim such configs (prune_configs_by, or a num_warps that grows with "
+                    "the block), cache the compiled kernels, or raise --timeout to measure it.",
+        extra={**result.extra, "compiling": {"kernel": kernel, "seconds": round(running_s, 1)}})
 
 
 def _write_atomically(path: Path, data: str | bytes) -> None:
@@ -345,6 +393,8 @@ def follow_up(task: Any, result: CheckResult) -> Any:
 
     Only a child that died while the implementation ran a case is resumed; any other death of a verify child
     stays an `error` with advice that fits verify."""
+    if task.target == WARM_UP_TARGET and result.outcome is Outcome.ERROR:
+        return _warm_up_follow_up(task, result)
     if task.target != CHECK_TARGET or result.outcome is not Outcome.ERROR:
         return result
     if "returncode" not in result.extra and "timeout_s" not in result.extra:

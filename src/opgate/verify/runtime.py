@@ -195,11 +195,27 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         from opgate.verify.backends.triton_backend import record_compiles
         from opgate.verify.gradients import upstream_kept_on_device
+        from opgate.verify.resume import compiles_marked, warm_up_folder
 
         started = time.perf_counter()
         options, torch = self.begin(ctx)
-        note = "compiled"
         record_compiles()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
+        # marked on disk while one runs: killed at its timeout, it is reported with the kernel it was compiling
+        with compiles_marked(warm_up_folder(ctx.options)):
+            op, note = self._first_call(options, torch, upstream_kept_on_device)
+        if op is not None and options.work_count_path:  # counted here, not in the measurement that holds the GPU
+            from opgate.core.work import operator_work_stored
+
+            try:
+                operator_work_stored(op, options.dtype, op.timing_dims(), options.work_count_path)
+            except Exception:  # the runtime check counts it again and reports what stops it
+                pass
+        return self.passed(f"warm-up at the timing size: {note}",
+                           extra={INTERNAL: True, "seconds": round(time.perf_counter() - started, 3)})
+
+    @staticmethod
+    def _first_call(options: GpuStagePayload, torch: Any, upstream_kept_on_device: Any) -> tuple[Any, str]:
+        """(the operator or None, what happened): the implementation called once at its timing size."""
         op = None
         try:
             op, implementation = load_implementation(options)
@@ -210,16 +226,8 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
                 implementation.fn(*inputs)
             torch.cuda.synchronize()
         except Exception as exc:  # the runtime check meets it again and reports it in its own words
-            note = f"{type(exc).__name__}: {str(exc)[:200]}"
-        if op is not None and options.work_count_path:  # counted here, not in the measurement that holds the GPU
-            from opgate.core.work import operator_work_stored
-
-            try:
-                operator_work_stored(op, options.dtype, op.timing_dims(), options.work_count_path)
-            except Exception:  # the runtime check counts it again and reports what stops it
-                pass
-        return self.passed(f"warm-up at the timing size: {note}",
-                           extra={INTERNAL: True, "seconds": round(time.perf_counter() - started, 3)})
+            return op, f"{type(exc).__name__}: {str(exc)[:200]}"
+        return op, "compiled"
 
 
 class VerifyRuntimeCheck(GpuStageCheck):
