@@ -21,6 +21,31 @@ def test_ulp_distance_counts_representable_steps_across_zero():
     assert ulp_distance(tiny_pos, tiny_neg).item() == 2
 
 
+def _ulps_by_the_wide_formula(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Every float's bits widened to int64 first: the definition the narrow-integer path must match."""
+    def ordered(values: torch.Tensor) -> torch.Tensor:
+        ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[values.element_size()]
+        bits = values.contiguous().view(ints).to(torch.int64)
+        magnitude = bits & ((1 << (8 * values.element_size() - 1)) - 1)
+        return torch.where(bits < 0, -magnitude, magnitude)
+    return (ordered(a) - ordered(b)).abs()
+
+
+def test_ulp_distance_in_the_floats_own_width_is_the_int64_definition_everywhere():
+    """Zeros of both signs, infinities, NaN, subnormals, the extremes and opposite signs far apart (whose distance
+    needs more than the float's width), in every float dtype a kernel returns."""
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        info = torch.finfo(dtype)
+        special = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, info.tiny, -info.tiny, info.max, -info.max,
+                                info.smallest_normal / 4, 1.0, -1.0], dtype=torch.float64).to(dtype)
+        a = torch.cat([special, (torch.randn(5000, generator=gen, dtype=torch.float64) * 100).to(dtype)])
+        b = torch.cat([special.flip(0), (a[len(special):].double() * (1 + torch.randn(5000, generator=gen,
+                       dtype=torch.float64) * 1e-2)).to(dtype)])
+        assert torch.equal(ulp_distance(a, b), _ulps_by_the_wide_formula(a, b)), dtype
+        assert ulp_distance(a, b).dtype == torch.int64
+
+
 def test_statistics_of_a_known_error():
     truth = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
     cand = torch.tensor([[1.0, 2.0], [3.0, 4.5]], dtype=torch.float32)
