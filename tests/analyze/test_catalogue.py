@@ -60,6 +60,20 @@ def test_lookup_keeps_its_contract():
     assert lookup_gpu("h200").bandwidth_bytes_per_s == 4.8e12
 
 
+def test_a_gpu_is_found_by_the_name_its_driver_reports():
+    """torch.cuda.get_device_name / NVML say "NVIDIA H100 80GB HBM3" for the H100 SXM5: the runtime stage's roofline
+    looks the GPU up by that name, and every device name of the probe table whose key is catalogued resolves."""
+    assert lookup_gpu("NVIDIA H100 80GB HBM3").key == "h100"
+    assert lookup_gpu("NVIDIA A100-SXM4-80GB").key == "a100"
+    catalogued = {gpu.key for gpu in all_gpus()}
+    for row in load_table("gpu_probe_thresholds"):
+        if row["key"] in catalogued:
+            for name in row["device_names"]:
+                assert lookup_gpu(name).key == row["key"], name
+    with pytest.raises(Exception, match="not in opgate's catalogue"):
+        lookup_gpu("NVIDIA H100 NVL")  # in the probe table, not (yet) in the catalogue
+
+
 def test_every_catalogued_gpu_has_sm_limits():
     for gpu in all_gpus():
         assert gpu.compute_capability in known_ccs()

@@ -109,12 +109,28 @@ def all_gpus() -> list[GpuModel]:
     ]
 
 
-def lookup_gpu(name: str) -> GpuModel:
-    """Find a GPU by key, alias or marketing name; InputError listing the known keys otherwise."""
+def _key_for_device_name(name: str) -> str | None:
+    """opgate's key for a board as the driver names it (cudaGetDeviceProperties, nvidia-smi), from the device names
+    of data/gpu_probe_thresholds.toml: the H100 SXM5 calls itself "NVIDIA H100 80GB HBM3", which no catalogue name
+    or alias matched, so a runtime check on an H100 had no roofline (thirty-seventh session)."""
     wanted = _normalize(name)
+    for row in load_table("gpu_probe_thresholds"):
+        if wanted in {_normalize(n) for n in row.get("device_names", [])}:
+            return str(row["key"])
+    return None
+
+
+def lookup_gpu(name: str) -> GpuModel:
+    """Find a GPU by key, alias, marketing name or the name its driver reports; InputError listing the known keys
+    otherwise."""
+    wanted = _normalize(name)
+    device_key = _key_for_device_name(name)
     for gpu in all_gpus():
         names = {gpu.key, _normalize(gpu.name), *(_normalize(a) for a in gpu.row.get("aliases", []))}
         if wanted in names:
+            return gpu
+    for gpu in all_gpus():
+        if gpu.key == device_key:
             return gpu
     known = ", ".join(g.key for g in all_gpus())
     raise InputError(f"GPU {name!r} is not in opgate's catalogue; use one of: {known} (or an sm_XY target)")
