@@ -122,8 +122,11 @@ def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter, started_afte
     halted = (f"; {len(stopped)} of them stopped while running, past the budget ("
               + ", ".join(f"{c['case']} after {c['stopped_after_s']:g} s" for c in stopped[:3]) + ")"
               if stopped else "")
+    past = capped.get("run_past_budget", [])
+    beyond = (f"; {len(past)} case(s) ran past it to cover their regime x layout once ({', '.join(past[:3])}"
+              f"{' and more' if len(past) > 3 else ''})" if past else "")
     note = (f"; {len(capped['capped'])} case(s) not run: they did not fit the {capped['budget_s']:g} s time budget"
-            f"{late} at this backend's measured speed ({listed}{more}; --time-budget raises it){halted}")
+            f"{late} at this backend's measured speed ({listed}{more}; --time-budget raises it){halted}{beyond}")
     figure = Figure("cases capped by the time budget", len(capped["capped"]), "",
                     Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype may take "
                                                         "(a share of the operator's --time-budget)"),
