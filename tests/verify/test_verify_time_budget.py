@@ -117,6 +117,20 @@ def test_a_late_check_whose_declared_sizes_spent_its_budget_still_covers_each_re
     assert {c["case"] for c in summary["capped"]} == {cases[4].label(), cases[5].label()}
 
 
+def test_past_the_budget_the_allowance_goes_to_the_cheapest_case_of_each_kind_first():
+    """attorch_leaky_relu's bfloat16 check: past its budget the allowance went to a 4096-wide large-regime case at a
+    size it had run (measured first, as within the budget) and the 2-element strided case that fails was capped."""
+    cases = [case("declared", M=7, N=1000), case("declared", M=64, N=4096),
+             case("regime", "large", M=64, N=4096), case("layout", layout="strided", M=1, N=2),
+             case("regime", "large", M=1, N=3)]
+    sizes = [CaseSize.of([(m, n)]) for m, n in ((7, 1000), (64, 4096), (64, 4096), (1, 2), (1, 3))]
+    seconds = {0: 0.5, 1: 12.0, 2: 12.0, 3: 0.2, 4: 0.2}
+    fitter = CasePlanFitter(10.0, cases, sizes, FakeClock())
+    ran = run_in_order(10.0, cases, sizes, seconds, fitter)
+    assert ran == [0, 1, 3, 4]  # the strided and the large kinds at their cheapest sizes; not the 12 s large case
+    assert fitter.stop_after_s(3) is not None  # a case run past the budget is stoppable whatever its size
+
+
 def test_the_first_of_kind_allowance_is_spent_once():
     cases = [case("declared", N=8), case("declared", N=64)] + [case("layout", layout=f"kind{k}", N=8)
                                                                for k in range(6)]

@@ -333,10 +333,11 @@ class CasePlanFitter:
         case = self.cases[index]
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
         one_of_its_kind = (case.regime, case.layout) not in covered and self.sizes[index] in self._sizes_run_whole()
+        if index in self._over_budget:  # admitted past the budget: what is left of the allowance, whatever its size
+            return max(self._left_s(True), 0.0) + stop_grace_s()
         if self.budget_s <= 0 or index in self.always or one_of_its_kind:
             return None
-        # a first of its kind admitted past the budget may use what is left of the allowance it was admitted on
-        return max(self._left_s(index in self._over_budget), 0.0) + stop_grace_s()
+        return max(self._left_s(False), 0.0) + stop_grace_s()
 
     def _left_s(self, first_of_kind: bool) -> float:
         """Seconds left of the budget for the next case; for a first of its kind, what is left of the budget (none
@@ -385,7 +386,12 @@ class CasePlanFitter:
                       key=lambda k: (self.predict(k), k))
         covered = {(self.cases[k].regime, self.cases[k].layout) for k in self.done}
         measured = self._sizes_run_whole()
-        measured_first = sorted(rest, key=lambda k: self.sizes[k] not in measured)  # stable: cheapest first within
+        # past a spent budget the first-of-kind allowance covers as many kinds as it can: each kind's cheapest case,
+        # cheapest first, at any size (one never run is stoppable there: stop_after_s); within the budget a size run
+        # whole comes first, its cost measured (attorch_leaky_relu's bfloat16 check spent the allowance on a
+        # 4096-wide large-regime case and capped the two-element strided one that fails)
+        spent = self.budget_s > 0 and self._left_s(False) <= 0
+        measured_first = rest if spent else sorted(rest, key=lambda k: self.sizes[k] not in measured)
         first_of_kind: list[int] = []
         for k in measured_first:
             kind = (self.cases[k].regime, self.cases[k].layout)
