@@ -53,8 +53,8 @@ MIN_CHECK_SECONDS = 15.0
 STOP_GRACE_S = 10.0
 STOP_GRACE_ENV = "OPGATE_STOP_GRACE_S"
 # The case ranked first for each (regime, layout) no case run so far covers may run past the budget by this share of
-# it, all such cases together (about ten kinds at a small declared size's cost): where a check starts late with the least budget (a library's later operators on CI's 2
-# cores), its declared sizes alone spent it, and the layout and non-finite cases that catch most defects were capped
+# it, all such cases together (about ten kinds at a small declared size's cost): where a check starts late with the
+# least budget (a library's later operators on CI's 2 cores), its declared sizes alone spent it, and the layout and non-finite cases that catch most defects were capped
 # at sizes costing a fraction of a second (attorch's BatchNorm+ReLU and Linear passed on the CPU with 65 and 49 of
 # their cases capped in 18.8 s, while their strided-parameter defects show on B = 1, C = 2, L = 2; thirty-seventh
 # session).
@@ -308,10 +308,11 @@ class CasePlanFitter:
         if self.budget_s <= 0 or index in self.always or not self.timer.observed or self.cases[index].is_empty:
             return True
         pending = [k for k in range(len(self.cases)) if k not in self.done and k not in self._capped_indices()]
+        essential, rest = self._ranked_parts(pending)  # ranked once: it predicts every pending case
         left = self._left_s(False)
-        kind_left = self._left_s(True) if self._first_of_kind(index, pending) else left
+        kind_left = self._left_s(True) if self._is_first_of_kind(index, essential) else left
         spent = 0.0
-        for k in self._ranked(pending):
+        for k in essential + rest:
             spent += self.predict(k)
             if k == index:
                 if spent <= left:
@@ -349,11 +350,10 @@ class CasePlanFitter:
         used = sum(self._seconds.get(k, self.stopped_after.get(k, 0.0)) for k in self._over_budget)
         return max(left, 0.0) + KIND_OVERRUN_SHARE * self.budget_s - used
 
-    def _first_of_kind(self, index: int, pending: Sequence[int]) -> bool:
-        """Whether case `index` is the case ranked for its (regime, layout), which no case run so far covers."""
-        essential, _ = self._ranked_parts(list(dict.fromkeys([*pending, index])))
-        case = self.cases[index]
-        return index in essential and index not in self.always and not case.is_empty
+    def _is_first_of_kind(self, index: int, essential: Sequence[int]) -> bool:
+        """Whether case `index` is the case ranked for its (regime, layout), which no case run so far covers
+        (`essential`: the first part of _ranked_parts)."""
+        return index in essential and index not in self.always and not self.cases[index].is_empty
 
     def stopped(self, index: int, seconds: float) -> None:
         """Case `index` was stopped after `seconds`: capped, and its size costs at least that from now on."""
