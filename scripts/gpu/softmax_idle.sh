@@ -2,7 +2,10 @@
 # H200: softmax at its default stages on an idle machine: the process wall of each run beside its report's phases.
 # MODES (default "cold reuse nocache nocache"): cold = caches on, nothing stored; reuse = the same again (verdicts
 # reused); nocache = --no-cache (a warm Triton cache); bcpu = --no-cache with OPGATE_BOUNDS_DEVICE=cpu; importtime =
-# --no-cache under python -X importtime. Results in $OUT/a (times.txt, runN.json, runN.log), packed as $OUT/a.tgz.
+# --no-cache under python -X importtime; spareN = --no-cache with N spare warm workers (OPGATE_SPARE_WORKERS); nosan =
+# --no-cache without the sanitizer stage; numerics = --no-cache, numerics alone; calib = the float32 plan's calibration
+# alone under cProfile, one torch thread (benchmarks/profile_calibration.py --gpu), what it costs with the cores idle.
+# Results in $OUT/a (times.txt, runN.json, runN.log), packed as $OUT/a.tgz.
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OPGATE_CACHE_DIR=/tmp/oc
 mkdir -p "$OUT/a"
@@ -28,6 +31,11 @@ for mode in ${MODES:-cold reuse nocache nocache}; do
     nocache) timed "run$i $mode" python3 -m opgate verify "${args[@]}" --no-cache ;;
     bcpu) OPGATE_BOUNDS_DEVICE=cpu timed "run$i $mode" python3 -m opgate verify "${args[@]}" --no-cache ;;
     importtime) timed "run$i $mode" python3 -X importtime -m opgate verify "${args[@]}" --no-cache ;;
+    spare*) OPGATE_SPARE_WORKERS=${mode#spare} timed "run$i $mode" python3 -m opgate verify "${args[@]}" --no-cache ;;
+    nosan) timed "run$i $mode" python3 -m opgate verify "${args[@]}" --no-cache --stages numerics,runtime,recovery ;;
+    numerics) timed "run$i $mode" python3 -m opgate verify "${args[@]}" --no-cache --stages numerics ;;
+    calib) OMP_NUM_THREADS=1 timed "run$i $mode" python3 benchmarks/profile_calibration.py examples/ops/softmax.py \
+             softmax float32 --gpu --top 15 ;;
   esac > "$OUT/a/run$i.log" 2>&1
 done
 uptime >> "$OUT/a/smi.txt"
@@ -44,6 +52,8 @@ for path in sys.argv[1:]:
     engine = report.get("extra", {}).get("engine", {})
     print(f"{path}: report {report.get('duration_s')} s, process age at checks {engine.get('process_age_at_checks_s')}"
           f" s, at end {engine.get('process_age_at_end_s')} s, spec load {engine.get('spec_load_s')} s")
+    print(f"  warm workers: {engine.get('warm_workers')}")
+    print(f"  calibration spans: {engine.get('calibration_spans_s')}")
     for plan, phases in engine.get("calibration_phases_s", {}).items():
         print(f"  {plan}: {phases} {engine.get('calibration_bounds_cache', {}).get(plan, {})}")
 PY

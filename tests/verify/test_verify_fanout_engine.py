@@ -66,3 +66,15 @@ def test_exclusive_is_per_gpu_in_the_runner(planted: None) -> None:
     assert started["d1a"] < ended["d0a"]  # two GPUs, side by side
     assert started["d0b"] >= ended["d0a"]  # one GPU, one at a time
     assert started["any"] >= max(ended["d0b"], ended["d1a"])  # unpinned and exclusive: alone on every GPU
+
+
+def test_spare_worker_count_follows_jobs_unless_the_environment_sets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opgate.verify.engine import SPARE_WORKERS_ENV, SPARE_WORKERS_MAX, spare_worker_count
+
+    monkeypatch.delenv(SPARE_WORKERS_ENV, raising=False)
+    assert spare_worker_count(3) == 3
+    assert spare_worker_count(64) == SPARE_WORKERS_MAX
+    monkeypatch.setenv(SPARE_WORKERS_ENV, "0")  # none: what the spares cost, measured by their absence
+    assert spare_worker_count(16) == 0
+    monkeypatch.setenv(SPARE_WORKERS_ENV, "four")  # not a count: the default
+    assert spare_worker_count(16) == SPARE_WORKERS_MAX

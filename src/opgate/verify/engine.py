@@ -44,6 +44,7 @@ CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"  # the numerics c
 TIMEOUT_BY_BUDGET = {"quick": 300.0, "standard": 600.0, "thorough": 1800.0}
 # Spare warm workers started before the spec is read (GPU hosts): at most this many, fewer with fewer --jobs.
 SPARE_WORKERS_MAX = 12
+SPARE_WORKERS_ENV = "OPGATE_SPARE_WORKERS"  # a count overrides it (0: none), for measuring what they cost
 
 
 @dataclass(frozen=True)
@@ -479,10 +480,16 @@ def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
     if not gpu_available(runtime=False):
         return
     env = child_env({}, request.jobs, gpu=True)
-    for _ in range(min(request.jobs, SPARE_WORKERS_MAX)):
+    for _ in range(spare_worker_count(request.jobs)):
         pool.start_spare(CheckTask("verify.spare_warm_up", "spare warm-up",
                                    "opgate.verify.warm_up:SpareWarmUpCheck", 600.0, CheckContext(verb="verify"),
                                    env=env, uses_gpu=True))  # a CUDA context: under the GPU guard
+
+
+def spare_worker_count(jobs: int) -> int:
+    """How many spare warm workers a GPU run starts: one per job up to SPARE_WORKERS_MAX, or OPGATE_SPARE_WORKERS."""
+    override = os.environ.get(SPARE_WORKERS_ENV, "").strip()
+    return int(override) if override.isdigit() else min(jobs, SPARE_WORKERS_MAX)
 
 
 def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: VerifyRequest, gpu: bool) -> None:

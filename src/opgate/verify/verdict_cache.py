@@ -55,7 +55,8 @@ ENV_PREFIXES = ("OPGATE_", "TRITON_", "CUDA_", "CUBLAS", "CUDNN", "NCCL_", "TORC
                 "OMP_", "MKL_", "GEMS_", "FLA_")
 # ... except these, which only say where things go, or how many processes and threads do the same work (as --jobs)
 ENV_IGNORED = ("OPGATE_CACHE_DIR", "OPGATE_CACHE", "OPGATE_VERDICT_CACHE", "TRITON_CACHE_DIR",
-               "TORCHINDUCTOR_CACHE_DIR", "OPGATE_CALIBRATION_PROCESSES", "OPGATE_CALIBRATION_THREADS")
+               "TORCHINDUCTOR_CACHE_DIR", "OPGATE_CALIBRATION_PROCESSES", "OPGATE_CALIBRATION_THREADS",
+               "OPGATE_SPARE_WORKERS")
 
 
 @dataclass(frozen=True)
