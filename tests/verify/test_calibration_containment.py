@@ -517,3 +517,24 @@ def test_the_last_replacing_plans_take_any_free_process_once_no_other_plan_is_le
         time.sleep(0.05)
     run.stopped.set()
     assert sorted(submitted) == [("fla_0", False), ("gems_0", True), ("gems_1", False), ("gems_2", False)]
+
+
+def test_a_calibration_process_pays_the_first_reverse_pass_imports_before_its_first_plan() -> None:
+    """first_uses: torch imports what autograd.grad needs on its first call (sympy, through
+    torch.fx.experimental.symbolic_shapes); a calibration process pays that at start-up, while the parent loads the
+    specs. Without a GPU, warm_gpu's torch.cuda.init fails and is left to the bound terms to meet."""
+    import os
+    import subprocess
+    import sys
+
+    from opgate_testing import child_pythonpath
+
+    code = ("import sys, torch\n"
+            "from opgate.verify.calibrator import first_uses\n"
+            "before = 'torch.fx.experimental.symbolic_shapes' in sys.modules\n"
+            "first_uses(torch, warm_gpu=not torch.cuda.is_available())\n"
+            "print(before, 'torch.fx.experimental.symbolic_shapes' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": child_pythonpath()})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

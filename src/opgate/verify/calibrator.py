@@ -351,10 +351,11 @@ def calibration_processes(jobs: int, library: bool = False) -> int:
     return max(0, min(wanted, jobs)) if jobs > 1 else 0
 
 
-def _process_start(processes: int, parent_pid: int) -> None:
+def _process_start(processes: int, parent_pid: int, warm_gpu: bool = False) -> None:
     """Initializer of a calibration process: die with opgate, its share of the calibration's torch threads (the
     processes split calibration_threads(): four processes of four threads each beside 16 busy workers on the H200
-    host were the OpenMP oversubscription calibration_threads() documents), the imports."""
+    host were the OpenMP oversubscription calibration_threads() documents), the imports and first uses the bound
+    terms would otherwise pay inside the first plan (first_uses)."""
     import signal
 
     from opgate.engine.children import die_with_parent
@@ -369,6 +370,25 @@ def _process_start(processes: int, parent_pid: int) -> None:
 
     torch.set_num_threads(max(1, calibration_threads() // max(1, processes)))
     import opgate.verify.calibrate  # noqa: F401  (paid while the parent still loads the specs)
+
+    first_uses(torch, warm_gpu)
+
+
+def first_uses(torch: Any, warm_gpu: bool) -> None:
+    """What a calibration process's first plan would pay before its first result, paid while the parent still loads
+    the specs: one reverse pass of a two-element graph (torch imports what autograd.grad with grad_outputs needs on its first call:
+    torch.fx.experimental.symbolic_shapes and sympy in torch 2.11-2.13, 2.4 s of softmax's 5.8 s float32
+    calibration on the H100 host, whose sympy has no bytecode), and with `warm_gpu` the CUDA context the bound terms
+    of the large cases run in (torch.cuda.init: 2.5 s in a fresh process there; verify/bounds_device.py). Best
+    effort: a failure here is met again, and reported, where the terms need it."""
+    x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    torch.autograd.grad(x * x, x, grad_outputs=torch.ones_like(x))  # grad_outputs, as the terms pass them: the
+    # shape check that imports symbolic_shapes runs only then
+    if warm_gpu:
+        try:
+            torch.cuda.init()
+        except Exception:  # no usable GPU after all: the terms stay on the CPU (bounds_device._wanted)
+            pass
 
 
 def _warm() -> int:
@@ -406,10 +426,11 @@ class CalibrationPool:
     in the twenty-third session's library run, 1,333 s of bound terms); the processes stay apart in case a
     replacement cannot be taken back (a C++ extension's)."""
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, warm_gpu: bool = False) -> None:
         import os
 
         self.processes = processes
+        self.warm_gpu = warm_gpu  # each process creates its CUDA context while the specs load (first_uses)
         self.isolated_processes = max(1, processes // 4)  # until isolate() says how many
         self._parent = os.getpid()
         self.executor = self._executor(processes)
@@ -422,7 +443,8 @@ class CalibrationPool:
 
         # each process takes the main pool's share of the calibration's torch threads
         return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_process_start, initargs=(self.processes, self._parent))
+                                   initializer=_process_start,
+                                   initargs=(self.processes, self._parent, self.warm_gpu))
 
     def isolate(self, processes: int) -> None:
         """How many processes the isolated side gets (before its first plan)."""

@@ -470,6 +470,15 @@ def _bytecode_folder(run_folder: Path) -> Path:
     return (root if root is not None else run_folder) / FOLDER
 
 
+def _bound_terms_may_use_gpu() -> bool:
+    """Whether the calibration's bound terms may run on a GPU (verify/bounds_device.py), asked before the spec is
+    read: NVML sees one and OPGATE_BOUNDS_DEVICE does not keep them on the CPU."""
+    from opgate.gpu.probes.device import gpu_available
+    from opgate.verify.bounds_device import DEVICE_ENV
+
+    return os.environ.get(DEVICE_ENV, "auto").strip().lower() != "cpu" and gpu_available(runtime=False)
+
+
 def _start_spare_workers(pool: WarmPool, request: VerifyRequest) -> None:
     """On a GPU host, start warm workers before the spec is read (imports, a CUDA context), each adopted later by
     an implementation whose environment matches (most backends add nothing to it on a GPU): the runtime checks then
@@ -656,7 +665,7 @@ def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks |
         # imports overlap the spec load (at most one per operator x dtype: a bound refined once the specs are read)
         library = len(request.files) > 1 or any(Path(f).is_dir() for f in request.files)
         processes = 0 if request.replay else calibration_processes(1 << 16, library)
-        calibration_pool = CalibrationPool(processes) if processes else None
+        calibration_pool = CalibrationPool(processes, warm_gpu=_bound_terms_may_use_gpu()) if processes else None
         from opgate.verify import empty_probe
 
         try:
