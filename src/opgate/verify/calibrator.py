@@ -333,6 +333,12 @@ def _wait_for_the_gpu_as_asked() -> None:
 
 # -- calibration processes (hosts with many cores) ---------------------------------------------------------------
 
+def plan_file_path(workdir: Path, op_index: int, dtype_index: int, op_name: str, dtype: str) -> Path:
+    """Where the calibration writes the plan of job `op_index`'s dtype `dtype_index` (the compile-ahead tasks watch
+    for it: verify/compile_ahead.py)."""
+    return workdir / f"plan-{op_index}-{dtype_index}-{op_name}-{dtype}.pt".replace("/", "_")
+
+
 def calibration_processes(jobs: int, library: bool = False) -> int:
     """How many processes calibrate side by side: 0 (this thread) on small machines, where a process would only
     add its start-up to the same cores; a quarter of the CPUs (at most `jobs`, the number of operator x dtype
@@ -540,7 +546,7 @@ class Calibrator(threading.Thread):
         self.feed.close()
 
     def _plan_path(self, op_index: int, dtype_index: int, op: Any, dtype: str) -> Path:
-        return self.workdir / f"plan-{op_index}-{dtype_index}-{op.name}-{dtype}.pt".replace("/", "_")
+        return plan_file_path(self.workdir, op_index, dtype_index, op.name, dtype)
 
     def _input_error(self, job: CalibrationJob, exc: Exception) -> InputError:
         # The reference is the user's input: one line, exit 2 (never "a bug in opgate").

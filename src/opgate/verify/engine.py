@@ -384,6 +384,8 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     """Everything before the checks start: the spec, the selection, the tasks that need no calibration, and the
     calibration thread (not yet started) with the feed that will bring the numerics tasks. `resumed`: the stored
     results of checks an earlier run finished (verify/resumed.py), reported instead of run."""
+    from opgate.verify import compile_ahead
+
     resumed = resumed if resumed is not None else ResumedChecks()
     t0 = time.perf_counter()
     token = ReplayToken.decode(request.replay) if request.replay else None
@@ -436,8 +438,12 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
             preset += resumed.of_dtypes(sel.op.name, skip)
             jobs.append(CalibrationJob(sel.op, [d for d in sel.dtypes if d not in skip], make_plan, sel.spec_file,
                                        stored_calibration=stored_calibration))
-            continue
-        jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file))
+        else:
+            jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file))
+        if token is None and compile_ahead.wanted(gpu):  # its kernels compiled while it calibrates
+            ahead = compile_ahead.ahead_tasks(make_plan({}), len(jobs) - 1, jobs[-1].dtypes, budget_name,
+                                              request.seed, workdir)
+            keyed += [((compile_ahead.ORDER, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())

@@ -43,6 +43,7 @@ from opgate.engine.children import stderr_excerpt
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"
+COMPILE_AHEAD_TARGET = "opgate.verify.compile_ahead:CompileAheadCheck"  # a compile-ahead task (compile_ahead.py)
 WARM_UP_TARGET = "opgate.verify.runtime:VerifyRuntimeWarmUpCheck"  # the runtime stage's warm-up (compiles, autotunes)
 # Crashed children restarted per implementation x dtype before the remaining cases are given up as not run.
 MAX_CRASHES = 3
@@ -395,6 +396,8 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     stays an `error` with advice that fits verify."""
     if task.target == WARM_UP_TARGET and result.outcome is Outcome.ERROR:
         return _warm_up_follow_up(task, result)
+    if task.target == COMPILE_AHEAD_TARGET:  # whatever became of it, the numerics check meets it and reports it
+        return dataclasses.replace(result, extra={**(result.extra or {}), "internal": True})
     if task.target != CHECK_TARGET or result.outcome is not Outcome.ERROR:
         return result
     if "returncode" not in result.extra and "timeout_s" not in result.extra:

@@ -86,6 +86,19 @@ class NumericsPayload(ImplementationPayload):
 
 
 @dataclass(frozen=True)
+class CompileAheadPayload(ImplementationPayload):
+    """One implementation x dtype's kernels compiled for its case plan before its calibration ends
+    (verify/compile_ahead.py)."""
+
+    kind: ClassVar[str] = "compile_ahead"
+    dtype: str
+    budget: str  # the plan's budget level and seed: the task plans the same cases as the calibration
+    seed: int
+    plan_path: str  # the calibration's plan file of this operator x dtype: once it exists, the task stops
+    workdir: str
+
+
+@dataclass(frozen=True)
 class GpuStagePayload(ImplementationPayload):
     """One GPU stage check of one implementation: runtime, sanitizer, recovery, ncu, qos."""
 

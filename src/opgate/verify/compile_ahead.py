@@ -1,0 +1,138 @@
+"""A GPU implementation's kernels compiled for its whole case plan before its calibration ends (opt-in, unmeasured).
+
+A library run's numerics checks are compile-bound, and each waits for its plan's calibration. The plans calibrated
+last carry their compiles into the run's tail. On the H200 (thirty-eighth session, docs/benchmarks.md, the library
+corpus) 2,111 of the checks' 3,484 s went to 5,072 Triton compiles. FlagGems' norms calibrated last (340-386 s);
+their checks then compiled one kernel for 60-104 s each at N = 65537, and the numerics ended at 510 s.
+
+A compile-ahead task starts with the run. It calls the implementation once per distinct shape and layout of the
+plan's cases, largest first: a compile depends on shapes, strides and dtypes, not on values. It runs in the warm
+worker key its numerics check will use, under the check's one-config-per-key autotuning
+(verify/backends/autotune_choice.py). The check then finds its kernels in that worker's memory or in Triton's disk
+cache. The task stops once its plan is written: the check is about to start, and compiling beside it would compile
+twice. Whatever goes wrong is the check's to meet and report, so the task's result is internal (never reported),
+even when its process dies (resume.follow_up).
+
+OPGATE_COMPILE_AHEAD=1 turns it on for GPU runs. It has not been measured on a GPU yet, so the default is off.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from opgate.checks.base import Check, CheckContext
+from opgate.model.results import CheckResult
+from opgate.verify.resume import COMPILE_AHEAD_TARGET as TARGET
+
+ENV = "OPGATE_COMPILE_AHEAD"
+ORDER = 41  # after a ready numerics check (40), before the runtime warm-ups (42)
+SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
+TIMEOUT_S = 600.0
+
+
+def wanted(gpu: bool) -> bool:
+    """Whether a run makes compile-ahead tasks: on a GPU, where OPGATE_COMPILE_AHEAD=1 asks for them."""
+    return gpu and os.environ.get(ENV, "").strip() == "1"
+
+
+def distinct_shapes(cases: Sequence[Any], elements: Any) -> list[Any]:
+    """One case per distinct (dims, layout), the most elements first (`elements(case)`): a long compile (a whole
+    row in one block) starts first. Empty cases are left out: they launch nothing to compile."""
+    seen: dict[tuple[Any, str], Any] = {}
+    for case in cases:
+        if not case.is_empty:
+            seen.setdefault((case.dims, case.layout), case)
+    return sorted(seen.values(), key=lambda case: -elements(case))
+
+
+class CompileAheadCheck(Check):
+    """Call one implementation in one dtype at every distinct shape of its case plan, outputs discarded."""
+
+    verbs = ("verify",)
+    levels = ("quick", "standard", "thorough")
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.engine import gpu_pause
+        from opgate.verify.backends import prepare
+        from opgate.verify.backends.base import find_choice
+        from opgate.verify.inputs import case_input_elements, make_inputs, plan_cases
+        from opgate.verify.loaded_specs import loaded_operators
+        from opgate.verify.tasks import CompileAheadPayload
+
+        started = time.perf_counter()
+        task = CompileAheadPayload.from_dict(ctx.options)
+        op = next(o for o in loaded_operators(task.spec_file) if o.name == task.op)
+        prepared = prepare(find_choice(op, task.impl), op, task.dtype, Path(task.workdir))
+        plan = Path(task.plan_path)
+        calls, failures, stopped = 0, 0, ""
+        try:
+            if prepared.poisoned_out:  # it writes into buffers shaped like the truth, which only the plan holds
+                stopped = "the implementation takes out= buffers"
+            shapes = [] if stopped else distinct_shapes(plan_cases(op, task.budget, task.seed),
+                                                        lambda case: case_input_elements(op, case))
+            for case in shapes:
+                if plan.exists():
+                    stopped = "its plan was written"
+                    break
+                gpu_pause.pause_point()  # a measurement window holds the GPU: wait, as the numerics do
+                generated = make_inputs(op, case, task.dtype)
+                try:
+                    prepared.run(generated.values, generated.layout_applied, [])
+                    calls += 1
+                except Exception as exc:  # the numerics check meets it again and reports it
+                    failures += 1
+                    if "CUDA" in str(exc) and not _cuda_usable():
+                        stopped = "the GPU context broke"
+                        break
+        finally:
+            if prepared.release is not None:
+                prepared.release()
+        compiles = prepared.facts.get("triton_jit") or {}
+        return self.passed(
+            f"{calls} call(s) ahead of the calibration, {failures} raised" + (f"; stopped: {stopped}" if stopped
+                                                                              else ""),
+            extra={"internal": True, "calls": calls, "raised": failures, "stopped": stopped,
+                   "compiles": compiles.get("compiles", 0) if isinstance(compiles, dict) else 0,
+                   "seconds": round(time.perf_counter() - started, 3)})
+
+
+def _cuda_usable() -> bool:
+    """Whether this process's CUDA context still runs work (an illegal address breaks it for good)."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
+def ahead_tasks(plan: Any, job_index: int, dtypes: Sequence[str], budget: str, seed: int, workdir: Path) -> list[Any]:
+    """One task per GPU implementation of the user's (`plan.gpu_choices`) x dtype of `plan` (the engine's
+    OperatorPlan of calibration job `job_index`), in the warm worker key of its numerics check."""
+    import dataclasses
+
+    from opgate.engine.stages import Stage
+    from opgate.verify.calibrator import plan_file_path
+    from opgate.verify.tasks import CompileAheadPayload
+
+    class _Ahead(Stage):
+        name = "compile_ahead"
+        order = ORDER
+        timeout_s = TIMEOUT_S
+
+    out = []
+    for choice in plan.gpu_choices:
+        for k, dtype in enumerate(dtypes):
+            payload = CompileAheadPayload(
+                spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name, dtype=dtype, budget=budget,
+                seed=seed, plan_path=str(plan_file_path(workdir, job_index, k, plan.op.name, dtype)),
+                workdir=str(plan.scratch_dir("work")))
+            task = plan.task(_Ahead(), f"verify.{plan.op.name}.{choice.name}.{dtype}.compile_ahead",
+                             f"{plan.op.name}: {choice.describe()} in {dtype} (compile ahead)", TARGET, TIMEOUT_S,
+                             payload, choice, labels={"dtype": dtype})
+            out.append(dataclasses.replace(task, slot_share=SLOT_SHARE, pausable=bool(task.worker)))
+    return out

@@ -1,0 +1,115 @@
+"""verify/compile_ahead.py: a GPU implementation called once per distinct shape of its case plan before its plan is
+written, in its numerics check's worker key, its result never reported. The calls run here on the CPU (torch eager):
+what a compile-ahead saves needs a GPU and is measured there (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from opgate.checks.base import CheckContext
+from opgate.model.results import CheckResult, Outcome
+from opgate.verify import compile_ahead
+from opgate.verify.inputs import Case, plan_cases
+from opgate.verify.tasks import CompileAheadPayload
+
+ROOT = Path(__file__).resolve().parents[2]
+SOFTMAX = ROOT / "examples" / "ops" / "softmax.py"
+
+
+def test_only_a_gpu_run_that_asks_makes_compile_ahead_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(compile_ahead.ENV, raising=False)
+    assert not compile_ahead.wanted(True)  # off by default until measured on a GPU
+    monkeypatch.setenv(compile_ahead.ENV, "1")
+    assert compile_ahead.wanted(True)
+    assert not compile_ahead.wanted(False)  # no compiles to save under the interpreter or torch on the CPU
+
+
+def test_one_call_per_shape_and_layout_the_largest_first_and_no_empty_case() -> None:
+    cases = [Case.make({"M": 4, "N": 8}, 0), Case.make({"M": 4, "N": 8}, 1, regime="large"),
+             Case.make({"M": 4, "N": 8}, 2, layout="strided"), Case.make({"M": 1, "N": 65537}, 3),
+             Case.make({"M": 0, "N": 8}, 4)]
+    shapes = compile_ahead.distinct_shapes(cases, lambda case: case.dims_dict["M"] * case.dims_dict["N"])
+    assert [(case.dims_dict, case.layout) for case in shapes] == [
+        ({"M": 1, "N": 65537}, "contiguous"), ({"M": 4, "N": 8}, "contiguous"), ({"M": 4, "N": 8}, "strided")]
+
+
+def _evaluate(tmp_path: Path, plan_written: bool) -> CheckResult:
+    plan = tmp_path / "plan-0-0-softmax-float32.pt"
+    if plan_written:
+        plan.write_bytes(b"")
+    payload = CompileAheadPayload(spec_file=str(SOFTMAX), op="softmax", impl="torch", dtype="float32",
+                                  budget="quick", seed=0, plan_path=str(plan), workdir=str(tmp_path))
+    return compile_ahead.CompileAheadCheck().evaluate(CheckContext(verb="verify", options=payload.to_dict()))
+
+
+def test_it_calls_the_implementation_at_every_distinct_shape_and_reports_nothing(tmp_path: Path) -> None:
+    from opgate.verify.loaded_specs import loaded_operators
+
+    result = _evaluate(tmp_path, plan_written=False)
+    op = next(o for o in loaded_operators(str(SOFTMAX)) if o.name == "softmax")
+    expected = len(compile_ahead.distinct_shapes(plan_cases(op, "quick", 0), lambda case: 1))
+    assert result.outcome is Outcome.PASSED
+    assert result.extra["internal"] is True  # the engine leaves it out of the report
+    assert (result.extra["calls"], result.extra["raised"], result.extra["stopped"]) == (expected, 0, "")
+
+
+def test_it_stops_once_its_plan_is_written(tmp_path: Path) -> None:
+    result = _evaluate(tmp_path, plan_written=True)
+    assert (result.extra["calls"], result.extra["stopped"]) == (0, "its plan was written")
+
+
+def test_a_compile_ahead_that_died_is_internal_too() -> None:
+    from types import SimpleNamespace
+
+    from opgate.verify.resume import follow_up
+
+    died = CheckResult("verify.softmax.triton.float32.compile_ahead", "compile ahead", Outcome.ERROR,
+                       "exited with code -11", extra={"returncode": -11})
+    kept = follow_up(SimpleNamespace(target=compile_ahead.TARGET, context=None), died)
+    assert kept.outcome is Outcome.ERROR and kept.extra["internal"] is True and kept.extra["returncode"] == -11
+
+
+def test_the_tasks_run_in_the_numerics_checks_worker_key_and_watch_their_plan_file(tmp_path: Path) -> None:
+    from opgate.core.spec import load_spec_file
+    from opgate.verify.builtin_stages import NumericsStage
+    from opgate.verify.calibrator import plan_file_path
+    from opgate.verify.engine import TIMEOUT_BY_BUDGET, VerifyRequest, _operator_plan, select
+
+    request = VerifyRequest(spec_file=SOFTMAX, impls=["triton", "torch"], dtypes=["float32", "float16"],
+                            budget="quick")
+    [sel] = select(load_spec_file(SOFTMAX), request, None)
+    plan = _operator_plan(sel, request, "quick", True, tmp_path, TIMEOUT_BY_BUDGET["quick"], {}, False)
+    tasks = compile_ahead.ahead_tasks(plan, 3, ["float32", "float16"], "quick", 0, tmp_path)
+    assert plan.gpu_choices and len(tasks) == 2 * len(plan.gpu_choices)
+    numerics = {t.labels["impl"]: t.worker for t in NumericsStage().tasks(
+        _operator_plan(sel, request, "quick", True, tmp_path, 60.0,
+                       {"float32": tmp_path / "p32", "float16": tmp_path / "p16"}, False)) if hasattr(t, "worker")}
+    for task in tasks:
+        payload = CompileAheadPayload.from_dict(task.context.options)
+        k = ["float32", "float16"].index(payload.dtype)
+        assert payload.plan_path == str(plan_file_path(tmp_path, 3, k, "softmax", payload.dtype))
+        assert task.worker and task.worker == numerics[payload.impl]
+        assert (task.order, task.exclusive, task.target) == (compile_ahead.ORDER, False, compile_ahead.TARGET)
+
+
+def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine path end to end, forced on the CPU (torch eager): the tasks run in the numerics checks' worker
+    key beside the calibration, and the report holds the same checks with the same outcomes as without them."""
+    from opgate.cli.main import make_console
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    monkeypatch.setenv("OPGATE_CACHE", "0")
+    outcomes = {}
+    for ahead in (False, True):
+        monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, ahead=ahead: ahead)
+        report = run_verify(VerifyRequest(spec_file=SOFTMAX, budget="quick", stages=("numerics",), jobs=2,
+                                          impls=("torch",), dtypes=("float32",), out_dir=tmp_path / f"out{ahead}"),
+                            make_console())
+        outcomes[ahead] = {r.check_id: r.outcome for r in report.results}
+        ran = [check for check in report.extra.get("timeline", {}) if check.endswith(".compile_ahead")]
+        assert ran == (["verify.softmax.torch.float32.compile_ahead"] if ahead else [])
+    assert outcomes[True] == outcomes[False]
+    assert not [check for check in outcomes[True] if check.endswith(".compile_ahead")]
