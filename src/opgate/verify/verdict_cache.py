@@ -53,10 +53,11 @@ VERDICT_CACHE_ENV = "OPGATE_VERDICT_CACHE"  # "0": judge every file again, keep 
 # Environment variables whose prefix marks them as steering opgate, the kernels' compilers or the GPU stack.
 ENV_PREFIXES = ("OPGATE_", "TRITON_", "CUDA_", "CUBLAS", "CUDNN", "NCCL_", "TORCH", "PYTORCH_", "NVIDIA_", "LD_",
                 "OMP_", "MKL_", "GEMS_", "FLA_")
-# ... except these, which only say where things go, or how many processes and threads do the same work (as --jobs)
+# ... except these, which only say where things go, or how many processes and threads do the same work and when (as
+# --jobs)
 ENV_IGNORED = ("OPGATE_CACHE_DIR", "OPGATE_CACHE", "OPGATE_VERDICT_CACHE", "TRITON_CACHE_DIR",
                "TORCHINDUCTOR_CACHE_DIR", "OPGATE_CALIBRATION_PROCESSES", "OPGATE_CALIBRATION_THREADS",
-               "OPGATE_SPARE_WORKERS")
+               "OPGATE_SPARE_WORKERS", "OPGATE_COMPILE_AHEAD")
 
 
 @dataclass(frozen=True)
