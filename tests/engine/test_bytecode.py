@@ -69,3 +69,19 @@ def test_nothing_changes_where_python_caches_or_when_asked(fresh_module: Path, t
     with bytecode.shared_bytecode(tmp_path / "b") as decided:
         assert decided == "Python's own" and bytecode.PREFIX_ENV not in os.environ
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_run_keeps_its_bytecode_in_the_cache_folder_also_with_no_cache(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-cache judges everything again; bytecode judges nothing, so it stays where the next run finds it (on the
+    H100 host every --no-cache run compiled torch from source in each of its processes). A cache folder that cannot
+    be made (under a file here) leaves it in the run's own folder."""
+    from opgate.verify.engine import _bytecode_folder
+
+    monkeypatch.setenv("OPGATE_CACHE", "0")
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    assert _bytecode_folder(tmp_path / "run") == tmp_path / "cache" / bytecode.FOLDER
+    assert not (tmp_path / "cache").exists()  # made only when a run shares bytecode there
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    assert _bytecode_folder(tmp_path / "run") == tmp_path / "run" / bytecode.FOLDER

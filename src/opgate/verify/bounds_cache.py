@@ -48,6 +48,12 @@ def cache_root() -> Path | None:
     """The cache folder, or None when the cache is off."""
     if os.environ.get(CACHE_ENV, "1").strip().lower() in ("0", "off", "false", "no"):
         return None
+    return cache_folder()
+
+
+def cache_folder() -> Path:
+    """Where opgate's caches live, whether or not the cache of judgements is on (OPGATE_CACHE_DIR, else
+    $XDG_CACHE_HOME/opgate or ~/.cache/opgate)."""
     explicit = os.environ.get(CACHE_DIR_ENV, "").strip()
     if explicit:
         return Path(explicit)

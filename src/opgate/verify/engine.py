@@ -467,13 +467,16 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
 
 
 def _bytecode_folder(run_folder: Path) -> Path:
-    """Where the run's children share compiled bytecode (engine/bytecode.py): the disk cache's folder, so a later
-    run starts warm, else (caching off) the run's own temporary folder."""
+    """Where the run's processes share compiled bytecode (engine/bytecode.py): opgate's cache folder, so a later run
+    starts warm, also with --no-cache (bytecode judges nothing: --no-cache judges everything again, it need not
+    compile torch from source again in every process); the run's own temporary folder where that folder cannot be
+    made (a read-only home)."""
     from opgate.engine.bytecode import FOLDER
-    from opgate.verify.bounds_cache import cache_root
+    from opgate.verify.bounds_cache import cache_folder
 
-    root = cache_root()
-    return (root if root is not None else run_folder) / FOLDER
+    folder = cache_folder() / FOLDER
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # made only if used (shared_bytecode)
+    return folder if existing.is_dir() and os.access(existing, os.W_OK) else run_folder / FOLDER
 
 
 def _bound_terms_may_use_gpu() -> bool:
