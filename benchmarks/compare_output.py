@@ -34,13 +34,19 @@ def best_seconds(call: Callable[[], Any], repeats: int, other: Callable[[], Any]
     return min(ours), min(theirs)
 
 
-def main() -> None:
+def dw_shaped_setup() -> tuple[int, Any, Any]:
+    """(--repeats, a seeded generator, a float64 truth shaped like fla's linear cross-entropy dW) at one torch
+    thread, as a calibration process runs: what this benchmark and ulp_distance.py start from."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
-    truth = torch.randn(8192, 512, generator=generator, dtype=torch.float64) * 1e-3
+    return args.repeats, generator, torch.randn(8192, 512, generator=generator, dtype=torch.float64) * 1e-3
+
+
+def main() -> None:
+    repeats, generator, truth = dw_shaped_setup()
     fast_path = compare.finite_everywhere
     print(f"{'output (8192 x 512)':22} {'classify every element':>23} {'sum first':>10} {'speed-up':>9}  same statistics")
     for dtype in ("float32", "float16", "bfloat16"):
@@ -58,7 +64,7 @@ def main() -> None:
             return compare.compare_output(candidate, truth, dtype)
 
         same = repr(before()) == repr(now())
-        fast, slow = best_seconds(now, args.repeats, before)
+        fast, slow = best_seconds(now, repeats, before)
         print(f"{dtype:22} {slow * 1e3:20.0f} ms {fast * 1e3:7.0f} ms {slow / fast:8.2f}x  {same}")
 
 

@@ -10,11 +10,10 @@ The figures must be the same, bit for bit.
 
 from __future__ import annotations
 
-import argparse
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from compare_output import best_seconds, dw_shaped_setup  # this folder is sys.path[0]
 
 from opgate.verify import compare
 
@@ -37,24 +36,8 @@ def own_width(candidate: Any, truth: Any) -> tuple[float, float]:
     return float(ulps.max().to(torch.float64)), float(ulps.median().to(torch.float64))
 
 
-def best_seconds(call: Callable[[], Any], other: Callable[[], Any], repeats: int) -> tuple[float, float]:
-    """Best of `repeats` for `call` and for `other`, alternating so both meet the same machine state."""
-    ours, theirs = [], []
-    for _ in range(repeats):
-        for runner, into in ((call, ours), (other, theirs)):
-            began = time.perf_counter()
-            runner()
-            into.append(time.perf_counter() - began)
-    return min(ours), min(theirs)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    generator = torch.Generator().manual_seed(0)
-    truth64 = torch.randn(8192, 512, generator=generator, dtype=torch.float64) * 1e-3
+    repeats, generator, truth64 = dw_shaped_setup()
     print(f"{'output (8192 x 512)':20} {'int64, then float64':>20} {'own width':>10} {'speed-up':>9}  same figures")
     for dtype in ("float32", "float16", "bfloat16"):
         torch_dtype = getattr(torch, dtype)
@@ -63,8 +46,8 @@ def main() -> None:
         candidate = (truth64 * noise).to(torch_dtype)
         candidate.view(-1)[:4] = torch.tensor([0.0, -0.0, float("inf"), -1e-30], dtype=torch_dtype)  # signs, extremes
         same = widened_first(candidate, truth) == own_width(candidate, truth)
-        fast, slow = best_seconds(lambda: own_width(candidate, truth), lambda: widened_first(candidate, truth),
-                                  args.repeats)
+        fast, slow = best_seconds(lambda: own_width(candidate, truth), repeats,
+                                  lambda: widened_first(candidate, truth))
         print(f"{dtype:20} {slow * 1e3:17.0f} ms {fast * 1e3:7.0f} ms {slow / fast:8.2f}x  {same}")
 
 
