@@ -29,6 +29,8 @@ def summary(report: dict) -> list[str]:
     lines += [f"  {stage} {outcome}: {count}" for (stage, outcome), count in sorted(outcomes.items())]
     workers = engine.get("warm_workers", {})
     lines.append(f"warm workers: {workers.get('started')} started, {workers.get('events')}")
+    if engine.get("compile_ahead"):  # verify/compile_ahead.py (OPGATE_COMPILE_AHEAD=1)
+        lines.append(f"compile ahead: {engine['compile_ahead']}")
     ends = sorted(span[1] for span in engine.get("calibration_spans_s", {}).values())
     lines.append("plans calibrated by " + ", ".join(f"{t} s: {sum(1 for e in ends if e <= t)}"
                                                      for t in range(100, 700, 100)))

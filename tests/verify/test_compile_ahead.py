@@ -111,5 +111,7 @@ def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp
         outcomes[ahead] = {r.check_id: r.outcome for r in report.results}
         ran = [check for check in report.extra.get("timeline", {}) if check.endswith(".compile_ahead")]
         assert ran == (["verify.softmax.torch.float32.compile_ahead"] if ahead else [])
+        done = report.extra["engine"].get("compile_ahead")  # what the internal results did, in the report
+        assert (done["tasks"], done["not_passed"]) == (1, {}) if ahead else done is None
     assert outcomes[True] == outcomes[False]
     assert not [check for check in outcomes[True] if check.endswith(".compile_ahead")]

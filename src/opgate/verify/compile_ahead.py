@@ -28,6 +28,7 @@ from opgate.model.results import CheckResult
 from opgate.verify.resume import COMPILE_AHEAD_TARGET as TARGET
 
 ENV = "OPGATE_COMPILE_AHEAD"
+SUFFIX = ".compile_ahead"  # a task's check id: verify.<op>.<impl>.<dtype>.compile_ahead
 ORDER = 41  # after a ready numerics check (40), before the runtime warm-ups (42)
 SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
 TIMEOUT_S = 600.0
@@ -99,6 +100,19 @@ class CompileAheadCheck(Check):
                    "seconds": round(time.perf_counter() - started, 3)})
 
 
+def summary(results: Sequence[CheckResult]) -> dict[str, Any]:
+    """What the run's compile-ahead tasks did, for the report (extra.engine.compile_ahead; their own results are
+    internal): how many ran, called, compiled and in what time, how many stopped at their plan, and those that ended
+    otherwise (an error, a death), by id with their reason."""
+    ahead = [r for r in results if r.check_id.endswith(SUFFIX)]
+    extras = [r.extra or {} for r in ahead]
+    return {"tasks": len(ahead), "calls": sum(int(e.get("calls", 0)) for e in extras),
+            "compiles": sum(int(e.get("compiles", 0)) for e in extras),
+            "seconds": round(sum(float(e.get("seconds", 0.0)) for e in extras), 1),
+            "stopped_at_their_plan": sum(e.get("stopped") == "its plan was written" for e in extras),
+            "not_passed": {r.check_id: r.reason[:200] for r in ahead if r.outcome.value != "passed"}}
+
+
 def _cuda_usable() -> bool:
     """Whether this process's CUDA context still runs work (an illegal address breaks it for good)."""
     import torch
@@ -131,7 +145,7 @@ def ahead_tasks(plan: Any, job_index: int, dtypes: Sequence[str], budget: str, s
                 spec_file=str(plan.spec_file), op=plan.op.name, impl=choice.name, dtype=dtype, budget=budget,
                 seed=seed, plan_path=str(plan_file_path(workdir, job_index, k, plan.op.name, dtype)),
                 workdir=str(plan.scratch_dir("work")))
-            task = plan.task(_Ahead(), f"verify.{plan.op.name}.{choice.name}.{dtype}.compile_ahead",
+            task = plan.task(_Ahead(), f"verify.{plan.op.name}.{choice.name}.{dtype}{SUFFIX}",
                              f"{plan.op.name}: {choice.describe()} in {dtype} (compile ahead)", TARGET, TIMEOUT_S,
                              payload, choice, labels={"dtype": dtype})
             out.append(dataclasses.replace(task, slot_share=SLOT_SHARE, pausable=bool(task.worker)))

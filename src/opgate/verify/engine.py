@@ -268,6 +268,8 @@ class PreparedRun:
     def finish(self, report: RunReport) -> RunReport:
         """The session's report with the calibration's results first and every check in stage order, each result
         naming the spec file of its operator (extra["spec_file"]: the replay command's file)."""
+        from opgate.verify import compile_ahead
+
         keys = {**self.task_keys, **self.calibrator.task_keys}
         late = len(keys)
         checks = sorted((self._with_spec(r) for r in report.results if not _internal(r)),
@@ -280,6 +282,8 @@ class PreparedRun:
                   "calibration_phases_s": self.info.pop("calibration_phases_s", {}),
                   "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0}),
                   "calibration_bounds_cache": self.info.pop("calibration_bounds_cache", {})}
+        if any(r.check_id.endswith(compile_ahead.SUFFIX) for r in report.results):
+            engine["compile_ahead"] = compile_ahead.summary(report.results)
         extra = {**report.extra, **self.info, "engine": engine}
         calibrated = [self._with_spec(r) for r in list(self.calibrator.results)]  # a snapshot: after an interrupt
         preset = [self._with_spec(r) for r in self.preset]                         # the thread may still append
