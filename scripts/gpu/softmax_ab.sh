@@ -12,7 +12,8 @@ run() {  # run LABEL SRC: one verify run, its wall time and exit code in times.t
 import subprocess, sys, time
 started = time.perf_counter()
 rc = subprocess.call([sys.executable, "-m", "opgate", "verify", "examples/ops/softmax.py", "--no-cache",
-                      "--json", sys.argv[2], "--out", "/tmp/art-ab"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                      "--json", sys.argv[2], "--out", "/tmp/art-ab"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 print(f"{sys.argv[1]}: {time.perf_counter() - started:.2f} s wall, exit {rc}")
 PY
 }

@@ -382,11 +382,11 @@ def _process_start(processes: int, parent_pid: int, warm_gpu: bool = False) -> N
 
 def first_uses(torch: Any, warm_gpu: bool) -> None:
     """What a calibration process's first plan would pay before its first result, paid while the parent still loads
-    the specs: one reverse pass of a two-element graph (torch imports what autograd.grad with grad_outputs needs on its first call:
-    torch.fx.experimental.symbolic_shapes and sympy in torch 2.11-2.13, 2.4 s of softmax's 5.8 s float32
-    calibration on the H100 host, whose sympy has no bytecode), and with `warm_gpu` the CUDA context the bound terms
-    of the large cases run in (torch.cuda.init: 2.5 s in a fresh process there; verify/bounds_device.py). Best
-    effort: a failure here is met again, and reported, where the terms need it."""
+    the specs: one reverse pass of a two-element graph (torch imports what autograd.grad with grad_outputs needs on
+    its first call: torch.fx.experimental.symbolic_shapes and sympy in torch 2.11-2.13, 2.4 s of softmax's 5.8 s
+    float32 calibration on the H100 host, whose sympy has no bytecode), and with `warm_gpu` the CUDA context the
+    bound terms of the large cases run in (torch.cuda.init: 2.5 s in a fresh process there; verify/bounds_device.py).
+    Best effort: a failure here is met again, and reported, where the terms need it."""
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
     torch.autograd.grad(x * x, x, grad_outputs=torch.ones_like(x))  # grad_outputs, as the terms pass them: the
     # shape check that imports symbolic_shapes runs only then
