@@ -1,0 +1,97 @@
+"""What a case costs under Triton's interpreter, against two predictors in one run: the elements of its inputs (the
+time budget's size model, verify/time_budget.py CaseTimer) and the Triton programs its kernels launch (counted by
+wrapping the interpreter's grid executor). Every distinct shape and layout of an operator's case plan is run once,
+in plan order, after a warm-up call at the first declared size; each predictor is scaled by the median seconds per
+unit over the cases, and the table shows how far off that scaling puts each case.
+
+    TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/interpreter_cost_model.py SPEC OP IMPL [--dtype float32]
+        [--budget standard] [--limit 12] [--max-elements 65536]
+
+The plan's cases take as long here as in a verify run: --limit keeps the first N shapes (the declared ones first),
+--max-elements leaves out the larger ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+
+def count_programs() -> dict[str, int]:
+    """Wrap the interpreter's grid executor so that every launch adds its grid's programs to the counter returned."""
+    import inspect
+
+    from triton.runtime import interpreter
+
+    counter = {"programs": 0}
+    original = interpreter.GridExecutor.__call__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        spec = inspect.getfullargspec(self.fn)
+        named = inspect.getcallargs(self.fn, *args, **{k: v for k, v in kwargs.items()
+                                                       if k in spec.args or k in spec.kwonlyargs})
+        grid = self.grid(named) if callable(self.grid) else self.grid
+        programs = 1
+        for extent in grid:
+            programs *= int(extent)
+        counter["programs"] += programs
+        return original(self, *args, **kwargs)
+
+    interpreter.GridExecutor.__call__ = counting
+    return counter
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec")
+    parser.add_argument("op")
+    parser.add_argument("impl")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--budget", default="standard")
+    parser.add_argument("--limit", type=int, default=12)
+    parser.add_argument("--max-elements", type=int, default=1 << 16)
+    args = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("set TRITON_INTERPRET=1 (this measures Triton's interpreter)")
+    from pathlib import Path
+    import tempfile
+
+    from opgate.verify.backends import prepare
+    from opgate.verify.backends.base import find_choice
+    from opgate.verify.compile_ahead import distinct_shapes
+    from opgate.verify.inputs import case_input_elements, make_inputs, plan_cases
+    from opgate.verify.loaded_specs import loaded_operators
+
+    op = next(o for o in loaded_operators(str(Path(args.spec).resolve())) if o.name == args.op)
+    prepared = prepare(find_choice(op, args.impl), op, args.dtype, Path(tempfile.mkdtemp()))
+    counter = count_programs()
+    cases = plan_cases(op, args.budget, 0)
+    distinct = distinct_shapes(cases, lambda case: 0)
+    shapes = [case for case in cases if case in distinct
+              and case_input_elements(op, case) <= args.max_elements][:args.limit]
+    warm = make_inputs(op, shapes[0], args.dtype)
+    prepared.run(warm.values, warm.layout_applied, [])  # first-call costs (imports, the interpreter's set-up)
+    rows = []
+    for case in shapes:
+        generated = make_inputs(op, case, args.dtype)
+        counter["programs"] = 0
+        began = time.perf_counter()
+        prepared.run(generated.values, generated.layout_applied, [])
+        rows.append((case.label(), case_input_elements(op, case), counter["programs"], time.perf_counter() - began))
+    per_element = statistics.median(seconds / max(elements, 1) for _, elements, _, seconds in rows)
+    per_program = statistics.median(seconds / max(programs, 1) for _, _, programs, seconds in rows)
+    print(f"{'case':52} {'elements':>9} {'programs':>9} {'seconds':>8} {'by elements':>12} {'by programs':>12}")
+    for label, elements, programs, seconds in rows:
+        print(f"{label[:52]:52} {elements:9d} {programs:9d} {seconds:8.2f} {seconds / (per_element * elements):11.2f}x"
+              f" {seconds / (per_program * max(programs, 1)):11.2f}x")
+    spread = {name: max(max(r), 1 / min(r)) for name, r in (
+        ("elements", [s / (per_element * e) for _, e, _, s in rows]),
+        ("programs", [s / (per_program * max(p, 1)) for _, _, p, s in rows]))}
+    print(f"worst factor off: by elements {spread['elements']:.1f}x, by programs {spread['programs']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
