@@ -2,7 +2,9 @@
 time budget's size model, verify/time_budget.py CaseTimer) and the Triton programs its kernels launch (counted by
 wrapping the interpreter's grid executor). Every distinct shape and layout of an operator's case plan is run once,
 in plan order, after a warm-up call at the first declared size; each predictor is scaled by the median seconds per
-unit over the cases, and the table shows how far off that scaling puts each case.
+unit over the cases, and the table shows how far off that scaling puts each case. Before each case runs, a dry run
+of the implementation counts the programs its launches would start without running them (what a time budget could
+know before a case runs), and the last line says whether the counts match.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/interpreter_cost_model.py SPEC OP IMPL [--dtype float32]
         [--budget standard] [--limit 12] [--max-elements 65536]
@@ -20,13 +22,14 @@ import time
 from typing import Any
 
 
-def count_programs() -> dict[str, int]:
-    """Wrap the interpreter's grid executor so that every launch adds its grid's programs to the counter returned."""
+def count_programs() -> dict[str, Any]:
+    """Wrap the interpreter's grid executor so that every launch adds its grid's programs to the counter returned;
+    while counter["dry"] is True a launch is counted and not run (its outputs stay as allocated)."""
     import inspect
 
     from triton.runtime import interpreter
 
-    counter = {"programs": 0}
+    counter: dict[str, Any] = {"programs": 0, "dry": False}
     original = interpreter.GridExecutor.__call__
 
     def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -38,7 +41,7 @@ def count_programs() -> dict[str, int]:
         for extent in grid:
             programs *= int(extent)
         counter["programs"] += programs
-        return original(self, *args, **kwargs)
+        return None if counter["dry"] else original(self, *args, **kwargs)
 
     interpreter.GridExecutor.__call__ = counting
     return counter
@@ -60,13 +63,17 @@ def main() -> None:
     import tempfile
 
     from opgate.verify.backends import prepare
-    from opgate.verify.backends.base import find_choice
+    import torch
+
+    from opgate.verify.backends.base import find_choice, implementation_function
     from opgate.verify.compile_ahead import distinct_shapes
-    from opgate.verify.inputs import case_input_elements, make_inputs, plan_cases
+    from opgate.verify.inputs import apply_layout, case_input_elements, make_inputs, plan_cases
     from opgate.verify.loaded_specs import loaded_operators
 
     op = next(o for o in loaded_operators(str(Path(args.spec).resolve())) if o.name == args.op)
-    prepared = prepare(find_choice(op, args.impl), op, args.dtype, Path(tempfile.mkdtemp()))
+    choice = find_choice(op, args.impl)
+    prepared = prepare(choice, op, args.dtype, Path(tempfile.mkdtemp()))
+    function = implementation_function(op, choice)
     counter = count_programs()
     cases = plan_cases(op, args.budget, 0)
     distinct = distinct_shapes(cases, lambda case: 0)
@@ -74,23 +81,37 @@ def main() -> None:
               and case_input_elements(op, case) <= args.max_elements][:args.limit]
     warm = make_inputs(op, shapes[0], args.dtype)
     prepared.run(warm.values, warm.layout_applied, [])  # first-call costs (imports, the interpreter's set-up)
-    rows = []
+    rows, dry_runs = [], []
     for case in shapes:
         generated = make_inputs(op, case, args.dtype)
-        counter["programs"] = 0
+        counter.update(programs=0, dry=True)  # the wrapper alone, its launches counted and not run
+        began = time.perf_counter()
+        try:  # one call, not prepared.run: that calls again when an output holds NaN, as unwritten outputs do here
+            with torch.no_grad():
+                function(*[apply_layout(v, layout) if isinstance(v, torch.Tensor) else v
+                           for v, layout in zip(generated.values, generated.layout_applied)])
+            dry_runs.append((counter["programs"], time.perf_counter() - began))
+        except Exception as exc:  # a wrapper that reads what a kernel wrote
+            dry_runs.append((-1, time.perf_counter() - began))
+            print(f"dry run of {case.label()} raised {type(exc).__name__}: {str(exc)[:120]}")
+        counter.update(programs=0, dry=False)
         began = time.perf_counter()
         prepared.run(generated.values, generated.layout_applied, [])
         rows.append((case.label(), case_input_elements(op, case), counter["programs"], time.perf_counter() - began))
     per_element = statistics.median(seconds / max(elements, 1) for _, elements, _, seconds in rows)
     per_program = statistics.median(seconds / max(programs, 1) for _, _, programs, seconds in rows)
-    print(f"{'case':52} {'elements':>9} {'programs':>9} {'seconds':>8} {'by elements':>12} {'by programs':>12}")
-    for label, elements, programs, seconds in rows:
+    print(f"{'case':52} {'elements':>9} {'programs':>9} {'seconds':>8} {'by elements':>12} {'by programs':>12}"
+          f" {'dry run':>8}")
+    for (label, elements, programs, seconds), (dry, _) in zip(rows, dry_runs):
         print(f"{label[:52]:52} {elements:9d} {programs:9d} {seconds:8.2f} {seconds / (per_element * elements):11.2f}x"
-              f" {seconds / (per_program * max(programs, 1)):11.2f}x")
+              f" {seconds / (per_program * max(programs, 1)):11.2f}x {dry:8d}")
     spread = {name: max(max(r), 1 / min(r)) for name, r in (
         ("elements", [s / (per_element * e) for _, e, _, s in rows]),
         ("programs", [s / (per_program * max(p, 1)) for _, _, p, s in rows]))}
     print(f"worst factor off: by elements {spread['elements']:.1f}x, by programs {spread['programs']:.1f}x")
+    same = sum(dry == row[2] for (dry, _), row in zip(dry_runs, rows))
+    print(f"dry runs (launches counted, not run): {same}/{len(rows)} counted the programs the case ran, in "
+          f"{sum(seconds for _, seconds in dry_runs):.2f} s in all against {sum(r[3] for r in rows):.1f} s of runs")
 
 
 if __name__ == "__main__":
