@@ -68,9 +68,9 @@ def main() -> None:
     from opgate.verify.backends.base import find_choice, implementation_function
     from opgate.verify.compile_ahead import distinct_shapes
     from opgate.verify.inputs import apply_layout, case_input_elements, make_inputs, plan_cases
-    from opgate.verify.loaded_specs import loaded_operators
+    from opgate.verify.loaded_specs import loaded_operator
 
-    op = next(o for o in loaded_operators(str(Path(args.spec).resolve())) if o.name == args.op)
+    op = loaded_operator(str(Path(args.spec).resolve()), args.op)
     choice = find_choice(op, args.impl)
     prepared = prepare(choice, op, args.dtype, Path(tempfile.mkdtemp()))
     function = implementation_function(op, choice)

@@ -60,12 +60,12 @@ class CompileAheadCheck(Check):
         from opgate.verify.backends import prepare
         from opgate.verify.backends.base import find_choice
         from opgate.verify.inputs import case_input_elements, make_inputs, plan_cases
-        from opgate.verify.loaded_specs import loaded_operators
+        from opgate.verify.loaded_specs import loaded_operator
         from opgate.verify.tasks import CompileAheadPayload
 
         started = time.perf_counter()
         task = CompileAheadPayload.from_dict(ctx.options)
-        op = next(o for o in loaded_operators(task.spec_file) if o.name == task.op)
+        op = loaded_operator(task.spec_file, task.op)
         prepared = prepare(find_choice(op, task.impl), op, task.dtype, Path(task.workdir))
         plan = Path(task.plan_path)
         calls, failures, stopped = 0, 0, ""
