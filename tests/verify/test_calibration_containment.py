@@ -538,3 +538,18 @@ def test_a_calibration_process_pays_the_first_reverse_pass_imports_before_its_fi
                           env={**os.environ, "PYTHONPATH": child_pythonpath()})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_a_released_calibration_pool_has_no_process_left() -> None:
+    """Once every plan is calibrated the processes exit (each held a CUDA context through the run's measurements on
+    the H100 host); the run's close afterwards is harmless."""
+    import os
+
+    from opgate.verify.calibrator import CalibrationPool
+
+    pool = CalibrationPool(2)
+    assert pool.executor.submit(os.getpid).result(timeout=120) > 0
+    processes = list(pool.executor._processes.values())
+    pool.release()
+    assert processes and not any(_still_running(p.pid) for p in processes)
+    pool.close()

@@ -39,7 +39,8 @@ from opgate.checks.base import CheckContext
 from opgate.engine.children import (die_with_parent, kill_process_group, kill_process_groups, package_root,
                                     reap_seconds_left, register_child, signal_name, signal_process_group,
                                     unregister_child)
-from opgate.engine import gpu_pause
+from opgate.engine import gpu_memory, gpu_pause
+from opgate.engine.gpu_memory import GpuMemory, read_gpu_memory
 from opgate.engine.gpu_guard import EXCLUSIVE, GpuGuard, GpuLockRequest, Waiting
 from opgate.engine.gpu_windows import MeasurementWindows
 from opgate.engine.gpu_windows import enabled as windows_enabled
@@ -376,6 +377,24 @@ class _WarmWorker:
         self.discard()
 
 
+# Seconds make_gpu_room waits for the workers it ended to exit (their CUDA contexts torn down, the memory free)
+# before the task it made room for starts; one still alive then is killed.
+END_FOR_MEMORY_WAIT_S = 5.0
+
+
+def _end_workers(workers: Sequence[_WarmWorker], wait_s: float) -> None:
+    """End idle workers side by side: every input closed, then each awaited (`wait_s` in all), then killed."""
+    for worker in workers:
+        with contextlib.suppress(OSError):
+            if worker.proc.stdin is not None:
+                worker.proc.stdin.close()
+    deadline = time.perf_counter() + wait_s
+    for worker in workers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+        worker.discard()
+
+
 class _WarmRunning:
     """A task running in a warm worker: the same interface as _Running."""
 
@@ -442,6 +461,8 @@ class WarmPool:
         # fla on the H200 host), so a run's count of them is where worker churn shows (WarmPool.stats)
         self.events: collections.Counter[str] = collections.Counter()
         self.starts_by_key: collections.Counter[str] = collections.Counter()
+        self._memory_read_at = -float("inf")  # when make_gpu_room last read NVML
+        self.gpu_bytes_freed = 0  # what the idle workers it ended held on their GPU, as NVML said
 
     def _alive(self) -> int:
         return len(self.idle) + len(self.busy) + len(self.spares)
@@ -512,9 +533,8 @@ class WarmPool:
                 worker.discard()
         # The one of the key that ran a check last: its kernels for this implementation are compiled and its inputs'
         # first-call costs paid (quantize's runtime checks took ~5 s each in fresh workers, 0.1-0.3 s in a used one).
-        mine = [worker for worker in self.idle if worker.key == task.worker]
-        if mine:
-            worker = max(mine, key=lambda w: (w.last_used, w.tasks_run))
+        worker = self._idle_of_key(task)
+        if worker is not None:
             self.idle.remove(worker)
             self.busy.add(worker)
             return worker
@@ -533,6 +553,40 @@ class WarmPool:
         worker = _WarmWorker(task, self.workdir, self.started)
         self.busy.add(worker)
         return worker
+
+    def _idle_of_key(self, task: CheckTask) -> "_WarmWorker | None":
+        """The idle worker `take` gives `task`: the one of its key that ran a check last (its kernels for this
+        implementation are compiled and its inputs' first-call costs paid: quantize's runtime checks took ~5 s each
+        in fresh workers, 0.1-0.3 s in a used one)."""
+        mine = [worker for worker in self.idle if worker.key == task.worker]
+        return max(mine, key=lambda w: (w.last_used, w.tasks_run)) if mine else None
+
+    def make_gpu_room(self, task: CheckTask, keys: Sequence[str],
+                      read: Callable[[Sequence[str]], GpuMemory | None] = read_gpu_memory) -> None:
+        """Before `task` starts on its GPU (lock `keys`): while less of that GPU's memory is free than a task of its
+        kind wants, end the idle warm workers and spares that hold the most of it (engine/gpu_memory.py), all but
+        the one `take` would give `task`. `read`: NVML's reading (tests pass their own)."""
+        now = time.perf_counter()
+        if not task.exclusive and now - self._memory_read_at < gpu_memory.READ_EVERY_S:
+            return
+        self._memory_read_at = now
+        keep = self._idle_of_key(task) if task.worker else None
+        candidates = sorted((w for w in self.idle + self.spares if w is not keep and w.alive()),
+                            key=lambda w: w.last_used)
+        if not candidates:
+            return
+        memory = read(keys)
+        if memory is None:
+            return
+        run_pids = [w.proc.pid for w in self.idle + list(self.busy) + self.spares]
+        chosen = set(gpu_memory.holders_to_end(memory, [w.proc.pid for w in candidates], run_pids,
+                                               gpu_memory.wanted_free_share(task.exclusive)))
+        ending = [w for w in candidates if w.proc.pid in chosen]
+        for worker in ending:
+            (self.idle if worker in self.idle else self.spares).remove(worker)
+            self.events["ended idle to free GPU memory"] += 1
+            self.gpu_bytes_freed += memory.used_by_pid.get(worker.proc.pid, 0)
+        _end_workers(ending, wait_s=END_FOR_MEMORY_WAIT_S)
 
     def prestart(self, task: CheckTask) -> None:
         """Start a worker for `task`'s key now and have it run `task` (a warm-up: imports, the spec) while the
@@ -571,7 +625,8 @@ class WarmPool:
     def stats(self) -> dict[str, Any]:
         """How many workers started and ended, and why; the starts per key (the report's engine facts)."""
         return {"limit": self.limit, "started": self.started, "events": dict(self.events),
-                "starts_by_key": dict(self.starts_by_key.most_common())}
+                "starts_by_key": dict(self.starts_by_key.most_common()),
+                "gpu_gib_freed": round(self.gpu_bytes_freed / 2**30, 2)}
 
     def close(self, grace_s: float = 10.0) -> None:
         """End every worker: all inputs closed first, so they exit side by side, then each reaped (or killed
@@ -1002,6 +1057,8 @@ def _schedule_loop(pending: list[tuple[int, CheckTask]], running: list[Any], res
                 on_start(task)
             if windows is not None:
                 windows.started(task)
+            if task.uses_gpu:  # idle workers holding its GPU's memory end first (engine/gpu_memory.py)
+                pool.make_gpu_room(task, claims.guard.keys(task.device))
             try:
                 running.append(_start(task, index, workdir, pool))
             except OSError as exc:

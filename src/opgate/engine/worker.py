@@ -168,6 +168,11 @@ def serve(stdin: Any | None = None) -> int:
     return 0
 
 
+# GPU memory still allocated after a check above which the worker looks for unreachable tensors (a collection costs
+# a fraction of a second in a process that imported torch; most checks leave nothing allocated).
+LIVE_AFTER_CHECK_BYTES = 64 * 2**20
+
+
 def give_back_gpu_memory() -> None:
     """Return the GPU memory PyTorch's allocator cached for the check that just ended: on the H200 a library run's
     workers held 15-24 GiB each (five of them) beside dozens holding 0.5-8 GiB, the card filled, and a calibration's
@@ -177,9 +182,17 @@ def give_back_gpu_memory() -> None:
     cuda = getattr(torch, "cuda", None)
     try:
         if cuda is not None and cuda.is_initialized():
+            if cuda.memory_allocated() > LIVE_AFTER_CHECK_BYTES:  # tensors a reference cycle keeps (a traceback's
+                import gc  # frames hold the check's inputs): collected, so the cache below can give them back
+
+                gc.collect()
+            clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if clear_workspaces is not None:  # cuBLAS's per-handle workspace, which empty_cache keeps
+                clear_workspaces()
             cuda.empty_cache()
     except Exception:  # a context the check broke: the parent retires this worker anyway
         pass
+
 
 
 # The check a worker is running, in its environment while it runs: a process the check starts (the implementation's

@@ -469,6 +469,15 @@ class CalibrationPool:
             self._isolated = self._executor(self.isolated_processes)
         return self._isolated.submit(_calibrate_in_process, *args)
 
+    def release(self) -> None:
+        """Every plan is calibrated: the processes exit now, not at the run's end. Each holds a CUDA context and
+        whatever its last bound terms left (on the H100 host a library run's runtime measurements ran out of memory
+        beside them, in the thirty-ninth session); the numerics checks and measurements still to come need none of
+        them."""
+        for executor in (self.executor, self._isolated):
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+
     # Seconds to reap the killed processes, all together: a process with a CUDA context (bound terms on the GPU)
     # takes a moment to die, and joining 8 of them one after another outlasted `timeout -k 5`'s grace on the H200
     # host, losing an interrupted library run's report. One not reaped by then stays a zombie until the CLI exits.
@@ -544,6 +553,11 @@ class Calibrator(threading.Thread):
             self.feed.close(exc)
             return
         self.feed.close()
+        if self.pool is not None and not self.stopped.is_set():  # every plan is in: the processes may go
+            try:
+                self.pool.release()
+            except Exception:  # the run's end kills them anyway (CalibrationPool.close)
+                pass
 
     def _plan_path(self, op_index: int, dtype_index: int, op: Any, dtype: str) -> Path:
         return plan_file_path(self.workdir, op_index, dtype_index, op.name, dtype)

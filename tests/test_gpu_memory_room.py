@@ -1,0 +1,95 @@
+"""Idle warm workers that hold a GPU's memory end before a GPU task starts short of it (engine/gpu_memory.py): on the
+H100 host a library run's idle processes held 76 of 79 GiB when its runtime measurements began."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from opgate_testing import child_pythonpath
+
+from opgate.checks.base import CheckContext
+from opgate.engine.gpu_memory import CONTEXT_BYTES, GpuMemory, holders_to_end
+from opgate.engine.runner import CheckTask, WarmPool, run_checks
+from opgate.model.results import Outcome
+
+GIB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def planted_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", child_pythonpath())
+
+
+def test_the_largest_holders_end_first_and_only_as_many_as_the_wanted_share_needs() -> None:
+    memory = GpuMemory(free=4 * GIB, total=80 * GIB, used_by_pid={1: GIB, 2: 6 * GIB, 3: 5 * GIB, 9: 40 * GIB})
+    # 20% of 80 GiB = 16 GiB wanted free: 12 short, so the 6 and 5 GiB holders and then the 1 GiB one
+    assert holders_to_end(memory, [1, 2, 3], [1, 2, 3, 9], 0.2) == [2, 3, 1]
+    assert holders_to_end(memory, [1, 2, 3], [1, 2, 3, 9], 0.1) == [2]  # 4 short: the 6 GiB holder covers it
+    assert holders_to_end(GpuMemory(free=20 * GIB, total=80 * GIB), [1, 2], [1, 2], 0.2) == []  # enough free
+
+
+def test_an_idle_worker_nvml_does_not_list_holds_nothing_there_unless_nvml_sees_none_of_the_run() -> None:
+    listed = GpuMemory(free=GIB, total=80 * GIB, used_by_pid={5: 2 * GIB, 77: 70 * GIB})
+    # NVML lists the run's busy worker 5: its pids compare, and idle 1 and 2 hold nothing on this GPU
+    assert holders_to_end(listed, [1, 2], [1, 2, 5], 0.2) == []
+    # NVML lists none of the run's pids (a container whose pids it does not see): each idle one holds a context
+    unseen = GpuMemory(free=80 * GIB - 75 * GIB, total=80 * GIB, used_by_pid={1001: 75 * GIB})
+    short = 0.2 * 80 * GIB - 5 * GIB
+    assert len(holders_to_end(unseen, list(range(1, 40)), list(range(1, 40)), 0.2)) == -(-short // CONTEXT_BYTES)
+
+
+def _task(name: str, key: str, exclusive: bool = False) -> CheckTask:
+    return CheckTask(name, name, "planted_checks:PidCheck", 60.0, CheckContext(), worker=key, exclusive=exclusive)
+
+
+def test_make_gpu_room_ends_the_idle_holders_but_not_the_worker_the_task_will_get(tmp_path) -> None:
+    pool = WarmPool(tmp_path, limit=8)
+    try:
+        for key in ("a", "b", "c"):
+            run_checks([_task(f"warm {key}", key)], jobs=1, pool=pool)
+        pids = {worker.key: worker.proc.pid for worker in pool.idle}
+        # the measurement of key "a" wants half of an 80 GiB card: "b" and "c" hold 30 and 10 GiB, "a" 20 GiB
+        reading = GpuMemory(free=5 * GIB, total=80 * GIB,
+                            used_by_pid={pids["a"]: 20 * GIB, pids["b"]: 30 * GIB, pids["c"]: 10 * GIB})
+        pool.make_gpu_room(_task("measure a", "a", exclusive=True), ("GPU-x",), read=lambda keys: reading)
+        assert {worker.key for worker in pool.idle} == {"a"}  # b and c ended: 45 GiB free, short of 40 no more
+        assert pool.events["ended idle to free GPU memory"] == 2
+        assert pool.stats()["gpu_gib_freed"] == 40.0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(pids[k]) for k in ("b", "c")):
+            time.sleep(0.1)
+        assert not _alive(pids["b"]) and not _alive(pids["c"])
+        # the next task of "a" still finds its warm worker
+        (again,) = run_checks([_task("again a", "a")], jobs=1, pool=pool)
+        assert again.outcome is Outcome.PASSED and again.extra["pid"] == pids["a"]
+    finally:
+        pool.close()
+
+
+def test_a_side_by_side_task_reads_nvml_at_most_every_few_seconds(tmp_path) -> None:
+    pool = WarmPool(tmp_path, limit=4)
+    reads: list[int] = []
+
+    def read(keys: object) -> GpuMemory:
+        reads.append(1)
+        return GpuMemory(free=40 * GIB, total=80 * GIB)
+
+    try:
+        run_checks([_task("warm", "a")], jobs=1, pool=pool)
+        for _ in range(3):
+            pool.make_gpu_room(_task("numerics", "b"), ("GPU-x",), read=read)
+        pool.make_gpu_room(_task("measure", "b", exclusive=True), ("GPU-x",), read=read)  # a measurement: always
+    finally:
+        pool.close()
+    assert len(reads) == 2
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
