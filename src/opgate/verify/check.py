@@ -23,6 +23,7 @@ from opgate.core import dtypes as dt
 from opgate.verify import bounds_device
 from opgate.verify.backends import PreparedImplementation, autotune_choice, backend, prepare
 from opgate.verify.backends.base import BackendLimitation, ImplementationChoice, find_choice
+from opgate.verify.backends.interpreter_programs import counting as launched_programs
 from opgate.verify.calibrate import (
     K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
     output_names, truth_and_baseline,
@@ -277,7 +278,8 @@ class VerifyImplementationCheck(Check):
         # what each case costs, shared with this implementation's checks of the other dtypes (verify/case_costs.py)
         case_costs = CaseCostLog(Path(task.case_costs_path) if task.case_costs_path else None, plan.dtype)
         fitter = self._fitter(op, plan, budget_s, per_call=prepared.device.startswith("cuda"),
-                              measured_elsewhere=case_costs.others)
+                              measured_elsewhere=case_costs.others,
+                              interpreted=choice if prepared.facts.get("interpreter") else None)
         # the gaming probe's float64 side first, on the fitter's clock, and room kept for its calls after the
         # cases: the check as a whole, not only its cases, keeps to its time budget
         probe_truths = prepare_probe(op, choice, plan, smallest=not fitter.timer.per_call,
@@ -361,7 +363,7 @@ class VerifyImplementationCheck(Check):
             # goes into Python there; a compiled kernel's goes into a C call, which nothing can cut short)
             limit = fitter.stop_after_s(index) if prepared.facts.get("interpreter") else None
             try:
-                with stopped_after(limit):
+                with stopped_after(limit), launched_programs() as launched:
                     verdict = self._run_case(op, prepared, plan.dtype, case, truth, budgets, plan.out_dtypes, masks,
                                              index=index)
             except CaseStopped:
@@ -374,19 +376,28 @@ class VerifyImplementationCheck(Check):
                 raise
             note = prepared.case_note() if prepared.case_note is not None else ""
             records[index] = CaseRecord(case, verdict, gpu_pause.clock() - began, note)
-            fitter.observe(index, records[index].seconds)
+            fitter.observe(index, records[index].seconds,
+                           launched["programs"] if prepared.facts.get("interpreter") else None)
             case_costs.record(case.label(), records[index].seconds, dims=case.dims)
             self.journal.save(index, records[index])
         return [records[index] for index in sorted(records)]
 
     def _fitter(self, op: Operator, plan: PlanFile, budget_s: float, per_call: bool,
-                measured_elsewhere: Callable[[], Mapping[str, MeasuredCost]]) -> CasePlanFitter:
+                measured_elsewhere: Callable[[], Mapping[str, MeasuredCost]],
+                interpreted: ImplementationChoice | None = None) -> CasePlanFitter:
+        """The plan's time budget; `interpreted`: the implementation, where it runs under Triton's interpreter (its
+        cases' programs are counted in dry runs: verify/backends/interpreter_programs.py)."""
         from opgate.verify.time_budget import CaseTimer
 
+        programs = [0] * len(plan.cases)
+        if interpreted is not None and budget_s > 0:  # there a case's cost follows its programs
+            from opgate.verify.backends.interpreter_programs import plan_programs
+
+            programs = plan_programs(op, interpreted, plan.dtype, plan.cases, gpu_pause.clock)
         sizes = []
-        for case in plan.cases:
+        for case, count in zip(plan.cases, programs):
             dims = op.with_derived({k: v for k, v in case.dims if k not in op.derived_dims})
-            sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs]))
+            sizes.append(CaseSize.of([spec.concrete_shape(dims) for spec in op.tensor_inputs], count))
         return CasePlanFitter(budget_s, plan.cases, sizes, gpu_pause.clock, CaseTimer(per_call=per_call),
                               measured_elsewhere=measured_elsewhere)
 

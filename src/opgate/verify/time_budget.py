@@ -31,6 +31,7 @@ Nothing is capped on a budget of 0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -129,19 +130,28 @@ def budget_at_start(time_budget_s: float, share_s: float, operator_budget_s: flo
 
 @dataclass(frozen=True)
 class CaseSize:
-    """What a case's cost scales with: its elements and its rows (programs of a row kernel)."""
+    """What a case's cost scales with: its elements, its rows (programs of a row kernel) and, under Triton's
+    interpreter, the programs its kernels launch (a dry run's count, verify/backends/interpreter_programs.py; 0 where
+    not counted)."""
 
     elements: int
     rows: int
+    programs: int = 0
 
     @classmethod
-    def of(cls, shapes: Sequence[Sequence[int]]) -> "CaseSize":
+    def of(cls, shapes: Sequence[Sequence[int]], programs: int = 0) -> "CaseSize":
         if not shapes:
-            return cls(1, 1)
+            return cls(1, 1, programs)
         largest = max(shapes, key=lambda shape: math.prod(shape))
         elements = max(1, math.prod(largest))
         rows = max(1, elements // max(1, largest[-1])) if largest and largest[-1] else 1
-        return cls(elements, rows)
+        return cls(elements, rows, programs)
+
+
+# A dry run's count of a case's programs that is off its real call's count by more than this factor (either way)
+# ends the use of the counts in that check: the wrapper's launches then depend on what its kernels write. A real call
+# may launch twice the dry run's: opgate calls again when an output holds NaN (verify/backends/base.py).
+PROGRAMS_AGREE_FACTOR = 4.0
 
 
 @dataclass
@@ -156,6 +166,8 @@ class CaseTimer:
     overhead: float = math.inf
     per_element: float = 0.0
     per_row: float = 0.0
+    per_program: float = 0.0  # from the case with the most programs counted, as the other rates
+    programs_trusted: bool = True  # False once a dry run's count disagreed with its real call's (CasePlanFitter)
     observed: int = 0
     per_call: bool = False  # a GPU: every case is predicted at the upper quartile of the calls seen
     _seen: list[tuple[CaseSize, float]] = field(default_factory=list)
@@ -169,6 +181,10 @@ class CaseTimer:
         by_rows = max(sample, key=lambda seen: (seen[0].rows, seen[1]))
         self.per_element = max(0.0, by_elements[1] - self.overhead) / by_elements[0].elements
         self.per_row = max(0.0, by_rows[1] - self.overhead) / by_rows[0].rows
+        counted = [seen for seen in sample if seen[0].programs > 0]
+        if counted:
+            by_programs = max(counted, key=lambda seen: (seen[0].programs, seen[1]))
+            self.per_program = max(0.0, by_programs[1] - self.overhead) / by_programs[0].programs
 
     def predict(self, size: CaseSize) -> float:
         if not self.observed:
@@ -176,7 +192,8 @@ class CaseTimer:
         if self.per_call:
             calls = sorted(s for _, s in (self._seen[1:] if len(self._seen) > 1 else self._seen))
             return calls[(3 * (len(calls) - 1)) // 4]
-        return self.overhead + max(self.per_element * size.elements, self.per_row * size.rows)
+        by_programs = self.per_program * size.programs if self.programs_trusted else 0.0
+        return self.overhead + max(self.per_element * size.elements, self.per_row * size.rows, by_programs)
 
 
 # Cases this check and another dtype's check must both have run before the other's costs are scaled by the pace
@@ -217,10 +234,17 @@ class CasePlanFitter:
         self._over_budget: set[int] = set()  # first-of-kind cases run past the budget, on its KIND_OVERRUN_SHARE
         self._runs_here: dict[CaseSize, list[tuple[bool, float]]] = {}  # per size run whole: (first call?, seconds)
 
-    def observe(self, index: int, seconds: float) -> None:
+    def observe(self, index: int, seconds: float, programs: int | None = None) -> None:
+        """Case `index` ran whole in `seconds`; `programs`: what its call launched, counted as it ran (Triton's
+        interpreter), against which its dry run's count is checked (PROGRAMS_AGREE_FACTOR)."""
         self.done.add(index)
         self._seconds[index] = seconds
-        self.timer.observe(self.sizes[index], seconds)
+        size = self.sizes[index]
+        if programs is not None and size.programs > 0:
+            if not size.programs / PROGRAMS_AGREE_FACTOR <= programs <= size.programs * PROGRAMS_AGREE_FACTOR:
+                self.timer.programs_trusted = False
+            size = dataclasses.replace(size, programs=programs)  # the rate from what ran, the NaN re-call included
+        self.timer.observe(size, seconds)
         self._runs_here.setdefault(self.sizes[index], []).append((len(self.done) == 1, seconds))
 
     def predict(self, index: int) -> float:
