@@ -221,3 +221,20 @@ class StampCheck(Check):
         began = time.time()
         time.sleep(float(ctx.options.get("seconds", 0.2)))
         return self.passed("measured", extra={"span": [began, time.time()]})
+
+
+# module-level, as a library's cache would be: it outlives the check in its warm worker
+_HELD: list = []
+
+
+class HoldsGpuMemoryCheck(Check):
+    """Allocates options["mib"] MiB on the GPU and keeps them referenced after it ends, as a library's cache does."""
+
+    check_id = "planted.holds_gpu_memory"
+    title = "holds GPU memory"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        import torch
+
+        _HELD.append(torch.empty(int(ctx.options.get("mib", 256)) * 2**20, dtype=torch.uint8, device="cuda"))
+        return self.passed("holding")

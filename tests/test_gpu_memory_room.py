@@ -93,3 +93,29 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+@pytest.mark.gpu
+def test_nvml_names_a_warm_worker_that_holds_gpu_memory_by_the_pid_the_pool_knows(tmp_path) -> None:
+    """make_gpu_room finds the holders by pid: on a GPU host NVML must list a warm worker that allocated GPU memory
+    under the pid the pool started it with (a container whose pids NVML does not see takes the fallback)."""
+    pytest.importorskip("torch")
+    from opgate.engine.gpu_guard import keys_from_nvml
+    from opgate.engine.gpu_memory import read_gpu_memory
+
+    pool = WarmPool(tmp_path, limit=2)
+    try:
+        task = CheckTask("hold", "hold", "planted_checks:HoldsGpuMemoryCheck", 120.0,
+                         CheckContext(options={"mib": 1024}), worker="k", uses_gpu=True)
+        (held,) = run_checks([task], jobs=1, pool=pool)
+        assert held.outcome is Outcome.PASSED, held.reason
+        [worker] = pool.idle
+        memory = read_gpu_memory(keys_from_nvml(None))
+        assert memory is not None and memory.total > 0
+        assert memory.used_by_pid.get(worker.proc.pid, 0) >= 1024 * 2**20, (worker.proc.pid, memory.used_by_pid)
+        pool.make_gpu_room(CheckTask("m", "m", "planted_checks:PassingCheck", 60.0, CheckContext(), worker="other",
+                                     exclusive=True, uses_gpu=True), keys_from_nvml(None),
+                           read=lambda keys: GpuMemory(0, memory.total, memory.used_by_pid))
+        assert not pool.idle and pool.stats()["gpu_gib_freed"] >= 1.0
+    finally:
+        pool.close()

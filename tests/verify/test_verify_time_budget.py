@@ -563,3 +563,26 @@ def test_a_case_running_in_another_dtypes_check_is_a_lower_bound_that_grows_unti
     dead = CaseCostLog(path, "float16", clock=lambda: now[0], alive=lambda pid: False)
     assert "other" not in dead.others()  # its check died in it: no bound that grows for ever
 
+
+
+def test_under_the_interpreter_a_case_with_many_programs_and_few_elements_is_predicted_from_its_programs():
+    """fla_short_conv.grad's B=31, T=3, D=511: few elements, thousands of programs; predicted from its elements it
+    was admitted and ran 35 s (thirty-eighth session). With the dry runs' counts it is predicted at its programs."""
+    seen = [((2, 64, 256), 96, 1.15), ((1, 64, 96), 18, 0.22), ((2, 23, 256), 96, 1.15)]  # the benchmark's cases
+    timer, by_size = CaseTimer(), CaseTimer()
+    for shape, programs, seconds in seen:
+        timer.observe(CaseSize.of([shape], programs=programs), seconds)
+        by_size.observe(CaseSize.of([shape]), seconds)
+    assert by_size.predict(CaseSize.of([(31, 3, 511)])) < 5.0  # the element model's guess
+    assert 25.0 < timer.predict(CaseSize.of([(31, 3, 511)], programs=2976)) < 40.0  # it took 35.6 s
+
+
+def test_the_dry_runs_counts_are_dropped_once_one_disagrees_with_its_real_call():
+    cases = [case("declared", B=1), case("added", B=2), case("added", B=3)]
+    sizes = [CaseSize.of([(4, 4)], programs=4), CaseSize.of([(4, 4)], programs=8), CaseSize.of([(4, 4)], programs=4000)]
+    fitter = CasePlanFitter(100.0, cases, sizes, FakeClock())
+    fitter.observe(0, 1.0, programs=4)
+    fitter.observe(1, 2.0, programs=8)  # a NaN output's second call would launch twice: still agreeing
+    assert fitter.timer.programs_trusted and fitter.predict(2) > 100.0
+    fitter.observe(1, 2.0, programs=800)  # a wrapper whose grid follows what its kernels wrote: not a count to use
+    assert not fitter.timer.programs_trusted and fitter.predict(2) < 10.0
