@@ -119,3 +119,31 @@ def test_nvml_names_a_warm_worker_that_holds_gpu_memory_by_the_pid_the_pool_know
         assert not pool.idle and pool.stats()["gpu_gib_freed"] >= 1.0
     finally:
         pool.close()
+
+
+@pytest.mark.gpu
+def test_a_worker_asked_to_log_what_it_holds_names_the_live_tensor_and_its_referrer(tmp_path, monkeypatch) -> None:
+    """OPGATE_WORKER_MEMORY_LOG: after each check the worker appends what it still holds on the GPU, with its
+    largest live CUDA tensors and what refers to them (how the idle workers' 2-8 GiB are to be found)."""
+    pytest.importorskip("torch")
+    import json
+
+    from opgate.engine.worker import MEMORY_LOG_ENV
+
+    log = tmp_path / "held.jsonl"
+    monkeypatch.setenv(MEMORY_LOG_ENV, str(log))
+    pool = WarmPool(tmp_path / "w", limit=1)
+    (tmp_path / "w").mkdir()
+    try:
+        task = CheckTask("hold", "hold", "planted_checks:HoldsGpuMemoryCheck", 120.0,
+                         CheckContext(options={"mib": 512}), worker="k", uses_gpu=True)
+        (held,) = run_checks([task], jobs=1, pool=pool)
+        assert held.outcome is Outcome.PASSED, held.reason
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not log.is_file():
+            time.sleep(0.2)
+    finally:
+        pool.close()
+    [entry] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["check"] == "hold" and entry["allocated_mib"] >= 512
+    assert entry["tensors"][0]["mib"] == 512 and "list" in entry["tensors"][0]["referrers"]

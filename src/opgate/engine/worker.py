@@ -160,6 +160,7 @@ def serve(stdin: Any | None = None) -> int:
         state.restore()
         if healthy:
             give_back_gpu_memory()
+            log_held_gpu_memory(request["check_id"])
         sys.stdout.flush()
         sys.stderr.write(f"\n[opgate worker] finished {request['check_id']}\n")
         sys.stderr.flush()
@@ -193,6 +194,40 @@ def give_back_gpu_memory() -> None:
     except Exception:  # a context the check broke: the parent retires this worker anyway
         pass
 
+
+
+# A file to which each warm worker appends, after every check, the GPU memory it still holds once it gave back what
+# it could (give_back_gpu_memory), and the largest CUDA tensors still alive with what refers to them: on the H200 a
+# library run's idle workers held 2-8 GiB each (thirty-ninth session, scripts/gpu/gpu_memory_sampler.py). Opt-in:
+# finding the tensors walks every object of the process.
+MEMORY_LOG_ENV = "OPGATE_WORKER_MEMORY_LOG"
+
+
+def log_held_gpu_memory(check_id: str) -> None:
+    path = os.environ.get(MEMORY_LOG_ENV, "").strip()
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if not path or cuda is None:
+        return
+    try:
+        if not cuda.is_initialized():
+            return
+        entry: dict[str, Any] = {"pid": os.getpid(), "check": check_id, "allocated_mib": cuda.memory_allocated() >> 20,
+                                 "reserved_mib": cuda.memory_reserved() >> 20, "tensors": []}
+        if entry["allocated_mib"] > 64:
+            import gc
+
+            alive = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.is_cuda]
+            alive.sort(key=lambda t: -t.untyped_storage().nbytes())
+            for tensor in alive[:8]:
+                holders = [type(r).__name__ + (f" {getattr(r, '__name__', '')}" if hasattr(r, "__name__") else "")
+                           for r in gc.get_referrers(tensor)[:6]]
+                entry["tensors"].append({"shape": list(tensor.shape), "dtype": str(tensor.dtype),
+                                         "mib": tensor.untyped_storage().nbytes() >> 20, "referrers": holders})
+        with open(path, "a") as sink:
+            sink.write(json.dumps(entry) + "\n")
+    except Exception:  # a diagnostic: never the check's or the worker's failure
+        pass
 
 
 # The check a worker is running, in its environment while it runs: a process the check starts (the implementation's
