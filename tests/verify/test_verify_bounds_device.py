@@ -323,3 +323,33 @@ print(destroy_registrations({"aten/_test_serialization_subcmul/CUDA"}),
                           env={**os.environ, "PYTHONPATH": str(SRC)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[] [42.0, 42.0]", done.stdout
+
+
+@needs_gpu
+def test_a_full_gpu_sends_the_terms_to_the_cpu_instead_of_failing_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H100 host ten plans of a library run failed outright when their inputs could not be moved to a card
+    the run's other processes had filled (13-26 MiB free): the terms are float64 arithmetic the CPU computes too."""
+    from opgate.verify.calibrate import CACHE_COUNTS, truth_and_baseline
+
+    monkeypatch.setenv(bounds_device.DEVICE_ENV, "cuda")
+    monkeypatch.setenv("OPGATE_CACHE", "0")
+    op = _softmax_op(1024, 4096)  # 32 MiB of float64 input
+    case = plan_cases(op, "quick", 0)[0]
+    filler = []
+    with inputs_generated_once():
+        truth, _ = truth_and_baseline(op, case, "float32")
+        bounds_device.use_gpu(True)
+        before = bounds_device.COUNTS["gpu_out_of_memory_placing"] + CACHE_COUNTS["gpu_out_of_memory"]
+        try:
+            while True:  # the card filled by this process, 16 MiB at a time
+                filler.append(torch.empty(16 << 20, dtype=torch.uint8, device="cuda"))
+        except torch.cuda.OutOfMemoryError:
+            pass
+        try:
+            bounds = CaseBounds.of(op, case, "float32", truth)
+        finally:
+            filler.clear()
+            torch.cuda.empty_cache()
+            bounds_device.use_gpu(False)
+    after = bounds_device.COUNTS["gpu_out_of_memory_placing"] + CACHE_COUNTS["gpu_out_of_memory"]
+    assert after == before + 1 and len(bounds.sensitivity) == 1

@@ -64,8 +64,10 @@ def use_gpu(enabled: bool) -> None:
 # - cpu_for_replaced_kernels: cases kept on the CPU only because a spec it loaded replaced aten's GPU kernels (the
 #   calibration pool keeps such specs' plans in processes of their own: verify/calibrator.CalibrationPool);
 # - gpu_lock_waits / gpu_lock_gave_up / gpu_lock_wait_ms: cases that found the GPU's lock taken (a measurement holds
-#   it or waits for it), those that then ran on the CPU, and the milliseconds spent waiting.
-COUNTS = {"cpu_for_replaced_kernels": 0, "gpu_lock_waits": 0, "gpu_lock_gave_up": 0, "gpu_lock_wait_ms": 0}
+#   it or waits for it), those that then ran on the CPU, and the milliseconds spent waiting;
+# - gpu_out_of_memory_placing: cases whose inputs did not fit the GPU's free memory, their terms then on the CPU.
+COUNTS = {"cpu_for_replaced_kernels": 0, "gpu_lock_waits": 0, "gpu_lock_gave_up": 0, "gpu_lock_wait_ms": 0,
+          "gpu_out_of_memory_placing": 0}
 
 
 def _wanted(reference: Any, inputs: Sequence[Any]) -> bool:
@@ -180,15 +182,26 @@ def placed(reference: Any, inputs: Sequence[Any], truth: Sequence[Any]) -> Itera
         return
     import torch
 
+    from opgate.gpu.judge.oom import exception_is_out_of_memory
+
     with contextlib.ExitStack() as on_gpu:
         if not on_gpu.enter_context(_shared_gpu_lock()):
             on_gpu.close()
             yield list(inputs), "cpu"
             return
         on_gpu.callback(_give_memory_back, torch)  # before the lock: a recovery check fills the card
-        moved = _moved(inputs, "cuda")
+        moved: list[Any] = []
         try:
-            if _agrees(reference, moved, truth):
+            moved = _moved(inputs, "cuda")
+            agrees = _agrees(reference, moved, truth)
+        except Exception as exc:  # a full card (on the H100 host ten plans failed here, 13-26 MiB free): the CPU's
+            if not exception_is_out_of_memory(exc):  # terms are the same float64 arithmetic, only slower
+                raise
+            moved.clear()
+            COUNTS["gpu_out_of_memory_placing"] += 1
+            agrees = False
+        try:
+            if agrees:
                 yield moved, "cuda"
                 return
         finally:
