@@ -18,12 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "ops" / "softmax.py"
 
 
-def test_only_a_gpu_run_that_asks_makes_compile_ahead_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_run_of_a_library_makes_compile_ahead_tasks_one_spec_file_only_where_asked(monkeypatch) -> None:
     monkeypatch.delenv(compile_ahead.ENV, raising=False)
-    assert not compile_ahead.wanted(True)  # off by default until measured on a GPU
+    assert compile_ahead.wanted(True, library=True)  # measured on the H100 host: the library's numerics sooner
+    assert not compile_ahead.wanted(True)  # one spec file: not measured
     monkeypatch.setenv(compile_ahead.ENV, "1")
     assert compile_ahead.wanted(True)
-    assert not compile_ahead.wanted(False)  # no compiles to save under the interpreter or torch on the CPU
+    assert not compile_ahead.wanted(False, library=True)  # no compiles to save under the interpreter or on the CPU
+    monkeypatch.setenv(compile_ahead.ENV, "0")
+    assert not compile_ahead.wanted(True, library=True)
 
 
 def test_one_call_per_shape_and_layout_the_largest_first_and_no_empty_case() -> None:
@@ -104,7 +107,7 @@ def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp
     monkeypatch.setenv("OPGATE_CACHE", "0")
     outcomes = {}
     for ahead in (False, True):
-        monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, ahead=ahead: ahead)
+        monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False, ahead=ahead: ahead)
         report = run_verify(VerifyRequest(spec_file=SOFTMAX, budget="quick", stages=("numerics",), jobs=2,
                                           impls=("torch",), dtypes=("float32",), out_dir=tmp_path / f"out{ahead}"),
                             make_console())

@@ -392,6 +392,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
 
     resumed = resumed if resumed is not None else ResumedChecks()
     t0 = time.perf_counter()
+    library = len(request.files) > 1 or any(Path(f).is_dir() for f in request.files)
     token = ReplayToken.decode(request.replay) if request.replay else None
     budget_name = token.budget if token else request.budget
     budget_plan(budget_name)  # validates the name
@@ -444,7 +445,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                                        stored_calibration=stored_calibration))
         else:
             jobs.append(CalibrationJob(sel.op, list(sel.dtypes), make_plan, sel.spec_file))
-        if token is None and compile_ahead.wanted(gpu):  # its kernels compiled while it calibrates
+        if token is None and compile_ahead.wanted(gpu, library):  # its kernels compiled while it calibrates
             ahead = compile_ahead.ahead_tasks(make_plan({}), len(jobs) - 1, jobs[-1].dtypes, budget_name,
                                               request.seed, workdir)
             keyed += [((compile_ahead.ORDER, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
