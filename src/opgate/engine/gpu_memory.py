@@ -38,8 +38,10 @@ def read_gpu_memory(keys: Sequence[str]) -> GpuMemory | None:
                 memory = query(nv.nvmlDeviceGetMemoryInfo, handle) if is_available(handle) else handle
                 if not is_available(memory) or not getattr(memory, "total", 0):
                     return None
-                processes = query(nv.nvmlDeviceGetComputeRunningProcesses, handle)
-                used = {int(p.pid): int(p.usedGpuMemory or 0) for p in processes} if is_available(processes) else {}
+                listing = getattr(nv, "nvmlDeviceGetComputeRunningProcesses", None)  # an older nvidia-ml-py lacks it
+                processes = query(listing, handle) if listing is not None else None
+                used = ({int(p.pid): int(p.usedGpuMemory or 0) for p in processes}
+                        if processes is not None and is_available(processes) else {})
                 readings.append(GpuMemory(int(memory.free), int(memory.total), used))
     except NvmlUnavailable:
         return None

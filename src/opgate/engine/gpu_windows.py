@@ -110,20 +110,10 @@ class IdleCores:
 def free_memory_share(keys: Sequence[str]) -> float | None:
     """The smallest free share of memory among the GPUs (NVML UUIDs, MIG ones included) a task's lock keys name;
     None where NVML cannot tell (no driver, a key that is no UUID): the window is then not held back."""
-    from opgate.probes.nvml import NvmlUnavailable, is_available, nvml_session, query
+    from opgate.engine.gpu_memory import read_gpu_memory
 
-    shares: list[float] = []
-    try:
-        with nvml_session() as nv:
-            for key in keys:
-                handle = query(nv.nvmlDeviceGetHandleByUUID, key.encode())
-                memory = query(nv.nvmlDeviceGetMemoryInfo, handle) if is_available(handle) else handle
-                if not is_available(memory) or not getattr(memory, "total", 0):
-                    return None
-                shares.append(memory.free / memory.total)
-    except NvmlUnavailable:
-        return None
-    return min(shares) if shares else None
+    memory = read_gpu_memory(keys)
+    return memory.free_share() if memory is not None else None
 
 
 def enabled() -> bool:
