@@ -5,9 +5,11 @@ emulated in Python, so a case with 16385 rows (16385 programs) took minutes wher
 The plan is shared by every implementation (its truths are computed once), so the numerics check fits it to its own
 backend's speed as it runs:
 
-- the cost of a case is predicted from the cases already run, conservatively: the larger of its element count and
-  its row count (the element count over the last dim of its largest input: one program per row in row kernels)
-  times the slowest rate seen per element / per row, plus the fixed cost of a call. On a GPU the size hardly
+- the cost of a case is predicted from the cases already run, conservatively: the largest of its element count, its
+  row count (the element count over the last dim of its largest input: one program per row in row kernels) and,
+  under Triton's interpreter, the programs a dry run of the implementation counts (verify/backends/
+  interpreter_programs.py: fla_short_conv.grad's B=31, T=3, D=511 has few elements and 2,976 programs, 35 s) times
+  the slowest rate seen per element / per row / per program, plus the fixed cost of a call. On a GPU the size hardly
   matters (microseconds) and a case costs what its first call compiles or autotunes for a new shape (seconds), so
   there a case is predicted at the upper quartile of the calls seen (the library corpus's fla kernels: a
   size-scaled rate from compile-bound calls predicted 13251 s for a 65535-wide case and capped 48 of 57 cases);
