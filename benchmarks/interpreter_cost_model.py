@@ -1,10 +1,11 @@
 """What a case costs under Triton's interpreter, against two predictors in one run: the elements of its inputs (the
 time budget's size model, verify/time_budget.py CaseTimer) and the Triton programs its kernels launch (counted by
-wrapping the interpreter's grid executor). Every distinct shape and layout of an operator's case plan is run once,
-in plan order, after a warm-up call at the first declared size; each predictor is scaled by the median seconds per
-unit over the cases, and the table shows how far off that scaling puts each case. Before each case runs, a dry run
-of the implementation counts the programs its launches would start without running them (what a time budget could
-know before a case runs), and the last line says whether the counts match.
+verify/backends/interpreter_programs.py, which wraps the interpreter's grid executor). Every distinct shape and
+layout of an operator's case plan is run once, in plan order, after a warm-up call at the first declared size; each
+predictor is scaled by the median seconds per unit over the cases, and the table shows how far off that scaling puts
+each case. Before each case runs, a dry run of the implementation counts the programs its launches would start
+without running them (what the time budget now knows before a case runs), and the last line says whether the counts
+match.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/interpreter_cost_model.py SPEC OP IMPL [--dtype float32]
         [--budget standard] [--limit 12] [--max-elements 65536]
@@ -19,32 +20,6 @@ import argparse
 import os
 import statistics
 import time
-from typing import Any
-
-
-def count_programs() -> dict[str, Any]:
-    """Wrap the interpreter's grid executor so that every launch adds its grid's programs to the counter returned;
-    while counter["dry"] is True a launch is counted and not run (its outputs stay as allocated)."""
-    import inspect
-
-    from triton.runtime import interpreter
-
-    counter: dict[str, Any] = {"programs": 0, "dry": False}
-    original = interpreter.GridExecutor.__call__
-
-    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
-        spec = inspect.getfullargspec(self.fn)
-        named = inspect.getcallargs(self.fn, *args, **{k: v for k, v in kwargs.items()
-                                                       if k in spec.args or k in spec.kwonlyargs})
-        grid = self.grid(named) if callable(self.grid) else self.grid
-        programs = 1
-        for extent in grid:
-            programs *= int(extent)
-        counter["programs"] += programs
-        return None if counter["dry"] else original(self, *args, **kwargs)
-
-    interpreter.GridExecutor.__call__ = counting
-    return counter
 
 
 def main() -> None:
@@ -74,7 +49,10 @@ def main() -> None:
     choice = find_choice(op, args.impl)
     prepared = prepare(choice, op, args.dtype, Path(tempfile.mkdtemp()))
     function = implementation_function(op, choice)
-    counter = count_programs()
+    from opgate.verify.backends import interpreter_programs
+
+    if not interpreter_programs.install():
+        raise SystemExit("this Triton has no interpreter grid executor to count launches with")
     cases = plan_cases(op, args.budget, 0)
     distinct = distinct_shapes(cases, lambda case: 0)
     shapes = [case for case in cases if case in distinct
@@ -84,20 +62,22 @@ def main() -> None:
     rows, dry_runs = [], []
     for case in shapes:
         generated = make_inputs(op, case, args.dtype)
-        counter.update(programs=0, dry=True)  # the wrapper alone, its launches counted and not run
+        values = [apply_layout(v, layout) if isinstance(v, torch.Tensor) else v
+                  for v, layout in zip(generated.values, generated.layout_applied)]
+
+        def call() -> None:  # one call, not prepared.run: that calls again when an output holds NaN, as unwritten
+            with torch.no_grad():  # outputs do in a dry run
+                function(*values)
+
         began = time.perf_counter()
-        try:  # one call, not prepared.run: that calls again when an output holds NaN, as unwritten outputs do here
-            with torch.no_grad():
-                function(*[apply_layout(v, layout) if isinstance(v, torch.Tensor) else v
-                           for v, layout in zip(generated.values, generated.layout_applied)])
-            dry_runs.append((counter["programs"], time.perf_counter() - began))
-        except Exception as exc:  # a wrapper that reads what a kernel wrote
-            dry_runs.append((-1, time.perf_counter() - began))
-            print(f"dry run of {case.label()} raised {type(exc).__name__}: {str(exc)[:120]}")
-        counter.update(programs=0, dry=False)
+        dry = interpreter_programs.dry_count(call)  # the wrapper alone, its launches counted and not run
+        dry_runs.append((-1 if dry is None else dry, time.perf_counter() - began))
+        if dry is None:  # a wrapper that reads what a kernel wrote
+            print(f"dry run of {case.label()} raised")
         began = time.perf_counter()
-        prepared.run(generated.values, generated.layout_applied, [])
-        rows.append((case.label(), case_input_elements(op, case), counter["programs"], time.perf_counter() - began))
+        with interpreter_programs.counting() as ran:
+            prepared.run(generated.values, generated.layout_applied, [])
+        rows.append((case.label(), case_input_elements(op, case), ran["programs"], time.perf_counter() - began))
     per_element = statistics.median(seconds / max(elements, 1) for _, elements, _, seconds in rows)
     per_program = statistics.median(seconds / max(programs, 1) for _, _, programs, seconds in rows)
     print(f"{'case':52} {'elements':>9} {'programs':>9} {'seconds':>8} {'by elements':>12} {'by programs':>12}"

@@ -382,8 +382,8 @@ class _WarmWorker:
 END_FOR_MEMORY_WAIT_S = 5.0
 
 
-def _end_workers(workers: Sequence[_WarmWorker], wait_s: float) -> None:
-    """End idle workers side by side: every input closed, then each awaited (`wait_s` in all), then killed."""
+def _close_and_await(workers: Sequence[_WarmWorker], wait_s: float) -> None:
+    """Every worker's input closed first, so they exit side by side, then each awaited, `wait_s` in all."""
     for worker in workers:
         with contextlib.suppress(OSError):
             if worker.proc.stdin is not None:
@@ -392,6 +392,12 @@ def _end_workers(workers: Sequence[_WarmWorker], wait_s: float) -> None:
     for worker in workers:
         with contextlib.suppress(subprocess.TimeoutExpired):
             worker.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+
+
+def _end_workers(workers: Sequence[_WarmWorker], wait_s: float) -> None:
+    """End idle workers side by side (_close_and_await), then kill any still alive (discard)."""
+    _close_and_await(workers, wait_s)
+    for worker in workers:
         worker.discard()
 
 
@@ -634,18 +640,7 @@ class WarmPool:
         interrupted run's report is already written then, and a worker still dying 2 s after its SIGKILL is left to
         die)."""
         workers = self.idle + list(self.busy) + self.spares
-        for worker in workers:
-            try:
-                if worker.proc.stdin is not None:
-                    worker.proc.stdin.close()
-            except OSError:
-                pass
-        deadline = time.perf_counter() + grace_s
-        for worker in workers:
-            try:
-                worker.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
-            except subprocess.TimeoutExpired:
-                pass
+        _close_and_await(workers, grace_s)
         kill_process_groups((worker.proc for worker in workers),  # those still running: all signalled, then reaped
                             wait_s=10.0 if grace_s else reap_seconds_left(2.0))
         for _, _, lock in self._warm_ups:

@@ -195,7 +195,6 @@ def give_back_gpu_memory() -> None:
         pass
 
 
-
 # A file to which each warm worker appends, after every check, the GPU memory it still holds once it gave back what
 # it could (give_back_gpu_memory), and the largest CUDA tensors still alive with what refers to them: on the H200 a
 # library run's idle workers held 2-8 GiB each (thirty-ninth session, scripts/gpu/gpu_memory_sampler.py). Opt-in:
