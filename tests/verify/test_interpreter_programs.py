@@ -35,8 +35,11 @@ CHILD = textwrap.dedent("""
     cases = plan_cases(op, "standard", 0)
     counts = programs.plan_programs(op, find_choice(op, "columns"), "float32", cases, time.perf_counter)
     by_case = {c.label(): n for c, n in zip(cases, counts)}
+    import os
+    os.environ["OPGATE_INTERPRETER_PROGRAMS"] = "0"  # the element model alone (benchmarks/interpreter_program_budget.py)
+    off = programs.plan_programs(op, find_choice(op, "columns"), "float32", cases, time.perf_counter)
     print(json.dumps({"dry": dry, "ran": ran["programs"], "y": float(y.sum()), "raised": raised,
-                      "by_case": by_case, "dims": {c.label(): dict(c.dims) for c in cases}}))
+                      "by_case": by_case, "off": sum(off), "dims": {c.label(): dict(c.dims) for c in cases}}))
 """)
 
 
@@ -51,5 +54,6 @@ def test_a_dry_run_counts_the_programs_a_real_call_launches_and_each_plan_case_g
     assert found["raised"] is None  # a call that raises has no count
     counted = {label: n for label, n in found["by_case"].items() if n}
     assert counted, found["by_case"]
+    assert found["off"] == 0
     for label, n in counted.items():  # every counted case launches one program per column
         assert n == found["dims"][label]["H"], (label, n)

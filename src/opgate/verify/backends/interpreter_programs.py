@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 from typing import Any, Callable, Iterator
 
 _STATE: dict[str, Any] = {"installed": None, "programs": 0, "dry": False}
@@ -89,6 +90,8 @@ def dry_count(call: Callable[[], Any]) -> int | None:
     return _STATE["programs"] - before
 
 
+# "0": no dry runs, the budget's element model alone (benchmarks/interpreter_program_budget.py measures both ways)
+ENV = "OPGATE_INTERPRETER_PROGRAMS"
 # Seconds a check spends on dry runs at most: each generates its case's inputs, which for the largest cases costs a
 # good part of a second; the cases left uncounted keep the element model.
 DRY_RUNS_S = 5.0
@@ -102,7 +105,7 @@ def plan_programs(op: Any, choice: Any, dtype: str, cases: Any, clock: Callable[
     from opgate.verify.backends.base import implementation_function
     from opgate.verify.inputs import apply_layout, case_input_elements, make_inputs
 
-    if not install():
+    if os.environ.get(ENV, "").strip() == "0" or not install():
         return [0] * len(cases)
     function = implementation_function(op, choice)
     counts: dict[tuple[Any, str], int] = {}
