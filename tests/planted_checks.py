@@ -238,3 +238,18 @@ class HoldsGpuMemoryCheck(Check):
 
         _HELD.append(torch.empty(int(ctx.options.get("mib", 256)) * 2**20, dtype=torch.uint8, device="cuda"))
         return self.passed("holding")
+
+
+class CupyPoolCheck(Check):
+    """Allocates options["mib"] MiB through CuPy and drops them: CuPy's default pool keeps the blocks, as torch's
+    cache does, until someone frees them."""
+
+    check_id = "planted.cupy_pool"
+    title = "leaves CuPy's pool full"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        import cupy
+
+        block = cupy.zeros(int(ctx.options.get("mib", 256)) * 2**20, dtype=cupy.uint8)
+        del block
+        return self.passed(f"pool holds {cupy.get_default_memory_pool().total_bytes() >> 20} MiB")

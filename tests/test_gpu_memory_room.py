@@ -122,6 +122,28 @@ def test_nvml_names_a_warm_worker_that_holds_gpu_memory_by_the_pid_the_pool_know
 
 
 @pytest.mark.gpu
+def test_a_warm_worker_gives_back_what_cupys_pool_kept_after_its_check(tmp_path) -> None:
+    """A check through CuPy (a CUDA C implementation) leaves its blocks in CuPy's default pool; the idle worker must
+    not hold them on the card (torch's cache is emptied the same way)."""
+    pytest.importorskip("cupy")
+    from opgate.engine.gpu_guard import keys_from_nvml
+    from opgate.engine.gpu_memory import read_gpu_memory
+
+    pool = WarmPool(tmp_path, limit=1)
+    try:
+        task = CheckTask("pool", "pool", "planted_checks:CupyPoolCheck", 120.0,
+                         CheckContext(options={"mib": 2048}), worker="k", uses_gpu=True)
+        (result,) = run_checks([task], jobs=1, pool=pool)
+        assert result.outcome is Outcome.PASSED and "2048 MiB" in result.reason, result.reason
+        [worker] = pool.idle
+        memory = read_gpu_memory(keys_from_nvml(None))
+        assert memory is not None
+        assert memory.used_by_pid.get(worker.proc.pid, 0) < 1024 * 2**20, memory.used_by_pid
+    finally:
+        pool.close()
+
+
+@pytest.mark.gpu
 def test_a_worker_asked_to_log_what_it_holds_names_the_live_tensor_and_its_referrer(tmp_path, monkeypatch) -> None:
     """OPGATE_WORKER_MEMORY_LOG: after each check the worker appends what it still holds on the GPU, with its
     largest live CUDA tensors and what refers to them (how the idle workers' 2-8 GiB are to be found)."""

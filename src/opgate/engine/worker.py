@@ -193,6 +193,12 @@ def give_back_gpu_memory() -> None:
             cuda.empty_cache()
     except Exception:  # a context the check broke: the parent retires this worker anyway
         pass
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:  # a CUDA C or CuPy implementation: CuPy's own pool keeps its blocks as torch's cache does
+        try:
+            cupy.get_default_memory_pool().free_all_blocks()
+        except Exception:
+            pass
 
 
 # A file to which each warm worker appends, after every check, the GPU memory it still holds once it gave back what
@@ -213,6 +219,9 @@ def log_held_gpu_memory(check_id: str) -> None:
             return
         entry: dict[str, Any] = {"pid": os.getpid(), "check": check_id, "allocated_mib": cuda.memory_allocated() >> 20,
                                  "reserved_mib": cuda.memory_reserved() >> 20, "tensors": []}
+        cupy = sys.modules.get("cupy")
+        if cupy is not None:
+            entry["cupy_pool_mib"] = cupy.get_default_memory_pool().total_bytes() >> 20
         if entry["allocated_mib"] > 64:
             import gc
 
