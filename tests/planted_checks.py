@@ -253,3 +253,22 @@ class CupyPoolCheck(Check):
         block = cupy.zeros(int(ctx.options.get("mib", 256)) * 2**20, dtype=cupy.uint8)
         del block
         return self.passed(f"pool holds {cupy.get_default_memory_pool().total_bytes() >> 20} MiB")
+
+
+class LocalMemoryCheck(Check):
+    """Launches a CuPy kernel whose threads each keep options["kib"] KiB in a local array: the context's per-thread
+    stack grows to that and stays (opgate/gpu/thread_stack.py)."""
+
+    check_id = "planted.local_memory"
+    title = "grows the context's per-thread stack"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        import cupy
+
+        floats = int(ctx.options.get("kib", 16)) * 256
+        source = (f'extern "C" __global__ void spill(float* out, int n) {{ volatile float buf[{floats}]; '
+                  f"for (int i = 0; i < {floats}; ++i) buf[i] = i * out[0]; out[threadIdx.x] = buf[n % {floats}]; }}")
+        out = cupy.zeros(128, dtype=cupy.float32)
+        cupy.RawKernel(source, "spill")((1,), (128,), (out, cupy.int32(7)))
+        cupy.cuda.runtime.deviceSynchronize()
+        return self.passed("launched")

@@ -144,6 +144,40 @@ def test_a_warm_worker_gives_back_what_cupys_pool_kept_after_its_check(tmp_path)
 
 
 @pytest.mark.gpu
+def test_a_warm_worker_gives_back_the_local_memory_a_spilling_kernel_grew(tmp_path, monkeypatch) -> None:
+    """A kernel with 16 KiB of local memory a thread grows the context's stack for every thread the GPU holds
+    (GiBs on an H100 or H200) and the driver never shrinks it: the idle worker sets it back, and the memory log
+    says from what."""
+    pytest.importorskip("cupy")
+    import json
+
+    from opgate.engine.gpu_guard import keys_from_nvml
+    from opgate.engine.gpu_memory import read_gpu_memory
+    from opgate.engine.worker import MEMORY_LOG_ENV
+
+    log = tmp_path / "held.jsonl"
+    monkeypatch.setenv(MEMORY_LOG_ENV, str(log))
+    (tmp_path / "w").mkdir()
+    pool = WarmPool(tmp_path / "w", limit=1)
+    try:
+        task = CheckTask("stack", "stack", "planted_checks:LocalMemoryCheck", 120.0,
+                         CheckContext(options={"kib": 16}), worker="k", uses_gpu=True)
+        (result,) = run_checks([task], jobs=1, pool=pool)
+        assert result.outcome is Outcome.PASSED, result.reason
+        [worker] = pool.idle
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not log.is_file():
+            time.sleep(0.2)
+        memory = read_gpu_memory(keys_from_nvml(None))
+        assert memory is not None
+        assert memory.used_by_pid.get(worker.proc.pid, 0) < 1536 * 2**20, memory.used_by_pid
+    finally:
+        pool.close()
+    [entry] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["stack_bytes_per_thread"][0] >= 16 * 1024 and entry["stack_bytes_per_thread"][1] <= 1024, entry
+
+
+@pytest.mark.gpu
 def test_a_worker_asked_to_log_what_it_holds_names_the_live_tensor_and_its_referrer(tmp_path, monkeypatch) -> None:
     """OPGATE_WORKER_MEMORY_LOG: after each check the worker appends what it still holds on the GPU, with its
     largest live CUDA tensors and what refers to them (how the idle workers' 2-8 GiB are to be found)."""

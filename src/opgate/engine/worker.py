@@ -159,8 +159,8 @@ def serve(stdin: Any | None = None) -> int:
         healthy = run_request(request)
         state.restore()
         if healthy:
-            give_back_gpu_memory()
-            log_held_gpu_memory(request["check_id"])
+            gave = give_back_gpu_memory()
+            log_held_gpu_memory(request["check_id"], gave)
         sys.stdout.flush()
         sys.stderr.write(f"\n[opgate worker] finished {request['check_id']}\n")
         sys.stderr.flush()
@@ -174,11 +174,13 @@ def serve(stdin: Any | None = None) -> int:
 LIVE_AFTER_CHECK_BYTES = 64 * 2**20
 
 
-def give_back_gpu_memory() -> None:
+def give_back_gpu_memory() -> dict[str, Any]:
     """Return the GPU memory PyTorch's allocator cached for the check that just ended: on the H200 a library run's
     workers held 15-24 GiB each (five of them) beside dozens holding 0.5-8 GiB, the card filled, and a calibration's
     bound terms ran out of memory (twelfth H200 session, in the history of docs/benchmarks.md). The next check
-    allocates again."""
+    allocates again. Also CuPy's pool, and the local memory the context keeps for the largest per-thread stack a
+    kernel needed (opgate/gpu/thread_stack.py). Returns what it shrank, for the memory log."""
+    gave: dict[str, Any] = {}
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
     try:
@@ -199,6 +201,13 @@ def give_back_gpu_memory() -> None:
             cupy.get_default_memory_pool().free_all_blocks()
         except Exception:
             pass
+    if (cuda is not None and cuda.is_initialized()) or cupy is not None:
+        from opgate.gpu.thread_stack import shrink_thread_stack
+
+        shrank = shrink_thread_stack()
+        if shrank is not None:
+            gave["stack_bytes_per_thread"] = list(shrank)
+    return gave
 
 
 # A file to which each warm worker appends, after every check, the GPU memory it still holds once it gave back what
@@ -208,21 +217,23 @@ def give_back_gpu_memory() -> None:
 MEMORY_LOG_ENV = "OPGATE_WORKER_MEMORY_LOG"
 
 
-def log_held_gpu_memory(check_id: str) -> None:
+def log_held_gpu_memory(check_id: str, gave: dict[str, Any] | None = None) -> None:
     path = os.environ.get(MEMORY_LOG_ENV, "").strip()
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
-    if not path or cuda is None:
+    cupy = sys.modules.get("cupy")
+    if not path:
         return
     try:
-        if not cuda.is_initialized():
+        torch_used = cuda is not None and cuda.is_initialized()
+        if not torch_used and cupy is None:
             return
-        entry: dict[str, Any] = {"pid": os.getpid(), "check": check_id, "allocated_mib": cuda.memory_allocated() >> 20,
-                                 "reserved_mib": cuda.memory_reserved() >> 20, "tensors": []}
-        cupy = sys.modules.get("cupy")
+        entry: dict[str, Any] = {"pid": os.getpid(), "check": check_id, "tensors": [], **(gave or {})}
         if cupy is not None:
             entry["cupy_pool_mib"] = cupy.get_default_memory_pool().total_bytes() >> 20
-        if entry["allocated_mib"] > 64:
+        if torch_used:
+            entry.update(allocated_mib=cuda.memory_allocated() >> 20, reserved_mib=cuda.memory_reserved() >> 20)
+        if entry.get("allocated_mib", 0) > 64:
             import gc
 
             alive = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.is_cuda]
