@@ -56,3 +56,22 @@ def test_timed_calls_keep_the_runtime_stage_fields() -> None:
     assert (timed.median_us, timed.min_us, timed.samples) == (11.5, 10.0, 4)
     assert timed.p95_us == pytest.approx(27.3)
     assert set(timed.to_dict()) == {"median_us", "p95_us", "min_us", "samples", "l2_flushed", "input_sets"}
+
+
+def test_a_slow_call_is_timed_fewer_times_within_the_budget_and_a_fast_one_as_asked() -> None:
+    from opgate.gpu.probes.timing import FEWEST_TIMED_CALLS, TIMED_CALLS_BUDGET_S, calls_within
+
+    assert calls_within(1e-4, 50) == 50  # 5 ms of calls: all of them
+    assert calls_within(TIMED_CALLS_BUDGET_S / 20, 50) == 20
+    assert calls_within(1.0, 50) == FEWEST_TIMED_CALLS  # fla's linear cross-entropy at a Llama-3 vocabulary
+    assert calls_within(1.0, 3) == 3  # never more than asked
+    assert calls_within(0.0, 50) == 50 and calls_within(float("nan"), 50) == 50
+
+
+def test_the_replay_timing_of_a_slow_call_shrinks_to_the_budget() -> None:
+    from opgate.gpu.probes.graphs import replay_timing_calls
+
+    assert replay_timing_calls(None) == (20, 5)
+    assert replay_timing_calls(1e-5) == (20, 5)  # a 10 us kernel: launch overhead needs the batches
+    assert replay_timing_calls(0.05) == (4, 5)  # 2 x 5 x 4 calls of 50 ms: 2 s
+    assert replay_timing_calls(1.0) == (1, 3)  # 6 calls of a second, not 200

@@ -250,7 +250,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
 
     def _timed(self, ctx: CheckContext, options: GpuStagePayload, torch: Any) -> CheckResult:
         from opgate.gpu.probes.graphs import check_graph_capture
-        from opgate.gpu.probes.timing import time_cuda
+        from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S, time_cuda
 
         phases: dict[str, float] = {}  # where a slow runtime check spends its time (extra["phase_s"])
         lap = time.perf_counter()
@@ -295,12 +295,14 @@ class VerifyRuntimeCheck(GpuStageCheck):
             raise SkipCheck(f"{label} {dtype} does not fit this GPU's memory (out of memory with 3 input sets; "
                             f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free now): declare smaller perf_dims "
                             "or time on a larger GPU") from None
+        slow_note = (f" (not {options.repeats}: about {TIMED_CALLS_BUDGET_S:g} s of timed calls at "
+                     f"{stats.median_us / 1e6:.2g} s a call)" if stats.samples < options.repeats else "")
         figures = [
             Figure("timed case", f"{label} {dtype}", key="verify.runtime.timed_case"),
             Figure("median time", round(stats.median_us, 3), "us", key="verify.runtime.median_time"),
             Figure("p95 time", round(stats.p95_us, 3), "us", key="verify.runtime.p95_time"),
-            Figure("timing method", f"CUDA events, {stats.samples} calls after warm-up, L2 flushed before each, "
-                                    f"{stats.input_sets} rotating input sets (rolled copies of one)",
+            Figure("timing method", f"CUDA events, {stats.samples} calls after warm-up{slow_note}, L2 flushed "
+                                    f"before each, {stats.input_sets} rotating input sets (rolled copies of one)",
                    key="verify.runtime.timing_method"),
         ]
         roof_figures, roof_text = roofline_fraction(op, dtype, dims, stats.median_us * 1e-6, gpu_name,
@@ -308,7 +310,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
         figures += roof_figures
         # Graph capture last: a failed capture leaves torch's CUDA generator unusable in this process.
         phase("roofline")
-        graph = check_graph_capture(fn, input_sets[0], input_sets[1])
+        graph = check_graph_capture(fn, input_sets[0], input_sets[1], seconds_per_call=stats.median_us * 1e-6)
         phase("graph")
         extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
                                  "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,

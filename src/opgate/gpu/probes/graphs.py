@@ -324,20 +324,37 @@ def mismatch_facts(fn: Callable[..., Any], static: tuple, graph: Any, captured: 
 MATCH_RTOL = 1e-6  # a replay matches eager within this much of the largest |output|
 
 
+def replay_timing_calls(seconds_per_call: float | None, calls: int = 20, batches: int = 5) -> tuple[int, int]:
+    """(calls a batch, batches) for timing eager calls against graph replays: `calls` x `batches` each, unless a
+    call is so slow (`seconds_per_call`, the runtime stage's median) that both would outlast the timing budget;
+    then as many calls a batch as fit, and 3 batches of one call at the least."""
+    from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S
+
+    if seconds_per_call is None or seconds_per_call * calls * batches * 2 <= TIMED_CALLS_BUDGET_S:
+        return calls, batches
+    fitting = int(TIMED_CALLS_BUDGET_S / (seconds_per_call * batches * 2))
+    return (max(1, fitting), batches) if fitting >= 1 else (1, 3)
+
+
 def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
-                        calls_for_timing: int = 20) -> GraphCaptureReport:
+                        calls_for_timing: int = 20, seconds_per_call: float | None = None) -> GraphCaptureReport:
     """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
+    `seconds_per_call` (what a timing measured): a slow call is warmed up once, not three times, and timed
+    against its replay fewer times (replay_timing_calls).
 
     Run it last in its own process: a failed capture leaves PyTorch's CUDA generator in capture state
     ("Offset increment outside graph capture"), so later random draws in that process fail.
     """
     import torch
 
+    from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S
+
+    slow = seconds_per_call is not None and 3 * seconds_per_call > TIMED_CALLS_BUDGET_S
     static = tuple(a.clone() if torch.is_tensor(a) else a for a in args)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(3):  # warm up off the default stream: JIT compiles and autotunes happen here
+        for _ in range(1 if slow else 3):  # warm up off the default stream: JIT compiles and autotunes happen here
             fn(*static)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
@@ -388,8 +405,9 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     matches = not replayed.problem
     facts = ({} if matches else
              mismatch_facts(fn, static, graph, _as_tensors(outputs[0]), diff["expected"]))
-    eager_us = time_torch_batches(torch, lambda: fn(*static), calls_for_timing).median
-    graph_us = time_torch_batches(torch, graph.replay, calls_for_timing).median
+    calls, batches = replay_timing_calls(seconds_per_call, calls_for_timing)
+    eager_us = time_torch_batches(torch, lambda: fn(*static), calls, batches).median
+    graph_us = time_torch_batches(torch, graph.replay, calls, batches).median
     return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,
                               graph_us_per_call=graph_us, sync_points=sync_points, tolerance=diff.get("tolerance"),
                               **facts)

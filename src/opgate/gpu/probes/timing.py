@@ -224,20 +224,48 @@ def l2_bytes(device: int = 0) -> int:
     return int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
 
 
+# The timed calls of one measurement take about this long at most: fla's fused linear cross-entropy in float32 at a
+# Llama-3 vocabulary (M=8192, H=4096, V=128256) ran past 110 s of one runtime check on the H100 (fortieth session),
+# its 55 timed calls and the graph check's ~200 at about a second each, while the GPU was the run's alone.
+TIMED_CALLS_BUDGET_S = 2.0
+# Never fewer timed calls than this: a median of 5 is still a median (p95 is then about the largest).
+FEWEST_TIMED_CALLS = 5
+
+
+def calls_within(seconds_per_call: float, wanted: int, budget_s: float = TIMED_CALLS_BUDGET_S,
+                 fewest: int = FEWEST_TIMED_CALLS) -> int:
+    """How many of `wanted` calls of `seconds_per_call` each fit `budget_s`, never fewer than `fewest` (nor more
+    than wanted)."""
+    if seconds_per_call <= 0 or not math.isfinite(seconds_per_call):
+        return wanted
+    return max(min(fewest, wanted), min(wanted, int(budget_s / seconds_per_call)))
+
+
 def time_cuda(fn: Callable[..., Any], input_sets: Sequence[tuple], warmup: int = 5, repeats: int = 50,
-              flush_l2: bool = True) -> TimedCalls:
+              flush_l2: bool = True, budget_s: float | None = TIMED_CALLS_BUDGET_S) -> TimedCalls:
     """`fn(*input_sets[i % n])` timed the way a kernel engineer would: torch events around the call only,
-    warm-up first, L2 flushed before every timed call (so every call starts from HBM), inputs rotated."""
+    warm-up first, L2 flushed before every timed call (so every call starts from HBM), inputs rotated.
+    `budget_s`: a call so slow that `repeats` of them would take longer is timed fewer times (calls_within), and
+    warmed up once; the first warm-up call (compiles, autotuning) is never timed, the second is timed alone for
+    the estimate."""
+    import itertools
+
     import torch
 
     if not input_sets:
         raise ValueError("time_cuda needs at least one input set")
     flush = torch.empty(2 * l2_bytes(), dtype=torch.int8, device="cuda") if flush_l2 else None
-    calls = iter(range(warmup + repeats))
+    calls = itertools.count()
 
     def call() -> None:
         fn(*input_sets[next(calls) % len(input_sets)])
 
     before = (lambda: flush.zero_()) if flush is not None else None
+    if budget_s is not None and warmup >= 2:
+        call()  # compiles and autotunes: not a sample of the call's own time
+        torch.cuda.synchronize()
+        estimate_ms = time_torch_events(torch, call, 0, 1, before_each=before).median
+        repeats = calls_within(estimate_ms / 1e3, repeats, budget_s)
+        warmup = max(0, warmup - 2) if estimate_ms / 1e3 * (warmup - 2) <= budget_s else 0
     ms = time_torch_events(torch, call, warmup, repeats, before_each=before)
     return TimedCalls(Samples.of([v * 1000.0 for v in ms.values]), flush is not None, len(input_sets))

@@ -1,0 +1,49 @@
+"""A call so slow that 50 timed calls would take minutes is timed within the budget, and its graph check too (the
+runtime stage of fla's linear cross-entropy in float32 at a Llama-3 vocabulary ran past 110 s on the H100)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+@pytest.mark.gpu
+def test_a_call_of_half_a_second_is_timed_five_times_and_its_graph_check_stays_short() -> None:
+    torch = pytest.importorskip("torch")
+    from opgate.gpu.probes.graphs import check_graph_capture
+    from opgate.gpu.probes.timing import FEWEST_TIMED_CALLS, time_cuda
+
+    x = torch.ones(4, device="cuda")
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    probe = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe[0].record()
+    torch.cuda._sleep(10**8)
+    probe[1].record()
+    probe[1].synchronize()
+    cycles = int(10**8 * 500 / probe[0].elapsed_time(probe[1]))  # about 0.5 s of GPU time a call
+
+    def slow(t):
+        torch.cuda._sleep(cycles)
+        return t * 2
+
+    started = time.perf_counter()
+    stats = time_cuda(slow, [(x,), (x.clone(),)])
+    timed_s = time.perf_counter() - started
+    assert stats.samples == FEWEST_TIMED_CALLS and 0.3e6 < stats.median_us < 0.8e6, stats.to_dict()
+    assert timed_s < 10, timed_s  # 2 + 5 calls, not 55
+    started = time.perf_counter()
+    graph = check_graph_capture(slow, (x,), (x.clone(),), seconds_per_call=stats.median_us * 1e-6)
+    assert graph.captured and graph.matches_eager, graph
+    assert time.perf_counter() - started < 15  # about 12 calls, not 200
+
+
+@pytest.mark.gpu
+def test_a_fast_call_is_still_timed_as_many_times_as_asked() -> None:
+    torch = pytest.importorskip("torch")
+    from opgate.gpu.probes.timing import time_cuda
+
+    x = torch.ones(1 << 16, device="cuda")
+    stats = time_cuda(lambda t: t * 2, [(x,)], repeats=50)
+    assert stats.samples == 50
