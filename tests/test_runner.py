@@ -324,6 +324,24 @@ def test_tasks_under_their_reserved_slots_go_ahead_of_earlier_orders() -> None:
     assert _next_position(numerics, [], jobs=8) == 0  # no floor: as before
 
 
+def test_a_numerics_check_waits_for_its_running_compile_ahead_task_but_not_a_queued_one() -> None:
+    """`after_running`: the check would compile the kernel its compile-ahead task is compiling (two 85 s compiles
+    at once on the H100); a task that has not started holds nothing back."""
+    from opgate.engine.runner import _next_position
+
+    ahead = task("numerics.compile_ahead", "PassingCheck")
+    check = dataclasses.replace(task("numerics", "PassingCheck"), after_running=("planted.numerics.compile_ahead",))
+    other = task("other", "PassingCheck")
+
+    class Slot:
+        def __init__(self, t: CheckTask) -> None:
+            self.task = t
+
+    assert _next_position([(0, check), (1, other)], [Slot(ahead)], jobs=4) == 1  # it runs: the check waits
+    assert _next_position([(0, check), (1, ahead)], [], jobs=4) == 0  # queued: the check goes first
+    assert _next_position([(0, check)], [], jobs=4) == 0
+
+
 def test_a_task_starts_after_the_tasks_it_names_have_finished() -> None:
     """`after`: a sanitizer run's other implementations read the one run their group's first task made."""
     from opgate.engine.runner import _next_position

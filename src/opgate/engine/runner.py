@@ -88,6 +88,10 @@ class CheckTask:
     # Check ids of tasks of the same run this one starts after: it waits while any of them is queued or running
     # (a sanitizer run's other implementations read the one run their first task made for all of them).
     after: tuple[str, ...] = ()
+    # Check ids it starts after only while they run (a queued one holds nothing back): a numerics check waits for
+    # its compile-ahead task to finish the compile it is in, instead of compiling the same kernel beside it (two
+    # 85 s compiles of FlagGems' skip_layer_norm at once on the H100, fortieth session).
+    after_running: tuple[str, ...] = ()
     # It waits at pause points while a measurement window is open (engine/gpu_windows.py, engine/gpu_pause.py): a
     # measurement may then run beside it. Only a warm worker's task pauses.
     pausable: bool = False
@@ -903,7 +907,8 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
     (_must_wait); `startable`: which tasks may start at all (a window holds the side-by-side GPU work back)."""
     side_by_side = {task.device for _, task in pending if not task.exclusive}
     groups_waiting = {task.group for _, task in pending if not task.exclusive}
-    unfinished = {task.check_id for _, task in pending} | {slot.task.check_id for slot in running}
+    running_ids = {slot.task.check_id for slot in running}
+    unfinished = {task.check_id for _, task in pending} | running_ids
 
     def group_done(group: str) -> bool:
         return bool(group) and group not in groups_waiting and not (arriving is not None and arriving(group))
@@ -912,6 +917,8 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
         if startable is not None and not startable(task):
             return False
         if (shared and _over_share(task, running, jobs)) or unfinished.intersection(task.after):
+            return False
+        if running_ids.intersection(task.after_running):
             return False
         if task.exclusive and _must_wait(task, running, paused):
             return False  # a measurement starts on a free GPU; it never drains one (below)

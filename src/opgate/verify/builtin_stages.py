@@ -24,6 +24,7 @@ class NumericsStage(Stage):
 
     def tasks(self, plan: OperatorPlan) -> list[CheckTask | CheckResult]:
         from opgate.verify.backends import backend
+        from opgate.verify.compile_ahead import SUFFIX as COMPILE_AHEAD_SUFFIX
         from opgate.verify.resume import CASE_TIMEOUT_S, CASE_TIMEOUT_SHARE
 
         out: list[CheckTask | CheckResult] = []
@@ -62,8 +63,11 @@ class NumericsStage(Stage):
                     case_costs_path=str(case_costs_path(plan.workdir, plan.spec_file, plan.op.name, choice.name)))
                 task = plan.task(self, check_id, title, "opgate.verify.check:VerifyImplementationCheck",
                                  self.timeout_s, payload, choice, labels={"dtype": dtype})
-                # it waits at its pause points while a measurement runs beside it (engine/gpu_windows.py)
-                out.append(dataclasses.replace(task, pausable=task.uses_gpu and bool(task.worker)))
+                # it waits at its pause points while a measurement runs beside it (engine/gpu_windows.py), and
+                # for its compile-ahead task to end while that runs (verify/compile_ahead.py)
+                out.append(dataclasses.replace(task, pausable=task.uses_gpu and bool(task.worker),
+                                               after_running=(f"{check_id}{COMPILE_AHEAD_SUFFIX}",)
+                                               if task.uses_gpu else ()))
         return out
 
 

@@ -9,8 +9,10 @@ A compile-ahead task starts with the run. It calls the implementation once per d
 plan's cases, largest first: a compile depends on shapes, strides and dtypes, not on values. It runs in the warm
 worker key its numerics check will use, under the check's one-config-per-key autotuning
 (verify/backends/autotune_choice.py). The check then finds its kernels in that worker's memory or in Triton's disk
-cache. The task stops once its plan is written: the check is about to start, and compiling beside it would compile
-twice. Whatever goes wrong is the check's to meet and report, so the task's result is internal (never reported),
+cache. The task stops once its plan is written, at its next shape: the check is about to start, and compiling
+beside it would compile twice. The check waits for a task that still runs (CheckTask.after_running); it used not to,
+and on the H100 (fortieth session) FlagGems' skip_layer_norm checks compiled the kernel their tasks were compiling,
+85 s each, and ended the numerics at 402 s, 92 s after their tasks. Whatever goes wrong is the check's to meet and report, so the task's result is internal (never reported),
 even when its process dies (resume.follow_up).
 
 On the H100 host, one library run of fla's and FlagGems' eight spec files after another on the same machine, each
