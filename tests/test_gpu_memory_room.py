@@ -4,6 +4,8 @@ H100 host a library run's idle processes held 76 of 79 GiB when its runtime meas
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from opgate_testing import child_pythonpath
@@ -11,7 +13,7 @@ from opgate_testing import child_pythonpath
 from opgate.checks.base import CheckContext
 from opgate.engine.gpu_memory import CONTEXT_BYTES, GpuMemory, holders_to_end
 from opgate.engine.runner import CheckTask, WarmPool, run_checks
-from opgate.model.results import Outcome
+from opgate.model.results import CheckResult, Outcome
 
 GIB = 2**30
 
@@ -95,24 +97,44 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _run_one(pool: WarmPool, target: str, options: dict) -> tuple[CheckResult, Any]:
+    """One GPU check of key "k" run in `pool`, and the idle warm worker that ran it."""
+    task = CheckTask(target, target, f"planted_checks:{target}", 120.0, CheckContext(options=options), worker="k",
+                     uses_gpu=True)
+    (result,) = run_checks([task], jobs=1, pool=pool)
+    [worker] = pool.idle
+    return result, worker
+
+
+def _gpu_bytes_of(pid: int) -> tuple[int, GpuMemory]:
+    """NVML's usage of `pid` on the visible GPU, and the whole reading."""
+    from opgate.engine.gpu_guard import keys_from_nvml
+    from opgate.engine.gpu_memory import read_gpu_memory
+
+    memory = read_gpu_memory(keys_from_nvml(None))
+    assert memory is not None and memory.total > 0
+    return memory.used_by_pid.get(pid, 0), memory
+
+
+def _wait_for(path: Path, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not path.is_file():
+        time.sleep(0.2)
+
+
 @pytest.mark.gpu
 def test_nvml_names_a_warm_worker_that_holds_gpu_memory_by_the_pid_the_pool_knows(tmp_path) -> None:
     """make_gpu_room finds the holders by pid: on a GPU host NVML must list a warm worker that allocated GPU memory
     under the pid the pool started it with (a container whose pids NVML does not see takes the fallback)."""
     pytest.importorskip("torch")
     from opgate.engine.gpu_guard import keys_from_nvml
-    from opgate.engine.gpu_memory import read_gpu_memory
 
     pool = WarmPool(tmp_path, limit=2)
     try:
-        task = CheckTask("hold", "hold", "planted_checks:HoldsGpuMemoryCheck", 120.0,
-                         CheckContext(options={"mib": 1024}), worker="k", uses_gpu=True)
-        (held,) = run_checks([task], jobs=1, pool=pool)
+        held, worker = _run_one(pool, "HoldsGpuMemoryCheck", {"mib": 1024})
         assert held.outcome is Outcome.PASSED, held.reason
-        [worker] = pool.idle
-        memory = read_gpu_memory(keys_from_nvml(None))
-        assert memory is not None and memory.total > 0
-        assert memory.used_by_pid.get(worker.proc.pid, 0) >= 1024 * 2**20, (worker.proc.pid, memory.used_by_pid)
+        used, memory = _gpu_bytes_of(worker.proc.pid)
+        assert used >= 1024 * 2**20, (worker.proc.pid, memory.used_by_pid)
         pool.make_gpu_room(CheckTask("m", "m", "planted_checks:PassingCheck", 60.0, CheckContext(), worker="other",
                                      exclusive=True, uses_gpu=True), keys_from_nvml(None),
                            read=lambda keys: GpuMemory(0, memory.total, memory.used_by_pid))
@@ -126,19 +148,12 @@ def test_a_warm_worker_gives_back_what_cupys_pool_kept_after_its_check(tmp_path)
     """A check through CuPy (a CUDA C implementation) leaves its blocks in CuPy's default pool; the idle worker must
     not hold them on the card (torch's cache is emptied the same way)."""
     pytest.importorskip("cupy")
-    from opgate.engine.gpu_guard import keys_from_nvml
-    from opgate.engine.gpu_memory import read_gpu_memory
-
     pool = WarmPool(tmp_path, limit=1)
     try:
-        task = CheckTask("pool", "pool", "planted_checks:CupyPoolCheck", 120.0,
-                         CheckContext(options={"mib": 2048}), worker="k", uses_gpu=True)
-        (result,) = run_checks([task], jobs=1, pool=pool)
+        result, worker = _run_one(pool, "CupyPoolCheck", {"mib": 2048})
         assert result.outcome is Outcome.PASSED and "2048 MiB" in result.reason, result.reason
-        [worker] = pool.idle
-        memory = read_gpu_memory(keys_from_nvml(None))
-        assert memory is not None
-        assert memory.used_by_pid.get(worker.proc.pid, 0) < 1024 * 2**20, memory.used_by_pid
+        used, memory = _gpu_bytes_of(worker.proc.pid)
+        assert used < 1024 * 2**20, memory.used_by_pid
     finally:
         pool.close()
 
@@ -151,8 +166,6 @@ def test_a_warm_worker_gives_back_the_local_memory_a_spilling_kernel_grew(tmp_pa
     pytest.importorskip("cupy")
     import json
 
-    from opgate.engine.gpu_guard import keys_from_nvml
-    from opgate.engine.gpu_memory import read_gpu_memory
     from opgate.engine.worker import MEMORY_LOG_ENV
 
     log = tmp_path / "held.jsonl"
@@ -160,17 +173,11 @@ def test_a_warm_worker_gives_back_the_local_memory_a_spilling_kernel_grew(tmp_pa
     (tmp_path / "w").mkdir()
     pool = WarmPool(tmp_path / "w", limit=1)
     try:
-        task = CheckTask("stack", "stack", "planted_checks:LocalMemoryCheck", 120.0,
-                         CheckContext(options={"kib": 16}), worker="k", uses_gpu=True)
-        (result,) = run_checks([task], jobs=1, pool=pool)
+        result, worker = _run_one(pool, "LocalMemoryCheck", {"kib": 16})
         assert result.outcome is Outcome.PASSED, result.reason
-        [worker] = pool.idle
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not log.is_file():
-            time.sleep(0.2)
-        memory = read_gpu_memory(keys_from_nvml(None))
-        assert memory is not None
-        assert memory.used_by_pid.get(worker.proc.pid, 0) < 1536 * 2**20, memory.used_by_pid
+        _wait_for(log)
+        used, memory = _gpu_bytes_of(worker.proc.pid)
+        assert used < 1536 * 2**20, memory.used_by_pid
     finally:
         pool.close()
     [entry] = [json.loads(line) for line in log.read_text().splitlines()]
@@ -191,15 +198,11 @@ def test_a_worker_asked_to_log_what_it_holds_names_the_live_tensor_and_its_refer
     pool = WarmPool(tmp_path / "w", limit=1)
     (tmp_path / "w").mkdir()
     try:
-        task = CheckTask("hold", "hold", "planted_checks:HoldsGpuMemoryCheck", 120.0,
-                         CheckContext(options={"mib": 512}), worker="k", uses_gpu=True)
-        (held,) = run_checks([task], jobs=1, pool=pool)
+        held, _ = _run_one(pool, "HoldsGpuMemoryCheck", {"mib": 512})
         assert held.outcome is Outcome.PASSED, held.reason
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not log.is_file():
-            time.sleep(0.2)
+        _wait_for(log)
     finally:
         pool.close()
     [entry] = [json.loads(line) for line in log.read_text().splitlines()]
-    assert entry["check"] == "hold" and entry["allocated_mib"] >= 512
+    assert entry["check"] == "HoldsGpuMemoryCheck" and entry["allocated_mib"] >= 512
     assert entry["tensors"][0]["mib"] == 512 and "list" in entry["tensors"][0]["referrers"]
