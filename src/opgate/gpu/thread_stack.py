@@ -10,16 +10,33 @@ again for the next launch that needs it.
 
 from __future__ import annotations
 
-# The per-thread stack of a context no kernel has grown (cuCtxGetLimit on a fresh context; scripts/gpu/
-# local_memory_probe.py prints it for the host it runs on).
+from typing import Any
+
+# The per-thread stack of a context no kernel has grown: 1024 B from cuCtxGetLimit on a fresh context on the H100
+# (scripts/gpu/local_memory_probe.py, fortieth session; it prints it for the host it runs on).
 FRESH_STACK_BYTES = 1024
+
+_driver: Any = None  # cuda.bindings.driver once imported; False where it cannot be (asked once per process)
+
+
+def _cuda_driver() -> Any:
+    global _driver
+    if _driver is None:
+        try:
+            from cuda.bindings import driver
+
+            _driver = driver
+        except Exception:  # no cuda-bindings, or no libcuda.so.1 behind it
+            _driver = False
+    return _driver
 
 
 def stack_bytes() -> int | None:
     """The current context's per-thread stack size, or None (no cuda-bindings, no context current)."""
+    driver = _cuda_driver()
+    if not driver:
+        return None
     try:
-        from cuda.bindings import driver
-
         err, context = driver.cuCtxGetCurrent()
         if int(err) != 0 or not int(context):
             return None
@@ -36,9 +53,8 @@ def shrink_thread_stack(to_bytes: int = FRESH_STACK_BYTES) -> tuple[int, int] | 
     before = stack_bytes()
     if before is None or before <= to_bytes:
         return None
+    driver = _cuda_driver()
     try:
-        from cuda.bindings import driver
-
         (err,) = driver.cuCtxSetLimit(driver.CUlimit.CU_LIMIT_STACK_SIZE, to_bytes)
         if int(err) != 0:
             return None
