@@ -45,7 +45,7 @@ from opgate.verify.case_watchdog import CaseStopped, stopped_after
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resume import CaseJournal
-from opgate.verify.shrink import shrink_case
+from opgate.verify.shrink import candidate_sizes, shrink_case
 from opgate.core.spec import Operator
 from opgate.verify.loaded_specs import loaded_operators
 from opgate.verify.tasks import NumericsPayload
@@ -53,6 +53,7 @@ from opgate.verify.case_costs import CaseCostLog, MeasuredCost
 from opgate.verify.time_budget import CasePlanFitter, CaseSize, budget_at_start
 
 MAX_CASE_RECORDS_WITH_STATS = 8  # failing cases whose full statistics go into the JSON
+BISECT_SHRINK_ATTEMPTS = 8  # dims shrunk before a range bisection under the interpreter (_bisect_shrunk)
 NOT_JUDGED_REMEDIATION = ("Not a verdict on the implementation: opgate could not show the out-of-memory error was "
                           "its own demand (the reason says who held the GPU's memory; nvidia-smi lists the "
                           "processes). Run again when the memory is free, or give this run a GPU of its own "
@@ -506,19 +507,70 @@ class VerifyImplementationCheck(Check):
         else:
             far = dt.smallest_normal(plan.dtype) * 2
 
-        def at(scale: float) -> Case:
-            return Case(case.dims, case.seed, "magnitude", case.layout, "bisect", scale)
+        def at(scale: float, dims: tuple[tuple[str, int], ...] = case.dims) -> Case:
+            return Case(dims, case.seed, "magnitude", case.layout, "bisect", scale)
 
-        scale = bisect_breaking_scale(lambda s: self._case_fails(op, prepared, plan, at(s)), 1.0, far)
+        answers: dict[tuple[tuple[tuple[str, int], ...], float], bool] = {}
+
+        def fails(scale: float, dims: tuple[tuple[str, int], ...] = case.dims) -> bool:
+            if (dims, scale) not in answers:  # each call under the interpreter costs seconds at a large size
+                answers[dims, scale] = self._case_fails(op, prepared, plan, at(scale, dims))
+            return answers[dims, scale]
+
+        promised = promised_magnitude(op, plan.dtype) if side == "high" else PROMISED_MIN_MAGNITUDE
+        if prepared.facts.get("interpreter"):
+            shrunk = self._bisect_shrunk(op, case.dims, at, fails, far, promised, side, plan.dtype)
+            if shrunk is not None:
+                return shrunk
+        scale = bisect_breaking_scale(fails, 1.0, far)
         if scale is None:
             return None
-        promised = promised_magnitude(op, plan.dtype) if side == "high" else PROMISED_MIN_MAGNITUDE
         if scale == NOT_REPRODUCED:  # where the bulk of the failing cases' inputs lies (deviations.NOT_REPRODUCED)
             magnitudes = [input_magnitude(op, r.case, plan.dtype, typical=True) for r in group]
             magnitude = min(magnitudes) if side == "high" else max(magnitudes)
             outside = magnitude > promised if side == "high" else magnitude < promised
             return (magnitude, promised, False) if outside else None  # inside: not a range effect, as before
         return input_magnitude(op, at(scale), plan.dtype), promised, True
+
+    def _bisect_shrunk(self, op: Operator, dims: tuple[tuple[str, int], ...], at: Callable[..., Case],
+                       fails: Callable[..., bool], far: float, promised: float, side: str,
+                       dtype: str) -> tuple[float, float, bool] | None:
+        """The bisection at the failing case shrunk, where it breaks the same way: under Triton's interpreter a call
+        at that case's size costs seconds, and a bisection makes 16 (attorch's Softplus at M=64, N=4096: 12.8 s a
+        call, 176 s of one check, fortieth session). The original size is called at most three times: passing at
+        the typical scale and failing at `far` (the bisection's ends, which it reuses), and once at the promised
+        magnitude, which decides on which side of the promise it breaks there. The shrunk bisection's answer stands
+        only where that side agrees; None: bisect at the original size, as before. `fails(scale, dims)`."""
+        if fails(1.0) or not fails(far):
+            return None  # no range effect, or not reproduced: the bisection says so at once
+        def first_dim_shrunk(current: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...] | None:
+            for dim, size in current:  # the first dim that can shrink, to its smallest size (shrink.py's order)
+                sizes = candidate_sizes(op, dim, size)
+                if sizes:
+                    return tuple((d, sizes[0] if d == dim else s) for d, s in current)
+            return None
+
+        smaller = dims
+        for _ in range(BISECT_SHRINK_ATTEMPTS):
+            trial = first_dim_shrunk(smaller)
+            if trial is None or fails(1.0, trial) or not fails(far, trial):
+                break
+            smaller = trial
+        if smaller == dims:
+            return None
+        scale = bisect_breaking_scale(lambda s: fails(s, smaller), 1.0, far)
+        if scale is None or scale == NOT_REPRODUCED:
+            return None
+        magnitude = input_magnitude(op, at(scale, smaller), dtype)
+        outside = magnitude > promised if side == "high" else magnitude < promised
+        promised_scale = promised / max(input_magnitude(op, at(1.0), dtype), 1e-300)
+        if (promised_scale <= 1.0) if side == "high" else (promised_scale >= 1.0):
+            inside_at_size = False  # it passes at scale 1, beyond the promise already
+        elif (promised_scale >= far) if side == "high" else (promised_scale <= far):
+            inside_at_size = True  # it fails at `far`, within the promise
+        else:
+            inside_at_size = fails(promised_scale)
+        return (magnitude, promised, True) if outside != inside_at_size else None
 
     # -- precision ----------------------------------------------------------------------------------
     def _precision_finding(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
