@@ -13,6 +13,13 @@ from opgate.model.results import Outcome
 from opgate.engine.runner import CheckTask, run_checks
 
 
+
+class _Slot:
+    """A running task as `_next_position` sees it (the runner's slot holds more)."""
+
+    def __init__(self, t: CheckTask) -> None:
+        self.task = t
+
 def task(name: str, cls: str, timeout: float = 30.0) -> CheckTask:
     return CheckTask(check_id=f"planted.{name}", title=name, target=f"planted_checks:{cls}", timeout_s=timeout,
                      context=CheckContext(verb="doctor"), env={"PYTHONPATH": child_pythonpath()})
@@ -220,17 +227,13 @@ def test_a_measurement_never_drains_a_busy_gpu_and_goes_first_on_a_free_one() ->
     warm = dataclasses.replace(task("warm", "PassingCheck"), order=42, slot_floor=0.25, group="b.py")
     numerics = dataclasses.replace(task("numerics", "PassingCheck"), order=40, group="b.py")
 
-    class Slot:
-        def __init__(self, t: CheckTask) -> None:
-            self.task = t
-
-    running = [Slot(dataclasses.replace(numerics, check_id="planted.running"))]
+    running = [_Slot(dataclasses.replace(numerics, check_id="planted.running"))]
     assert _next_position([(0, measure), (1, numerics), (2, warm)], running, jobs=8) == 2  # the floor, then numerics
     assert _next_position([(0, measure), (1, numerics)], running, jobs=8) == 1
     assert _next_position([(0, measure), (1, numerics), (2, warm)], [], jobs=8) == 0  # a free GPU: it goes first
     elsewhere = dataclasses.replace(numerics, device=1)
     pinned = dataclasses.replace(measure, device=0)
-    assert _next_position([(0, pinned), (1, elsewhere)], [Slot(dataclasses.replace(elsewhere, check_id="x"))],
+    assert _next_position([(0, pinned), (1, elsewhere)], [_Slot(dataclasses.replace(elsewhere, check_id="x"))],
                           jobs=8) == 0  # another GPU's work does not keep it waiting
 
 
@@ -271,11 +274,7 @@ def test_tasks_over_their_share_of_the_slots_wait_and_leave_the_rest_to_others()
     warm = [(i, dataclasses.replace(task(f"warm{i}", "PassingCheck"), slot_share=0.5)) for i in range(3)]
     other = (9, task("numerics", "PassingCheck"))
 
-    class Slot:
-        def __init__(self, t: CheckTask) -> None:
-            self.task = t
-
-    running = [Slot(warm[0][1]), Slot(warm[1][1])]
+    running = [_Slot(warm[0][1]), _Slot(warm[1][1])]
     assert _next_position(warm, running, jobs=4) is None  # 2 of 4 slots: the share is held
     assert _next_position([*warm, other], running, jobs=4) == 3
     assert _next_position(warm, running[:1], jobs=4) == 0
@@ -309,14 +308,10 @@ def test_tasks_under_their_reserved_slots_go_ahead_of_earlier_orders() -> None:
     sanitizer = [(10 + i, dataclasses.replace(task(f"san{i}", "FailingCheck"), order=45, slot_floor=0.25))
                  for i in range(3)]
 
-    class Slot:
-        def __init__(self, t: CheckTask) -> None:
-            self.task = t
-
     queue = [*numerics, *sanitizer]
     assert _next_position(queue, [], jobs=8) == 3  # 0 of its 2 slots held: the first sanitizer run goes first
-    assert _next_position(queue[:4] + queue[5:], [Slot(sanitizer[1][1])], jobs=8) == 3  # 1 of 2
-    held = [Slot(sanitizer[1][1]), Slot(sanitizer[2][1])]
+    assert _next_position(queue[:4] + queue[5:], [_Slot(sanitizer[1][1])], jobs=8) == 3  # 1 of 2
+    held = [_Slot(sanitizer[1][1]), _Slot(sanitizer[2][1])]
     assert _next_position(queue, held, jobs=8) == 0  # its floor is held: the queue's order again
     assert _next_position(queue, [], jobs=2) == 3  # a floor is at least one slot
     waiting = dataclasses.replace(sanitizer[0][1], after=("planted.numerics0",))
@@ -333,11 +328,7 @@ def test_a_numerics_check_waits_for_its_running_compile_ahead_task_but_not_a_que
     check = dataclasses.replace(task("numerics", "PassingCheck"), after_running=("planted.numerics.compile_ahead",))
     other = task("other", "PassingCheck")
 
-    class Slot:
-        def __init__(self, t: CheckTask) -> None:
-            self.task = t
-
-    assert _next_position([(0, check), (1, other)], [Slot(ahead)], jobs=4) == 1  # it runs: the check waits
+    assert _next_position([(0, check), (1, other)], [_Slot(ahead)], jobs=4) == 1  # it runs: the check waits
     assert _next_position([(0, check), (1, ahead)], [], jobs=4) == 0  # queued: the check goes first
     assert _next_position([(0, check)], [], jobs=4) == 0
 
@@ -350,11 +341,7 @@ def test_a_task_starts_after_the_tasks_it_names_have_finished() -> None:
     then = dataclasses.replace(task("then", "PassingCheck"), after=("planted.first",))
     other = task("other", "PassingCheck")
 
-    class Slot:
-        def __init__(self, t: CheckTask) -> None:
-            self.task = t
-
-    assert _next_position([(1, then), (2, other)], [Slot(first)], jobs=4) == 1  # first still runs
+    assert _next_position([(1, then), (2, other)], [_Slot(first)], jobs=4) == 1  # first still runs
     assert _next_position([(0, first), (1, then)], [], jobs=4) == 0
     assert _next_position([(1, then)], [], jobs=4) == 0  # first has finished (or was never in the run)
     started: list[str] = []
