@@ -13,12 +13,12 @@ from opgate.model.results import Outcome
 from opgate.engine.runner import CheckTask, run_checks
 
 
-
 class _Slot:
     """A running task as `_next_position` sees it (the runner's slot holds more)."""
 
     def __init__(self, t: CheckTask) -> None:
         self.task = t
+
 
 def task(name: str, cls: str, timeout: float = 30.0) -> CheckTask:
     return CheckTask(check_id=f"planted.{name}", title=name, target=f"planted_checks:{cls}", timeout_s=timeout,
