@@ -197,10 +197,9 @@ def give_back_gpu_memory() -> dict[str, Any]:
         pass
     cupy = sys.modules.get("cupy")
     if cupy is not None:  # a CUDA C or CuPy implementation: CuPy's own pool keeps its blocks as torch's cache does
-        try:
-            cupy.get_default_memory_pool().free_all_blocks()
-        except Exception:
-            pass
+        from opgate.gpu.probes.device_memory import free_cupy_pools
+
+        free_cupy_pools()
     if (cuda is not None and cuda.is_initialized()) or cupy is not None:
         from opgate.gpu.thread_stack import shrink_thread_stack
 

@@ -45,7 +45,13 @@ def free_cached_memory(torch: Any) -> None:
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
-    cupy = sys.modules.get("cupy")  # only when the implementation imported it: never initialise CuPy here
+    free_cupy_pools()
+
+
+def free_cupy_pools() -> None:
+    """Give back the blocks CuPy's default pools keep, where the implementation imported CuPy (it is never
+    initialised here)."""
+    cupy = sys.modules.get("cupy")
     if cupy is not None:
         try:
             cupy.get_default_memory_pool().free_all_blocks()
