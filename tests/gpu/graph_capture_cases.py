@@ -82,6 +82,15 @@ def cached_by_pointer(x):
     return _CACHE.setdefault(x.data_ptr(), x * 2)
 
 
+def huge_under_capture(x):
+    """Asks for more than the whole card, but only while a graph captures it: out of memory, not uncapturable."""
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        torch.empty(torch.cuda.get_device_properties(x.device).total_memory, dtype=torch.uint8, device=x.device)
+    return x * 2
+
+
 def main(case: str) -> None:
     import torch
 
@@ -94,8 +103,12 @@ def main(case: str) -> None:
         print(json.dumps(time_cuda(clean, sets, repeats=20).to_dict()))
         return
     fn = {"clean": clean, "reads_item": reads_item, "synchronizes": synchronizes, "legacy_stream": legacy_stream,
-          "racy": racy, "cached_by_pointer": cached_by_pointer}[case]
-    report = check_graph_capture(fn, (x,), (torch.randn_like(x),))
+          "racy": racy, "cached_by_pointer": cached_by_pointer, "huge_under_capture": huge_under_capture}[case]
+    try:
+        report = check_graph_capture(fn, (x,), (torch.randn_like(x),))
+    except torch.cuda.OutOfMemoryError:
+        print(json.dumps({"raised": "OutOfMemoryError"}))
+        return
     print(json.dumps(dataclasses.asdict(report)))
 
 

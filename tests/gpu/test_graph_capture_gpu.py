@@ -40,6 +40,12 @@ def test_capture_failures_name_the_cause_and_line(case: str, cause: str, line: s
     assert any(line in point for point in report["sync_points"]), report["sync_points"]
 
 
+def test_running_out_of_memory_in_capture_is_raised_not_reported_as_uncapturable() -> None:
+    """The runtime stage then says the capture was not checked (does not fit), not that the kernel cannot be
+    captured: fla's cross-entropy gradient at its timing size ran out of memory on the H100 (forty-first session)."""
+    assert run_case("huge_under_capture") == {"raised": "OutOfMemoryError"}
+
+
 def test_time_cuda_reports_median_and_p95() -> None:
     stats = run_case("timing")
     assert 0 < stats["min_us"] <= stats["median_us"] <= stats["p95_us"]

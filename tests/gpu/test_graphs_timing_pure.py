@@ -49,6 +49,18 @@ def test_capture_and_replay_runs_capture_replays_then_the_check() -> None:
     assert wrong.captured and wrong.problem == "the replay differs"
 
 
+def test_an_exception_that_is_no_finding_passes_through_the_capture() -> None:
+    """Running out of memory while capturing says nothing about capturability: the caller decides what it means."""
+    from opgate.gpu.probes.graphs import capture_and_replay
+
+    def out_of_memory() -> str:
+        raise MemoryError("out of memory while capturing")
+
+    with pytest.raises(MemoryError):
+        capture_and_replay(out_of_memory, lambda g: None, lambda: "", not_findings=(MemoryError,))
+    assert not capture_and_replay(out_of_memory, lambda g: None, lambda: "").captured  # otherwise the finding
+
+
 def test_timed_calls_keep_the_runtime_stage_fields() -> None:
     from opgate.gpu.probes.timing import Samples, TimedCalls
 

@@ -259,3 +259,38 @@ def test_a_gradient_twin_is_timed_without_opgates_upstream_gradient_in_the_calls
     median = runtime["extra"]["timing"]["median_us"]
     assert median < 20 * floor, (median, floor)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+CAPTURE_OUT_OF_MEMORY_SPEC = '''
+import torch
+import opgate
+
+twice = opgate.Operator(
+    "twice", reference=lambda x: x * 2,
+    inputs=[opgate.TensorSpec("x", ("N",))], dims={"N": [1024]}, dtypes=["float32"], perf_dims={"N": 1 << 20})
+
+
+@twice.implementation("torch", backend="torch")
+def _twice(x):
+    if torch.cuda.is_current_stream_capturing():  # the capture alone asks for more than the card holds
+        torch.empty(torch.cuda.get_device_properties(x.device).total_memory, dtype=torch.uint8, device=x.device)
+    return x * 2
+'''
+
+
+@pytest.mark.gpu
+def test_a_capture_that_runs_out_of_memory_keeps_the_timing_and_says_the_capture_was_not_checked(
+        tmp_path: Path) -> None:
+    """Not an error and not 'not capturable': the timing stands, the capture is unjudged (fla's cross-entropy
+    gradient at its timing size on the H100, forty-first session)."""
+    spec = tmp_path / "twice_spec.py"
+    spec.write_text(CAPTURE_OUT_OF_MEMORY_SPEC)
+    report = tmp_path / "r.json"
+    out = run_opgate(["verify", str(spec), "--budget", "quick", "--no-extras", "--stages", "numerics,runtime",
+                      "--json", str(report)], timeout=600)
+    results = {r["check_id"]: r for r in json.loads(report.read_text())["results"]}
+    runtime = results["verify.twice.torch.float32.runtime"]
+    assert runtime["outcome"] == "warned", runtime["reason"]
+    assert "CUDA graph capture not checked" in runtime["reason"] and "us median" in runtime["reason"]
+    assert runtime["extra"]["graph"] == {"checked": False, "cause": "out of memory"}
+    assert out.returncode == 0, out.stdout[-3000:]

@@ -51,12 +51,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def capture_and_replay(capture: Callable[[], Graph], replay: Callable[[Graph], None], check: Callable[[], str],
-                       replays: int = 1) -> GraphReplay[Graph]:
+                       replays: int = 1, not_findings: tuple[type[BaseException], ...] = ()) -> GraphReplay[Graph]:
     """`capture()` the work into a graph (an exception there is the finding: `error`), `replay(graph)`
-    `replays` times, then `check()` what the replays left behind ('' when right, else the problem)."""
+    `replays` times, then `check()` what the replays left behind ('' when right, else the problem).
+    `not_findings`: exceptions that say nothing about capturability (running out of memory), raised as they are."""
     started = time.perf_counter()
     try:
         graph = capture()
+    except not_findings:
+        raise
     except Exception as exc:  # the capture error is the finding
         return GraphReplay(None, (time.perf_counter() - started) * 1e3, 0, error=_first_line(exc))
     capture_ms = (time.perf_counter() - started) * 1e3
@@ -344,6 +347,8 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
 
     Run it last in its own process: a failed capture leaves PyTorch's CUDA generator in capture state
     ("Offset increment outside graph capture"), so later random draws in that process fail.
+    Running out of memory anywhere in it raises torch.cuda.OutOfMemoryError: the static copies and the graph's own
+    outputs did not fit beside the caller's tensors, which says nothing about whether `fn` can be captured.
     """
     import torch
 
@@ -393,7 +398,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         matches = same and diff["max"] <= diff["tolerance"]
         return "" if matches else f"the replay differs from eager by up to {diff['max']:.3g}"
 
-    replayed = capture_and_replay(capture, replay, check)
+    replayed = capture_and_replay(capture, replay, check, not_findings=(torch.cuda.OutOfMemoryError,))
     if not replayed.captured:
         cause, remedy = classify_capture_error(replayed.error, sync_points)
         try:
