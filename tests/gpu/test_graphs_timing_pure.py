@@ -86,4 +86,5 @@ def test_the_replay_timing_of_a_slow_call_shrinks_to_the_budget() -> None:
     assert replay_timing_calls(None) == (20, 5)
     assert replay_timing_calls(1e-5) == (20, 5)  # a 10 us kernel: launch overhead needs the batches
     assert replay_timing_calls(0.05) == (4, 5)  # 2 x 5 x 4 calls of 50 ms: 2 s
-    assert replay_timing_calls(1.0) == (1, 3)  # 6 calls of a second, not 200
+    assert replay_timing_calls(0.3) == (1, 3)  # 6 calls of 0.3 s, not 200
+    assert replay_timing_calls(1.0) is None  # not even those: a second's call saves microseconds of launches

@@ -325,12 +325,22 @@ class VerifyRuntimeCheck(GpuStageCheck):
             Figure("CUDA graph replay matches eager", graph.matches_eager, threshold=Threshold(True, "==",
                    "a replay runs the same kernels on the same inputs"),
                    key="verify.runtime.cuda_graph_replay_matches_eager"),
-            Figure("eager per call", round(graph.eager_us_per_call or 0, 3), "us", key="verify.runtime.eager_per_call"),
-            Figure("graph replay per call", round(graph.graph_us_per_call or 0, 3), "us",
-                   key="verify.runtime.graph_replay_per_call"),
-            Figure("launch overhead saved by a graph", round(graph.saved_us_per_call or 0, 3), "us/call",
-                   key="verify.runtime.launch_overhead_saved_by_a_graph"),
         ]
+        saved = graph.saved_us_per_call
+        if saved is None:  # a call so slow that timing it against replays would outlast the budget
+            not_timed = (f"not timed: a call takes {stats.median_us / 1e6:.2g} s, against microseconds of launch "
+                         "overhead")
+            figures.append(Figure("launch overhead saved by a graph", not_timed,
+                                  key="verify.runtime.launch_overhead_saved_by_a_graph"))
+        else:
+            figures += [
+                Figure("eager per call", round(graph.eager_us_per_call or 0, 3), "us",
+                       key="verify.runtime.eager_per_call"),
+                Figure("graph replay per call", round(graph.graph_us_per_call or 0, 3), "us",
+                       key="verify.runtime.graph_replay_per_call"),
+                Figure("launch overhead saved by a graph", round(saved, 3), "us/call",
+                       key="verify.runtime.launch_overhead_saved_by_a_graph"),
+            ]
         if not graph.matches_eager:
             mismatch = graph_mismatch(graph, dtype)
             figures.append(Figure("CUDA graph mismatch cause", mismatch.kind,
@@ -346,10 +356,14 @@ class VerifyRuntimeCheck(GpuStageCheck):
             return self.failed(f"{prefix}{timing_text}; CUDA graph replay differs from eager (max |diff| "
                                f"{graph.max_abs_diff:.3g}): {mismatch.cause}",
                                figures=figures, remediation=mismatch.remedy, extra=extra)
-        saved = graph.saved_us_per_call or 0.0
         # A replay can measure slower than eager (seen on the H200 for the torch attention example at
         # 4.3 ms per call): say so plainly instead of printing a negative saving.
-        effect = f"saves {saved:.1f} us per call" if saved >= 0 else f"saves nothing ({-saved:.1f} us slower per call)"
+        if saved is None:
+            effect = f"its launch overhead was not timed (a call takes {stats.median_us / 1e6:.2g} s)"
+        elif saved >= 0:
+            effect = f"saves {saved:.1f} us per call"
+        else:
+            effect = f"saves nothing ({-saved:.1f} us slower per call)"
         return self.passed(f"{timing_text}; captures in a CUDA graph, replay matches eager and {effect}",
                            figures=figures, extra=extra)
 

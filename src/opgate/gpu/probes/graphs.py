@@ -191,48 +191,37 @@ def classify_capture_error(message: str, sync_points: Sequence[str]) -> tuple[st
 
 
 def find_sync_points(fn: Callable[..., Any], args: tuple) -> list[str]:
-    """Run fn once under torch's sync-debug mode; return 'message at file:line' for each synchronizing call."""
+    """Run fn once under torch's sync-debug mode, with torch.cuda.synchronize wrapped (it raises no sync-debug
+    warning itself); return 'message at file:line' for each synchronizing call. One call for both: at a library's
+    timing sizes a call can take seconds (fla's KL-divergence gradient on the H100, forty-first session)."""
     import torch
 
     points: list[str] = []
+    explicit: list[str] = []
+    original = torch.cuda.synchronize
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        frame = traceback.extract_stack(limit=2)[0]
+        explicit.append(f"torch.cuda.synchronize() at {frame.filename}:{frame.lineno}: {frame.line or ''}")
+        return original(*a, **kw)
+
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
+        torch.cuda.synchronize = spy
         try:
             fn(*args)
-            torch.cuda.set_sync_debug_mode(previous)
-            torch.cuda.synchronize()
         finally:
+            torch.cuda.synchronize = original
             torch.cuda.set_sync_debug_mode(previous)
+        original()
     for warning in caught:
         message = str(warning.message).splitlines()[0]
         if "synchroniz" in message.lower():
             source = linecache.getline(warning.filename, warning.lineno).strip()
             points.append(f"{message.split(' (Triggered')[0]} at {warning.filename}:{warning.lineno}: {source}")
-    explicit = _explicit_synchronize_calls(fn, args)
     return points + explicit
-
-
-def _explicit_synchronize_calls(fn: Callable[..., Any], args: tuple) -> list[str]:
-    """torch.cuda.synchronize() itself raises no sync-debug warning; count it by wrapping it for one call."""
-    import torch
-
-    seen: list[str] = []
-    original = torch.cuda.synchronize
-
-    def spy(*a: Any, **kw: Any) -> Any:
-        frame = traceback.extract_stack(limit=2)[0]
-        seen.append(f"torch.cuda.synchronize() at {frame.filename}:{frame.lineno}: {frame.line or ''}")
-        return original(*a, **kw)
-
-    torch.cuda.synchronize = spy
-    try:
-        fn(*args)
-    finally:
-        torch.cuda.synchronize = original
-    original()
-    return seen
 
 
 def _as_tensors(value: Any) -> list[Any]:
@@ -327,23 +316,33 @@ def mismatch_facts(fn: Callable[..., Any], static: tuple, graph: Any, captured: 
 MATCH_RTOL = 1e-6  # a replay matches eager within this much of the largest |output|
 
 
-def replay_timing_calls(seconds_per_call: float | None, calls: int = 20, batches: int = 5) -> tuple[int, int]:
+# The fewest batches of one call each that time eager calls against graph replays.
+FEWEST_REPLAY_BATCHES = 3
+
+
+def replay_timing_calls(seconds_per_call: float | None, calls: int = 20,
+                        batches: int = 5) -> tuple[int, int] | None:
     """(calls a batch, batches) for timing eager calls against graph replays: `calls` x `batches` each, unless a
     call is so slow (`seconds_per_call`, the runtime stage's median) that both would outlast the timing budget;
-    then as many calls a batch as fit, and 3 batches of one call at the least."""
+    then as many calls a batch as fit, and FEWEST_REPLAY_BATCHES of one call. None: not even those fit, so the
+    launch overhead a graph saves is not timed (microseconds beside a call of a third of a second or more)."""
     from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S
 
     if seconds_per_call is None or seconds_per_call * calls * batches * 2 <= TIMED_CALLS_BUDGET_S:
         return calls, batches
     fitting = int(TIMED_CALLS_BUDGET_S / (seconds_per_call * batches * 2))
-    return (max(1, fitting), batches) if fitting >= 1 else (1, 3)
+    if fitting >= 1:
+        return fitting, batches
+    if seconds_per_call * FEWEST_REPLAY_BATCHES * 2 <= TIMED_CALLS_BUDGET_S:
+        return 1, FEWEST_REPLAY_BATCHES
+    return None
 
 
 def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
                         calls_for_timing: int = 20, seconds_per_call: float | None = None) -> GraphCaptureReport:
     """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
     `seconds_per_call` (what a timing measured): a slow call is warmed up once, not three times, and timed
-    against its replay fewer times (replay_timing_calls).
+    against its replay fewer times, or not at all (replay_timing_calls: eager_us_per_call is then None).
 
     Run it last in its own process: a failed capture leaves PyTorch's CUDA generator in capture state
     ("Offset increment outside graph capture"), so later random draws in that process fail.
@@ -410,9 +409,12 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     matches = not replayed.problem
     facts = ({} if matches else
              mismatch_facts(fn, static, graph, _as_tensors(outputs[0]), diff["expected"]))
-    calls, batches = replay_timing_calls(seconds_per_call, calls_for_timing)
-    eager_us = time_torch_batches(torch, lambda: fn(*static), calls, batches).median
-    graph_us = time_torch_batches(torch, graph.replay, calls, batches).median
+    timing = replay_timing_calls(seconds_per_call, calls_for_timing)
+    eager_us = graph_us = None
+    if timing is not None:
+        calls, batches = timing
+        eager_us = time_torch_batches(torch, lambda: fn(*static), calls, batches).median
+        graph_us = time_torch_batches(torch, graph.replay, calls, batches).median
     return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,
                               graph_us_per_call=graph_us, sync_points=sync_points, tolerance=diff.get("tolerance"),
                               **facts)
