@@ -55,6 +55,25 @@ def test_a_retiring_task_ends_its_worker_and_keys_do_not_mix() -> None:
     assert all(r.outcome is Outcome.PASSED for r in results)
 
 
+def test_a_task_retiring_unless_it_passed_keeps_its_worker_only_when_it_passed() -> None:
+    """The recovery check: passing shows its process healthy again, so the next check of the key reuses it;
+    failing (or any other outcome) ends it."""
+    def retiring(name: str, target: str) -> CheckTask:
+        return CheckTask(name, name, f"planted_checks:{target}", 60.0, CheckContext(), worker="k",
+                         retire_unless_passed=True)
+
+    passed, after_pass = run_checks([retiring("passes", "PidCheck"), task("next", "PidCheck")], jobs=1)
+    assert passed.outcome is after_pass.outcome is Outcome.PASSED
+    assert after_pass.extra["pid"] == passed.extra["pid"]
+    first, failed, after_fail = run_checks([task("first", "PidCheck"), retiring("fails", "FailingCheck"),
+                                            task("next", "PidCheck")], jobs=1)
+    assert failed.outcome is Outcome.FAILED and after_fail.outcome is Outcome.PASSED
+    assert after_fail.extra["pid"] != first.extra["pid"]  # the failing task's worker (first's) ended
+    first, warned, after_warning = run_checks([task("first", "PidCheck"), retiring("warns", "WarningCheck"),
+                                               task("next", "PidCheck")], jobs=1)
+    assert warned.outcome is Outcome.WARNED and after_warning.extra["pid"] != first.extra["pid"]
+
+
 def test_a_spare_worker_is_adopted_by_the_first_key_of_its_environment(tmp_path) -> None:
     """verify starts spares before it has read the spec (GPU hosts): the first key whose environment matches
     adopts one, warm state and all, instead of starting a process; a key with another environment does not."""

@@ -66,9 +66,13 @@ class CheckTask:
     exclusive: bool = False  # measuring checks run alone, with no sibling competing for the GPU
     # Warm workers: tasks with the same non-empty `worker` key run one after another in a long-lived child
     # (`opgate.engine.worker --serve`) that keeps its imports, CUDA context and compiled kernels; "" is a fresh
-    # process per task. `retire`: that worker exits after this task (e.g. after filling the GPU's memory).
+    # process per task. `retire`: that worker exits after this task (e.g. after filling the GPU's memory);
+    # `retire_unless_passed`: unless its check passed (a passed out-of-memory recovery check showed that its process
+    # computes the same answer again; FlagGems' recovery checks took 3.2-3.8 s in a fresh worker, 0.8-0.9 s in a
+    # used one on the H100, forty-first session).
     worker: str = ""
     retire: bool = False
+    retire_unless_passed: bool = False
     # The GPU this task is pinned to (verify's per-GPU fan-out, CUDA_VISIBLE_DEVICES in `env`); None: any or all.
     # `exclusive` then means alone on that GPU: tasks pinned to other GPUs still run beside it.
     device: int | None = None
@@ -145,7 +149,7 @@ class TaskFeed:
     and finally `close()`, or `close(error)` to stop the run (the running children are killed and `error` is
     raised from run_checks). While the feed is open, an exclusive task of a higher order than `upcoming_order`
     (the lowest order still to come) waits: it is meant to run after the tasks still to come (e.g. recovery,
-    which fills the GPU and retires its worker, after the numerics)."""
+    which fills the GPU and retires its worker unless it passed, after the numerics)."""
 
     def __init__(self, upcoming_order: int, groups: Collection[str] = ()) -> None:
         self.upcoming_order = upcoming_order
@@ -418,7 +422,8 @@ class _WarmRunning:
         self.proc = worker.proc
         worker.send({"check_id": task.check_id, "title": task.title, "target": task.target,
                      "context": _request_context(task), "result_path": str(self.result_path),
-                     "retire": task.retire, "pausable": task.pausable})
+                     "retire": task.retire, "retire_unless_passed": task.retire_unless_passed,
+                     "pausable": task.pausable})
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -1085,8 +1090,8 @@ def _schedule_loop(pending: list[tuple[int, CheckTask]], running: list[Any], res
             elif isinstance(slot, _WarmRunning):
                 result = slot.collect()
                 # a retiring task's worker exits by itself; one that poisoned its CUDA context has exited too
-                healthy = (slot.result_path.is_file() and not slot.task.retire
-                           and "cuda_fault" not in result.extra)
+                retiring = slot.task.retire or (slot.task.retire_unless_passed and result.outcome is not Outcome.PASSED)
+                healthy = slot.result_path.is_file() and not retiring and "cuda_fault" not in result.extra
             else:
                 unregister_child(slot.proc)
                 result = slot.collect()

@@ -120,7 +120,8 @@ class OperatorPlan:
 
     def task(self, stage: "Stage", check_id: str, title: str, target: str, timeout_s: float | None,
              payload: "Payload", choice: "ImplementationChoice", exclusive: bool | None = None, retire: bool = False,
-             warm: bool = True, labels: Mapping[str, str] | None = None) -> CheckTask:
+             warm: bool = True, labels: Mapping[str, str] | None = None,
+             retire_unless_passed: bool = False) -> CheckTask:
         """One task of `stage` for `choice`: its result carries the stage and the labels op, impl and `labels`
         (dtype, tool: what sets this task apart from the implementation's others), whatever its check reports.
         `timeout_s` and `exclusive` None: what the stage declares (Stage.timeout_s, Stage.exclusive), and a
@@ -134,7 +135,7 @@ class OperatorPlan:
                          CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
                          exclusive=stage.exclusive if exclusive is None else exclusive,
                          worker=self.worker_key(choice, env) if warm else "",
-                         retire=retire, order=stage.order, uses_gpu=self.gpu, stage=stage.name,
+                         retire=retire, retire_unless_passed=retire_unless_passed, order=stage.order, uses_gpu=self.gpu, stage=stage.name,
                          labels={"op": self.op.name, "impl": choice.name, **(labels or {})},
                          group=str(self.spec_file))  # a run completes spec file by spec file (CheckTask.group)
 

@@ -58,9 +58,9 @@ def cuda_context_fault() -> str:
     return "; ".join(faults)
 
 
-def run_request(request: dict[str, Any]) -> bool:
-    """Run one check request and write its result atomically. False when the CUDA context was left unusable
-    (a warm worker must then exit: the next check needs a fresh process)."""
+def run_request(request: dict[str, Any]) -> tuple[bool, Outcome]:
+    """Run one check request and write its result atomically: (False when the CUDA context was left unusable, so
+    a warm worker must exit and the next check needs a fresh process; the result's outcome)."""
     result_path = Path(request["result_path"])
     ctx_data = request.get("context", {})
     ctx = CheckContext(
@@ -100,7 +100,7 @@ def run_request(request: dict[str, Any]) -> bool:
             extra={**result.extra, "cuda_fault": fault},
         )
     write_atomically(result_path, json.dumps(result.to_dict()), durable=False)
-    return not fault
+    return not fault, result.outcome
 
 
 class _ProcessState:
@@ -144,7 +144,8 @@ class _ProcessState:
 def serve(stdin: Any | None = None) -> int:
     """A warm worker: one JSON request per line on stdin, run in turn in this one process (imports, CUDA
     context, compiled kernels and loaded specs stay warm). Exits at end of input, after a request marked
-    `retire`, or when a check left the CUDA context unusable; the parent starts a fresh worker for the next."""
+    `retire` (or `retire_unless_passed`, by a check that did not pass), or when a check left the CUDA context
+    unusable; the parent, which decides the same from the result, starts a fresh worker for the next."""
     if stdin is None:
         # Requests arrive on a private copy of fd 0; the checks (and the user's code they run) get /dev/null.
         stdin = os.fdopen(os.dup(0), "r")
@@ -156,7 +157,7 @@ def serve(stdin: Any | None = None) -> int:
             continue
         request = json.loads(line)
         state = _ProcessState()
-        healthy = run_request(request)
+        healthy, outcome = run_request(request)
         state.restore()
         if healthy:
             gave = give_back_gpu_memory()
@@ -164,7 +165,8 @@ def serve(stdin: Any | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.write(f"\n[opgate worker] finished {request['check_id']}\n")
         sys.stderr.flush()
-        if not healthy or request.get("retire"):
+        if not healthy or request.get("retire") or (request.get("retire_unless_passed")
+                                                     and outcome is not Outcome.PASSED):
             return 0
     return 0
 

@@ -79,6 +79,7 @@ class _GpuStage(Stage):
     target: ClassVar[str] = ""
     per_dtype: ClassVar[bool] = False
     retire: ClassVar[bool] = False
+    retire_unless_passed: ClassVar[bool] = False  # CheckTask.retire_unless_passed
     warm: ClassVar[bool] = True  # in the implementation's warm workers (False: a fresh process per task)
     title_text: ClassVar[str] = ""
 
@@ -102,7 +103,8 @@ class _GpuStage(Stage):
                 title = f"{plan.op.name}: {choice.describe()} {self.describe(fields, dtype)}"
                 out.append(plan.task(self, f"verify.{plan.op.name}.{choice.name}.{suffix}", title, self.target,
                                      self.timeout_s, payload, choice, retire=self.retire, warm=self.warm,
-                                     labels={k: str(v) for k, v in fields.items() if k in ("dtype", "tool")}))
+                                     labels={k: str(v) for k, v in fields.items() if k in ("dtype", "tool")},
+                                     retire_unless_passed=self.retire_unless_passed))
         return out
 
     def describe(self, fields: dict[str, object], dtype: str) -> str:
@@ -224,12 +226,14 @@ class RecoveryStage(_GpuStage):
     summary = "out-of-memory, then the same process must compute the same answer (GPU)"
     default = True
     # Exclusive (it fills the GPU's memory), after the runtime checks once no side-by-side work waits; its worker
-    # retires, so the engine prestarts one worker more per implementation (verify/engine.py).
+    # retires unless the check passed, so the engine prestarts one worker more per implementation (verify/engine.py).
     order = 12
     target = "opgate.verify.oom_recovery:VerifyOomRecoveryCheck"
     timeout_s = 300.0
     exclusive = True
-    retire = True  # it fills the GPU's memory: its worker is not reused
+    # It fills the GPU's memory: its worker is reused only where the check passed, which showed that the process
+    # computes the same answer again; each fresh worker cost FlagGems' recovery checks about 2.5 s on the H100
+    retire_unless_passed = True
     title_text = "recovers from out-of-memory"
 
 

@@ -520,7 +520,7 @@ def _prestart_workers(pool: WarmPool, selections: Sequence[Selection], request: 
     torch.compile's) overlap the calibration instead of following it: first one per implementation (the
     slowest-starting backends first, then the user's GPU implementations), then one per dtype of each,
     slowest-starting first (their numerics checks start together as soon as a dtype is calibrated), and one
-    more for each implementation of the GPU stages (the recovery check retires its worker)."""
+    more for each implementation of the GPU stages (the recovery check retires its worker unless it passed)."""
     from opgate.verify.backends import backend
 
     # (rank, key, env, backend, count, spec file)
