@@ -135,7 +135,8 @@ class OperatorPlan:
                          CheckContext(verb="verify", level=self.budget, options=payload.to_dict()), env=env,
                          exclusive=stage.exclusive if exclusive is None else exclusive,
                          worker=self.worker_key(choice, env) if warm else "",
-                         retire=retire, retire_unless_passed=retire_unless_passed, order=stage.order, uses_gpu=self.gpu, stage=stage.name,
+                         retire=retire, retire_unless_passed=retire_unless_passed, order=stage.order,
+                         uses_gpu=self.gpu, stage=stage.name,
                          labels={"op": self.op.name, "impl": choice.name, **(labels or {})},
                          group=str(self.spec_file))  # a run completes spec file by spec file (CheckTask.group)
 
