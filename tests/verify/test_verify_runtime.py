@@ -294,3 +294,26 @@ def test_a_capture_that_runs_out_of_memory_keeps_the_timing_and_says_the_capture
     assert "CUDA graph capture not checked" in runtime["reason"] and "us median" in runtime["reason"]
     assert runtime["extra"]["graph"] == {"checked": False, "cause": "out of memory"}
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_out_of_memory_in_the_graph_check_is_judged_by_who_held_the_memory() -> None:
+    """The memory readings stand in for torch's on this CPU machine (the GPU test above plants the real thing): the
+    check's own tensors filled the card, so the capture is unjudged (warned, the timing kept); other processes held
+    more than a quarter of it, so opgate cannot tell (error)."""
+    from types import SimpleNamespace
+
+    from opgate.model.results import Outcome
+    from opgate.verify.runtime import VerifyRuntimeCheck
+
+    gib = 2**30
+
+    def readings(free: int, reserved_here: int) -> SimpleNamespace:
+        return SimpleNamespace(cuda=SimpleNamespace(mem_get_info=lambda: (free, 80 * gib),
+                                                    memory_reserved=lambda: reserved_here))
+
+    check = VerifyRuntimeCheck()
+    own = check._graph_out_of_memory(readings(1 * gib, 75 * gib), "N=8 float32", "9.0 us median", [], {"op": "x"})
+    assert own.outcome is Outcome.WARNED and own.reason.startswith("9.0 us median; CUDA graph capture not checked")
+    assert own.extra == {"op": "x", "graph": {"checked": False, "cause": "out of memory"}}
+    shared = check._graph_out_of_memory(readings(1 * gib, 10 * gib), "N=8 float32", "9.0 us median", [], {})
+    assert shared.outcome is Outcome.ERROR and "other processes held 69.0" in shared.reason
