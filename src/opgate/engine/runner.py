@@ -46,6 +46,7 @@ from opgate.engine.gpu_windows import MeasurementWindows
 from opgate.engine.gpu_windows import enabled as windows_enabled
 from opgate.engine.workdirs import owned_workdir
 from opgate.engine.interrupts import RunInterrupted
+from opgate.engine.worker import retires_after
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
 # How much of a dead child's stderr to keep as evidence.
@@ -1090,7 +1091,7 @@ def _schedule_loop(pending: list[tuple[int, CheckTask]], running: list[Any], res
             elif isinstance(slot, _WarmRunning):
                 result = slot.collect()
                 # a retiring task's worker exits by itself; one that poisoned its CUDA context has exited too
-                retiring = slot.task.retire or (slot.task.retire_unless_passed and result.outcome is not Outcome.PASSED)
+                retiring = retires_after(slot.task.retire, slot.task.retire_unless_passed, result.outcome)
                 healthy = slot.result_path.is_file() and not retiring and "cuda_fault" not in result.extra
             else:
                 unregister_child(slot.proc)

@@ -58,6 +58,12 @@ def cuda_context_fault() -> str:
     return "; ".join(faults)
 
 
+def retires_after(retire: bool, retire_unless_passed: bool, outcome: Outcome) -> bool:
+    """Whether a warm worker exits after a task (CheckTask.retire, CheckTask.retire_unless_passed): the worker and
+    its parent decide it alike, from the same result."""
+    return retire or (retire_unless_passed and outcome is not Outcome.PASSED)
+
+
 def run_request(request: dict[str, Any]) -> tuple[bool, Outcome]:
     """Run one check request and write its result atomically: (False when the CUDA context was left unusable, so
     a warm worker must exit and the next check needs a fresh process; the result's outcome)."""
@@ -165,8 +171,8 @@ def serve(stdin: Any | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.write(f"\n[opgate worker] finished {request['check_id']}\n")
         sys.stderr.flush()
-        if not healthy or request.get("retire") or (request.get("retire_unless_passed")
-                                                     and outcome is not Outcome.PASSED):
+        if not healthy or retires_after(bool(request.get("retire")), bool(request.get("retire_unless_passed")),
+                                        outcome):
             return 0
     return 0
 

@@ -543,6 +543,7 @@ class VerifyImplementationCheck(Check):
         only where that side agrees; None: bisect at the original size, as before. `fails(scale, dims)`."""
         if fails(1.0) or not fails(far):
             return None  # no range effect, or not reproduced: the bisection says so at once
+
         def first_dim_shrunk(current: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...] | None:
             for dim, size in current:  # the first dim that can shrink, to its smallest size (shrink.py's order)
                 sizes = candidate_sizes(op, dim, size)

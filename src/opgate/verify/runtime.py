@@ -302,20 +302,18 @@ class VerifyRuntimeCheck(GpuStageCheck):
         timing_text = f"{stats.median_us:.1f} us median (p95 {stats.p95_us:.1f}) at {label} on {gpu_name}"
         if roof_text:
             timing_text += f", {roof_text}"
+        extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
+                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases}
         captured_on, replayed_on = input_sets[0], input_sets[1]
         del input_sets  # the capture needs two sets: the third's memory goes to its static copies and outputs
         try:
             graph = check_graph_capture(fn, captured_on, replayed_on, seconds_per_call=stats.median_us * 1e-6)
         except torch.cuda.OutOfMemoryError:
-            return self._graph_out_of_memory(torch, f"{label} {dtype}", timing_text, figures,
-                                             {"op": op.name, "implementation": implementation.name, "dtype": dtype,
-                                              "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(),
-                                              "phase_s": phases})
+            return self._graph_out_of_memory(torch, f"{label} {dtype}", timing_text, figures, extra)
         phase("graph")
-        extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
-                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,
-                                 "graph": {**{k: _json_number(v) for k, v in graph.__dict__.items()},
-                                           "saved_us_per_call": graph.saved_us_per_call}}
+        extra["graph"] = {**{k: _json_number(v) for k, v in graph.__dict__.items()},
+                          "saved_us_per_call": graph.saved_us_per_call}
+        call_time = f"a call takes {stats.median_us / 1e6:.2g} s"  # where the launch overhead was not timed
         if not graph.captured:
             figures.append(Figure("CUDA graph capture", f"fails: {graph.cause}",
                                   key="verify.runtime.cuda_graph_capture"))
@@ -328,8 +326,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
         ]
         saved = graph.saved_us_per_call
         if saved is None:  # a call so slow that timing it against replays would outlast the budget
-            not_timed = (f"not timed: a call takes {stats.median_us / 1e6:.2g} s, against microseconds of launch "
-                         "overhead")
+            not_timed = f"not timed: {call_time}, against microseconds of launch overhead"
             figures.append(Figure("launch overhead saved by a graph", not_timed,
                                   key="verify.runtime.launch_overhead_saved_by_a_graph"))
         else:
@@ -359,7 +356,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
         # A replay can measure slower than eager (seen on the H200 for the torch attention example at
         # 4.3 ms per call): say so plainly instead of printing a negative saving.
         if saved is None:
-            effect = f"its launch overhead was not timed (a call takes {stats.median_us / 1e6:.2g} s)"
+            effect = f"its launch overhead was not timed ({call_time})"
         elif saved >= 0:
             effect = f"saves {saved:.1f} us per call"
         else:
