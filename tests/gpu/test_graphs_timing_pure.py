@@ -67,7 +67,9 @@ def test_timed_calls_keep_the_runtime_stage_fields() -> None:
     timed = TimedCalls(Samples.of([10.0, 12.0, 11.0, 30.0]), l2_flushed=True, input_sets=3)
     assert (timed.median_us, timed.min_us, timed.samples) == (11.5, 10.0, 4)
     assert timed.p95_us == pytest.approx(27.3)
-    assert set(timed.to_dict()) == {"median_us", "p95_us", "min_us", "samples", "l2_flushed", "input_sets"}
+    assert set(timed.to_dict()) == {"median_us", "p95_us", "min_us", "samples", "l2_flushed", "input_sets",
+                                    "first_call_s"}
+    assert timed.to_dict()["first_call_s"] is None  # no untimed first call was made
 
 
 def test_a_slow_call_is_timed_fewer_times_within_the_budget_and_a_fast_one_as_asked() -> None:

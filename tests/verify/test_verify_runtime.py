@@ -258,6 +258,8 @@ def test_a_gradient_twin_is_timed_without_opgates_upstream_gradient_in_the_calls
     floor = next(f["value"] for f in runtime["figures"] if f["key"] == "verify.runtime.roofline_floor")
     median = runtime["extra"]["timing"]["median_us"]
     assert median < 20 * floor, (median, floor)
+    assert runtime["extra"]["timing"]["first_call_s"] > 0  # where a slow timing phase went: its untimed first call
+    assert isinstance(runtime["extra"]["warmed_here"], bool)
     assert out.returncode == 0, out.stdout[-3000:]
 
 

@@ -184,6 +184,13 @@ def run_once_command(options: GpuStagePayload, profiled: bool = False, sanitized
 
 
 INTERNAL = "internal"  # a result's extra key: the engine leaves such results out of the report
+# (spec file, operator, implementation, dtype) this process warmed up: the runtime check says whether it runs in the
+# worker of its own warm-up (extra["warmed_here"]), which decides what its first call costs
+_WARMED_UP_HERE: set[tuple[str, str, str, str]] = set()
+
+
+def _warm_up_key(options: GpuStagePayload) -> tuple[str, str, str, str]:
+    return (options.spec_file, options.op, options.impl, options.dtype)
 
 
 class VerifyRuntimeWarmUpCheck(GpuStageCheck):
@@ -203,6 +210,7 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
         # marked on disk while one runs: killed at its timeout, it is reported with the kernel it was compiling
         with compiles_marked(warm_up_folder(ctx.options)):
             op, note = self._first_call(options, torch, upstream_kept_on_device)
+        _WARMED_UP_HERE.add(_warm_up_key(options))
         if op is not None and options.work_count_path:  # counted here, not in the measurement that holds the GPU
             from opgate.core.work import operator_work_stored
 
@@ -303,7 +311,8 @@ class VerifyRuntimeCheck(GpuStageCheck):
         if roof_text:
             timing_text += f", {roof_text}"
         extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
-                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases}
+                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,
+                                 "warmed_here": _warm_up_key(options) in _WARMED_UP_HERE}
         captured_on, replayed_on = input_sets[0], input_sets[1]
         del input_sets  # the capture needs two sets: the third's memory goes to its static copies and outputs
         try:

@@ -195,6 +195,8 @@ class TimedCalls:
     us: Samples
     l2_flushed: bool
     input_sets: int
+    # wall seconds of the first, untimed call (compiles, autotuning, a cold kernel load), None where none was made
+    first_call_s: float | None = None
 
     @property
     def median_us(self) -> float:
@@ -214,7 +216,7 @@ class TimedCalls:
 
     def to_dict(self) -> dict[str, Any]:
         return {"median_us": self.median_us, "p95_us": self.p95_us, "min_us": self.min_us, "samples": self.samples,
-                "l2_flushed": self.l2_flushed, "input_sets": self.input_sets}
+                "l2_flushed": self.l2_flushed, "input_sets": self.input_sets, "first_call_s": self.first_call_s}
 
 
 def l2_bytes(device: int = 0) -> int:
@@ -261,11 +263,14 @@ def time_cuda(fn: Callable[..., Any], input_sets: Sequence[tuple], warmup: int =
         fn(*input_sets[next(calls) % len(input_sets)])
 
     before = (lambda: flush.zero_()) if flush is not None else None
+    first_call_s = None
     if budget_s is not None and warmup >= 2:
+        begun = time.perf_counter()
         call()  # compiles and autotunes: not a sample of the call's own time
         torch.cuda.synchronize()
+        first_call_s = round(time.perf_counter() - begun, 3)
         estimate_ms = time_torch_events(torch, call, 0, 1, before_each=before).median
         repeats = calls_within(estimate_ms / 1e3, repeats, budget_s)
         warmup = max(0, warmup - 2) if estimate_ms / 1e3 * (warmup - 2) <= budget_s else 0
     ms = time_torch_events(torch, call, warmup, repeats, before_each=before)
-    return TimedCalls(Samples.of([v * 1000.0 for v in ms.values]), flush is not None, len(input_sets))
+    return TimedCalls(Samples.of([v * 1000.0 for v in ms.values]), flush is not None, len(input_sets), first_call_s)
