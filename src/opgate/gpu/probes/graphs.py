@@ -310,7 +310,22 @@ def mismatch_facts(fn: Callable[..., Any], static: tuple, graph: Any, captured: 
     unwritten, elements = poisoned_left(captured, expected)
     return {"eager_calls": MISMATCH_EAGER_CALLS, "eager_spread": max_spread(eager_runs),
             "replays": MISMATCH_REPLAYS, "replay_spread": max_spread(replay_runs), "unwritten": unwritten,
-            "elements": elements, "eager_reuses_outputs": len(set(pointers)) < len(pointers)}
+            "elements": elements,
+            "eager_reuses_outputs": len(set(pointers)) < len(pointers) or returns_captured(fn, static, captured)}
+
+
+def returns_captured(fn: Callable[..., Any], static: tuple, captured: Sequence[Any]) -> bool:
+    """Whether an eager call on the captured inputs returns an output the graph holds: a result cache (keyed by
+    the inputs' addresses, say) hands back its stored tensor, while a fresh result cannot land in memory the graph's
+    outputs still hold. Whether eager calls on copies reuse storage depends on where the allocator puts the copies
+    (it failed to show a pointer-keyed cache on the H100, forty-second session); this does not. Called last: it
+    may write into the static inputs."""
+    import torch
+
+    held = {t.data_ptr() for t in captured if t.numel()}
+    again = _as_tensors(fn(*static))
+    torch.cuda.synchronize()
+    return any(t.data_ptr() in held for t in again if t.numel())
 
 
 MATCH_RTOL = 1e-6  # a replay matches eager within this much of the largest |output|
