@@ -314,7 +314,9 @@ class VerifyRuntimeCheck(GpuStageCheck):
                                  "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,
                                  "warmed_here": _warm_up_key(options) in _WARMED_UP_HERE}
         captured_on, replayed_on = input_sets[0], input_sets[1]
-        del input_sets  # the capture needs two sets: the third's memory goes to its static copies and outputs
+        # the capture needs two sets: the third's memory goes to its static copies and outputs (check_graph_capture
+        # returns the allocator's cached blocks to the driver before it captures)
+        del input_sets
         try:
             graph = check_graph_capture(fn, captured_on, replayed_on, seconds_per_call=stats.median_us * 1e-6)
         except torch.cuda.OutOfMemoryError:
