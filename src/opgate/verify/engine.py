@@ -448,7 +448,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
         if token is None and compile_ahead.wanted(gpu, library):  # its kernels compiled while it calibrates
             ahead = compile_ahead.ahead_tasks(make_plan({}), len(jobs) - 1, jobs[-1].dtypes, budget_name,
                                               request.seed, workdir)
-            keyed += [((compile_ahead.ORDER, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
+            keyed += [((task.order, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
