@@ -38,10 +38,11 @@ ENV = "OPGATE_COMPILE_AHEAD"
 SUFFIX = ".compile_ahead"  # a task's check id: verify.<op>.<impl>.<dtype>.compile_ahead
 ORDER = 41  # after a ready numerics check (40), before the runtime warm-ups (42)
 # OPGATE_COMPILE_AHEAD=first: before a ready numerics check, for an A/B on the GPU. On the H100 (forty-second session)
-# two of three library runs ended their numerics 93-115 s later than the third: no compile-ahead task of FlagGems'
-# skip_layer_norm and rms_norm.grad (the last spec file) started before its plan was written, as ready numerics
-# checks took the slots first, so their checks compiled one kernel each for 67-124 s at the run's end. Ahead of the
-# numerics the compile work moves to the start instead; whether the run ends sooner is not measured yet.
+# two of three library runs ended their numerics 93-115 s later than the third. Mostly their hosts: every kind of
+# task took 8-60% longer there (median per task) and the slots stayed full. But in both, no compile-ahead task of
+# FlagGems' skip_layer_norm and rms_norm.grad (the last spec file) started before its plan was written, as ready
+# numerics checks took the slots first, so their checks compiled one kernel each for 59-124 s in the run's last
+# minutes. Ahead of the numerics that compile work moves to the start; whether the run ends sooner is not measured.
 ORDER_FIRST = 39
 SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
 TIMEOUT_S = 600.0
