@@ -1,6 +1,7 @@
 """What a library run's report says about where its time went: results by stage and outcome, plans calibrated by
 each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' Triton compiles (count and seconds,
-from each result's backend_facts.triton_jit) and the operators that compiled longest.
+from each result's backend_facts.triton_jit) and the operators that compiled longest; the host's speed where
+scripts/host_speed.py left it beside the report.
 
     python3 scripts/gpu/library_summary.py REPORT.json
 """
@@ -13,10 +14,13 @@ import sys
 from pathlib import Path
 
 
-def summary(report: dict) -> list[str]:
+def summary(report: dict, host_speed: dict | None = None) -> list[str]:
     engine = report.get("extra", {}).get("engine", {})
     lines = [f"report {report.get('duration_s', 0):.0f} s, interrupted {report.get('interrupted')}, "
              f"exit {report.get('exit_code')}, {report.get('counts')}"]
+    if host_speed:  # scripts/host_speed.py, beside the report: compare runs of different hosts with it
+        lines.append(f"host speed: one compile {host_speed.get('compile_s')} s, {host_speed.get('parallel')} at once "
+                     f"{host_speed.get('compile_parallel_s')} s, sha256 of 256 MiB {host_speed.get('sha256_s')} s")
     extra_ = report.get("extra", {})
     if extra_.get("time_limit_s"):
         lines.append(f"stopped by --time-limit {extra_['time_limit_s']:g} s")
@@ -100,5 +104,15 @@ def _compiles(report: dict) -> list[str]:
     return lines
 
 
+def host_speed_beside(report_path: Path) -> dict | None:
+    """The host_speed.json that scripts/gpu/library_env.sh leaves beside a run's report, if any."""
+    path = report_path.with_name("host_speed.json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 if __name__ == "__main__":
-    print("\n".join(summary(json.loads(Path(sys.argv[1]).read_text()))))
+    report_path = Path(sys.argv[1])
+    print("\n".join(summary(json.loads(report_path.read_text()), host_speed_beside(report_path))))
