@@ -8,7 +8,7 @@ library_env() {
   : > "$LOG"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$LOG"; }
-  export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 OPGATE_CACHE_DIR=/tmp/opgate-bound-cache
+  export PYTHONPATH="$PWD/src:/tmp/site" PYTHONUNBUFFERED=1 OPGATE_CACHE_DIR="${OPGATE_CACHE_DIR:-/tmp/opgate-bound-cache}"
   # how fast this host compiles (scripts/host_speed.py), once per machine: runs on different hosts differ by tens of
   # percent per task, and a library run's figures mean little without it. HOST_SPEED=0 skips it.
   if [ "${HOST_SPEED:-1}" != 0 ]; then

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GPU: one arm of an A/B of the library run (fla's and FlagGems' eight spec files, or LIB_PATHS) from empty caches of
+# its own: Triton's kernels and autotuning, FlagGems' tuning database, opgate's bound terms and verdicts. Two arms on
+# one machine, one call each, then compare like with like (the host measured once: scripts/host_speed.py); run the
+# arms in the other order on the next machine. The sampler and the memory log are on, as in the library records.
+#   OUT=/tmp/out ARM=first LIMITS=552 bash scripts/gpu/library_ab.sh     # OPGATE_COMPILE_AHEAD=first
+#   OUT=/tmp/out ARM=default LIMITS=552 bash scripts/gpu/library_ab.sh   # compile-ahead queued behind the numerics
+set -u
+OUT="${OUT:-/tmp/opgate-library-out}"
+case "${ARM:-}" in
+  first) export OPGATE_COMPILE_AHEAD=first ;;
+  default) unset OPGATE_COMPILE_AHEAD ;;
+  *) echo "library_ab.sh: ARM='${ARM:-}': set ARM=first or ARM=default" >&2; exit 2 ;;
+esac
+fresh="/tmp/opgate-ab-$ARM-$(date +%s)"
+mkdir -p "$fresh" "$OUT/library"
+export TRITON_CACHE_DIR="$fresh/triton" FLAGGEMS_CACHE_DIR="$fresh/flaggems" OPGATE_CACHE_DIR="$fresh/opgate"
+corpus=tests/data/verify/library_corpus
+python3 scripts/gpu/gpu_memory_sampler.py --out "$OUT/library/gpu_memory.jsonl" --every 3 &
+sampler=$!
+# shellcheck disable=SC2012  # the corpus' file names are plain
+OPGATE_WORKER_MEMORY_LOG="$OUT/library/held.jsonl" \
+  LIB_PATHS="${LIB_PATHS:-$(ls $corpus/fla_*.py $corpus/flaggems_*.py | tr '\n' ' ')}" LIMITS="${LIMITS:-552}" \
+  OUT="$OUT" bash "$(dirname "$0")/library_rerun.sh"
+kill "$sampler" 2>/dev/null
+python3 scripts/gpu/gpu_memory_sampler.py --summary "$OUT/library/gpu_memory.jsonl" > "$OUT/library/gpu_memory_summary.txt" 2>&1
+[ -s "$OUT/library/run1.json" ] && python3 scripts/gpu/library_agreement.py "$OUT/library/run1.json" \
+  > "$OUT/library/agreement.txt" 2>&1
+echo "arm $ARM (OPGATE_COMPILE_AHEAD=${OPGATE_COMPILE_AHEAD:-unset}), caches in $fresh" >> "$OUT/library/rerun.log"
