@@ -123,8 +123,9 @@ def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp
 
     monkeypatch.setenv("OPGATE_CACHE", "0")
     outcomes = {}
-    for ahead in (False, True):
-        monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False, ahead=ahead: ahead)
+    for ahead, asked in ((False, ""), (True, ""), ("first", "first")):  # "first": queued before the numerics
+        monkeypatch.setenv(compile_ahead.ENV, asked)
+        monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False, ahead=ahead: bool(ahead))
         report = run_verify(VerifyRequest(spec_file=SOFTMAX, budget="quick", stages=("numerics",), jobs=2,
                                           impls=("torch",), dtypes=("float32",), out_dir=tmp_path / f"out{ahead}"),
                             make_console())
@@ -133,5 +134,5 @@ def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp
         assert ran == (["verify.softmax.torch.float32.compile_ahead"] if ahead else [])
         done = report.extra["engine"].get("compile_ahead")  # what the internal results did, in the report
         assert (done["tasks"], done["not_passed"]) == (1, {}) if ahead else done is None
-    assert outcomes[True] == outcomes[False]
+    assert outcomes[True] == outcomes[False] == outcomes["first"]
     assert not [check for check in outcomes[True] if check.endswith(".compile_ahead")]
