@@ -8,7 +8,8 @@ slower opgate. This prints one JSON line, measured the same way on every host:
 - compile_s: the median of 3 Triton compiles of one fixed kernel for sm_90, each with an empty cache (LLVM and ptxas,
   what a library run spends most of its CPU on); no GPU is needed;
 - compile_parallel_s: the wall time of as many of those compiles at once as the host has cores (how the cores
-  share the work when every slot compiles), and `cores`.
+  share the work when every slot compiles), and `cores`; `triton`, its version (compile times differ between
+  versions: compare hosts at the same one).
 
     python3 scripts/host_speed.py [--out FILE] [--parallel N]
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import os
 import statistics
@@ -100,7 +102,8 @@ def main(argv: list[str]) -> int:
             wall, each = compile_processes(args.parallel, script)
         figures = {"sha256_s": round(sha256_seconds(), 3), "compile_s": round(statistics.median(single), 3),
                    "compile_parallel_s": round(wall, 3), "compile_parallel_median_s": round(statistics.median(each), 3),
-                   "cores": os.cpu_count(), "parallel": args.parallel}
+                   "cores": os.cpu_count(), "parallel": args.parallel,
+                   "triton": importlib.metadata.version("triton")}  # compile times differ between its versions
     except Exception as exc:  # a missing Triton, a compile that failed: no figure rather than a wrong one
         print(f"host_speed.py: could not measure: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3

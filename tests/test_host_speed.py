@@ -21,7 +21,7 @@ def test_it_measures_the_host_and_writes_one_json_line(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
     assert figures == json.loads(done.stdout.strip())
-    assert figures["compile_s"] > 0 and figures["sha256_s"] > 0 and figures["parallel"] == 1
+    assert figures["compile_s"] > 0 and figures["sha256_s"] > 0 and figures["parallel"] == 1 and figures["triton"]
     assert figures["compile_parallel_s"] >= figures["compile_parallel_median_s"] > 0
     assert not list(tmp_path.glob("*.partial"))
 

@@ -20,7 +20,8 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
              f"exit {report.get('exit_code')}, {report.get('counts')}"]
     if host_speed:  # scripts/host_speed.py, beside the report: compare runs of different hosts with it
         lines.append(f"host speed: one compile {host_speed.get('compile_s')} s, {host_speed.get('parallel')} at once "
-                     f"{host_speed.get('compile_parallel_s')} s, sha256 of 256 MiB {host_speed.get('sha256_s')} s")
+                     f"{host_speed.get('compile_parallel_s')} s, sha256 of 256 MiB {host_speed.get('sha256_s')} s "
+                     f"(Triton {host_speed.get('triton')})")
     extra_ = report.get("extra", {})
     if extra_.get("time_limit_s"):
         lines.append(f"stopped by --time-limit {extra_['time_limit_s']:g} s")
