@@ -35,8 +35,7 @@ COMPILES = 3
 BLOCK = 16384  # a whole 16384-element row in one program: a second or two of LLVM and ptxas
 
 KERNEL_SOURCE = '''
-import os, sys, time, tempfile
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="host-speed-")
+import os, sys, time
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 import triton
 import triton.language as tl
@@ -69,10 +68,13 @@ def sha256_seconds() -> float:
 
 
 def compile_processes(count: int, script: Path) -> tuple[float, list[float]]:
-    """(wall seconds, each process's own compile seconds) of `count` compiles started at once."""
+    """(wall seconds, each process's own compile seconds) of `count` compiles started at once, each with an empty
+    Triton cache of its own inside `script`'s folder (removed with it)."""
+    caches = [Path(tempfile.mkdtemp(prefix="triton-cache-", dir=script.parent)) for _ in range(count)]
     started = time.perf_counter()
     children = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(count)]
+                                 text=True, env={**os.environ, "TRITON_CACHE_DIR": str(cache)})
+                for cache in caches]
     seconds = []
     for child in children:
         out, err = child.communicate(timeout=600)
