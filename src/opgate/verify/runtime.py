@@ -477,7 +477,11 @@ class VerifySanitizerCheck(GpuStageCheck):
             options, _ = self.begin(ctx)
             op, _ = load_implementation(options)
             sizes = sanitized_sizes(op)
-            run = under_tool(run_once_command(options, sanitized=True), f"sanitizer-{tool}.log")
+            command = run_once_command(options, sanitized=True)
+            run = under_tool(command, f"sanitizer-{tool}.log")
+            crashed = None
+            if run.crashed_without_findings:  # a crash that names no error is no verdict: one more run
+                crashed, run = run, under_tool(command, f"sanitizer-{tool}-again.log")
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None
         findings = run.report.findings
@@ -487,9 +491,16 @@ class VerifySanitizerCheck(GpuStageCheck):
                  "sanitizer": run.to_dict(), "sizes": [{"step": label, "dims": dims} for label, dims in sizes],
                  "steps_reached": reached, "tool_options": tool_options, "options_unsupported": dropped,
                  "allocator_caches": "off (PYTORCH_NO_CUDA_MEMORY_CACHING=1; CuPy memory pools disabled)"}
-        figures = _sanitizer_figures(tool, len(findings), sizes_text, tool_options, dropped,
-                                     [Figure("run time under the sanitizer", round(run.duration_s, 1), "s",
-                                             key="verify.sanitizer.run_time_under_the_sanitizer")])
+        run_figures = [Figure("run time under the sanitizer", round(run.duration_s, 1), "s",
+                              key="verify.sanitizer.run_time_under_the_sanitizer")]
+        crash_text = ""
+        if crashed is not None:
+            crash_text = (f"a first run {crashed.exit_text()} {_where_stopped(crashed.stdout_tail)} with no error in "
+                          "its log" + (f" ({crashed.last_words()})" if crashed.last_words() else ""))
+            extra["first_run_crashed"] = crashed.to_dict()
+            run_figures.append(Figure("runs under the sanitizer", 2, "",
+                                      key="verify.sanitizer.runs_under_the_sanitizer"))
+        figures = _sanitizer_figures(tool, len(findings), sizes_text, tool_options, dropped, run_figures)
         if run.timed_out:
             return self.result(Outcome.ERROR, f"{tool} run timed out after {SANITIZER_TIMEOUT_S:g} s",
                                figures=figures, extra=extra)
@@ -503,12 +514,18 @@ class VerifySanitizerCheck(GpuStageCheck):
                                    f" The whole log: {run.log_path}." if run.log_path else ""),
                                extra={**extra, "failure_class": "memory"})
         if run.returncode not in (0, None):
-            return self.result(Outcome.ERROR, f"the implementation exited with {run.returncode} under {tool}: "
-                               f"{run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ''}",
-                               figures=figures, extra=extra)
+            words = run.last_words()
+            again = f"; {crash_text}, and this second run too" if crashed is not None else ""
+            return self.result(Outcome.ERROR, f"the run under {tool} {run.exit_text()} "
+                               f"{_where_stopped(run.stdout_tail)}{again}" + (f": {words}" if words else ""),
+                               figures=figures, extra=extra,
+                               remediation=f"opgate could not judge this implementation under {tool}. Run the "
+                                           "sanitizer's command (extra.sanitizer.command) by hand to see whether "
+                                           "the program or compute-sanitizer crashes.")
         each = " each" if len(sizes) > 1 else ""
+        again = f"; {crash_text} and was run again" if crashed is not None else ""
         return self.passed(f"{tool}: no errors in one call{each} at the {sizes_text} ({run.duration_s:.0f} s under "
-                           "the sanitizer, allocator caches off)", figures=figures, extra=extra)
+                           f"the sanitizer, allocator caches off){again}", figures=figures, extra=extra)
 
     def _passed_in_shared_run(self, options: GpuStagePayload, record: dict[str, Any],
                               tool_options: list[str] | None = None, dropped: list[str] | None = None) -> CheckResult:
@@ -685,6 +702,15 @@ def sanitized_sizes(op: Any) -> list[tuple[str, dict[str, int]]]:
 
 
 STEP_MARKER = "OPGATE_SANITIZED_STEP "
+
+
+def _where_stopped(stdout: str) -> str:
+    """'before its first call' or 'at the tail size N=4097': where a sanitized child that ended early was."""
+    reached = sanitized_steps_reached(stdout)
+    if not reached:
+        return "before its first call"
+    step, dims = reached[-1]
+    return f"at the {step} size {_dims_label(dims)}"
 
 
 def sanitized_steps_reached(stdout: str) -> list[tuple[str, dict[str, int]]]:

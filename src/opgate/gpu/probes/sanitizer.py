@@ -373,6 +373,28 @@ class SanitizerRun:
         """The sanitizer said it found errors (its exit code or its summary), parsed or not."""
         return self.returncode == self.error_exitcode or self.report.reported_error_count > 0
 
+    @property
+    def crashed_without_findings(self) -> bool:
+        """compute-sanitizer was killed by a signal (its own crash, or the instrumented program's that it passed
+        on) and its log names no error: nothing opgate can attribute to the code under test. Seen once in 464
+        runs of a library on the H100: racecheck killed by SIGSEGV 6.7 s in, before the program's first call,
+        while the same command ran clean in the next run (forty-third session)."""
+        return (not self.timed_out and self.returncode is not None and self.returncode < 0
+                and not self.report.findings and not self.sanitizer_flagged)
+
+    def exit_text(self) -> str:
+        """'was killed by signal 11 (SIGSEGV)', 'exited with code 1'."""
+        return describe_exit(self.returncode)
+
+    def last_words(self) -> str:
+        """The last line the sanitizer or the program left (stderr, else the sanitizer's log), for a reason."""
+        log = Path(self.log_path) if self.log_path else None
+        for text in (self.stderr_tail, log.read_text(errors="replace") if log and log.is_file() else ""):
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            if lines:
+                return lines[-1][:300]
+        return ""
+
     def to_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "command": list(self.command), "returncode": self.returncode,
                 "timed_out": self.timed_out, "duration_s": round(self.duration_s, 3),
@@ -380,6 +402,19 @@ class SanitizerRun:
                 "findings": [f.to_dict() for f in self.report.findings[:20]],
                 "findings_total": len(self.report.findings), "stdout_tail": self.stdout_tail,
                 "stderr_tail": self.stderr_tail, "log_path": self.log_path}
+
+
+def describe_exit(returncode: int | None) -> str:
+    """A process's end in words: Popen's returncode is minus the signal that killed it."""
+    if returncode is None:
+        return "did not end"
+    if returncode < 0:
+        try:
+            name = f" ({signal.Signals(-returncode).name})"
+        except ValueError:
+            name = ""
+        return f"was killed by signal {-returncode}{name}"
+    return f"exited with code {returncode}"
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
