@@ -3,14 +3,13 @@
 # its own: Triton's kernels and autotuning, FlagGems' tuning database, opgate's bound terms and verdicts. Two arms on
 # one machine, one call each, then compare like with like (the host measured once: scripts/host_speed.py); run the
 # arms in the other order on the next machine. The sampler and the memory log are on, as in the library records.
-#   OUT=/tmp/out ARM=first LIMITS=552 bash scripts/gpu/library_ab.sh     # OPGATE_COMPILE_AHEAD=first
-#   OUT=/tmp/out ARM=default LIMITS=552 bash scripts/gpu/library_ab.sh   # compile-ahead queued behind the numerics
+# ARM names the arm in the log; what differs between the arms is the environment the caller gives each.
+#   OUT=/tmp/out ARM=ahead LIMITS=552 bash scripts/gpu/library_ab.sh
+#   OUT=/tmp/out ARM=no-ahead OPGATE_COMPILE_AHEAD=0 LIMITS=552 bash scripts/gpu/library_ab.sh
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
 case "${ARM:-}" in
-  first) export OPGATE_COMPILE_AHEAD=first ;;
-  default) unset OPGATE_COMPILE_AHEAD ;;
-  *) echo "library_ab.sh: ARM='${ARM:-}': set ARM=first or ARM=default" >&2; exit 2 ;;
+  ''|*[!A-Za-z0-9_-]*) echo "library_ab.sh: ARM='${ARM:-}': name the arm (letters, digits, - and _)" >&2; exit 2 ;;
 esac
 fresh="/tmp/opgate-ab-$ARM-$(date +%s)"
 mkdir -p "$fresh" "$OUT/library"
@@ -26,4 +25,4 @@ kill "$sampler" 2>/dev/null
 python3 scripts/gpu/gpu_memory_sampler.py --summary "$OUT/library/gpu_memory.jsonl" > "$OUT/library/gpu_memory_summary.txt" 2>&1
 [ -s "$OUT/library/run1.json" ] && python3 scripts/gpu/library_agreement.py "$OUT/library/run1.json" \
   > "$OUT/library/agreement.txt" 2>&1
-echo "arm $ARM (OPGATE_COMPILE_AHEAD=${OPGATE_COMPILE_AHEAD:-unset}), caches in $fresh" >> "$OUT/library/rerun.log"
+echo "arm $ARM (OPGATE_* set: $(env | grep ^OPGATE_ | sort | tr '\n' ' ')), caches in $fresh" >> "$OUT/library/rerun.log"

@@ -97,23 +97,6 @@ def test_the_tasks_run_in_the_numerics_checks_worker_key_and_watch_their_plan_fi
         assert (task.order, task.exclusive, task.target) == (compile_ahead.ORDER, False, compile_ahead.TARGET)
 
 
-@pytest.mark.parametrize(("asked", "queued"), [("", compile_ahead.ORDER), ("first", compile_ahead.ORDER_FIRST)])
-def test_compile_ahead_first_queues_the_tasks_before_a_ready_numerics_check(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: str, queued: int) -> None:
-    """The A/B switch of compile_ahead.ORDER_FIRST: by default behind a ready numerics check, with `first` ahead."""
-    from opgate.core.spec import load_spec_file
-    from opgate.verify.builtin_stages import NumericsStage
-    from opgate.verify.engine import TIMEOUT_BY_BUDGET, VerifyRequest, _operator_plan, select
-
-    monkeypatch.setenv(compile_ahead.ENV, asked)
-    request = VerifyRequest(spec_file=SOFTMAX, impls=["triton"], dtypes=["float32"], budget="quick")
-    [sel] = select(load_spec_file(SOFTMAX), request, None)
-    plan = _operator_plan(sel, request, "quick", True, tmp_path, TIMEOUT_BY_BUDGET["quick"], {}, False)
-    [task] = compile_ahead.ahead_tasks(plan, 0, ["float32"], "quick", 0, tmp_path)
-    assert task.order == queued and compile_ahead.wanted(gpu=True, library=False) == (asked == "first")
-    assert (queued < NumericsStage.order) == (asked == "first")
-
-
 def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine path end to end, forced on the CPU (torch eager): the tasks run in the numerics checks' worker
@@ -123,8 +106,7 @@ def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp
 
     monkeypatch.setenv("OPGATE_CACHE", "0")
     outcomes = {}
-    for ahead, asked in ((False, ""), (True, ""), ("first", "first")):  # "first": queued before the numerics
-        monkeypatch.setenv(compile_ahead.ENV, asked)
+    for ahead in (False, True):
         monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False, ahead=ahead: bool(ahead))
         report = run_verify(VerifyRequest(spec_file=SOFTMAX, budget="quick", stages=("numerics",), jobs=2,
                                           impls=("torch",), dtypes=("float32",), out_dir=tmp_path / f"out{ahead}"),
@@ -134,5 +116,5 @@ def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp
         assert ran == (["verify.softmax.torch.float32.compile_ahead"] if ahead else [])
         done = report.extra["engine"].get("compile_ahead")  # what the internal results did, in the report
         assert (done["tasks"], done["not_passed"]) == (1, {}) if ahead else done is None
-    assert outcomes[True] == outcomes[False] == outcomes["first"]
+    assert outcomes[True] == outcomes[False]
     assert not [check for check in outcomes[True] if check.endswith(".compile_ahead")]

@@ -37,28 +37,18 @@ from opgate.verify.resume import COMPILE_AHEAD_TARGET as TARGET
 ENV = "OPGATE_COMPILE_AHEAD"
 SUFFIX = ".compile_ahead"  # a task's check id: verify.<op>.<impl>.<dtype>.compile_ahead
 ORDER = 41  # after a ready numerics check (40), before the runtime warm-ups (42)
-# OPGATE_COMPILE_AHEAD=first: before a ready numerics check, for an A/B on the GPU. On the H100 (forty-second session)
-# two of three library runs ended their numerics 93-115 s later than the third. Mostly their hosts: every kind of
-# task took 8-60% longer there (median per task) and the slots stayed full. But in both, no compile-ahead task of
-# FlagGems' skip_layer_norm and rms_norm.grad (the last spec file) started before its plan was written, as ready
-# numerics checks took the slots first, so their checks compiled one kernel each for 59-124 s in the run's last
-# minutes. Ahead of the numerics that compile work moves to the start; whether the run ends sooner is not measured.
-ORDER_FIRST = 39
+# Queued before a ready numerics check instead (OPGATE_COMPILE_AHEAD=first, forty-second session), on one H100 in one
+# A/B from empty caches each (forty-third session): the tasks held the slots from the start, the numerics began at
+# 185 s (19 s) and ended at 350 s (343 s), and the runtime checks began at 407 s (367 s). Removed.
 SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
 TIMEOUT_S = 600.0
 
 
 def wanted(gpu: bool, library: bool = False) -> bool:
     """Whether a run makes compile-ahead tasks: on a GPU, for a `library` (several spec files or a folder), where
-    they were measured, unless OPGATE_COMPILE_AHEAD=0; for one spec file where OPGATE_COMPILE_AHEAD=1 (or first)
-    asks."""
+    they were measured, unless OPGATE_COMPILE_AHEAD=0; for one spec file where OPGATE_COMPILE_AHEAD=1 asks."""
     asked = os.environ.get(ENV, "").strip()
-    return gpu and (asked in ("1", "first") or (library and asked != "0"))
-
-
-def order() -> int:
-    """The tasks' place in the queue: ORDER, or ORDER_FIRST where OPGATE_COMPILE_AHEAD=first asks."""
-    return ORDER_FIRST if os.environ.get(ENV, "").strip() == "first" else ORDER
+    return gpu and (asked == "1" or (library and asked != "0"))
 
 
 def distinct_shapes(cases: Sequence[Any], elements: Any) -> list[Any]:
@@ -155,11 +145,9 @@ def ahead_tasks(plan: Any, job_index: int, dtypes: Sequence[str], budget: str, s
     from opgate.verify.calibrator import plan_file_path
     from opgate.verify.tasks import CompileAheadPayload
 
-    queue_order = order()
-
     class _Ahead(Stage):
         name = "compile_ahead"
-        order = queue_order
+        order = ORDER
         timeout_s = TIMEOUT_S
 
     out = []
