@@ -14,6 +14,23 @@ import sys
 from pathlib import Path
 
 
+def _terms_per_case(per_plan: dict) -> list[str]:
+    """A case's bound terms on each device (verify/bounds_device.py puts the large ones on the GPU): the GPU's cases
+    are the larger, so the CPU's figure is no like-for-like comparison; the forty-third session's H100 run took
+    288-623 ms a case on the GPU beside the run's other work for four fla plans whose same cases took 35-112 ms on
+    an idle CPU thread."""
+    gpu_cases = sum(int(c.get("on_gpu", 0)) for c in per_plan.values())
+    cpu_cases = sum(int(c.get("computed", 0)) for c in per_plan.values()) - gpu_cases
+    gpu_ms = sum(float(c.get("terms_ms_on_gpu", 0)) for c in per_plan.values())
+    cpu_ms = sum(float(c.get("terms_ms_on_cpu", 0)) for c in per_plan.values())
+    if not gpu_cases and not cpu_cases:
+        return []
+    per_case = sorted(float(c["terms_ms_on_gpu"]) / int(c["on_gpu"]) for c in per_plan.values() if c.get("on_gpu"))
+    median = f", plans' median {per_case[len(per_case) // 2]:.0f} ms a case" if per_case else ""
+    return [f"bound terms a case: GPU {gpu_ms / max(gpu_cases, 1):.0f} ms over {gpu_cases} cases{median}; "
+            f"CPU {cpu_ms / max(cpu_cases, 1):.0f} ms over {cpu_cases} cases"]
+
+
 def summary(report: dict, host_speed: dict | None = None) -> list[str]:
     engine = report.get("extra", {}).get("engine", {})
     lines = [f"report {report.get('duration_s', 0):.0f} s, interrupted {report.get('interrupted')}, "
@@ -45,6 +62,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
                  "heaviest " + ", ".join(f"{plan} {seconds:.0f} s" for seconds, plan in heaviest))
     per_plan = engine.get("calibration_bounds_cache", {})
     lines += [f"  {plan}: {seconds:.0f} s of bound terms, {per_plan.get(plan, {})}" for seconds, plan in heaviest]
+    lines += _terms_per_case(per_plan)
     if engine.get("measurement_windows"):  # engine/gpu_windows.py
         lines.append(f"measurement windows: {engine['measurement_windows']}")
     lines.append(f"spec load {engine.get('spec_load_s')} s, prepare {engine.get('prepare_s')} s, "
