@@ -64,6 +64,10 @@ def test_a_small_case_moves_when_its_reference_is_slow_on_the_cpu(monkeypatch: p
         assert not bounds_device._wanted(lambda v: 1 / 0, [small])  # the terms meet the error on the CPU
         large = torch.zeros(bounds_device.MIN_GPU_ELEMENTS, dtype=torch.float64)
         assert bounds_device._wanted(lambda v: 1 / 0, [large])  # large enough: no call needed
+        # OPGATE_BOUNDS_DEVICE=slow: the call decides for a large case too
+        monkeypatch.setenv(bounds_device.DEVICE_ENV, bounds_device.SLOW_CALLS_ONLY)
+        assert not bounds_device._wanted(lambda v: v * 2, [large])
+        assert bounds_device._wanted(burns_cpu, [large])
     finally:
         bounds_device.use_gpu(False)
 

@@ -9,7 +9,8 @@ largest gradient twins finished sooner on the CPU while the sanitized children f
 the GPU; the default stays.
 
 A case's terms move to the GPU only when all of these hold, else they stay on the CPU exactly as before:
-- the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any size);
+- the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any size;
+  `slow` moves only the cases whose reference is slow on the CPU, below, whatever their size);
 - no spec import replaced a GPU kernel of an aten operator (core/torch_kernels.py: FlagGems registers its Triton
   kernels for aten.softmax and others, and the reference would then run the code under test on the GPU); a
   calibration process of a GPU run takes such a replacement back before it calibrates (restore_native_kernels);
@@ -33,6 +34,14 @@ from typing import Any, Iterator, Sequence
 
 DEVICE_ENV = "OPGATE_BOUNDS_DEVICE"
 MIN_GPU_ELEMENTS = 1 << 17
+# OPGATE_BOUNDS_DEVICE=slow: only the cases whose one reference call costs the CPU SLOW_REFERENCE_S, for an A/B on
+# the GPU. In an H100 library run (forty-third session) the terms on the GPU took 693 ms a case beside the run's other
+# work (3,095 cases, 88% of all bound-term time, the calibration the run's critical path), while the same large
+# cases of eight fla plans took 35-112 ms a case on one idle CPU thread wherever one reference call costs under 5 ms
+# (softmax, layer_norm, swiglu.grad, token_shift: 288-656 ms on that GPU); where it costs more (short_conv's
+# depthwise convolution, 2.2-471 ms a call; the padded cumsum) the GPU was 5-12x faster
+# (benchmarks/bound_terms_large_cases.py).
+SLOW_CALLS_ONLY = "slow"
 # CPU seconds of one float64 reference call above which a smaller case's terms move too: they call it ~25 times and
 # run ~20-50 reverse passes of its graph, so at 5 ms a call the CPU would spend a quarter of a second or more, while
 # the GPU path costs a few read-backs (milliseconds each beside busy processes: benchmarks/gpu_sharing.py)
@@ -79,7 +88,7 @@ def _wanted(reference: Any, inputs: Sequence[Any]) -> bool:
     if choice == "cpu" or not (_ENABLED["gpu"] or choice == "cuda") or not torch.cuda.is_available():
         return False
     elements = sum(int(v.numel()) for v in inputs if isinstance(v, torch.Tensor) and v.dtype == torch.float64)
-    large = choice == "cuda" or elements >= MIN_GPU_ELEMENTS
+    large = choice == "cuda" or (choice != SLOW_CALLS_ONLY and elements >= MIN_GPU_ELEMENTS)
     if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
         COUNTS["cpu_for_replaced_kernels"] += int(large)
         return False
