@@ -83,7 +83,8 @@ def _progress(path: Path, finished: int) -> Path:
 @pytest.mark.parametrize("run, finished, why", [
     (_run(), 2, ""),
     (_run(findings=1, returncode=86), 2, "has findings"),
-    (_run(returncode=1), 1, "exited with 1"),
+    (_run(returncode=1), 1, "exited with code 1"),
+    (_run(returncode=-11), 2, "was killed by signal 11 (SIGSEGV)"),
     (_run(timed_out=True, returncode=None), 1, "timed out"),
     (_run(), 1, "did not finish y|triton|float16"),
 ])

@@ -113,6 +113,8 @@ def run_shared(group_dir: Path, spec_file: str, members: Sequence[dict[str, str]
 
 def judge_shared_run(result: Any, members: Sequence[dict[str, str]], progress: Path) -> dict[str, Any]:
     """The record of a shared run (a SanitizerRun): clean, or why not, and each member's steps."""
+    from opgate.gpu.probes.sanitizer import describe_exit
+
     steps = read_progress(progress)
     record: dict[str, Any] = {"duration_s": round(result.duration_s, 2), "log_path": result.log_path,
                               "members": len(members), "steps": steps}
@@ -123,7 +125,7 @@ def judge_shared_run(result: Any, members: Sequence[dict[str, str]], progress: P
     elif result.report.findings or result.sanitizer_flagged:
         why = "the shared run has findings: each implementation runs alone, so each finding is its own"
     elif result.returncode not in (0, None):
-        why = f"the shared run exited with {result.returncode}"
+        why = f"the shared run {describe_exit(result.returncode)}"
     elif unfinished:
         why = f"the shared run did not finish {Member(**unfinished[0]).key()}"
     return {**record, "clean": not why, "why": why}
