@@ -1,7 +1,8 @@
 """What a library run's report says about where its time went: results by stage and outcome, plans calibrated by
 each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' Triton compiles (count and seconds,
-from each result's backend_facts.triton_jit) and the operators that compiled longest; the host's speed where
-scripts/host_speed.py left it beside the report.
+from each result's backend_facts.triton_jit) and the operators that compiled longest; what the side-by-side work
+ended on (the last plan, the last numerics checks and the compile-ahead tasks they waited for, the last runtime
+warm-ups); the host's speed where scripts/host_speed.py left it beside the report.
 
     python3 scripts/gpu/library_summary.py REPORT.json
 """
@@ -86,6 +87,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
     for stage, pairs in sorted(spans.items()):
         lines.append(f"  {stage} ran from {min(p[0] for p in pairs):.0f} s to {max(p[1] for p in pairs):.0f} s: "
                      f"{len(pairs)} tasks, {sum(e - s for s, e in pairs):.0f} s of slot time")
+    lines += _critical_path(timeline, stage_of, engine.get("calibration_spans_s", {}))
     completed = engine.get("files_completed_s", {})
     lines.append(f"files judged wholly: {len(completed)}, at " + ", ".join(
         f"{Path(f).name} {t:.0f} s" for f, t in sorted(completed.items(), key=lambda item: item[1])))
@@ -93,6 +95,33 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
         lines.append(f"complete files at the interrupt: {len(extra['complete_files'])}: {extra['complete_files']}")
     if "verdict_cache" in extra:
         lines.append(f"verdict cache: {json.dumps(extra['verdict_cache'])[:600]}")
+    return lines
+
+
+def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict) -> list[str]:
+    """What the side-by-side work ended on: the last plan written, the last numerics checks (and whether a running
+    compile-ahead task held one back: it ended as the check began), and the last runtime warm-ups before the first
+    measurement."""
+    ends: dict[str, tuple[float, float]] = {}
+    for check_id, times in timeline.items():
+        if len(times) >= 2:
+            ends[check_id] = (float(times[0]), float(times[-1]))
+    lines = []
+    if calibration_spans:
+        plan, (_, written) = max(calibration_spans.items(), key=lambda item: item[1][1])
+        lines.append(f"last plan written at {written:.0f} s ({plan})")
+    numerics = sorted((end, start, check) for check, (start, end) in ends.items() if stage_of.get(check) == "numerics")
+    for end, start, check in numerics[-3:]:
+        ahead = ends.get(f"{check}.compile_ahead")
+        held = (f"; its compile-ahead task ran {ahead[0]:.0f}-{ahead[1]:.0f} s" if ahead and ahead[1] >= start - 1.0
+                else "")
+        lines.append(f"  a last numerics check: {check} {start:.0f}-{end:.0f} s{held}")
+    runtime = [start for check, (start, _) in ends.items() if stage_of.get(check) == "runtime"]
+    warm_ups = sorted((end, start, check) for check, (start, end) in ends.items() if check.endswith("_warm_up"))
+    if runtime and warm_ups:
+        lines.append(f"first runtime check at {min(runtime):.0f} s; the last warm-ups: " + ", ".join(
+            f"{check.removeprefix('verify.').removesuffix('.runtime_warm_up')} {start:.0f}-{end:.0f} s"
+            for end, start, check in warm_ups[-3:]))
     return lines
 
 
