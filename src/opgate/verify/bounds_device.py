@@ -36,11 +36,10 @@ DEVICE_ENV = "OPGATE_BOUNDS_DEVICE"
 MIN_GPU_ELEMENTS = 1 << 17
 # OPGATE_BOUNDS_DEVICE=slow: only the cases whose one reference call costs the CPU SLOW_REFERENCE_S, for an A/B on
 # the GPU. In an H100 library run (forty-third session) the terms on the GPU took 693 ms a case beside the run's other
-# work (3,095 cases, 88% of all bound-term time, the calibration the run's critical path), while the same large
-# cases of eight fla plans took 35-112 ms a case on one idle CPU thread wherever one reference call costs under 5 ms
-# (softmax, layer_norm, swiglu.grad, token_shift: 288-656 ms on that GPU); where it costs more (short_conv's
-# depthwise convolution, 2.2-471 ms a call; the padded cumsum) the GPU was 5-12x faster
-# (benchmarks/bound_terms_large_cases.py).
+# work (3,095 cases, 88% of all bound-term time, the calibration the run's critical path), while the large cases
+# of seven fla plans whose every reference call costs under 5 ms took 33-121 ms a case on one idle CPU thread
+# (288-656 ms on that GPU); where calls cost more (short_conv's depthwise convolution, 271 ms a call at the median;
+# a padded cumsum case, 175 ms) the GPU was 5-12x faster (benchmarks/bound_terms_large_cases.py).
 SLOW_CALLS_ONLY = "slow"
 # CPU seconds of one float64 reference call above which a smaller case's terms move too: they call it ~25 times and
 # run ~20-50 reverse passes of its graph, so at 5 ms a call the CPU would spend a quarter of a second or more, while

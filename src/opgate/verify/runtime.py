@@ -495,8 +495,9 @@ class VerifySanitizerCheck(GpuStageCheck):
                               key="verify.sanitizer.run_time_under_the_sanitizer")]
         crash_text = ""
         if crashed is not None:
+            first_words = crashed.last_words()
             crash_text = (f"a first run {crashed.exit_text()} {_where_stopped(crashed.stdout_tail)} with no error in "
-                          "its log" + (f" ({crashed.last_words()})" if crashed.last_words() else ""))
+                          "its log" + (f" ({first_words})" if first_words else ""))
             extra["first_run_crashed"] = crashed.to_dict()
             run_figures.append(Figure("runs under the sanitizer", 2, "",
                                       key="verify.sanitizer.runs_under_the_sanitizer"))
