@@ -2,10 +2,10 @@
 
     PYTHONPATH=src python benchmarks/bound_terms_large_cases.py [--report RUN.json] SPEC.py:OP:DTYPE ...
 
-For each plan: its cases with at least bounds_device.MIN_GPU_ELEMENTS float64 input elements (those a GPU run puts on
-the GPU by default), their bound terms (calibrate.CaseBounds._computed) timed on the CPU with one torch thread (a
-calibration process's share of a busy host), one reference call's CPU time per case (the part of the placement rule
-that OPGATE_BOUNDS_DEVICE=slow keeps: a call of at least SLOW_REFERENCE_S moves the case), and, from --report, the
+For each plan: its cases with at least bounds_device.MIN_GPU_ELEMENTS float64 input elements (those a GPU run put on
+the GPU by size until the forty-fourth session; OPGATE_BOUNDS_DEVICE=size still does), their bound terms (calibrate.CaseBounds._computed) timed on the CPU with one torch thread (a
+calibration process's share of a busy host), one reference call's CPU time per case (the placement rule now:
+a call of at least SLOW_REFERENCE_S moves the case), and, from --report, the
 milliseconds a case the run's GPU took for that plan (extra.engine.calibration_bounds_cache). The GPU's figure is
 over the plan's cases that went there, measured beside the run's other work; the CPU's here over the large cases,
 on this machine: the same cases, not the same host. Nothing is cached; no verdict changes.

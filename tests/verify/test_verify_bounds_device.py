@@ -1,5 +1,5 @@
-"""Where the float64 bound terms run (verify/bounds_device.py): the CPU unless the run has a GPU, the case is large
-and the reference gives the CPU truth back there; the same bounds on either device."""
+"""Where the float64 bound terms run (verify/bounds_device.py): the CPU unless the run has a GPU, one call of the
+reference is slow on the CPU and the reference gives the CPU truth back there; the same bounds on either device."""
 
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ def test_cpu_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         bounds_device.use_gpu(False)
 
 
-def test_a_small_case_moves_when_its_reference_is_slow_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_call_of_the_reference_decides_whatever_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """Size alone misjudged fla's chunked cumsum: a [1, 1, 65535] input (under MIN_GPU_ELEMENTS) padded to 4.2 M
-    elements inside the reference. One call of the reference, in CPU time, decides for a small case."""
+    elements inside the reference; and a large case of a cheap reference costs less on a CPU thread than on the busy
+    GPU of a library run. One call of the reference, in CPU time, decides."""
     import time
 
     monkeypatch.delenv(bounds_device.DEVICE_ENV, raising=False)
@@ -62,12 +63,21 @@ def test_a_small_case_moves_when_its_reference_is_slow_on_the_cpu(monkeypatch: p
         assert bounds_device._wanted(burns_cpu, [small])
         assert not bounds_device._wanted(lambda v: time.sleep(0.05) or v, [small])  # waiting is no CPU cost
         assert not bounds_device._wanted(lambda v: 1 / 0, [small])  # the terms meet the error on the CPU
+        # a large case of a cheap reference stays too: the call decides for every size
         large = torch.zeros(bounds_device.MIN_GPU_ELEMENTS, dtype=torch.float64)
-        assert bounds_device._wanted(lambda v: 1 / 0, [large])  # large enough: no call needed
-        # OPGATE_BOUNDS_DEVICE=slow: the call decides for a large case too
-        monkeypatch.setenv(bounds_device.DEVICE_ENV, bounds_device.SLOW_CALLS_ONLY)
         assert not bounds_device._wanted(lambda v: v * 2, [large])
         assert bounds_device._wanted(burns_cpu, [large])
+        for name in (bounds_device.SLOW_CALLS_ONLY, "auto"):  # the A/B's name and the default's say the same
+            monkeypatch.setenv(bounds_device.DEVICE_ENV, name)
+            assert not bounds_device._wanted(lambda v: v * 2, [large])
+        # inputs so large that the call could only say yes move without it
+        monkeypatch.setattr(bounds_device, "CERTAINLY_SLOW_ELEMENTS", bounds_device.MIN_GPU_ELEMENTS)
+        assert bounds_device._wanted(lambda v: 1 / 0, [large])
+        # OPGATE_BOUNDS_DEVICE=size, the rule before: size alone moves a large case
+        monkeypatch.setattr(bounds_device, "CERTAINLY_SLOW_ELEMENTS", 1 << 24)
+        monkeypatch.setenv(bounds_device.DEVICE_ENV, bounds_device.SIZE_RULE)
+        assert bounds_device._wanted(lambda v: 1 / 0, [large])
+        assert not bounds_device._wanted(lambda v: 1 / 0, [small])
     finally:
         bounds_device.use_gpu(False)
 
@@ -248,9 +258,19 @@ from opgate.verify.loaded_specs import loaded_operators
 torch.cuda.is_available = lambda: True  # what a GPU host says; nothing here runs on it
 bounds_device.use_gpu(True)
 x = torch.zeros(1 << 18, dtype=torch.float64)
-before = (replaced_gpu_kernels(), bounds_device._wanted(torch.neg, [x]))
+
+
+def slow_neg(v):  # a reference whose one call costs the CPU over SLOW_REFERENCE_S: its terms would move
+    import time
+    until = time.thread_time() + 2 * bounds_device.SLOW_REFERENCE_S
+    while time.thread_time() < until:
+        pass
+    return -v
+
+
+before = (replaced_gpu_kernels(), bounds_device._wanted(slow_neg, [x]))
 loaded_operators(sys.argv[1])
-print(before, (replaced_gpu_kernels(), bounds_device._wanted(torch.neg, [x])))
+print(before, (replaced_gpu_kernels(), bounds_device._wanted(slow_neg, [x])))
 '''
 
 
@@ -274,7 +294,7 @@ def test_a_spec_that_replaces_torchs_gpu_kernels_keeps_the_terms_on_the_cpu(tmp_
 
 RESTORING_CHILD = CHILD + '''
 from opgate.core.torch_kernels import destroy_registrations, restore_native_kernels
-print(restore_native_kernels(), (replaced_gpu_kernels(), bounds_device._wanted(torch.neg, [x])))
+print(restore_native_kernels(), (replaced_gpu_kernels(), bounds_device._wanted(slow_neg, [x])))
 # the dispatcher serves torch's own kernel again once the overriding Library is destroyed (a CPU key: testable here)
 library = torch.library.Library("aten", "IMPL")
 library.impl("_test_serialization_subcmul", lambda a, b, alpha=1: a * 0 + 42, "CPU")

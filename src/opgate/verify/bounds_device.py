@@ -1,23 +1,23 @@
-"""Where a case's float64 bound terms run: on the GPU, where the run has one, for the cases large enough to gain.
+"""Where a case's float64 bound terms run: on the GPU, where the run has one, for the cases whose reference is slow.
 
 The bound terms (calibrate.CaseBounds: perturbation and curvature sensitivity, the accumulation bound's reverse
 passes, the log-space statistic) call the float64 reference about 25 times per case. On the CPU they were the long
 pole of a library run on the H200 host (ninth H200 session, in the history of docs/benchmarks.md); an H200 runs
-float64 at tens of TFLOP/s. Measured since (docs/benchmarks.md, the library corpus on the H200): on a host whose
-cores are all busy, mid-size cases gain little either way (their terms are Python and small reductions), and the
-largest gradient twins finished sooner on the CPU while the sanitized children finished sooner with the terms on
-the GPU; the default stays.
+float64 at tens of TFLOP/s. But inside a library run the GPU is busy with the run's other work, and a case whose
+reference is cheap (an elementwise op, a norm) costs less on a CPU thread than there, whatever its size
+(SLOW_CALLS_ONLY); what a call costs the CPU decides.
 
 A case's terms move to the GPU only when all of these hold, else they stay on the CPU exactly as before:
-- the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any size;
-  `slow` moves only the cases whose reference is slow on the CPU, below, whatever their size);
+- the run uses the GPU (the engine says so) and OPGATE_BOUNDS_DEVICE is not `cpu` (`cuda` forces it for any case;
+  `size`, the rule before the forty-fourth session, moves every case of at least MIN_GPU_ELEMENTS too);
 - no spec import replaced a GPU kernel of an aten operator (core/torch_kernels.py: FlagGems registers its Triton
   kernels for aten.softmax and others, and the reference would then run the code under test on the GPU); a
   calibration process of a GPU run takes such a replacement back before it calibrates (restore_native_kernels);
-- its float inputs hold at least MIN_GPU_ELEMENTS elements (below that a reverse pass is launch-bound on the GPU
-  and no faster than the CPU's), or one call of the reference on them costs the CPU at least SLOW_REFERENCE_S: a
-  reference can make far more than its inputs (fla's chunked cumsum pads a [1, 1, 65535] input to 64 time steps:
-  4.2 M elements, 74 ms a reverse pass, 3 s of terms for a case of 65535 elements; twenty-fourth session);
+- one call of the reference on the CPU inputs costs this thread at least SLOW_REFERENCE_S, whatever the inputs'
+  size: a reference can make far more than its inputs (fla's chunked cumsum pads a [1, 1, 65535] input to 64 time
+  steps: 4.2 M elements, 74 ms a reverse pass, 3 s of terms for a case of 65535 elements; twenty-fourth session),
+  and a large case of a cheap reference is cheaper on the CPU than on a GPU the run keeps busy (SLOW_CALLS_ONLY).
+  Inputs of at least CERTAINLY_SLOW_ELEMENTS move without the call, which could only say yes;
 - the reference runs on the moved inputs and gives the CPU truth back (to AGREEMENT_RTOL): a reference that makes
   CPU tensors inside, or branches on the device, keeps its terms on the CPU.
 While the terms run, the process holds its GPU's host-wide lock shared (opgate.engine.gpu_guard), so a timing or recovery
@@ -33,14 +33,23 @@ import time
 from typing import Any, Iterator, Sequence
 
 DEVICE_ENV = "OPGATE_BOUNDS_DEVICE"
+# OPGATE_BOUNDS_DEVICE=size: a case of at least this many float64 input elements moves whatever its call costs (the
+# default until the forty-fourth session, kept for A/Bs).
 MIN_GPU_ELEMENTS = 1 << 17
-# OPGATE_BOUNDS_DEVICE=slow: only the cases whose one reference call costs the CPU SLOW_REFERENCE_S, for an A/B on
-# the GPU. In an H100 library run (forty-third session) the terms on the GPU took 693 ms a case beside the run's other
-# work (3,095 cases, 88% of all bound-term time, the calibration the run's critical path), while the large cases
-# of seven fla plans whose every reference call costs under 5 ms took 33-121 ms a case on one idle CPU thread
-# (288-656 ms on that GPU); where calls cost more (short_conv's depthwise convolution, 271 ms a call at the median;
-# a padded cumsum case, 175 ms) the GPU was 5-12x faster (benchmarks/bound_terms_large_cases.py).
+SIZE_RULE = "size"
+# The default since the forty-fourth session: one call's CPU time decides for every case. In an H100 library run
+# (forty-third session) the size rule's GPU terms took 693 ms a case beside the run's other work (3,095 cases, 88% of
+# the bound-term time, the calibration the run's critical path), while the large cases of seven fla plans whose every
+# reference call costs under 5 ms took 33-121 ms a case on one idle CPU thread (288-656 ms on that GPU); where calls
+# cost more (short_conv's depthwise convolution, 271 ms a call at the median; a padded cumsum case, 175 ms) the GPU
+# was 5-12x faster (benchmarks/bound_terms_large_cases.py). The A/B on one slower H100 host, each arm from empty
+# caches (forty-fourth session, docs/benchmarks.md): with the call deciding, 1,322 cases went to the GPU instead of
+# 3,243, the bound terms took 2,926 s instead of 3,257 s, 144 plans were written by 300 s instead of 129, and the
+# last at 349 s instead of 379 s. `slow`, the A/B's name for it, still means it.
 SLOW_CALLS_ONLY = "slow"
+# float64 input elements from which one reference call surely costs SLOW_REFERENCE_S (reading 128 MiB takes a CPU
+# thread longer than 5 ms), so the case moves without paying that call
+CERTAINLY_SLOW_ELEMENTS = 1 << 24
 # CPU seconds of one float64 reference call above which a smaller case's terms move too: they call it ~25 times and
 # run ~20-50 reverse passes of its graph, so at 5 ms a call the CPU would spend a quarter of a second or more, while
 # the GPU path costs a few read-backs (milliseconds each beside busy processes: benchmarks/gpu_sharing.py)
@@ -87,9 +96,10 @@ def _wanted(reference: Any, inputs: Sequence[Any]) -> bool:
     if choice == "cpu" or not (_ENABLED["gpu"] or choice == "cuda") or not torch.cuda.is_available():
         return False
     elements = sum(int(v.numel()) for v in inputs if isinstance(v, torch.Tensor) and v.dtype == torch.float64)
-    large = choice == "cuda" or (choice != SLOW_CALLS_ONLY and elements >= MIN_GPU_ELEMENTS)
+    large = (choice == "cuda" or elements >= CERTAINLY_SLOW_ELEMENTS
+             or (choice == SIZE_RULE and elements >= MIN_GPU_ELEMENTS))
     if replaced_gpu_kernels():  # on the GPU the reference would run the library's own kernels: the code under test
-        COUNTS["cpu_for_replaced_kernels"] += int(large)
+        COUNTS["cpu_for_replaced_kernels"] += int(large)  # those that move without a call (it is not paid here)
         return False
     return large or _slow_on_the_cpu(reference, inputs)
 
