@@ -2,7 +2,7 @@
 each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' Triton compiles (count and seconds,
 from each result's backend_facts.triton_jit) and the operators that compiled longest; what the side-by-side work
 ended on (the last plan, the last numerics checks and the compile-ahead tasks they waited for, the last runtime
-warm-ups); the host's speed where scripts/host_speed.py left it beside the report.
+warm-ups); the longest plans and when each spec file's first plan began; the host's speed where scripts/host_speed.py left it beside the report.
 
     python3 scripts/gpu/library_summary.py REPORT.json
 """
@@ -57,6 +57,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
     ends = sorted(span[1] for span in engine.get("calibration_spans_s", {}).values())
     lines.append("plans calibrated by " + ", ".join(f"{t} s: {sum(1 for e in ends if e <= t)}"
                                                      for t in range(100, 700, 100)))
+    lines += _plan_order(report)
     phases = engine.get("calibration_phases_s", {})
     heaviest = sorted(((p.get("bounds", 0.0), plan) for plan, p in phases.items()), reverse=True)[:6]
     lines.append(f"bound terms: {sum(p.get('bounds', 0.0) for p in phases.values()):.0f} s over {len(phases)} plans; "
@@ -152,6 +153,30 @@ def _compiles(report: dict) -> list[str]:
     return lines
 
 
+def _plan_order(report: dict) -> list[str]:
+    """The longest plans with their spans, and when each spec file's first plan began: the pool takes the costliest
+    ready plan first by an estimate (calibrator.plan_cost), and a plan the estimate ranks low that is in fact the
+    longest starts late and ends the calibration (fla_short_conv.grad, forty-fourth session)."""
+    spans = report.get("extra", {}).get("engine", {}).get("calibration_spans_s", {})
+    if not spans:
+        return []
+    longest = sorted(spans.items(), key=lambda item: item[1][0] - item[1][1])[:5]
+    lines = ["longest plans: " + ", ".join(f"{name} {a:.0f}-{b:.0f} s" for name, (a, b) in longest)]
+    file_of = {}
+    for result in report.get("results", []):
+        extra = result.get("extra") or {}
+        if extra.get("op") and extra.get("spec_file"):
+            file_of[str(extra["op"])] = Path(str(extra["spec_file"])).name
+    first: dict[str, float] = {}
+    for name, (began, _) in spans.items():
+        spec = file_of.get(name.split()[0], "?")
+        first[spec] = min(first.get(spec, began), began)
+    lines.append("first plan began, by spec file: " + ", ".join(f"{spec} {at:.0f} s"
+                                                                 for spec, at in sorted(first.items(),
+                                                                                        key=lambda kv: kv[1])))
+    return lines
+
+
 def host_speed_beside(report_path: Path) -> dict | None:
     """The host_speed.json that scripts/gpu/library_env.sh leaves beside a run's report, if any."""
     path = report_path.with_name("host_speed.json")
@@ -162,5 +187,15 @@ def host_speed_beside(report_path: Path) -> dict | None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python3 scripts/gpu/library_summary.py REPORT.json  (an opgate verify --json report)",
+              file=sys.stderr)
+        sys.exit(2)
     report_path = Path(sys.argv[1])
-    print("\n".join(summary(json.loads(report_path.read_text()), host_speed_beside(report_path))))
+    try:
+        loaded = json.loads(report_path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"library_summary.py: {report_path}: not a readable JSON report ({exc}); pass opgate verify's --json "
+              "file", file=sys.stderr)
+        sys.exit(2)
+    print("\n".join(summary(loaded, host_speed_beside(report_path))))

@@ -1,0 +1,46 @@
+"""scripts/gpu/library_summary.py: what a library run's report says about where its time went, from the report alone;
+a path that is no report is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "library_summary.py"
+
+
+def _report() -> dict:
+    """A two-file run's report, cut to what the summary reads: the pool's plan spans and each result's spec file."""
+    spans = {"conv.grad float32": [106.0, 349.0], "kl.grad float32": [23.0, 115.0], "swish float32": [10.0, 22.0],
+             "norm float16": [161.0, 170.0]}
+    results = [{"check_id": f"verify.{op}.calibration", "outcome": "passed", "stage": "calibration",
+                "extra": {"op": op, "spec_file": f"lib/{spec}"}}
+               for op, spec in [("conv.grad", "seq.py"), ("kl.grad", "losses.py"), ("swish", "losses.py"),
+                                ("norm", "norms.py")]]
+    return {"duration_s": 400.0, "interrupted": False, "exit_code": 0, "counts": {"passed": 4}, "results": results,
+            "extra": {"engine": {"calibration_spans_s": spans}}}
+
+
+def test_the_longest_plans_and_each_files_first_plan(tmp_path: Path) -> None:
+    path = tmp_path / "run1.json"
+    path.write_text(json.dumps(_report()))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "longest plans: conv.grad float32 106-349 s, kl.grad float32 23-115 s, swish float32 10-22 s, " \
+           "norm float16 161-170 s" in lines
+    assert "first plan began, by spec file: losses.py 10 s, seq.py 106 s, norms.py 161 s" in lines
+    assert "plans calibrated by 100 s: 1, 200 s: 3, 300 s: 3, 400 s: 4, 500 s: 4, 600 s: 4" in lines
+
+
+def test_a_path_that_is_no_report_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    for args in ([str(tmp_path / "missing.json")], []):
+        done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and not done.stdout
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    bad = tmp_path / "half.json"
+    bad.write_text("{")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "half.json: not a readable JSON report" in done.stderr
