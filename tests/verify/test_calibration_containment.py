@@ -283,9 +283,11 @@ def test_a_second_sigterm_while_the_run_stops_does_not_lose_its_report(tmp_path:
     assert "verify.fast.torch.float32" in {r["check_id"] for r in written["results"]}
 
 
-def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Path) -> None:
+def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Longest first across the library: in file order a library's heaviest plans (fla's loss gradients) started
-    last and ran on alone while everything else waited (H200 host)."""
+    last and ran on alone while everything else waited (H200 host); costliest by the probe's timed reference call
+    where there is one (verify/plan_order.py)."""
     from concurrent.futures import Future
     from types import SimpleNamespace
 
@@ -297,7 +299,7 @@ def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Pat
         return SimpleNamespace(name=name, derived_dims={}, tensor_inputs=[shape], with_derived=dict)
 
     def cases(rows: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(dims=(("M", rows),), to_dict=dict)]
+        return [SimpleNamespace(dims=(("M", rows),), to_dict=dict, is_empty=False)]
 
     submitted: list[tuple[str, str]] = []
 
@@ -313,21 +315,38 @@ def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Pat
             future.set_result(None)
             return future
 
+    def pool_order(call_seconds: dict[str, float]) -> list[tuple[str, str]]:
+        """The order the one-process pool got the plans in, with the probes' timed calls `call_seconds`."""
+        probed: dict[Path, Future] = {}
+        for file, names in ((first, ["small"]), (second, ["big.grad", "large"])):
+            probed[file] = Future()
+            probed[file].set_result(({name: [] for name in names},
+                                     {name: s for name, s in call_seconds.items() if name in names}))
+        info: dict = {}
+        run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, info)
+        run._done_dtype = lambda *args: None  # type: ignore[method-assign]
+        run._done_operator = lambda *args: None  # type: ignore[method-assign]
+        submitted.clear()
+        run._calibrate_in_pool(OneProcessPool(), {first: [0], second: [1, 2]}, probed)  # type: ignore[arg-type]
+        assert set(info["plan_estimates_s"]) == {"small", "big.grad", "large"}
+        return list(submitted)
+
     first, second = tmp_path / "a.py", tmp_path / "b.py"
     jobs = [calibrator.CalibrationJob(op("small", 8), ["float32", "float16"], lambda plans: None, first, cases(8)),
             calibrator.CalibrationJob(op("big.grad", 8), ["float32"], lambda plans: None, second, cases(8)),
             calibrator.CalibrationJob(op("large", 1024), ["float32"], lambda plans: None, second, cases(1024))]
-    fatal: dict[Path, Future] = {}
-    for file, names in ((first, ["small"]), (second, ["big.grad", "large"])):
-        fatal[file] = Future()
-        fatal[file].set_result({name: [] for name in names})
-    run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, {})
-    run._done_dtype = lambda *args: None  # type: ignore[method-assign]
-    run._done_operator = lambda *args: None  # type: ignore[method-assign]
-    run._calibrate_in_pool(OneProcessPool(), {first: [0], second: [1, 2]}, fatal)  # type: ignore[arg-type]
-    # both files' plans are ready at once here: the 1024-row plan, then the gradient twin (3 x 8 rows), then the rest
-    assert submitted == [("large", "float32"), ("big.grad", "float32"), ("small", "float32"), ("small", "float16")]
+    # no call timed (the probe failed): by elements, the 1024-row plan, then the gradient twin (3 x 8 rows), then
+    # the rest
+    assert pool_order({}) == [("large", "float32"), ("big.grad", "float32"), ("small", "float32"),
+                              ("small", "float16")]
     assert calibrator.plan_cost(jobs[1].op, jobs[1].cases) == 3 * calibrator.plan_cost(jobs[0].op, jobs[0].cases)
+    # timed: the slow reference of 8 rows goes first (fla_short_conv.grad ranked eighth by elements and took the
+    # longest), and a plan whose call was not timed still ranks among them by its elements
+    assert pool_order({"small": 0.5, "large": 0.001}) == [("small", "float32"), ("small", "float16"),
+                                                            ("large", "float32"), ("big.grad", "float32")]
+    # OPGATE_PLAN_ORDER=elements: the order before, whatever was timed
+    monkeypatch.setenv("OPGATE_PLAN_ORDER", "elements")
+    assert pool_order({"small": 0.5, "large": 0.001})[0] == ("large", "float32")
 
 
 REPLACING_SPEC = '''
@@ -376,6 +395,7 @@ def test_a_spec_that_replaces_torchs_gpu_kernels_calibrates_in_processes_of_its_
     # process's kernels; the calibration processes replace theirs
     monkeypatch.setattr(specload, "_REPLACING", {str(replacing.resolve())})
     monkeypatch.setenv("PLANTED_REPLACE_KERNELS", "1")
+    monkeypatch.setenv("OPGATE_PLAN_ORDER", "elements")  # the replacing plan (4096 elements) first, as counted below
     assert replaces_gpu_kernels(replacing) and not replaces_gpu_kernels(plain)
     info: dict = {"gpu": gpu, "case_counts": {}}
     pool = CalibrationPool(1)
@@ -409,7 +429,7 @@ def test_plans_of_kernel_replacing_specs_go_apart_only_beside_others_and_take_an
         return SimpleNamespace(name=name, derived_dims={}, tensor_inputs=[shape], with_derived=dict)
 
     def cases(rows: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(dims=(("M", rows),), to_dict=dict)]
+        return [SimpleNamespace(dims=(("M", rows),), to_dict=dict, is_empty=False)]
 
     class RecordingPool:
         processes = 4
@@ -443,7 +463,7 @@ def test_plans_of_kernel_replacing_specs_go_apart_only_beside_others_and_take_an
                 by_file[file].append(len(jobs))
                 jobs.append(calibrator.CalibrationJob(op(name, rows), dtypes, lambda plans: None, file, cases(rows)))
             fatal[file] = Future()
-            fatal[file].set_result({name: [] for name in names})
+            fatal[file].set_result(({name: [] for name in names}, {}))  # (fatal cases, timed calls)
         run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, {"gpu": gpu})
         run._done_dtype = lambda *args: None  # type: ignore[method-assign]
         run._done_operator = lambda *args: None  # type: ignore[method-assign]
@@ -502,7 +522,7 @@ def test_the_last_replacing_plans_take_any_free_process_once_no_other_plan_is_le
     fatal = {}
     for file, names in ((gems, ["gems_0", "gems_1", "gems_2"]), (fla, ["fla_0"])):
         fatal[file] = Future()
-        fatal[file].set_result({name: [] for name in names})
+        fatal[file].set_result(({name: [] for name in names}, {}))  # (fatal cases, timed calls)
     run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, {"gpu": True})
     run._done_dtype = lambda *args: None  # type: ignore[method-assign]
     run._done_operator = lambda *args: None  # type: ignore[method-assign]

@@ -78,3 +78,60 @@ def test_an_interrupted_run_kills_the_probe_child_instead_of_waiting_for_it(tmp_
         start_afresh()
     assert not probe.is_alive() and time.perf_counter() - started < 5
     assert found == [set()]
+
+
+TIMED_SPEC = '''
+import time
+
+import opgate
+
+
+def _slow(x):  # CPU time, not a sleep: the probe times this thread's CPU
+    until = time.thread_time() + 0.03
+    while time.thread_time() < until:
+        pass
+    return 2 * x
+
+
+def _raises(x):
+    if x.shape[0] > 0:
+        raise RuntimeError("not on this case")
+    return x
+
+
+spec = dict(inputs=[opgate.TensorSpec("x", ("M", "N"))], dims={"M": [4], "N": [8]}, dtypes=["float32"])
+slow = opgate.Operator("slow", reference=_slow, **spec)
+fast = opgate.Operator("fast", reference=lambda x: 2 * x, **spec)
+raising = opgate.Operator("raising", reference=_raises, **spec)
+'''
+
+
+def test_the_probe_child_times_one_call_of_each_reference_after_its_empty_cases(tmp_path, opgate_env, monkeypatch):
+    """The calibration pool ranks its plans by one float64 call of each reference (verify/plan_order.py), timed in
+    the probe child after the empty cases; a reference that raises there is left untimed (ranked by elements), and
+    the empty cases' verdicts are those of a probe without timings."""
+    from opgate.verify.empty_probe import probe_spec
+
+    monkeypatch.setenv("PYTHONPATH", opgate_env["PYTHONPATH"])
+    spec = tmp_path / "timed_spec.py"
+    spec.write_text(TIMED_SPEC)
+    case = Case.make({"M": 4, "N": 8}, 0)
+    empty = [Case.make({"M": 0, "N": 8}, 1, origin="edge")]
+    found = probe_spec(spec, {"fast": ("float32", empty)},
+                       {name: ("float32", case) for name in ("slow", "fast", "raising")})
+    assert found.survived == {"fast": {0}}
+    assert set(found.call_seconds) == {"slow", "fast"}
+    assert found.call_seconds["slow"] >= 0.03 > found.call_seconds["fast"]
+    assert probe_spec(spec, {"fast": ("float32", empty)}).call_seconds == {}  # nothing asked, nothing timed
+
+
+def test_a_timing_after_an_empty_case_that_killed_the_child_is_left_out(opgate_env, monkeypatch):
+    """Only the first child times: a child started again after an empty case that killed it probes the rest of the
+    empty cases alone."""
+    from opgate.verify.empty_probe import probe_spec
+
+    monkeypatch.setenv("PYTHONPATH", opgate_env["PYTHONPATH"])
+    cases = [Case.make({"M": 0, "N": 8}, 1, origin="edge"), Case.make({"M": 4, "N": 0}, 2, origin="edge")]
+    found = probe_spec(DATA / "fatal_empty_spec.py", {"double": ("float32", cases)},
+                       {"double": ("float32", Case.make({"M": 4, "N": 8}, 0))})
+    assert found.survived == {"double": {1}} and found.call_seconds == {}

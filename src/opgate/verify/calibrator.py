@@ -62,16 +62,27 @@ def is_added_empty_case(case: Case) -> bool:
 def _fatal_empty_cases(spec_file: Path, jobs: Sequence["CalibrationJob"]) -> dict[str, list[Case]]:
     """Per operator of one spec file: the opgate-added empty cases whose reference kills a process (tried in one
     child for the whole file: empty_probe.py)."""
-    from opgate.verify.empty_probe import surviving_cases_of_spec
+    return _probe_file(spec_file, jobs, timed=False)[0]
+
+
+def _probe_file(spec_file: Path, jobs: Sequence["CalibrationJob"],
+                timed: bool) -> tuple[dict[str, list[Case]], dict[str, float]]:
+    """(per operator, the empty cases that kill a process; with `timed`, per operator, the CPU seconds of one float64
+    call of its reference at a representative case, which ranks the pool's plans: verify/plan_order.py). One child
+    for the whole file (empty_probe.py), none where there is nothing to ask."""
+    from opgate.verify.empty_probe import probe_spec
+    from opgate.verify.plan_order import timing_requests
 
     probes = {job.op.name: (job.dtypes[0], [c for c in job.cases if is_added_empty_case(c)]) for job in jobs}
     probes = {name: probe for name, probe in probes.items() if probe[1]}
+    requests = timing_requests(jobs) if timed else {}
     fatal: dict[str, list[Case]] = {job.op.name: [] for job in jobs}
-    if probes:
-        survived = surviving_cases_of_spec(spec_file.resolve(), probes)
-        for name, (_, empty) in probes.items():
-            fatal[name] = [c for i, c in enumerate(empty) if i not in survived[name]]
-    return fatal
+    if not probes and not requests:
+        return fatal, {}
+    found = probe_spec(spec_file.resolve(), probes, requests)
+    for name, (_, empty) in probes.items():
+        fatal[name] = [c for i, c in enumerate(empty) if i not in found.survived[name]]
+    return fatal, found.call_seconds
 
 
 def probe_processes() -> int:
@@ -538,12 +549,15 @@ class Calibrator(threading.Thread):
                 for index, job in enumerate(self.jobs):
                     job.cases = plan_cases(job.op, self.budget, self.seed)
                     by_file.setdefault(job.spec_file.resolve(), []).append(index)
-                # one probe child per spec file, in the order the files come (the first operators calibrate first)
-                fatal_by_file = {file: probes.submit(_fatal_empty_cases, file, [self.jobs[k] for k in indices])
-                                 for file, indices in by_file.items()}
+                # one probe child per spec file, in the order the files come (the first operators calibrate first);
+                # for the pool it also times each reference once, which ranks the plans (verify/plan_order.py)
                 if self.pool is not None and self.token is None:
-                    self._calibrate_in_pool(self.pool, by_file, fatal_by_file)
+                    probed = {file: probes.submit(_probe_file, file, [self.jobs[k] for k in indices], True)
+                              for file, indices in by_file.items()}
+                    self._calibrate_in_pool(self.pool, by_file, probed)
                 else:
+                    fatal_by_file = {file: probes.submit(_fatal_empty_cases, file, [self.jobs[k] for k in indices])
+                                     for file, indices in by_file.items()}
                     for index, job in enumerate(self.jobs):
                         if self.stopped.is_set():
                             break
@@ -594,19 +608,22 @@ class Calibrator(threading.Thread):
         self._done_operator(op_index, job, outcomes, time.perf_counter() - t0)
 
     def _calibrate_in_pool(self, pool: CalibrationPool, by_file: dict[Path, list[int]],
-                           fatal_by_file: dict[Path, "Future[dict[str, list[Case]]]"]) -> None:
+                           probed: dict[Path, "Future[tuple[dict[str, list[Case]], dict[str, float]]]"]) -> None:
         """Every operator x dtype in the pool's processes: a spec file's plans become ready the moment its
         empty-case probe is back (files in any order), and each plan is handed over the moment it is done.
 
-        The pool gets no more plans than it has processes; each free process takes the costliest ready plan
-        (plan_cost). In file order, a library's heaviest plans (fla's loss gradients) started last and ran on
-        alone for minutes while everything else waited for their numerics (H200 host: 81 of 135 plans done at
-        320 s, none more by 485 s); longest first, they overlap the rest."""
+        The pool gets no more plans than it has processes; each free process takes the costliest ready plan (by
+        the probe's timed call: plan_order.estimated_seconds). In file order, a library's heaviest plans (fla's loss
+        gradients) started last and ran on alone for minutes while everything else waited for their numerics (H200
+        host: 81 of 135 plans done at 320 s, none more by 485 s); longest first, they overlap the rest."""
+        from opgate.verify.plan_order import by_elements_only, estimated_seconds
+
         from concurrent.futures import FIRST_COMPLETED, wait
 
         pending: dict[Future[PlanOutcome], tuple[int, str, float, bool]] = {}  # op, dtype, submitted, apart
         ready: list[tuple[float, int, int, int, list[Case]]] = []  # (-cost, arrival, op index, dtype index, fatal)
-        probing = {future: file for file, future in fatal_by_file.items()}
+        probing = {future: file for file, future in probed.items()}
+        estimates = self.info.setdefault("plan_estimates_s", {})  # op -> [estimate, "call" | "elements"]
         outcomes: dict[int, dict[str, Any]] = {index: {} for index in range(len(self.jobs))}
         first_start: dict[int, float] = {}
         arrivals = itertools.count()
@@ -654,10 +671,13 @@ class Calibrator(threading.Thread):
                 done, _ = wait([*probing, *pending], timeout=1.0, return_when=FIRST_COMPLETED)
                 for future in done:
                     if future in probing:
-                        fatal = future.result()
+                        fatal, call_seconds = future.result()
                         for index in by_file[probing.pop(future)]:
                             job = self.jobs[index]
-                            cost = plan_cost(job.op, job.cases)
+                            call_s = call_seconds.get(job.op.name)
+                            cost = (plan_cost(job.op, job.cases) if by_elements_only()
+                                    else estimated_seconds(job.op, job.cases, call_s))
+                            estimates[job.op.name] = [round(cost, 4), "elements" if call_s is None else "call"]
                             ready += [(-cost, next(arrivals), index, k, fatal[job.op.name])
                                       for k in range(len(job.dtypes))]
                         continue

@@ -280,6 +280,8 @@ class PreparedRun:
                   # one: CheckTask.group)
                   "files_completed_s": {shown.get(group, group): at for group, at in self.feed.completed.items()},
                   "calibration_phases_s": self.info.pop("calibration_phases_s", {}),
+                  # what ranked the calibration pool's plans (verify/plan_order.py): op -> [estimate, its source]
+                  "plan_estimates_s": self.info.pop("plan_estimates_s", {}),
                   "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0}),
                   "calibration_bounds_cache": self.info.pop("calibration_bounds_cache", {})}
         if any(r.check_id.endswith(compile_ahead.SUFFIX) for r in report.results):
