@@ -19,8 +19,10 @@ def _report() -> dict:
                 "extra": {"op": op, "spec_file": f"lib/{spec}"}}
                for op, spec in [("conv.grad", "seq.py"), ("kl.grad", "losses.py"), ("swish", "losses.py"),
                                 ("norm", "norms.py")]]
+    estimates = {"conv.grad": [0.87, "call"], "kl.grad": [0.26, "call"], "swish": [0.01, "call"],
+                 "norm": [0.002, "elements"]}
     return {"duration_s": 400.0, "interrupted": False, "exit_code": 0, "counts": {"passed": 4}, "results": results,
-            "extra": {"engine": {"calibration_spans_s": spans}}}
+            "extra": {"engine": {"calibration_spans_s": spans, "plan_estimates_s": estimates}}}
 
 
 def test_the_longest_plans_and_each_files_first_plan(tmp_path: Path) -> None:
@@ -32,6 +34,8 @@ def test_the_longest_plans_and_each_files_first_plan(tmp_path: Path) -> None:
     assert "longest plans: conv.grad float32 106-349 s, kl.grad float32 23-115 s, swish float32 10-22 s, " \
            "norm float16 161-170 s" in lines
     assert "first plan began, by spec file: losses.py 10 s, seq.py 106 s, norms.py 161 s" in lines
+    assert "ranked first by the estimate: conv.grad 0.87, kl.grad 0.26, swish 0.01, norm 0.002; 1 of 4 operators " \
+           "ranked by elements (call not timed)" in lines
     assert "plans calibrated by 100 s: 1, 200 s: 3, 300 s: 3, 400 s: 4, 500 s: 4, 600 s: 4" in lines
 
 

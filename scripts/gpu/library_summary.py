@@ -162,6 +162,12 @@ def _plan_order(report: dict) -> list[str]:
         return []
     longest = sorted(spans.items(), key=lambda item: item[1][0] - item[1][1])[:5]
     lines = ["longest plans: " + ", ".join(f"{name} {a:.0f}-{b:.0f} s" for name, (a, b) in longest)]
+    estimates = report.get("extra", {}).get("engine", {}).get("plan_estimates_s", {})
+    if estimates:  # what ranked them (verify/plan_order.py): the pool's first picks, and how many were not timed
+        ranked = sorted(estimates.items(), key=lambda item: -float(item[1][0]))
+        untimed = sum(1 for _, (_, source) in ranked if source != "call")
+        lines.append("ranked first by the estimate: " + ", ".join(f"{op} {est:.3g}" for op, (est, _) in ranked[:6])
+                     + f"; {untimed} of {len(ranked)} operators ranked by elements (call not timed)")
     file_of = {}
     for result in report.get("results", []):
         extra = result.get("extra") or {}
