@@ -46,6 +46,8 @@ def test_a_key_changes_with_the_spec_its_local_imports_the_options_and_the_steer
     assert _cache(request).key(spec) == first
     monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "0")  # how many processes calibrate: judged alike
     assert _cache(request).key(spec) == first
+    monkeypatch.setenv("OPGATE_PLAN_ORDER", "elements")  # the order plans calibrate in: judged alike
+    assert _cache(request).key(spec) == first
     assert _cache(VerifyRequest(spec_file=spec, budget="standard")).key(spec) != first
     assert _cache(VerifyRequest(spec_file=spec, budget="quick", dtypes=["float16"])).key(spec) != first
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
