@@ -39,6 +39,30 @@ def test_the_longest_plans_and_each_files_first_plan(tmp_path: Path) -> None:
     assert "plans calibrated by 100 s: 1, 200 s: 3, 300 s: 3, 400 s: 4, 500 s: 4, 600 s: 4" in lines
 
 
+def test_busy_processes_count_a_shared_sanitizer_run_once_and_the_calibration_processes(tmp_path: Path) -> None:
+    """Every 50 s, the processes busy by what they did: two members of one shared sanitizer run are one process."""
+    report = _report()
+    log = {"shared_run": {"log_path": "/art/sanitizer-racecheck-shared-run.log", "members": 2}}
+    report["results"] += [{"check_id": f"verify.{op}.racecheck", "outcome": "passed", "stage": "sanitizer",
+                           "extra": {"op": op, **log}} for op in ("kl.grad", "swish")]
+    report["results"].append({"check_id": "verify.swish.swish.float32", "outcome": "passed", "stage": "numerics",
+                              "extra": {"op": "swish"}})
+    report["extra"]["timeline"] = {"verify.kl.grad.racecheck": [0.0, 40.0], "verify.swish.racecheck": [10.0, 50.0],
+                                   "verify.swish.swish.float32": [25.0, 75.0],
+                                   "verify.swish.swish.float32.runtime_warm_up": [50.0, 100.0]}
+    path = tmp_path / "run1.json"
+    path.write_text(json.dumps(report))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = next(k for k, line in enumerate(lines) if line.startswith("busy processes each 50 s:"))
+    assert lines[header].split()[5:] == ["calibration", "numerics", "sanitizer", "warm-up", "total"]
+    # 0-50 s: the calibration's swish and kl.grad plans (10-22 s, 23-50 s), the numerics check half of it, the shared
+    # run all of it
+    assert lines[header + 1].split() == ["0", "s", "0.8", "0.5", "1.0", "0.0", "2.3"]
+    assert lines[header + 2].split()[:2] == ["50", "s"] and lines[header + 2].split()[-2:] == ["1.0", "2.5"]
+
+
 def test_a_path_that_is_no_report_is_one_line_and_exit_2(tmp_path: Path) -> None:
     for args in ([str(tmp_path / "missing.json")], []):
         done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)

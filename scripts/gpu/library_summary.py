@@ -2,7 +2,8 @@
 each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' Triton compiles (count and seconds,
 from each result's backend_facts.triton_jit) and the operators that compiled longest; what the side-by-side work
 ended on (the last plan, the last numerics checks and the compile-ahead tasks they waited for, the last runtime
-warm-ups); the longest plans and when each spec file's first plan began; the host's speed where scripts/host_speed.py left it beside the report.
+warm-ups); the longest plans and when each spec file's first plan began; the processes busy each 50 s, by what
+they did; the host's speed where scripts/host_speed.py left it beside the report.
 
     python3 scripts/gpu/library_summary.py REPORT.json
 """
@@ -89,6 +90,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
         lines.append(f"  {stage} ran from {min(p[0] for p in pairs):.0f} s to {max(p[1] for p in pairs):.0f} s: "
                      f"{len(pairs)} tasks, {sum(e - s for s, e in pairs):.0f} s of slot time")
     lines += _critical_path(timeline, stage_of, engine.get("calibration_spans_s", {}))
+    lines += _busy(report)
     completed = engine.get("files_completed_s", {})
     lines.append(f"files judged wholly: {len(completed)}, at " + ", ".join(
         f"{Path(f).name} {t:.0f} s" for f, t in sorted(completed.items(), key=lambda item: item[1])))
@@ -96,6 +98,47 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
         lines.append(f"complete files at the interrupt: {len(extra['complete_files'])}: {extra['complete_files']}")
     if "verdict_cache" in extra:
         lines.append(f"verdict cache: {json.dumps(extra['verdict_cache'])[:600]}")
+    return lines
+
+
+BUSY_STEP_S = 50
+
+
+def _busy(report: dict) -> list[str]:
+    """Processes busy each BUSY_STEP_S, by what they did: the check slots' tasks by stage (a shared sanitizer run once,
+    from its first member's start to its last one's end), and the calibration processes (one per plan being
+    calibrated). Where the sum stays above the host's cores, every task runs slower for it."""
+    extra = report.get("extra", {})
+    timeline = extra.get("timeline", {})
+    spans: list[tuple[str, float, float]] = []
+    shared: dict[str, list[float]] = {}
+    for result in report.get("results", []):
+        times = timeline.get(result["check_id"], [])
+        if len(times) < 2:
+            continue
+        run = ((result.get("extra") or {}).get("shared_run") or {}).get("log_path")
+        if run:
+            begun = shared.setdefault(run, [float(times[0]), float(times[-1])])
+            begun[0], begun[1] = min(begun[0], float(times[0])), max(begun[1], float(times[-1]))
+        else:
+            spans.append((result.get("stage") or "-", float(times[0]), float(times[-1])))
+    reported = {result["check_id"] for result in report.get("results", [])}
+    spans += [("sanitizer", a, b) for a, b in shared.values()]
+    spans += [("warm-up" if check_id.endswith("_warm_up") else "compile-ahead" if check_id.endswith("compile_ahead")
+               else "other", float(times[0]), float(times[-1]))
+              for check_id, times in timeline.items() if check_id not in reported and len(times) >= 2]
+    spans += [("calibration", float(a), float(b))
+              for a, b in extra.get("engine", {}).get("calibration_spans_s", {}).values()]
+    if not spans:
+        return []
+    stages = sorted({stage for stage, _, _ in spans})
+    end = max(b for _, _, b in spans)
+    lines = [f"busy processes each {BUSY_STEP_S} s: " + " ".join(f"{stage:>13}" for stage in stages) + "  total"]
+    for step in range(0, int(end) + 1, BUSY_STEP_S):
+        share = {stage: sum(max(0.0, min(b, step + BUSY_STEP_S) - max(a, step)) for st, a, b in spans if st == stage)
+                 / BUSY_STEP_S for stage in stages}
+        lines.append(f"  {step:5d} s {' ' * 12}" + " ".join(f"{share[stage]:13.1f}" for stage in stages)
+                     + f"  {sum(share.values()):5.1f}")
     return lines
 
 
