@@ -573,3 +573,33 @@ def test_a_released_calibration_pool_has_no_process_left() -> None:
     pool.release()
     assert processes and not any(_still_running(p.pid) for p in processes)
     pool.close()
+
+
+def test_the_probe_times_the_references_only_where_plans_wait_for_a_process(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single file's few plans all start at once: nothing to rank, so its probe child times nothing (and a file
+    with no empty case starts none). More plans than processes: the probe times each reference once."""
+    from types import SimpleNamespace
+
+    from opgate.engine.runner import TaskFeed
+    from opgate.verify import calibrator
+
+    asked: list[bool] = []
+
+    def probe_file(spec_file, jobs, timed):  # type: ignore[no-untyped-def]
+        asked.append(timed)
+        return {job.op.name: [] for job in jobs}, {}
+
+    monkeypatch.setattr(calibrator, "_probe_file", probe_file)
+    monkeypatch.setattr(calibrator, "plan_cases", lambda op, budget, seed: [])
+    monkeypatch.setattr(calibrator.Calibrator, "_calibrate_in_pool",
+                        lambda self, pool, by_file, probed: [future.result() for future in probed.values()])
+    spec = tmp_path / "a.py"
+    for dtypes, processes, timed in ((["float32", "float16"], 4, False), (["float32", "float16", "bfloat16"], 2, True)):
+        asked.clear()
+        jobs = [calibrator.CalibrationJob(SimpleNamespace(name="op"), dtypes, lambda plans: None, spec)]
+        pool = SimpleNamespace(processes=processes, release=lambda: None)
+        run = calibrator.Calibrator(jobs, [], {}, TaskFeed(40), "quick", 0, tmp_path, None, {},
+                                    pool=pool)  # type: ignore[arg-type]
+        run.run()
+        assert asked == [timed]

@@ -550,9 +550,12 @@ class Calibrator(threading.Thread):
                     job.cases = plan_cases(job.op, self.budget, self.seed)
                     by_file.setdefault(job.spec_file.resolve(), []).append(index)
                 # one probe child per spec file, in the order the files come (the first operators calibrate first);
-                # for the pool it also times each reference once, which ranks the plans (verify/plan_order.py)
+                # for the pool it also times each reference once, which ranks the plans (verify/plan_order.py), where
+                # plans wait for a process (a single file's few plans all start at once: nothing to rank, and no child
+                # to wait for where the file has no empty case)
                 if self.pool is not None and self.token is None:
-                    probed = {file: probes.submit(_probe_file, file, [self.jobs[k] for k in indices], True)
+                    ranked = sum(len(job.dtypes) for job in self.jobs) > self.pool.processes
+                    probed = {file: probes.submit(_probe_file, file, [self.jobs[k] for k in indices], ranked)
                               for file, indices in by_file.items()}
                     self._calibrate_in_pool(self.pool, by_file, probed)
                 else:

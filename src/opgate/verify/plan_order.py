@@ -14,7 +14,8 @@ imports the spec anyway (verify/empty_probe.py); each case then costs that call 
 (a smaller case pays the same per-call work: ~25 reference calls and 20-50 reverse passes per case, calibrate.py).
 A plan whose call was not timed (its probe failed) gets its elements times NOMINAL_S_PER_ELEMENT, the median of
 seconds per element over the fla corpus' 36 operators on the development machine, so both kinds still rank
-together. OPGATE_PLAN_ORDER=elements keeps the old order, and times nothing, for the A/B on the GPU.
+together. The probe times only where plans wait for a process (calibrator.Calibrator.run). OPGATE_PLAN_ORDER=elements
+keeps the old order, and times nothing, for the A/B on the GPU.
 """
 
 from __future__ import annotations
