@@ -5,7 +5,7 @@
 For each spec file the empty-case probe's child runs as in a GPU library run, with and without its timed calls
 (verify/plan_order.py), and prints what it cost. Then the plans of those files that RUN.json's calibration ran
 (extra.engine.calibration_spans_s: each plan's measured seconds) are replayed in a pool of --processes, every plan
-ready at once, a free process taking the costliest plan by each order: by elements (calibrator.plan_cost), by the
+ready at once, a free process taking the costliest plan by each order: by elements (plan_order.plan_cost), by the
 timed calls (plan_order.estimated_seconds), and by the measured seconds themselves (the best a ranking can do). The
 replay's end is when the last plan would have been written; the busy host's waits, and plans that became ready
 late, are not in it, so it compares orders, not runs. No verdict changes.
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{spec.name:<28} {plain_s:8.1f} {timed_s:15.1f} {len(calls):5d} of {len(jobs):<4d} "
               f"{sum(calls.values()):12.3f}")
         for job in jobs:
-            elements[job.op.name] = calibrator.plan_cost(job.op, job.cases)
+            elements[job.op.name] = plan_order.plan_cost(job.op, job.cases)
             timed[job.op.name] = plan_order.estimated_seconds(job.op, job.cases, calls.get(job.op.name))
     seconds = {plan: span[1] - span[0] for plan, span in spans.items() if plan.split()[0] in elements}
     if not seconds:

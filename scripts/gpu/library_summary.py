@@ -198,7 +198,7 @@ def _compiles(report: dict) -> list[str]:
 
 def _plan_order(report: dict) -> list[str]:
     """The longest plans with their spans, and when each spec file's first plan began: the pool takes the costliest
-    ready plan first by an estimate (calibrator.plan_cost), and a plan the estimate ranks low that is in fact the
+    ready plan first by an estimate (plan_order.plan_cost), and a plan the estimate ranks low that is in fact the
     longest starts late and ends the calibration (fla_short_conv.grad, forty-fourth session)."""
     spans = report.get("extra", {}).get("engine", {}).get("calibration_spans_s", {})
     if not spans:

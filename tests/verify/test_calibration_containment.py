@@ -292,7 +292,7 @@ def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Pat
     from types import SimpleNamespace
 
     from opgate.engine.runner import TaskFeed
-    from opgate.verify import calibrator
+    from opgate.verify import calibrator, plan_order
 
     def op(name: str, rows: int) -> SimpleNamespace:
         shape = SimpleNamespace(concrete_shape=lambda dims: (dims["M"], 64))
@@ -339,7 +339,7 @@ def test_the_calibration_pool_takes_the_costliest_ready_plan_first(tmp_path: Pat
     # the rest
     assert pool_order({}) == [("large", "float32"), ("big.grad", "float32"), ("small", "float32"),
                               ("small", "float16")]
-    assert calibrator.plan_cost(jobs[1].op, jobs[1].cases) == 3 * calibrator.plan_cost(jobs[0].op, jobs[0].cases)
+    assert plan_order.plan_cost(jobs[1].op, jobs[1].cases) == 3 * plan_order.plan_cost(jobs[0].op, jobs[0].cases)
     # timed: the slow reference of 8 rows goes first (fla_short_conv.grad ranked eighth by elements and took the
     # longest), and a plan whose call was not timed still ranks among them by its elements
     assert pool_order({"small": 0.5, "large": 0.001}) == [("small", "float32"), ("small", "float16"),

@@ -8,7 +8,6 @@ torch = pytest.importorskip("torch")
 
 import opgate  # noqa: E402
 from opgate.verify import plan_order  # noqa: E402
-from opgate.verify.calibrator import plan_cost  # noqa: E402
 from opgate.verify.inputs import Case, case_input_elements  # noqa: E402
 
 
@@ -39,7 +38,7 @@ def test_each_case_costs_the_timed_call_scaled_by_its_elements_and_no_less() -> 
     assert plan_order.estimated_seconds(op, cases, 0.01) == pytest.approx(0.01 * (1 + 1 + 1 + 8))
     # untimed: the elements, in the same units as a timed plan's
     assert plan_order.estimated_seconds(op, cases, None) == pytest.approx(
-        plan_cost(op, cases) * plan_order.NOMINAL_S_PER_ELEMENT)
+        plan_order.plan_cost(op, cases) * plan_order.NOMINAL_S_PER_ELEMENT)
 
 
 def test_the_requests_name_one_case_per_operator_unless_the_elements_order_is_asked_for(

@@ -27,7 +27,7 @@ from opgate.verify.calibrate import (
     truth_and_baseline,
 )
 from opgate.verify.inputs import (
-    Case, case_input_elements, first_with_same_values, inputs_generated_once, make_inputs, plan_cases,
+    Case, first_with_same_values, inputs_generated_once, make_inputs, plan_cases,
 )
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
@@ -90,22 +90,6 @@ def probe_processes() -> int:
     import os
 
     return max(2, (os.cpu_count() or 2) // 4)
-
-
-# A gradient twin's bound terms differentiate through its reference's own backward. On the H200 host fla's .grad
-# plans took 4.5x (swiglu), 5x (rms_norm_residual), 8x (kl_div) and 20x (linear_cross_entropy) their forward's bound
-# terms; the factor stays at the low end so that the gradient of a small operator does not pass a large forward.
-GRADIENT_COST_FACTOR = 3.0
-
-
-def plan_cost(op: Any, cases: Sequence[Case]) -> float:
-    """A relative estimate of one operator x dtype's calibration cost, for ordering only: the elements of its tensor
-    inputs over every case (the float64 reference and its reverse passes scale with them), three times for a
-    gradient twin. Not a prediction in seconds."""
-    from opgate.verify.gradients import GRAD_SUFFIX
-
-    elements = sum(case_input_elements(op, case) for case in cases)
-    return elements * (GRADIENT_COST_FACTOR if op.name.endswith(GRAD_SUFFIX) else 1.0)
 
 
 def calibration_result(op: Any, calibrations: dict[str, Calibration], budget: str, seed: int,
@@ -619,7 +603,7 @@ class Calibrator(threading.Thread):
         the probe's timed call: plan_order.estimated_seconds). In file order, a library's heaviest plans (fla's loss
         gradients) started last and ran on alone for minutes while everything else waited for their numerics (H200
         host: 81 of 135 plans done at 320 s, none more by 485 s); longest first, they overlap the rest."""
-        from opgate.verify.plan_order import by_elements_only, estimated_seconds
+        from opgate.verify.plan_order import by_elements_only, estimated_seconds, plan_cost
 
         from concurrent.futures import FIRST_COMPLETED, wait
 

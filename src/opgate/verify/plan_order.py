@@ -1,7 +1,7 @@
 """Which plan a calibration process takes first: an estimate of each operator x dtype's calibration seconds.
 
 The pool takes the costliest ready plan first, so that the longest plans overlap the rest instead of running on
-alone at the end (calibrator.CalibrationPool). Its estimate was the elements of the plan's inputs (plan_cost), which
+alone at the end (calibrator.CalibrationPool). Its estimate was the elements of the plan's inputs (plan_cost, below), which
 misses references that are slow per element: in a library run on an H100 (forty-fourth session, docs/benchmarks.md)
 fla_short_conv.grad, a float64 depthwise convolution's second derivative, ranked eighth of fla's 36 operators by
 elements and took 216-240 s a plan, the longest of the run; it started at 106 s, after every loss plan of its rank,
@@ -33,6 +33,23 @@ TIMING_MAX_ELEMENTS = 1 << 20
 NOMINAL_S_PER_ELEMENT = 2.5e-9
 
 
+# A gradient twin's bound terms differentiate through its reference's own backward. On the H200 host fla's .grad
+# plans took 4.5x (swiglu), 5x (rms_norm_residual), 8x (kl_div) and 20x (linear_cross_entropy) their forward's bound
+# terms; the factor stays at the low end so that the gradient of a small operator does not pass a large forward.
+GRADIENT_COST_FACTOR = 3.0
+
+
+def plan_cost(op: Any, cases: Sequence[Any]) -> float:
+    """A relative estimate of one operator x dtype's calibration cost, for ordering only: the elements of its tensor
+    inputs over every case (the float64 reference and its reverse passes scale with them), three times for a
+    gradient twin. Not a prediction in seconds."""
+    from opgate.verify.gradients import GRAD_SUFFIX
+    from opgate.verify.inputs import case_input_elements
+
+    elements = sum(case_input_elements(op, case) for case in cases)
+    return elements * (GRADIENT_COST_FACTOR if op.name.endswith(GRAD_SUFFIX) else 1.0)
+
+
 def by_elements_only() -> bool:
     """Whether OPGATE_PLAN_ORDER asks for the elements-only order (and no timing)."""
     return os.environ.get(ENV, "").strip().lower() == BY_ELEMENTS
@@ -58,7 +75,6 @@ def timing_case(op: Any, cases: Sequence[Any]) -> Any | None:
 def estimated_seconds(op: Any, cases: Sequence[Any], call_s: float | None) -> float:
     """A relative estimate of the plan's calibration seconds (for ordering only): the timed call scaled by each
     case's elements against the timing case's, at least one call a case; without a timed call, elements-based."""
-    from opgate.verify.calibrator import plan_cost
     from opgate.verify.inputs import case_input_elements
 
     reference = timing_case(op, cases) if call_s is not None else None
