@@ -603,9 +603,9 @@ class Calibrator(threading.Thread):
         the probe's timed call: plan_order.estimated_seconds). In file order, a library's heaviest plans (fla's loss
         gradients) started last and ran on alone for minutes while everything else waited for their numerics (H200
         host: 81 of 135 plans done at 320 s, none more by 485 s); longest first, they overlap the rest."""
-        from opgate.verify.plan_order import by_elements_only, estimated_seconds, plan_cost
-
         from concurrent.futures import FIRST_COMPLETED, wait
+
+        from opgate.verify.plan_order import by_elements_only, estimated_seconds, plan_cost
 
         pending: dict[Future[PlanOutcome], tuple[int, str, float, bool]] = {}  # op, dtype, submitted, apart
         ready: list[tuple[float, int, int, int, list[Case]]] = []  # (-cost, arrival, op index, dtype index, fatal)
@@ -664,7 +664,7 @@ class Calibrator(threading.Thread):
                             call_s = call_seconds.get(job.op.name)
                             cost = (plan_cost(job.op, job.cases) if by_elements_only()
                                     else estimated_seconds(job.op, job.cases, call_s))
-                            estimates[job.op.name] = [round(cost, 4), "elements" if call_s is None else "call"]
+                            estimates[job.op.name] = [float(f"{cost:.4g}"), "elements" if call_s is None else "call"]
                             ready += [(-cost, next(arrivals), index, k, fatal[job.op.name])
                                       for k in range(len(job.dtypes))]
                         continue
