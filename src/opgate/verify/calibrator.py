@@ -352,6 +352,22 @@ def calibration_processes(jobs: int, library: bool = False) -> int:
     return max(0, min(wanted, jobs)) if jobs > 1 else 0
 
 
+APART_PROCESSES_ENV = "OPGATE_CALIBRATION_APART_PROCESSES"
+
+
+def apart_processes(processes: int, share: float) -> int:
+    """Processes for the plans of specs that replace aten's GPU kernels, beside the pool's `processes`: their share
+    of the plans (at least 1). Replaying three H100 library runs' plans (benchmarks/plan_order.py --apart), FlagGems'
+    3 processes ended the calibration at 268-372 s against 204-277 s for the rest; 5 would end it at 229-316 s, but
+    with more processes on a host whose cores are full. OPGATE_CALIBRATION_APART_PROCESSES sets it, for that A/B."""
+    import os
+
+    override = os.environ.get(APART_PROCESSES_ENV, "").strip()
+    if override.isdigit() and int(override) > 0:
+        return int(override)
+    return max(1, round(processes * share))
+
+
 def _process_start(processes: int, parent_pid: int, warm_gpu: bool = False) -> None:
     """Initializer of a calibration process: die with opgate, its share of the calibration's torch threads (the
     processes split calibration_threads(): four processes of four threads each beside 16 busy workers on the H200
@@ -621,7 +637,7 @@ class Calibrator(threading.Thread):
         apart = bool(self.info.get("gpu")) and 0 < len(replacing) < len(self.jobs)
         if apart:
             share = sum(len(self.jobs[i].dtypes) for i in replacing) / sum(len(job.dtypes) for job in self.jobs)
-            pool.isolate(max(1, round(pool.processes * share)))
+            pool.isolate(apart_processes(pool.processes, share))
 
         def others_left() -> bool:
             """Whether a plan of a spec that replaced nothing is still to be submitted (ready, or its file probing)."""
