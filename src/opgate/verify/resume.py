@@ -29,7 +29,6 @@ import json
 import os
 import pickle
 import re
-import signal
 import sys
 import time
 import traceback
@@ -370,11 +369,9 @@ def death_status(result: CheckResult, marker: Mapping[str, Any]) -> str:
     if code == EXIT_CONTEXT_LOST and marker.get("cuda_fault"):
         return f"left the CUDA context unusable ({marker['cuda_fault']})"
     if isinstance(code, int) and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed its process with {name}"
+        from opgate.engine.children import signal_name
+
+        return f"killed its process with {signal_name(code)}"
     tail = str(extra.get("stderr_tail", ""))
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     for line in lines:

@@ -409,11 +409,10 @@ def describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "did not end"
     if returncode < 0:
-        try:
-            name = f" ({signal.Signals(-returncode).name})"
-        except ValueError:
-            name = ""
-        return f"was killed by signal {-returncode}{name}"
+        from opgate.engine.children import signal_name
+
+        name = signal_name(returncode)
+        return f"was killed by signal {-returncode}" + ("" if name.startswith("signal ") else f" ({name})")
     return f"exited with code {returncode}"
 
 
