@@ -72,3 +72,22 @@ def test_a_path_that_is_no_report_is_one_line_and_exit_2(tmp_path: Path) -> None
     bad.write_text("{")
     done = subprocess.run([sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "half.json: not a readable JSON report" in done.stderr
+
+
+def test_a_check_still_running_at_the_stop_counts_as_busy_until_the_last_event_and_is_named(tmp_path: Path) -> None:
+    """An interrupted run's unfinished numerics check has a start and no result: it is busy until the run's last
+    event and the summary names it."""
+    report = _report()
+    report["interrupted"] = True
+    report["extra"]["engine"]["calibration_spans_s"] = {}
+    report["extra"]["timeline"] = {"verify.norm.norm.float16": [0.0], "verify.swish.swish.float32.runtime_warm_up":
+                                   [0.0, 100.0]}
+    path = tmp_path / "run1.json"
+    path.write_text(json.dumps(report))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "unfinished at the stop: 1 checks, the earliest begun: norm.norm.float16 at 0 s" in lines
+    header = next(k for k, line in enumerate(lines) if line.startswith("busy processes each 50 s:"))
+    assert lines[header].split()[5:] == ["numerics", "warm-up", "total"]
+    assert lines[header + 1].split() == ["0", "s", "1.0", "1.0", "2.0"]

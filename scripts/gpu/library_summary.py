@@ -55,6 +55,8 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
     lines.append(f"warm workers: {workers.get('started')} started, {workers.get('events')}")
     if engine.get("compile_ahead"):  # verify/compile_ahead.py (OPGATE_COMPILE_AHEAD=1)
         lines.append(f"compile ahead: {engine['compile_ahead']}")
+    if engine.get("compile_ahead_queue"):  # when the calibrator fed the tasks, and the first of them
+        lines.append(f"compile-ahead queue: {engine['compile_ahead_queue']}")
     ends = sorted(span[1] for span in engine.get("calibration_spans_s", {}).values())
     lines.append("plans calibrated by " + ", ".join(f"{t} s: {sum(1 for e in ends if e <= t)}"
                                                      for t in range(100, 700, 100)))
@@ -102,6 +104,14 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
 
 
 BUSY_STEP_S = 50
+DTYPES = ("float64", "float32", "float16", "bfloat16")  # a numerics check's id ends with its dtype
+
+
+def _until_the_stop(timeline: dict) -> dict:
+    """The timeline with each unfinished task (a start and no end: an interrupted run's) running until the last
+    event of the run, so that it counts as busy, as it was."""
+    last = max((float(t) for times in timeline.values() for t in times), default=0.0)
+    return {check: (list(times) + [last] if len(times) % 2 else times) for check, times in timeline.items()}
 
 
 def _busy(report: dict) -> list[str]:
@@ -109,7 +119,7 @@ def _busy(report: dict) -> list[str]:
     from its first member's start to its last one's end), and the calibration processes (one per plan being
     calibrated). Where the sum stays above the host's cores, every task runs slower for it."""
     extra = report.get("extra", {})
-    timeline = extra.get("timeline", {})
+    timeline = _until_the_stop(extra.get("timeline", {}))
     spans: list[tuple[str, float, float]] = []
     shared: dict[str, list[float]] = {}
     for result in report.get("results", []):
@@ -125,6 +135,7 @@ def _busy(report: dict) -> list[str]:
     reported = {result["check_id"] for result in report.get("results", [])}
     spans += [("sanitizer", a, b) for a, b in shared.values()]
     spans += [("warm-up" if check_id.endswith("_warm_up") else "compile-ahead" if check_id.endswith("compile_ahead")
+               else "numerics" if check_id.rsplit(".", 1)[-1] in DTYPES  # one still running at the stop
                else "other", float(times[0]), float(times[-1]))
               for check_id, times in timeline.items() if check_id not in reported and len(times) >= 2]
     spans += [("calibration", float(a), float(b))
@@ -155,6 +166,11 @@ def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict) -> l
         plan, (_, written) = max(calibration_spans.items(), key=lambda item: item[1][1])
         lines.append(f"last plan written at {written:.0f} s ({plan})")
     numerics = sorted((end, start, check) for check, (start, end) in ends.items() if stage_of.get(check) == "numerics")
+    unfinished = sorted((float(times[0]), check) for check, times in timeline.items()
+                        if len(times) == 1 and not check.endswith(("_warm_up", "compile_ahead")))
+    if unfinished:  # an interrupted run's checks still running at the stop
+        lines.append(f"unfinished at the stop: {len(unfinished)} checks, the earliest begun: " + ", ".join(
+            f"{check.removeprefix('verify.')} at {start:.0f} s" for start, check in unfinished[:4]))
     for end, start, check in numerics[-3:]:
         ahead = ends.get(f"{check}.compile_ahead")
         held = (f"; its compile-ahead task ran {ahead[0]:.0f}-{ahead[1]:.0f} s" if ahead and ahead[1] >= start - 1.0

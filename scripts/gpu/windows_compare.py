@@ -21,13 +21,16 @@ def _median_us(result: dict[str, Any]) -> float | None:
 
 
 def _summary(report: dict[str, Any]) -> dict[str, Any]:
-    timeline = report.get("extra", {}).get("timeline", {})
+    # an interrupted run's unfinished checks have a start and no end: they are counted apart, not measured
+    every = report.get("extra", {}).get("timeline", {})
+    timeline = {check: span for check, span in every.items() if len(span) >= 2}
     measured = {check: span for check, span in timeline.items()
                 if check.endswith((".runtime", ".recovery")) and not check.endswith("_warm_up")}
     others = ("_warm_up", ".runtime", ".recovery", ".sanitizer", ".racecheck", ".initcheck", ".synccheck")
     numerics_end = max((span[1] for check, span in timeline.items() if not check.endswith(others)), default=0.0)
     engine = report.get("extra", {}).get("engine", {})
     return {"duration_s": round(report.get("duration_s", 0.0), 1), "exit_code": report.get("exit_code"),
+            "unfinished": sum(1 for span in every.values() if len(span) < 2),
             "measurements": len(measured),
             "first_measurement_s": min((s[0] for s in measured.values()), default=None),
             "last_measurement_s": max((s[1] for s in measured.values()), default=None),
@@ -38,11 +41,19 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    on, off = (_summary(json.loads(Path(p).read_text())) for p in argv[1:3])
+    if len(argv) != 3:
+        print("usage: windows_compare.py ON.json OFF.json (two verify reports)", file=sys.stderr)
+        return 2
+    try:
+        on, off = (_summary(json.loads(Path(p).read_text())) for p in argv[1:3])
+    except (OSError, ValueError, AttributeError) as exc:
+        print(f"windows_compare.py: {' '.join(argv[1:3])}: not two readable verify reports ({exc})", file=sys.stderr)
+        return 2
     for name, run in (("windows on", on), ("windows off", off)):
         print(f"{name}: report {run['duration_s']} s, exit {run['exit_code']}, {run['measurements']} measurements from "
               f"{run['first_measurement_s']} s to {run['last_measurement_s']} s, {run['measured_before_numerics_end']} "
-              f"of them before the last numerics check ended ({run['numerics_end_s']} s); windows {run['windows']}")
+              f"of them before the last numerics check ended ({run['numerics_end_s']} s), {run['unfinished']} checks "
+              f"unfinished; windows {run['windows']}")
     ratios = []
     print("\n| runtime check | median on (us) | median off (us) | on / off |\n|---|---|---|---|")
     for check in sorted(set(on["medians"]) & set(off["medians"])):

@@ -10,7 +10,7 @@ import pytest
 
 from opgate.checks.base import CheckContext
 from opgate.model.results import CheckResult, Outcome
-from opgate.verify import compile_ahead
+from opgate.verify import compile_ahead, plan_order
 from opgate.verify.inputs import Case, plan_cases
 from opgate.verify.tasks import CompileAheadPayload
 
@@ -118,3 +118,67 @@ def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp
         assert (done["tasks"], done["not_passed"]) == (1, {}) if ahead else done is None
     assert outcomes[True] == outcomes[False]
     assert not [check for check in outcomes[True] if check.endswith(".compile_ahead")]
+
+
+def test_the_tasks_of_the_plans_written_last_go_first_and_the_file_order_stays_on_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks = [((0, "float32"), "a32"), ((0, "float16"), "a16"), ((1, "float32"), "b32"), ((2, "float32"), "c32")]
+    ends = {(0, "float32"): 3.0, (0, "float16"): 9.0, (1, "float32"): 5.0}  # c's plan: no prediction, first
+    assert plan_order.latest_plans_first(tasks, ends) == ["a16", "b32", "a32", "c32"]
+    monkeypatch.delenv(compile_ahead.ORDER_ENV, raising=False)
+    assert not compile_ahead.in_file_order()
+    monkeypatch.setenv(compile_ahead.ORDER_ENV, "file")
+    assert compile_ahead.in_file_order()
+
+
+def test_the_calibrator_feeds_the_tasks_once_ranked_leaving_out_the_plans_already_written(tmp_path: Path) -> None:
+    """Each side of the pool predicted with its own processes: the apart side's one process writes its two plans
+    one after the other, so the second of them is predicted last of all."""
+    from types import SimpleNamespace
+
+    from opgate.engine.runner import TaskFeed
+    from opgate.verify.calibrator import Calibrator
+
+    def task(op: str, dtype: str) -> SimpleNamespace:
+        payload = CompileAheadPayload(spec_file="s.py", op=op, impl="triton", dtype=dtype, budget="quick", seed=0,
+                                      plan_path=str(tmp_path / f"{op}-{dtype}"), workdir=str(tmp_path))
+        return SimpleNamespace(check_id=f"verify.{op}.triton.{dtype}{compile_ahead.SUFFIX}",
+                               context=SimpleNamespace(options=payload.to_dict()))
+
+    jobs = [SimpleNamespace(op=SimpleNamespace(name=name), dtypes=["float32", "float16"]) for name in "abc"]
+    ahead = {k: [task(job.op.name, dtype) for dtype in job.dtypes] for k, job in enumerate(jobs)}
+    feed = TaskFeed(upcoming_order=40)
+    calibrator = Calibrator(jobs, [], {}, feed, "quick", 0, tmp_path, None, {}, ahead=ahead)
+    calibrator.plans_done.add(("b", "float16"))  # written already: nothing to compile ahead of it
+    pool = SimpleNamespace(capacity=lambda isolated: 1 if isolated else 4)
+    ends = calibrator._predicted_plan_ends(pool, {0: 2.0, 1: 8.0, 2: 3.0}, apart={2})
+    assert ends[(2, "float16")] == 6.0 and ends[(1, "float32")] == 8.0  # c's second plan waits for its first
+    calibrator._feed_ahead(ends)
+    fed = [t.check_id.split(".")[1] + " " + t.check_id.split(".")[3] for t in feed.take()]
+    assert fed == ["b float32", "c float16", "c float32", "a float32", "a float16"]
+    assert calibrator.info["compile_ahead_queue"]["by"] == "predicted plan end"
+    calibrator._feed_ahead({})  # fed once
+    assert feed.take() == []
+
+
+def test_a_library_run_through_the_pool_feeds_its_tasks_ranked_and_reports_the_queue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two spec files, two calibration processes: the path a GPU library run takes, forced on the CPU."""
+    from opgate.cli.main import make_console
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    corpus = ROOT / "tests" / "data" / "verify" / "truth_corpus"
+    monkeypatch.setenv("OPGATE_CACHE", "0")
+    monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "2")
+    monkeypatch.delenv(compile_ahead.ORDER_ENV, raising=False)
+    monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False: True)
+    report = run_verify(VerifyRequest(spec_file=corpus / "rowsum.py", spec_files=(corpus / "rowsum.py", SOFTMAX),
+                                      budget="quick", stages=("numerics",), jobs=2, impls=("torch",),
+                                      dtypes=("float32", "float16"), out_dir=tmp_path / "out"), make_console())
+    queue = report.extra["engine"]["compile_ahead_queue"]
+    ran = [check for check in report.extra.get("timeline", {}) if check.endswith(compile_ahead.SUFFIX)]
+    assert queue["by"] == "predicted plan end" and queue["first"]
+    # softmax's torch implementation is the one the spec files mark as a GPU choice: one task per dtype
+    assert sorted(ran) == [f"verify.softmax.torch.{d}{compile_ahead.SUFFIX}" for d in ("float16", "float32")]
+    assert report.extra["engine"]["compile_ahead"]["not_passed"] == {}
+    assert not [r for r in report.results if r.outcome.value == "error"]

@@ -52,3 +52,11 @@ def test_the_requests_name_one_case_per_operator_unless_the_elements_order_is_as
     assert (name, dtype, dict(case.dims)["M"]) == ("rowwise", "float16", 8)
     monkeypatch.setenv(plan_order.ENV, "elements")
     assert plan_order.timing_requests(jobs) == {}
+
+
+def test_the_predicted_ends_take_the_costliest_plan_first_onto_the_first_free_process() -> None:
+    # two processes: 5 and 4 start at 0; 3 follows 4 (free at 4), 1 follows 5 (free at 5)
+    ends = plan_order.predicted_ends({"a": 5.0, "b": 4.0, "c": 3.0, "d": 1.0}, 2)
+    assert ends == {"a": 5.0, "b": 4.0, "c": 7.0, "d": 6.0}
+    assert plan_order.predicted_ends({"a": 2.0}, 0) == {"a": 2.0}  # no process counts as one
+    assert plan_order.predicted_ends({}, 4) == {}

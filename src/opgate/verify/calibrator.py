@@ -520,7 +520,7 @@ class Calibrator(threading.Thread):
     def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
                  feed: TaskFeed, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
                  info: dict[str, Any], pool: CalibrationPool | None = None,
-                 resumed: ResumedChecks | None = None) -> None:
+                 resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
         self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
         self.budget, self.seed, self.workdir, self.token = budget, seed, workdir, token
@@ -537,6 +537,8 @@ class Calibrator(threading.Thread):
         self.operators_done: set[str] = set()
         self.plans_done: set[tuple[str, str]] = set()  # (operator, dtype) calibrated, its tasks handed over
         self.task_dtypes: dict[str, str] = {}  # check id -> the dtype of the one plan it was handed over with
+        # job index -> its compile-ahead tasks (verify/compile_ahead.py), fed once the plans are ranked
+        self.ahead = dict(ahead or {})
 
     def run(self) -> None:
         self.started_at = time.perf_counter()
@@ -559,6 +561,7 @@ class Calibrator(threading.Thread):
                               for file, indices in by_file.items()}
                     self._calibrate_in_pool(self.pool, by_file, probed)
                 else:
+                    self._feed_ahead({})  # no ranking here: in the order of the jobs
                     fatal_by_file = {file: probes.submit(_fatal_empty_cases, file, [self.jobs[k] for k in indices])
                                      for file, indices in by_file.items()}
                     for index, job in enumerate(self.jobs):
@@ -629,6 +632,7 @@ class Calibrator(threading.Thread):
         estimates = self.info.setdefault("plan_estimates_s", {})  # op -> [estimate, "call" | "elements"]
         outcomes: dict[int, dict[str, Any]] = {index: {} for index in range(len(self.jobs))}
         first_start: dict[int, float] = {}
+        costs: dict[int, float] = {}  # job index -> its plans' estimate
         arrivals = itertools.count()
 
         # a spec whose import replaced aten's GPU kernels calibrates apart on a GPU run (CalibrationPool), in as many
@@ -683,6 +687,9 @@ class Calibrator(threading.Thread):
                             estimates[job.op.name] = [float(f"{cost:.4g}"), "elements" if call_s is None else "call"]
                             ready += [(-cost, next(arrivals), index, k, fatal[job.op.name])
                                       for k in range(len(job.dtypes))]
+                            costs[index] = cost
+                        if not probing:  # every plan is ranked: the compile-ahead tasks, latest plans' first
+                            self._feed_ahead(self._predicted_plan_ends(pool, costs, replacing if apart else set()))
                         continue
                     index, dtype, submitted, _ = pending.pop(future)
                     job = self.jobs[index]
@@ -704,6 +711,40 @@ class Calibrator(threading.Thread):
         finally:
             for future in pending:
                 future.cancel()
+
+    def _predicted_plan_ends(self, pool: CalibrationPool, costs: dict[int, float],
+                             apart: set[int]) -> dict[tuple[int, str], float]:
+        """(job index, dtype) -> when its plan is predicted to be written: each side of the pool (the plans kept
+        apart, the rest) taking its plans costliest first in its own processes (plan_order.predicted_ends)."""
+        from opgate.verify.plan_order import predicted_ends
+
+        ends: dict[tuple[int, str], float] = {}
+        for side in (True, False):
+            estimates = {(index, dtype): cost for index, cost in costs.items() if (index in apart) == side
+                         for dtype in self.jobs[index].dtypes}
+            if estimates:
+                ends.update(predicted_ends(estimates, pool.capacity(side)))
+        return ends
+
+    def _feed_ahead(self, ends: dict[tuple[int, str], float]) -> None:
+        """Hand the compile-ahead tasks to the run, those of the plans predicted to be written last first (`ends`;
+        empty: in the order of the jobs). A task helps only until its plan is written (verify/compile_ahead.py)."""
+        from opgate.verify.plan_order import latest_plans_first
+        from opgate.verify.tasks import CompileAheadPayload
+
+        if not self.ahead or self.stopped.is_set():
+            return
+        entries = [((index, CompileAheadPayload.from_dict(task.context.options).dtype), task)
+                   for index in sorted(self.ahead) for task in self.ahead[index]]
+        # a plan written before the last file's probe was back has nothing left to compile ahead of
+        entries = [(plan, task) for plan, task in entries if (self.jobs[plan[0]].op.name, plan[1]) not in self.plans_done]
+        tasks = latest_plans_first(entries, ends)
+        self.ahead = {}
+        self.info["compile_ahead_queue"] = {
+            "by": "predicted plan end" if ends else "job order",
+            "fed_at_s": round(time.perf_counter() - self.started_at, 2),
+            "first": [task.check_id.removeprefix("verify.").removesuffix(".compile_ahead") for task in tasks[:12]]}
+        self.feed.put(tasks)
 
     def _done_dtype(self, op_index: int, job: CalibrationJob, outcome: Any, outcomes: dict[str, Any],
                     lag_s: float = 0.0) -> None:

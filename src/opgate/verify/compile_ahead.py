@@ -21,6 +21,15 @@ spent 324 of their 1,137 s in Triton compiles; without, they ended at 334 s and 
 So a GPU run of a library makes them (OPGATE_COMPILE_AHEAD=0 turns them off); a run of one spec file, not measured,
 makes them where OPGATE_COMPILE_AHEAD=1 asks. They add GPU memory beside the checks: a run's idle workers that hold
 it end first (engine/gpu_memory.py).
+
+A task helps only until its plan is written, so the tasks of the plans written last go first. They were queued in
+file order with the run; in a library run on the H100 (forty-fifth session, docs/benchmarks.md) FlagGems' norms,
+whose plans are written last, had their tasks 144th-159th of 174. Once the numerics filled the slots no task started,
+and those tasks began at 313 s, after their plans: each check then compiled its kernel itself at N = 65537 (66-105 s)
+and the numerics ended at 406 s. In the run where such a task happened to begin at 105 s its check took 11 s. Now the
+calibrator feeds the tasks once it has ranked the plans, latest predicted plan first (plan_order.predicted_ends, each
+side of the pool with its processes). OPGATE_COMPILE_AHEAD_ORDER=file queues them with the run in file order, as
+before, for the A/B.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ ORDER = 41  # after a ready numerics check (40), before the runtime warm-ups (42
 # A/B from empty caches each (forty-third session): the tasks held the slots from the start, the numerics began at
 # 185 s (19 s) and ended at 350 s (343 s), and the runtime checks began at 407 s (367 s). Removed.
 SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
+ORDER_ENV = "OPGATE_COMPILE_AHEAD_ORDER"
 TIMEOUT_S = 600.0
 
 
@@ -49,6 +59,11 @@ def wanted(gpu: bool, library: bool = False) -> bool:
     they were measured, unless OPGATE_COMPILE_AHEAD=0; for one spec file where OPGATE_COMPILE_AHEAD=1 asks."""
     asked = os.environ.get(ENV, "").strip()
     return gpu and (asked == "1" or (library and asked != "0"))
+
+
+def in_file_order() -> bool:
+    """Whether OPGATE_COMPILE_AHEAD_ORDER=file asks for the tasks queued with the run in file order."""
+    return os.environ.get(ORDER_ENV, "").strip().lower() == "file"
 
 
 def distinct_shapes(cases: Sequence[Any], elements: Any) -> list[Any]:

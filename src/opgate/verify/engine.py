@@ -282,6 +282,8 @@ class PreparedRun:
                   "calibration_phases_s": self.info.pop("calibration_phases_s", {}),
                   # what ranked the calibration pool's plans (verify/plan_order.py): op -> [estimate, its source]
                   "plan_estimates_s": self.info.pop("plan_estimates_s", {}),
+                  # when the compile-ahead tasks were fed and the first of them (verify/compile_ahead.py)
+                  "compile_ahead_queue": self.info.pop("compile_ahead_queue", {}),
                   "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0}),
                   "calibration_bounds_cache": self.info.pop("calibration_bounds_cache", {})}
         if any(r.check_id.endswith(compile_ahead.SUFFIX) for r in report.results):
@@ -424,6 +426,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     keyed: list[tuple[tuple[int, int, int], CheckTask]] = []
     preset: list[CheckResult] = []
     jobs: list[CalibrationJob] = []
+    ahead_of_job: dict[int, list[CheckTask]] = {}  # calibration job -> its compile-ahead tasks
     for op_index, sel in enumerate(selections):
         def make_plan(plans: dict[str, Path], sel: Selection = sel) -> OperatorPlan:
             return _operator_plan(sel, request, budget_name, gpu, workdir, timeout, plans, token is not None)
@@ -450,7 +453,10 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
         if token is None and compile_ahead.wanted(gpu, library):  # its kernels compiled while it calibrates
             ahead = compile_ahead.ahead_tasks(make_plan({}), len(jobs) - 1, jobs[-1].dtypes, budget_name,
                                               request.seed, workdir)
-            keyed += [((task.order, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
+            if compile_ahead.in_file_order():
+                keyed += [((task.order, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
+            else:  # the calibrator feeds them once it has ranked the plans, the latest plans' first
+                ahead_of_job[len(jobs) - 1] = ahead
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
@@ -462,7 +468,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                     groups={str(job.spec_file.resolve()) for job in jobs})  # OperatorPlan.spec_file's
     plans = sum(len(job.dtypes) for job in jobs)
     calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,
-                            pool=calibration_pool if plans > 1 else None, resumed=resumed)
+                            pool=calibration_pool if plans > 1 else None, resumed=resumed, ahead=ahead_of_job)
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2)}
