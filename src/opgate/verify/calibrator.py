@@ -737,7 +737,8 @@ class Calibrator(threading.Thread):
         entries = [((index, CompileAheadPayload.from_dict(task.context.options).dtype), task)
                    for index in sorted(self.ahead) for task in self.ahead[index]]
         # a plan written before the last file's probe was back has nothing left to compile ahead of
-        entries = [(plan, task) for plan, task in entries if (self.jobs[plan[0]].op.name, plan[1]) not in self.plans_done]
+        entries = [(plan, task) for plan, task in entries
+                   if (self.jobs[plan[0]].op.name, plan[1]) not in self.plans_done]
         tasks = latest_plans_first(entries, ends)
         self.ahead = {}
         self.info["compile_ahead_queue"] = {
