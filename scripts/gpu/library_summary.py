@@ -57,6 +57,8 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
         lines.append(f"compile ahead: {engine['compile_ahead']}")
     if engine.get("compile_ahead_queue"):  # when the calibrator fed the tasks, and the first of them
         lines.append(f"compile-ahead queue: {engine['compile_ahead_queue']}")
+    if engine.get("warm_ups"):  # the runtime warm-ups' steps, compiles and autotuning (verify/runtime.py)
+        lines.append(f"runtime warm-ups: {json.dumps(engine['warm_ups'])[:900]}")
     ends = sorted(span[1] for span in engine.get("calibration_spans_s", {}).values())
     lines.append("plans calibrated by " + ", ".join(f"{t} s: {sum(1 for e in ends if e <= t)}"
                                                      for t in range(100, 700, 100)))

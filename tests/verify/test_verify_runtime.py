@@ -319,3 +319,46 @@ def test_out_of_memory_in_the_graph_check_is_judged_by_who_held_the_memory() -> 
     assert own.extra == {"op": "x", "graph": {"checked": False, "cause": "out of memory"}}
     shared = check._graph_out_of_memory(readings(1 * gib, 10 * gib), "N=8 float32", "9.0 us median", [], {})
     assert shared.outcome is Outcome.ERROR and "other processes held 69.0" in shared.reason
+
+
+def test_the_warm_ups_summary_adds_their_steps_compiles_and_autotuning_and_names_the_longest() -> None:
+    """extra.engine.warm_ups, from the warm-ups' internal results: where a library's warm-up seconds went."""
+    from opgate.model.results import CheckResult, Outcome
+    from opgate.verify.runtime import warm_up_summary
+
+    def warm_up(op: str, seconds: float, call: float, autotune: dict | None) -> CheckResult:
+        extra = {"internal": True, "seconds": seconds, "phase_s": {"load": 1.0, "inputs": 0.5, "call": call},
+                 "compiles": 3, "compile_s": call / 2, "autotune": autotune}
+        return CheckResult(f"verify.{op}.{op}.float32.runtime_warm_up", "warm-up", Outcome.PASSED, "compiled",
+                           extra=extra)
+
+    results = [warm_up("swish", 4.0, 2.5, None), warm_up("matmul", 40.0, 38.0, {"runs": 2, "seconds": 20.0}),
+               CheckResult("verify.swish.swish.float32", "numerics", Outcome.PASSED, "ok", extra={"op": "swish"})]
+    summary = warm_up_summary(results)
+    assert (summary["tasks"], summary["seconds"], summary["compiles"], summary["compile_s"]) == (2, 44.0, 6, 20.2)
+    assert summary["phase_s"] == {"load": 2.0, "inputs": 1.0, "call": 40.5, "work_count": 0.0}
+    assert (summary["autotune_runs"], summary["autotune_s"]) == (2, 20.0)
+    assert list(summary["longest"]) == ["matmul.matmul.float32", "swish.swish.float32"]
+    assert warm_up_summary(results[2:]) == {}
+
+
+def test_the_warm_ups_first_call_times_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps of a warm-up's one call, here with the loading and the inputs stood in for (they need CUDA)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from opgate.verify import runtime
+
+    calls = []
+    op = SimpleNamespace(timing_dims=lambda: {"N": 4})
+    monkeypatch.setattr(runtime, "load_implementation", lambda options: (op, SimpleNamespace(fn=calls.append)))
+    monkeypatch.setattr(runtime, "cuda_inputs", lambda *args: ["x"])
+    torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None))
+    options = SimpleNamespace(dtype="float32", seed=0)
+    phases: dict = {}
+    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, phases)
+    assert (found, note, calls) == (op, "compiled", ["x"]) and set(phases) == {"load", "inputs", "call"}
+    phases.clear()
+    monkeypatch.setattr(runtime, "cuda_inputs", lambda *args: (_ for _ in ()).throw(MemoryError("no room")))
+    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, phases)
+    assert note == "MemoryError: no room" and set(phases) == {"load"}

@@ -288,6 +288,11 @@ class PreparedRun:
                   "calibration_bounds_cache": self.info.pop("calibration_bounds_cache", {})}
         if any(r.check_id.endswith(compile_ahead.SUFFIX) for r in report.results):
             engine["compile_ahead"] = compile_ahead.summary(report.results)
+        from opgate.verify.runtime import warm_up_summary
+
+        warm_ups = warm_up_summary(report.results)  # runtime warm-ups: where their seconds went
+        if warm_ups:
+            engine["warm_ups"] = warm_ups
         extra = {**report.extra, **self.info, "engine": engine}
         calibrated = [self._with_spec(r) for r in list(self.calibrator.results)]  # a snapshot: after an interrupt
         preset = [self._with_spec(r) for r in self.preset]                         # the thread may still append

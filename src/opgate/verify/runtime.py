@@ -206,36 +206,76 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
 
         started = time.perf_counter()
         options, torch = self.begin(ctx)
-        record_compiles()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
+        jit = record_compiles()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
+        phases: dict[str, float] = {}
         # marked on disk while one runs: killed at its timeout, it is reported with the kernel it was compiling
         with compiles_marked(warm_up_folder(ctx.options)):
-            op, note = self._first_call(options, torch, upstream_kept_on_device)
+            op, note = self._first_call(options, torch, upstream_kept_on_device, phases)
         _WARMED_UP_HERE.add(_warm_up_key(options))
         if op is not None and options.work_count_path:  # counted here, not in the measurement that holds the GPU
             from opgate.core.work import operator_work_stored
 
+            counting = time.perf_counter()
             try:
                 operator_work_stored(op, options.dtype, op.timing_dims(), options.work_count_path)
             except Exception:  # the runtime check counts it again and reports what stops it
                 pass
+            phases["work_count"] = round(time.perf_counter() - counting, 3)
         return self.passed(f"warm-up at the timing size: {note}",
-                           extra={INTERNAL: True, "seconds": round(time.perf_counter() - started, 3)})
+                           extra={INTERNAL: True, "seconds": round(time.perf_counter() - started, 3),
+                                  "phase_s": phases, "compiles": int(jit.get("compiles", 0)),
+                                  "compile_s": float(jit.get("seconds", 0.0)), "autotune": jit.get("autotune")})
 
     @staticmethod
-    def _first_call(options: GpuStagePayload, torch: Any, upstream_kept_on_device: Any) -> tuple[Any, str]:
-        """(the operator or None, what happened): the implementation called once at its timing size."""
+    def _first_call(options: GpuStagePayload, torch: Any, upstream_kept_on_device: Any,
+                    phases: dict[str, float]) -> tuple[Any, str]:
+        """(the operator or None, what happened): the implementation called once at its timing size; `phases`
+        gets the seconds of its steps (load, inputs, call: the call holds the compiles and the autotuning)."""
         op = None
+        began = time.perf_counter()
+
+        def lap(name: str) -> None:
+            nonlocal began
+            now = time.perf_counter()
+            phases[name] = round(now - began, 3)
+            began = now
+
         try:
             op, implementation = load_implementation(options)
+            lap("load")
             gpu_pause.pause_point()
             inputs = cuda_inputs(op, op.timing_dims(), options.dtype, options.seed)
+            lap("inputs")
             gpu_pause.pause_point()
             with upstream_kept_on_device():  # as the runtime check will call it
                 implementation.fn(*inputs)
             torch.cuda.synchronize()
+            lap("call")
         except Exception as exc:  # the runtime check meets it again and reports it in its own words
             return op, f"{type(exc).__name__}: {str(exc)[:200]}"
         return op, "compiled"
+
+
+def warm_up_summary(results: Sequence[CheckResult]) -> dict[str, Any]:
+    """What the run's runtime warm-ups did, for the report (extra.engine.warm_ups; their own results are
+    internal): how many, their seconds by step, their compiles and autotuning, and the longest five. On a library
+    they run beside the calibration at their floor of slots and gate every runtime check (builtin_stages.py)."""
+    extras = {r.check_id: r.extra for r in results if r.check_id.endswith("_warm_up") and isinstance(r.extra, dict)}
+    if not extras:
+        return {}
+
+    def total(key: str, within: str = "") -> float:
+        parts = [(extra.get(within) if within else extra) or {} for extra in extras.values()]
+        return round(sum(float(part.get(key) or 0.0) for part in parts if isinstance(part, dict)), 1)
+
+    longest = sorted(extras, key=lambda check: -float(extras[check].get("seconds") or 0.0))[:5]
+    return {"tasks": len(extras), "seconds": total("seconds"),
+            "phase_s": {step: total(step, "phase_s") for step in ("load", "inputs", "call", "work_count")},
+            "compiles": int(total("compiles")), "compile_s": total("compile_s"),
+            "autotune_runs": int(total("runs", "autotune")), "autotune_s": total("seconds", "autotune"),
+            "longest": {check.removeprefix("verify.").removesuffix(".runtime_warm_up"):
+                        {key: extras[check].get(key) for key in ("seconds", "phase_s", "compiles", "compile_s")}
+                        for check in longest}}
 
 
 # Above this share of the card held by other processes, a timing that runs out of memory says nothing about whether
