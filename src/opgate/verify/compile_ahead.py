@@ -25,7 +25,7 @@ it end first (engine/gpu_memory.py).
 A task helps only until its plan is written, so the tasks of the plans written last go first. They were queued in
 file order with the run; in a library run on the H100 (forty-fifth session, docs/benchmarks.md) FlagGems' norms,
 whose plans are written last, had their tasks 144th-159th of 174. Once the numerics filled the slots no task started,
-and those tasks began at 313 s, after their plans: each check then compiled its kernel itself at N = 65537 (66-105 s)
+and those tasks began at 313 s, after their plans: each check then compiled its kernel itself at N = 65537 (61-105 s)
 and the numerics ended at 406 s. In the run where such a task happened to begin at 105 s its check took 11 s. Now the
 calibrator feeds the tasks once it has ranked the plans, latest predicted plan first (plan_order.predicted_ends, each
 side of the pool with its processes). OPGATE_COMPILE_AHEAD_ORDER=file queues them with the run in file order, as
