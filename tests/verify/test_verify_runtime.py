@@ -355,10 +355,10 @@ def test_the_warm_ups_first_call_times_its_steps(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(runtime, "cuda_inputs", lambda *args: ["x"])
     torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None))
     options = SimpleNamespace(dtype="float32", seed=0)
-    phases: dict = {}
-    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, phases)
-    assert (found, note, calls) == (op, "compiled", ["x"]) and set(phases) == {"load", "inputs", "call"}
-    phases.clear()
+    clock = runtime.PhaseClock()
+    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, clock)
+    assert (found, note, calls) == (op, "compiled", ["x"]) and set(clock.laps) == {"load", "inputs", "call"}
+    clock = runtime.PhaseClock()
     monkeypatch.setattr(runtime, "cuda_inputs", lambda *args: (_ for _ in ()).throw(MemoryError("no room")))
-    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, phases)
-    assert note == "MemoryError: no room" and set(phases) == {"load"}
+    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, clock)
+    assert note == "MemoryError: no room" and set(clock.laps) == {"load"}

@@ -29,6 +29,7 @@ from opgate.verify.calibrate import (
     output_names, truth_and_baseline,
 )
 from opgate.verify.compare import OutputStats
+from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.deviations import (
     ELEMENTWISE_CAUSE, ELEMENTWISE_REMEDY, FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED,
     Deviation, PrecisionFinding,
@@ -213,19 +214,6 @@ def with_window_pause(result: CheckResult, began_at: float) -> CheckResult:
     return dataclasses.replace(result, extra={**result.extra, "paused_in_windows_s": round(paused, 1)})
 
 
-class _PhaseClock:
-    """Seconds per phase of the check (in the result's extra["phase_s"]): where a slow verify spends its time."""
-
-    def __init__(self) -> None:
-        self.last = time.perf_counter()
-        self.laps: dict[str, float] = {}
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.last, 3)
-        self.last = now
-
-
 def _form_mismatch(output: Any, reference_returns_tensor: bool | None) -> str:
     """A reason when the implementation returns another form than the reference (a tuple of one tensor for a
     one-tensor op, or the reverse); "" when the forms agree or one is not known."""
@@ -247,7 +235,7 @@ class VerifyImplementationCheck(Check):
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
         task = NumericsPayload.from_dict(ctx.options)
-        clock = _PhaseClock()
+        clock = PhaseClock()
         began_at = time.time()  # the measurement windows since then paused this check (extra["paused_in_windows_s"])
         # a crash on a case becomes that case's verdict (resume.py)
         self.journal = CaseJournal(Path(task.workdir) / "journal", task.case_timeout_s)
@@ -264,7 +252,7 @@ class VerifyImplementationCheck(Check):
             if prepared.release is not None:
                 prepared.release()
 
-    def _judge(self, task: NumericsPayload, clock: _PhaseClock, plan: PlanFile, op: Operator,
+    def _judge(self, task: NumericsPayload, clock: PhaseClock, plan: PlanFile, op: Operator,
                choice: ImplementationChoice, prepared: PreparedImplementation) -> CheckResult:
         """Run the plan's cases and judge them: the verdict, its class, deviations, a shrunk case."""
         clock.lap("load and prepare")

@@ -26,6 +26,7 @@ from opgate.engine import gpu_pause
 from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.graphs import ROUNDING_ORDER
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
+from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.tasks import GpuStagePayload, ImplementationRef
 
 if TYPE_CHECKING:
@@ -207,50 +208,43 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
         started = time.perf_counter()
         options, torch = self.begin(ctx)
         jit = record_compiles()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
-        phases: dict[str, float] = {}
+        clock = PhaseClock()
         # marked on disk while one runs: killed at its timeout, it is reported with the kernel it was compiling
         with compiles_marked(warm_up_folder(ctx.options)):
-            op, note = self._first_call(options, torch, upstream_kept_on_device, phases)
+            op, note = self._first_call(options, torch, upstream_kept_on_device, clock)
         _WARMED_UP_HERE.add(_warm_up_key(options))
         if op is not None and options.work_count_path:  # counted here, not in the measurement that holds the GPU
             from opgate.core.work import operator_work_stored
 
-            counting = time.perf_counter()
+            clock.restart()
             try:
                 operator_work_stored(op, options.dtype, op.timing_dims(), options.work_count_path)
             except Exception:  # the runtime check counts it again and reports what stops it
                 pass
-            phases["work_count"] = round(time.perf_counter() - counting, 3)
+            clock.lap("work_count")
         return self.passed(f"warm-up at the timing size: {note}",
                            extra={INTERNAL: True, "seconds": round(time.perf_counter() - started, 3),
-                                  "phase_s": phases, "compiles": int(jit.get("compiles", 0)),
+                                  "phase_s": clock.laps, "compiles": int(jit.get("compiles", 0)),
                                   "compile_s": float(jit.get("seconds", 0.0)), "autotune": jit.get("autotune")})
 
     @staticmethod
     def _first_call(options: GpuStagePayload, torch: Any, upstream_kept_on_device: Any,
-                    phases: dict[str, float]) -> tuple[Any, str]:
-        """(the operator or None, what happened): the implementation called once at its timing size; `phases`
+                    clock: PhaseClock) -> tuple[Any, str]:
+        """(the operator or None, what happened): the implementation called once at its timing size; `clock`
         gets the seconds of its steps (load, inputs, call: the call holds the compiles and the autotuning)."""
         op = None
-        began = time.perf_counter()
-
-        def lap(name: str) -> None:
-            nonlocal began
-            now = time.perf_counter()
-            phases[name] = round(now - began, 3)
-            began = now
-
+        clock.restart()
         try:
             op, implementation = load_implementation(options)
-            lap("load")
+            clock.lap("load")
             gpu_pause.pause_point()
             inputs = cuda_inputs(op, op.timing_dims(), options.dtype, options.seed)
-            lap("inputs")
+            clock.lap("inputs")
             gpu_pause.pause_point()
             with upstream_kept_on_device():  # as the runtime check will call it
                 implementation.fn(*inputs)
             torch.cuda.synchronize()
-            lap("call")
+            clock.lap("call")
         except Exception as exc:  # the runtime check meets it again and reports it in its own words
             return op, f"{type(exc).__name__}: {str(exc)[:200]}"
         return op, "compiled"
@@ -300,14 +294,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
         from opgate.gpu.probes.graphs import check_graph_capture
         from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S, time_cuda
 
-        phases: dict[str, float] = {}  # where a slow runtime check spends its time (extra["phase_s"])
-        lap = time.perf_counter()
-
-        def phase(name: str) -> None:
-            nonlocal lap
-            now = time.perf_counter()
-            phases[name] = round(now - lap, 3)
-            lap = now
+        clock = PhaseClock()  # where a slow runtime check spends its time (extra["phase_s"])
 
         op, implementation = load_implementation(options)
         dtype = options.dtype
@@ -315,14 +302,14 @@ class VerifyRuntimeCheck(GpuStageCheck):
         seed = options.seed
         fn = implementation.fn
         label = ",".join(f"{k}={v}" for k, v in dims.items())
-        phase("load")
+        clock.lap("load")
         try:
             input_sets = rotating_input_sets(tuple(cuda_inputs(op, dims, dtype, seed)), count=3)
             torch.cuda.synchronize()
-            phase("inputs")
+            clock.lap("inputs")
             gpu_name = torch.cuda.get_device_name()
             stats = time_cuda(fn, input_sets, warmup=5, repeats=options.repeats)
-            phase("timing")
+            clock.lap("timing")
         except torch.cuda.OutOfMemoryError:
             unjudged = self._out_of_memory_beside_others(torch, f"{label} {dtype}")
             if unjudged is not None:
@@ -346,12 +333,12 @@ class VerifyRuntimeCheck(GpuStageCheck):
                                                     options.work_count_path)
         figures += roof_figures
         # Graph capture last: a failed capture leaves torch's CUDA generator unusable in this process.
-        phase("roofline")
+        clock.lap("roofline")
         timing_text = f"{stats.median_us:.1f} us median (p95 {stats.p95_us:.1f}) at {label} on {gpu_name}"
         if roof_text:
             timing_text += f", {roof_text}"
         extra: dict[str, Any] = {"op": op.name, "implementation": implementation.name, "dtype": dtype,
-                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": phases,
+                                 "dims": dims, "gpu": gpu_name, "timing": stats.to_dict(), "phase_s": clock.laps,
                                  "warmed_here": _warm_up_key(options) in _WARMED_UP_HERE}
         captured_on, replayed_on = input_sets[0], input_sets[1]
         # the capture needs two sets: the third's memory goes to its static copies and outputs (check_graph_capture
@@ -361,7 +348,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
             graph = check_graph_capture(fn, captured_on, replayed_on, seconds_per_call=stats.median_us * 1e-6)
         except torch.cuda.OutOfMemoryError:
             return self._graph_out_of_memory(torch, f"{label} {dtype}", timing_text, figures, extra)
-        phase("graph")
+        clock.lap("graph")
         extra["graph"] = {**{k: _json_number(v) for k, v in graph.__dict__.items()},
                           "saved_us_per_call": graph.saved_us_per_call}
         call_time = f"a call takes {stats.median_us / 1e6:.2g} s"  # where the launch overhead was not timed
