@@ -104,20 +104,25 @@ def _wanted(reference: Any, inputs: Sequence[Any]) -> bool:
     return large or _slow_on_the_cpu(reference, inputs)
 
 
-def _slow_on_the_cpu(reference: Any, inputs: Sequence[Any]) -> bool:
-    """Whether one call of the reference on the CPU inputs costs at least SLOW_REFERENCE_S of this thread's CPU
-    time: not wall time (a busy host's waiting is no cost of the reference's), and not the process's (its other
-    threads' work in the meantime is not the reference's either: on the H200 host a reference that only slept 50 ms
-    measured over 5 ms of process CPU time, all of it other threads', in the GPU test run)."""
+def reference_cpu_seconds(reference: Any, inputs: Sequence[Any]) -> float:
+    """This thread's CPU seconds for one call of the reference (no autograd graph): not wall time (a busy host's
+    waiting is no cost of the reference's), and not the process's (its other threads' work in the meantime is not
+    the reference's either: on the H200 host a reference that only slept 50 ms measured over 5 ms of process CPU
+    time, all of it other threads', in the GPU test run). What the reference raises goes to the caller."""
     import torch
 
     started = time.thread_time()
+    with torch.no_grad():
+        reference(*inputs)
+    return time.thread_time() - started
+
+
+def _slow_on_the_cpu(reference: Any, inputs: Sequence[Any]) -> bool:
+    """Whether one call of the reference on the CPU inputs costs at least SLOW_REFERENCE_S of this thread's CPU."""
     try:
-        with torch.no_grad():
-            reference(*inputs)
+        return reference_cpu_seconds(reference, inputs) >= SLOW_REFERENCE_S
     except Exception:  # the terms meet it again and say so in their own words
         return False
-    return time.thread_time() - started >= SLOW_REFERENCE_S
 
 
 def _moved(inputs: Sequence[Any], device: str) -> list[Any]:
