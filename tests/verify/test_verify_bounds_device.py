@@ -58,13 +58,16 @@ def test_one_call_of_the_reference_decides_whatever_the_size(monkeypatch: pytest
                 pass
             return v * 2
 
-        small * 2  # a process's first call of an op pays its lazy set-up
+        large = torch.zeros(bounds_device.MIN_GPU_ELEMENTS, dtype=torch.float64)
+        # a process's first call of an op pays its lazy set-up, and its first call large enough to run on several
+        # threads starts torch's thread pool (milliseconds of this thread's CPU beside a busy host: it made this test
+        # fail once beside another pytest process)
+        small * 2, large * 2
         assert not bounds_device._wanted(lambda v: v * 2, [small])
         assert bounds_device._wanted(burns_cpu, [small])
         assert not bounds_device._wanted(lambda v: time.sleep(0.05) or v, [small])  # waiting is no CPU cost
         assert not bounds_device._wanted(lambda v: 1 / 0, [small])  # the terms meet the error on the CPU
         # a large case of a cheap reference stays too: the call decides for every size
-        large = torch.zeros(bounds_device.MIN_GPU_ELEMENTS, dtype=torch.float64)
         assert not bounds_device._wanted(lambda v: v * 2, [large])
         assert bounds_device._wanted(burns_cpu, [large])
         for name in (bounds_device.SLOW_CALLS_ONLY, "auto"):  # the A/B's name and the default's say the same
