@@ -20,7 +20,6 @@ start (calibrator.CalibrationPool): what the split costs at best, for each count
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import sys
 import time
@@ -31,13 +30,9 @@ from typing import Callable
 
 def _replay(seconds: dict[str, float], rank: Callable[[str], float], processes: int) -> float:
     """When the last plan ends with `processes` taking the plans in descending `rank` (of the plan's operator)."""
-    free = [0.0] * processes
-    end = 0.0
-    for plan in sorted(seconds, key=lambda plan: -rank(plan.split()[0])):
-        began = heapq.heappop(free)
-        end = max(end, began + seconds[plan])
-        heapq.heappush(free, began + seconds[plan])
-    return end
+    from opgate.verify.plan_order import predicted_ends
+
+    return max(predicted_ends(seconds, processes, rank=lambda plan: rank(plan.split()[0])).values())
 
 
 def _replay_sides(seconds: dict[str, float], apart: set[str], processes: int, isolated: int) -> tuple[float, float]:

@@ -60,3 +60,9 @@ def test_the_predicted_ends_take_the_costliest_plan_first_onto_the_first_free_pr
     assert ends == {"a": 5.0, "b": 4.0, "c": 7.0, "d": 6.0}
     assert plan_order.predicted_ends({"a": 2.0}, 0) == {"a": 2.0}  # no process counts as one
     assert plan_order.predicted_ends({}, 4) == {}
+
+
+def test_the_predicted_ends_can_rank_by_another_key_than_the_durations() -> None:
+    """benchmarks/plan_order.py replays measured durations in the order of an estimate."""
+    ends = plan_order.predicted_ends({"a": 5.0, "b": 4.0}, 1, rank={"a": 1.0, "b": 2.0}.__getitem__)
+    assert ends == {"b": 4.0, "a": 9.0}

@@ -24,7 +24,7 @@ of the plans written last first (verify/compile_ahead.py).
 from __future__ import annotations
 
 import os
-from typing import Any, Hashable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
 Plan = TypeVar("Plan", bound=Hashable)
 
@@ -102,16 +102,18 @@ def timing_requests(jobs: Sequence[Any]) -> Mapping[str, tuple[str, Any]]:
     return requests
 
 
-def predicted_ends(estimates: Mapping[Plan, float], processes: int) -> dict[Plan, float]:
-    """When each plan would be written if `processes` took them costliest first, as the pool does, each taking as
-    long as its estimate (relative units, like the estimates). For ordering only: on the H100 host 27-30 of the
-    30 plans written last in each of three library runs were among the 30 this predicts last (forty-fifth session,
-    docs/benchmarks.md)."""
+def predicted_ends(estimates: Mapping[Plan, float], processes: int,
+                   rank: Callable[[Plan], float] | None = None) -> dict[Plan, float]:
+    """When each plan would be written if `processes` took them costliest first (by `rank`, else by the estimate
+    itself), as the pool does, each taking as long as its estimate (relative units, like the estimates). For
+    ordering only: on the H100 host 27-30 of the 30 plans written last in each of three library runs were among the
+    30 this predicts last (forty-fifth session, docs/benchmarks.md)."""
     import heapq
 
+    order = rank or estimates.__getitem__
     free = [0.0] * max(1, processes)
     ends: dict[Plan, float] = {}
-    for plan in sorted(estimates, key=lambda plan: -estimates[plan]):
+    for plan in sorted(estimates, key=lambda plan: -order(plan)):
         began = heapq.heappop(free)
         ends[plan] = began + estimates[plan]
         heapq.heappush(free, ends[plan])
