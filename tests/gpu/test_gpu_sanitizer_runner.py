@@ -256,3 +256,13 @@ def test_a_run_given_no_log_path_reads_its_log_and_leaves_no_folder_behind(stub:
     run = run_under_sanitizer([sys.executable, "-c", "pass"], "memcheck")
     assert run.report.error_summary == 25 and run.log_path is None  # read, then removed
     assert list(temp.iterdir()) == []
+
+
+def test_a_process_end_is_described_with_the_signal_name_where_one_exists() -> None:
+    from opgate.gpu.probes.sanitizer import describe_exit
+
+    assert describe_exit(None) == "did not end"
+    assert describe_exit(3) == "exited with code 3"
+    assert describe_exit(-11) == "was killed by signal 11 (SIGSEGV)"
+    # a number with no name on this platform is said as a number, not as "(signal 200)"
+    assert describe_exit(-200) == "was killed by signal 200"

@@ -41,12 +41,18 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[2])  # .../src/opgate/engine/children.py -> .../src
 
 
-def signal_name(returncode: int) -> str:
-    """The name of the signal that ended a child, from its negative returncode (-11: SIGSEGV)."""
+def known_signal(returncode: int) -> str | None:
+    """The name of the signal that ended a child, from its negative returncode (-11: SIGSEGV); None for a number
+    this platform has no name for."""
     try:
         return signal.Signals(-returncode).name
     except ValueError:
-        return f"signal {-returncode}"
+        return None
+
+
+def signal_name(returncode: int) -> str:
+    """The signal that ended a child in words: its name, or "signal N" where it has none."""
+    return known_signal(returncode) or f"signal {-returncode}"
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:

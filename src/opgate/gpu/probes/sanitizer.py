@@ -409,10 +409,10 @@ def describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "did not end"
     if returncode < 0:
-        from opgate.engine.children import signal_name
+        from opgate.engine.children import known_signal
 
-        name = signal_name(returncode)
-        return f"was killed by signal {-returncode}" + ("" if name.startswith("signal ") else f" ({name})")
+        name = known_signal(returncode)
+        return f"was killed by signal {-returncode}" + (f" ({name})" if name else "")
     return f"exited with code {returncode}"
 
 
