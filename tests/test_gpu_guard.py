@@ -177,7 +177,7 @@ def test_on_a_gpu_host_verify_tasks_take_the_guard_and_measuring_ones_take_it_al
                                                                                      monkeypatch) -> None:
     from opgate.core.spec import load_spec_file
     from opgate.verify import builtin_stages
-    from opgate.verify.engine import VerifyRequest, gpu_stage_tasks, select
+    from opgate.verify.engine import VerifyRequest, chosen_stages, gpu_stage_tasks, select
 
     from opgate_testing import REPO
 
@@ -193,8 +193,21 @@ def test_on_a_gpu_host_verify_tasks_take_the_guard_and_measuring_ones_take_it_al
     assert floors["sanitizer"] == builtin_stages.SANITIZER_SLOT_FLOOR > 0  # slots of its own beside the numerics
     assert floors["runtime"] == floors["recovery"] == 0.0
     warm_ups = [t for t in tasks if t.check_id.endswith("_warm_up")]
-    assert warm_ups and all(t.slot_floor == builtin_stages.RuntimeStage.warm_up_slot_floor > 0 for t in warm_ups)
+    default_floor = builtin_stages.RuntimeStage.default_warm_up_slot_floor
+    assert warm_ups and all(t.slot_floor == default_floor > 0 for t in warm_ups)
     assert all(t.slot_floor <= t.slot_share for t in warm_ups)  # a floor inside its share
+    # the floor's A/B sets it through the environment, inside the share; anything else is one line, exit 2
+    monkeypatch.setenv(builtin_stages.WARM_UP_SLOT_FLOOR_ENV, "0.25")
+    tasks, _ = gpu_stage_tasks(sel, request, tmp_path, gpu=True)
+    assert {t.slot_floor for t in tasks if t.check_id.endswith("_warm_up")} == {0.25}
+    from opgate.model.errors import InputError
+
+    for bad in ("four", "0.75", "-1"):
+        monkeypatch.setenv(builtin_stages.WARM_UP_SLOT_FLOOR_ENV, bad)
+        with pytest.raises(InputError, match="OPGATE_WARM_UP_SLOT_FLOOR=.*between 0 and 0.5"):
+            gpu_stage_tasks(sel, request, tmp_path, gpu=True)
+    with pytest.raises(InputError, match="OPGATE_WARM_UP_SLOT_FLOOR"):  # before any work, not minutes into a run
+        chosen_stages(request)
 
 
 def test_a_warm_up_holds_the_gpu_shared_until_it_ends_and_is_skipped_while_another_run_has_it(tmp_path: Path) -> None:

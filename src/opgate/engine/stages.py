@@ -175,6 +175,10 @@ class Stage:
                 return f"needs {tool}, which was not found (PATH, CUDA_HOME, /usr/local/cuda*)"
         return None
 
+    def check_settings(self) -> None:
+        """InputError for a setting of this stage (an environment variable) that is not valid: asked before any
+        work, since its tasks may be asked for only minutes into a run."""
+
     def applies_to(self, plan: OperatorPlan) -> list["ImplementationChoice"]:
         """The implementations this stage checks."""
         return list(plan.gpu_choices if self.needs.gpu_implementations else plan.choices)

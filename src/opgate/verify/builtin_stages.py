@@ -115,6 +115,9 @@ class _GpuStage(Stage):
         return {}
 
 
+WARM_UP_SLOT_FLOOR_ENV = "OPGATE_WARM_UP_SLOT_FLOOR"
+
+
 class RuntimeStage(_GpuStage):
     name = "runtime"
     summary = "GPU timing at perf_dims, roofline fraction, CUDA graph capture (GPU)"
@@ -137,8 +140,31 @@ class RuntimeStage(_GpuStage):
     warm_up_slot_share = 0.5
     # ... and at least 2 of 16 while they wait (CheckTask.slot_floor): queued after the numerics, which arrive until
     # the end of a library's calibration, none but the first nine warm-ups had started at 515 s, so no file could
-    # reach its exclusive runtime and recovery checks (twenty-fourth H200 session; this floor not yet measured)
-    warm_up_slot_floor = 0.125
+    # reach its exclusive runtime and recovery checks (twenty-fourth H200 session; this floor not yet measured).
+    # OPGATE_WARM_UP_SLOT_FLOOR (a fraction of the slots, up to the share) sets it, for the A/B of the floor.
+    default_warm_up_slot_floor = 0.125
+
+    @property
+    def warm_up_slot_floor(self) -> float:
+        import os
+
+        override = os.environ.get(WARM_UP_SLOT_FLOOR_ENV, "").strip()
+        if not override:
+            return self.default_warm_up_slot_floor
+        try:
+            wanted = float(override)
+        except ValueError:
+            wanted = -1.0
+        if not 0.0 <= wanted <= self.warm_up_slot_share:
+            from opgate.model.errors import InputError
+
+            raise InputError(f"{WARM_UP_SLOT_FLOOR_ENV}={override!r}: not a fraction of the slots between 0 and "
+                             f"{self.warm_up_slot_share}; give one (default {self.default_warm_up_slot_floor}) "
+                             "or unset it")
+        return wanted
+
+    def check_settings(self) -> None:
+        self.warm_up_slot_floor  # noqa: B018 - raises InputError for a bad OPGATE_WARM_UP_SLOT_FLOOR
 
     def payload_fields(self, plan: OperatorPlan, dtype: str) -> dict[str, object]:
         # one count per operator x dtype, shared by its implementations: the warm-ups count, the measurements read

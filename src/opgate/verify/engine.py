@@ -578,6 +578,8 @@ def chosen_stages(request: VerifyRequest) -> list[Stage]:
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise InputError(f"--stages {unknown[0]!r} is not a stage; choose from {', '.join(registry)}")
+    for name in names:
+        registry[name].check_settings()
     return [registry[n] for n in names]
 
 
