@@ -252,6 +252,54 @@ def test_a_hang_inside_a_jit_compile_leaves_its_case_not_judged_not_crashed(tmp_
         assert not (folder / COMPILING).exists()
 
 
+def test_an_out_of_memory_that_left_the_context_unusable_runs_again_then_is_not_judged(tmp_path):
+    """A fresh process's first CUDA call can run out of memory while the rest of a library run fills the GPU, and
+    the context then fails every call: not the implementation's crash. The case runs once more in a fresh process;
+    out of memory there too, it is not judged. A sticky kernel error stays a crash."""
+    from opgate.checks.base import CheckContext
+    from opgate.engine.runner import CheckTask
+    from opgate.verify.inputs import Case
+    from opgate.verify.resume import EXIT_CONTEXT_LOST, OUT_OF_MEMORY_TRIES, CaseJournal, follow_up, read_crashes
+
+    options = {"workdir": str(tmp_path / "work")}
+    folder = tmp_path / "work" / "journal"
+    task = CheckTask("verify.x.y.float32", "x", CHECK_TARGET, 600.0, CheckContext(verb="verify", options=options))
+    case = Case.make({"N": 63}, 7)
+
+    def dies_with(fault: str) -> None:  # what implementation_call leaves before its os._exit(EXIT_CONTEXT_LOST)
+        journal = CaseJournal.open(options)
+        journal._mark({"phase": "case", "index": 3, "case": case.to_dict(), "label": case.label(),
+                       "limit_s": 300.0, "cuda_fault": fault})
+        assert follow_up(task, _died(returncode=EXIT_CONTEXT_LOST, stderr_tail="AcceleratorError")) is task
+
+    dies_with("torch: CUDA error: out of memory")
+    (entry,) = read_crashes(folder)
+    assert entry.kind == "out_of_memory"
+    fresh = CaseJournal.open(options)
+    assert fresh.state_of(3) == ("run", None) and not fresh.crashed_labels
+    for _ in range(OUT_OF_MEMORY_TRIES - 1):
+        dies_with("torch: CUDA error: out of memory")
+    state, why = CaseJournal.open(options).state_of(3)
+    assert state == "not_judged" and "out of GPU memory 2 times" in why and "not shown to be" in why
+    dies_with("torch: CUDA error: an illegal memory access was encountered")
+    assert read_crashes(folder)[-1].kind == "crash"
+
+
+def test_a_case_whose_process_ran_out_of_memory_is_judged_in_a_fresh_one_not_a_crash(tmp_path):
+    """End to end: each case of size 63 runs out of memory once (the context unusable), then passes in the next
+    process; twice is the unit test's not-judged case above."""
+    spec = DATA / "oom_context_spec.py"
+    proc = run_cli(str(spec), "--jobs", "2", "--json", str(tmp_path / "r.json"),
+                   env={"OOM_MARKS": str(tmp_path / "marks"), "OOM_TIMES": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    result = next(r for r in report["results"] if r["check_id"] == "verify.double.out_of_memory.float32")
+    assert result["outcome"] == "passed", result["reason"]
+    assert "crashes" not in result["extra"] and result["extra"]["failure_class"] == ""
+    assert all(row["passed"] for row in result["extra"]["cases"])
+    assert [path.read_text() for path in (tmp_path / "marks").iterdir()] == ["1"] * len(crash_cases())
+
+
 @pytest.mark.slow
 def test_a_compile_that_never_finishes_is_a_compile_time_warning_and_the_rest_is_judged(tmp_path):
     spec = DATA / "compile_stall_spec.py"

@@ -17,7 +17,9 @@ while the implementation runs a case, the parent (`follow_up`, called by opgate.
 and starts the same task again: the fresh child takes the finished cases from the journal, marks the crashed
 ones failed (failure class `crash`), runs the rest, and returns one merged result. After `MAX_CRASHES`
 crashes it stops restarting and the remaining cases are counted as not run. A child that dies outside the
-implementation call (opgate's own code: plan loading, judging) stays an `error` (exit 3).
+implementation call (opgate's own code: plan loading, judging) stays an `error` (exit 3). Two deaths are not
+crashes: a hang inside a JIT compile leaves its case not judged, and an out-of-memory error that left the CUDA
+context unusable (a GPU the rest of the run had filled) runs the case again in the fresh child, once.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ CASE_TIMEOUT_S = 300.0
 CASE_TIMEOUT_SHARE = 0.9
 # Exit status of a child that found the CUDA context unusable after the implementation raised (sticky error).
 EXIT_CONTEXT_LOST = 75
+# Tries of a case whose call ran out of GPU memory so that the CUDA context stayed unusable. In a library run a
+# FlagGems norm's fresh process got "CUDA error: out of memory" copying a 512 KiB input to the GPU (its first CUDA
+# call) while the run's warm-ups filled the H100, and the case read as a crash of the implementation (forty-sixth
+# session); every other run of that case passed. A fresh process runs it again; out of memory twice, not judged.
+OUT_OF_MEMORY_TRIES = 2
 _FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!")
 # A frame as faulthandler writes it ('File "x.py", line 12 in run'; a Python traceback has ", in run"): the case's
 # hang timer (faulthandler.dump_traceback_later(exit=True), which then exits with code 1) dumps every thread, and
@@ -159,13 +166,18 @@ class CrashEntry:
     status: str  # "killed by SIGSEGV", "exited with code 7 ...", "timed out after 300 s", ...
     stderr_tail: str
     # "crash": the implementation killed its process or hung; "compile": it hung inside a JIT compile (COMPILING),
-    # which leaves the case not judged instead of failed (a compile-time blow-up, not a wrong answer)
+    # which leaves the case not judged instead of failed (a compile-time blow-up, not a wrong answer);
+    # "out_of_memory": the GPU ran out of memory in a way that left the CUDA context unusable, which a fresh process
+    # runs once more (OUT_OF_MEMORY_TRIES) before the case counts as not judged
     kind: str = "crash"
 
     @property
     def reason(self) -> str:
         if self.kind == "compile":
             return self.status
+        if self.kind == "out_of_memory":
+            return (f"out of GPU memory {OUT_OF_MEMORY_TRIES} times, and each time its process {self.status}: "
+                    "not shown to be the implementation's own demand")
         where = " (after the call returned: memory it corrupted was found at a later free)" \
             if self.phase == "after" else ""
         return f"crashed: the implementation {self.status}{where}"
@@ -190,7 +202,8 @@ class CaseJournal:
         (folder / "done").mkdir(parents=True, exist_ok=True)
         self.crashes = read_crashes(folder)
         self.stopped = bool(_read_json(folder / "crashes.json").get("stop"))
-        self.crashed_labels = {c.label for c in self.crashes}
+        # an out-of-memory death is no crash: its case runs again in this process, or is not judged
+        self.crashed_labels = {c.label for c in self.crashes if c.kind != "out_of_memory"}
         self.stalled_labels = {c.label for c in self.crashes if c.kind == "compile"}
         with contextlib.suppress(OSError):  # a compile the last child died in is over
             (folder / COMPILING).unlink()
@@ -214,9 +227,12 @@ class CaseJournal:
     def state_of(self, index: int) -> tuple[str, Any]:
         """("done", record) | ("crashed", reason) | ("not_judged", reason: a compile that hung) | ("not_run", None)
         | ("run", None) for plan case `index`."""
-        for crash in self.crashes:
-            if crash.index == index and crash.phase != "shrink":
+        in_plan = [c for c in self.crashes if c.index == index and c.phase != "shrink"]
+        for crash in in_plan:
+            if crash.kind != "out_of_memory":
                 return ("not_judged" if crash.kind == "compile" else "crashed"), crash.reason
+        if len(in_plan) >= OUT_OF_MEMORY_TRIES:
+            return "not_judged", in_plan[-1].reason
         saved = self.folder / "done" / f"{index:05d}.pkl"
         if saved.is_file():
             return "done", pickle.loads(saved.read_bytes())
@@ -272,9 +288,11 @@ class CaseJournal:
                  spec_name: str) -> CheckResult:
         """Add the crashes to the result the child built from every case it has (crashed ones failed)."""
         self.finished()
-        crashes = [c for c in self.crashes if c.kind != "compile"]  # a hung compile is a case not judged
+        # a hung compile is a case not judged; a case out of memory ran again or is not judged (its record says which)
+        crashes = [c for c in self.crashes if c.kind == "crash"]
+        stalled = [c for c in self.crashes if c.kind == "compile"]
         if not crashes:
-            not_run = planned - judged - len(self.crashes)
+            not_run = planned - judged - len(stalled)
             if not (self.stopped and not_run > 0):
                 return result
             return dataclasses.replace(  # MAX_CRASHES hung compiles: the restarts stopped
@@ -292,7 +310,7 @@ class CaseJournal:
             entry["stderr_excerpt"] = stderr_excerpt(crash.stderr_tail)
             entries.append(entry)
         in_plan = [c for c in crashes if c.phase != "shrink"]
-        not_run = planned - judged - len(in_plan) - (len(self.crashes) - len(crashes))
+        not_run = planned - judged - len(in_plan) - len(stalled)
         first = entries[0]
         crash_text = (f"the implementation {first['status']} on {first['label']}"
                       + (" (a case opgate tried while narrowing down a failure)" if first["phase"] == "shrink" else ""))
@@ -386,6 +404,13 @@ def death_status(result: CheckResult, marker: Mapping[str, Any]) -> str:
     return f"exited with code {code} without reporting (os._exit, sys.exit or exit() inside the implementation)"
 
 
+def _out_of_memory_context(result: CheckResult, marker: Mapping[str, Any]) -> bool:
+    """Whether the child exited because an out-of-memory error left its CUDA context unusable (the fault the
+    child found after the call, verify/resume.py CaseJournal.implementation_call), not a sticky kernel error."""
+    fault = str(marker.get("cuda_fault", ""))
+    return result.extra.get("returncode") == EXIT_CONTEXT_LOST and "out of memory" in fault.lower()
+
+
 def follow_up(task: Any, result: CheckResult) -> Any:
     """The runner's hook for a finished verify child: the same task again (resume after a crash) or the result.
 
@@ -430,7 +455,9 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     index = marker.get("index")
     compiling = _read_json(folder / COMPILING)
     kind = "crash"
-    if compiling and "a hang" in status:  # it hung inside a JIT compile: the compile's time, not a wrong answer
+    if _out_of_memory_context(result, marker):
+        kind = "out_of_memory"
+    elif compiling and "a hang" in status:  # it hung inside a JIT compile: the compile's time, not a wrong answer
         kind = "compile"
         began = float(compiling.get("time", 0.0)) - float(marker.get("time", 0.0))
         status = (f"its JIT compile of kernel {compiling.get('kernel', '?')} did not finish within the case limit "
