@@ -27,6 +27,9 @@ def test_out_of_memory_by_class_name_or_cuda_error_text_only() -> None:
     assert is_out_of_memory(["OutOfMemoryError"], "")
     assert is_out_of_memory(["CUDARuntimeError"], "cudaErrorMemoryAllocation: out of memory")
     assert is_out_of_memory(["RuntimeError"], "CUDA_ERROR_OUT_OF_MEMORY")
+    # Triton's launcher (a kernel's local memory at its first launch, outside torch's allocator)
+    assert is_out_of_memory(["RuntimeError"], "Triton Error [CUDA]: out of memory")
+    assert not is_out_of_memory(["RuntimeError"], "Triton Error [CUDA]: an illegal memory access was encountered")
     assert not is_out_of_memory(["RuntimeError", "ValueError"], "shape '[4, 8]' is invalid for input of size 31")
 
 

@@ -35,8 +35,14 @@ OTHERS_SLACK_SHARE = 0.05
 OOM_CLASS_NAMES = ("OutOfMemoryError",)
 # Messages of out-of-memory errors raised as something else (a RuntimeError from an extension, cuda-python's
 # CUresult/cudaError_t text, CUDA error 2): cudaErrorMemoryAllocation is 2, CUDA_ERROR_OUT_OF_MEMORY 2 as well.
+# Triton's launcher raises RuntimeError("Triton Error [CUDA]: " + cuGetErrorString(...)) (triton-lang/triton,
+# third_party/nvidia/backend/driver.c), "out of memory" for CUDA_ERROR_OUT_OF_MEMORY: memory the driver takes outside
+# torch's allocator (a kernel's local memory at its first launch), which the allocator's cached blocks can block. A
+# FlagGems norm at N = 65537 raised it once beside a library run's warm-ups and passed its next launches in the same
+# process (forty-sixth session): read as the kernel's own error, it had been a size-limit deviation.
 OOM_MESSAGE = re.compile(r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|CUDA out of memory|"
-                         r"CUDA error: out of memory|CUDA error 2\b|out of memory allocating", re.IGNORECASE)
+                         r"CUDA error: out of memory|CUDA error 2\b|out of memory allocating|"
+                         r"Triton Error \[CUDA\]: out of memory", re.IGNORECASE)
 _UNITS = {"b": 1, "bytes": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "kb": 10**3,
           "mb": 10**6, "gb": 10**9}
 # torch: "Tried to allocate 2.00 GiB"; CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: ...)"
