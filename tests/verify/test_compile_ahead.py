@@ -95,6 +95,31 @@ def test_the_tasks_run_in_the_numerics_checks_worker_key_and_watch_their_plan_fi
         assert payload.plan_path == str(plan_file_path(tmp_path, 3, k, "softmax", payload.dtype))
         assert task.worker and task.worker == numerics[payload.impl]
         assert (task.order, task.exclusive, task.target) == (compile_ahead.ORDER, False, compile_ahead.TARGET)
+        assert task.slot_floor == 0.0  # no slots of their own unless the A/B asks
+
+
+def test_their_floor_of_slots_is_set_for_the_ab_and_a_bad_value_is_one_line_before_any_work(
+        tmp_path: Path, monkeypatch) -> None:
+    import subprocess
+    import sys
+
+    from opgate.core.spec import load_spec_file
+    from opgate.model.errors import InputError
+    from opgate.verify.engine import TIMEOUT_BY_BUDGET, VerifyRequest, _operator_plan, select
+
+    request = VerifyRequest(spec_file=SOFTMAX, impls=["triton"], dtypes=["float32"], budget="quick")
+    [sel] = select(load_spec_file(SOFTMAX), request, None)
+    plan = _operator_plan(sel, request, "quick", True, tmp_path, TIMEOUT_BY_BUDGET["quick"], {}, False)
+    monkeypatch.setenv(compile_ahead.SLOT_FLOOR_ENV, "0.125")
+    assert {t.slot_floor for t in compile_ahead.ahead_tasks(plan, 0, ["float32"], "quick", 0, tmp_path)} == {0.125}
+    for bad in ("two", "0.75"):
+        monkeypatch.setenv(compile_ahead.SLOT_FLOOR_ENV, bad)
+        with pytest.raises(InputError, match="OPGATE_COMPILE_AHEAD_SLOT_FLOOR=.*between 0 and 0.5"):
+            compile_ahead.wanted(gpu=False)
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(SOFTMAX), "--budget", "quick"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "OPGATE_COMPILE_AHEAD_SLOT_FLOOR='0.75'" in proc.stderr
 
 
 def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp_path: Path,

@@ -146,22 +146,9 @@ class RuntimeStage(_GpuStage):
 
     @property
     def warm_up_slot_floor(self) -> float:
-        import os
+        from opgate.engine.settings import slot_fraction
 
-        override = os.environ.get(WARM_UP_SLOT_FLOOR_ENV, "").strip()
-        if not override:
-            return self.default_warm_up_slot_floor
-        try:
-            wanted = float(override)
-        except ValueError:
-            wanted = -1.0
-        if not 0.0 <= wanted <= self.warm_up_slot_share:
-            from opgate.model.errors import InputError
-
-            raise InputError(f"{WARM_UP_SLOT_FLOOR_ENV}={override!r}: not a fraction of the slots between 0 and "
-                             f"{self.warm_up_slot_share}; give one (default {self.default_warm_up_slot_floor}) "
-                             "or unset it")
-        return wanted
+        return slot_fraction(WARM_UP_SLOT_FLOOR_ENV, self.default_warm_up_slot_floor, self.warm_up_slot_share)
 
     def check_settings(self) -> None:
         self.warm_up_slot_floor  # noqa: B018 - raises InputError for a bad OPGATE_WARM_UP_SLOT_FLOOR

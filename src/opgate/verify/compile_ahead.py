@@ -50,6 +50,13 @@ ORDER = 41  # after a ready numerics check (40), before the runtime warm-ups (42
 # A/B from empty caches each (forty-third session): the tasks held the slots from the start, the numerics began at
 # 185 s (19 s) and ended at 350 s (343 s), and the runtime checks began at 407 s (367 s). Removed.
 SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
+# Slots the tasks may take ahead of the numerics while they wait (CheckTask.slot_floor), as a fraction of the run's.
+# None by default. In the forty-sixth session's library run on an H100 the tasks were fed at 21 s, found the slots held
+# by the runtime warm-ups, and then lost every slot that freed to a numerics check (order 40 before their 41): 0.4
+# processes on average ran them in the first 100 s, and FlagGems' rms_norm.grad tasks started at 419 s, after their
+# plans, so its checks compiled their N = 65537 kernel themselves (83-84 s each) and ended the numerics at 504 s.
+# OPGATE_COMPILE_AHEAD_SLOT_FLOOR sets it for that A/B (e.g. 0.125: 2 of 16 slots); not yet run on a GPU.
+SLOT_FLOOR_ENV = "OPGATE_COMPILE_AHEAD_SLOT_FLOOR"
 ORDER_ENV = "OPGATE_COMPILE_AHEAD_ORDER"
 TIMEOUT_S = 600.0
 
@@ -58,7 +65,15 @@ def wanted(gpu: bool, library: bool = False) -> bool:
     """Whether a run makes compile-ahead tasks: on a GPU, for a `library` (several spec files or a folder), where
     they were measured, unless OPGATE_COMPILE_AHEAD=0; for one spec file where OPGATE_COMPILE_AHEAD=1 asks."""
     asked = os.environ.get(ENV, "").strip()
+    slot_floor()  # a bad value is bad input wherever the run is
     return gpu and (asked == "1" or (library and asked != "0"))
+
+
+def slot_floor() -> float:
+    """The tasks' floor of slots (SLOT_FLOOR_ENV; 0 unless set); InputError for a bad value."""
+    from opgate.engine.settings import slot_fraction
+
+    return slot_fraction(SLOT_FLOOR_ENV, 0.0, SLOT_SHARE)
 
 
 def in_file_order() -> bool:
@@ -175,5 +190,6 @@ def ahead_tasks(plan: Any, job_index: int, dtypes: Sequence[str], budget: str, s
             task = plan.task(_Ahead(), f"verify.{plan.op.name}.{choice.name}.{dtype}{SUFFIX}",
                              f"{plan.op.name}: {choice.describe()} in {dtype} (compile ahead)", TARGET, TIMEOUT_S,
                              payload, choice, labels={"dtype": dtype})
-            out.append(dataclasses.replace(task, slot_share=SLOT_SHARE, pausable=bool(task.worker)))
+            out.append(dataclasses.replace(task, slot_share=SLOT_SHARE, slot_floor=slot_floor(),
+                                           pausable=bool(task.worker)))
     return out
