@@ -90,3 +90,34 @@ def test_the_replay_timing_of_a_slow_call_shrinks_to_the_budget() -> None:
     assert replay_timing_calls(0.05) == (4, 5)  # 2 x 5 x 4 calls of 50 ms: 2 s
     assert replay_timing_calls(0.3) == (1, 3)  # 6 calls of 0.3 s, not 200
     assert replay_timing_calls(1.0) is None  # not even those: a second's call saves microseconds of launches
+
+
+def test_the_sync_debug_modes_prototype_notice_is_no_sync_point(monkeypatch) -> None:
+    """torch warns when the mode is set that it is a prototype; only what the call itself does is a sync point
+    (the notice stood in every runtime result's graph facts of the H100 library runs)."""
+    import warnings
+
+    import torch
+
+    from opgate.gpu.probes import graphs
+
+    modes = ["off"]
+
+    def set_mode(mode) -> None:
+        if mode == "warn":
+            warnings.warn("Synchronization debug mode is a prototype feature and does not yet detect all "
+                          "synchronizing operations", UserWarning)
+        modes.append(mode)
+
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: "off")
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+
+    def reads_back(x):
+        warnings.warn("called a synchronizing CUDA operation", UserWarning)
+        return x
+
+    points = graphs.find_sync_points(reads_back, (1,))
+    assert len(points) == 1 and points[0].startswith("called a synchronizing CUDA operation at "), points
+    assert graphs.find_sync_points(lambda x: x, (1,)) == []
+    assert modes[-1] == "off"  # the caller's mode is back
