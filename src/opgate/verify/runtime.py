@@ -507,7 +507,9 @@ class VerifySanitizerCheck(GpuStageCheck):
             command = run_once_command(options, sanitized=True)
             run = under_tool(command, f"sanitizer-{tool}.log")
             crashed = None
-            if run.crashed_without_findings:  # a crash that names no error is no verdict: one more run
+            # a crash that names no error, or a log whose only errors are allocations that found the GPU full, is
+            # no verdict on the code: one more run
+            if run.crashed_without_findings or run.out_of_memory_only:
                 crashed, run = run, under_tool(command, f"sanitizer-{tool}-again.log")
         except SanitizerNotFound as exc:
             raise SkipCheck(str(exc)) from None
@@ -521,7 +523,12 @@ class VerifySanitizerCheck(GpuStageCheck):
         run_figures = [Figure("run time under the sanitizer", round(run.duration_s, 1), "s",
                               key="verify.sanitizer.run_time_under_the_sanitizer")]
         crash_text = ""
-        if crashed is not None:
+        if crashed is not None and crashed.out_of_memory_only:
+            crash_text = f"a first run found only {_out_of_memory_text(crashed)}"
+            extra["first_run_out_of_memory"] = crashed.to_dict()
+            run_figures.append(Figure("runs under the sanitizer", 2, "",
+                                      key="verify.sanitizer.runs_under_the_sanitizer"))
+        elif crashed is not None:
             first_words = crashed.last_words()
             crash_text = (f"a first run {crashed.exit_text()} {_where_stopped(crashed.stdout_tail)} with no error in "
                           "its log" + (f" ({first_words})" if first_words else ""))
@@ -532,6 +539,12 @@ class VerifySanitizerCheck(GpuStageCheck):
         if run.timed_out:
             return self.result(Outcome.ERROR, f"{tool} run timed out after {SANITIZER_TIMEOUT_S:g} s",
                                figures=figures, extra=extra)
+        if run.out_of_memory_only:
+            return self.result(Outcome.ERROR, f"could not judge under {tool}: both runs' only errors were "
+                               f"{_out_of_memory_text(run)}", figures=figures, extra=extra,
+                               remediation="Not a finding on the implementation: its allocations found the GPU's "
+                                           "memory taken (nvidia-smi lists the processes). Run again when the memory "
+                                           "is free, or give this run a GPU of its own (CUDA_VISIBLE_DEVICES).")
         if findings or run.sanitizer_flagged:
             where = describe_findings(findings) if findings else "the log has errors opgate's parser did not read"
             at = where_in_steps(findings, sizes, reached, run.stdout_tail)
@@ -543,7 +556,8 @@ class VerifySanitizerCheck(GpuStageCheck):
                                extra={**extra, "failure_class": "memory"})
         if run.returncode not in (0, None):
             words = run.last_words()
-            again = f"; {crash_text}, and this second run too" if crashed is not None else ""
+            again = ("" if crashed is None else f"; before it, {crash_text}" if crashed.out_of_memory_only
+                     else f"; {crash_text}, and this second run too")
             return self.result(Outcome.ERROR, f"the run under {tool} {run.exit_text()} "
                                f"{_where_stopped(run.stdout_tail)}{again}" + (f": {words}" if words else ""),
                                figures=figures, extra=extra,
@@ -575,6 +589,12 @@ class VerifySanitizerCheck(GpuStageCheck):
         each = " each" if len(sizes) > 1 else ""
         return self.passed(f"{tool}: no errors in one call{each} at the {sizes_text} ({shared_text}, allocator "
                            "caches off)", figures=figures, extra=extra)
+
+
+def _out_of_memory_text(run: Any) -> str:
+    calls = sorted({f.api_call or "?" for f in run.report.findings})
+    return (f"{len(run.report.findings)} CUDA API call(s) out of device memory ({', '.join(calls)}: "
+            "cudaErrorMemoryAllocation)")
 
 
 def _sanitizer_figures(tool: str, findings: int, sizes_text: str, tool_options: list[str], dropped: list[str],

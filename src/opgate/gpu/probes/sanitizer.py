@@ -129,6 +129,8 @@ _WARP_EXCEPTION = re.compile(r"^Warp (?P<what>illegal address|out-of-range addre
                              re.IGNORECASE)
 _BARRIER = re.compile(r"^Barrier error detected\.?\s*(?P<what>.*)$", re.IGNORECASE)
 _SYNC_OTHER = re.compile(r"^(?:Invalid arguments?|Invalid barrier|Illegal barrier)\b.*", re.IGNORECASE)
+# cudaErrorMemoryAllocation, and the driver's CUDA_ERROR_OUT_OF_MEMORY, share code 2 (data/cuda_errors.toml)
+OUT_OF_MEMORY_ERROR = 2
 _API = re.compile(r"^Program hit (?P<name>\w+) \(error (?P<code>\d+)\) due to \"(?P<text>[^\"]*)\" on CUDA API "
                   r"call to (?P<call>\w+)")
 _LEAK = re.compile(r"^Leaked (?P<size>[\d,]+) bytes at (?P<addr>0x[0-9a-fA-F]+)")
@@ -372,6 +374,15 @@ class SanitizerRun:
     def sanitizer_flagged(self) -> bool:
         """The sanitizer said it found errors (its exit code or its summary), parsed or not."""
         return self.returncode == self.error_exitcode or self.report.reported_error_count > 0
+
+    @property
+    def out_of_memory_only(self) -> bool:
+        """Every error in the log is a CUDA API call that ran out of device memory (a cudaMalloc with the
+        allocator's caches off): about the GPU's memory, which the rest of a library run may hold, not about the
+        memory safety of the code under test."""
+        findings = self.report.findings
+        return bool(findings) and all(f.kind == "api_error" and f.cuda_error == OUT_OF_MEMORY_ERROR
+                                      for f in findings)
 
     @property
     def crashed_without_findings(self) -> bool:
