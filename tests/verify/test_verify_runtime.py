@@ -340,6 +340,9 @@ def test_the_warm_ups_summary_adds_their_steps_compiles_and_autotuning_and_names
     assert (summary["autotune_runs"], summary["autotune_s"]) == (2, 20.0)
     assert list(summary["longest"]) == ["matmul.matmul.float32", "swish.swish.float32"]
     assert warm_up_summary(results[2:]) == {}
+    # no warm-up could count its autotuning (a Triton without the listener): not measured, never 0
+    uncounted = warm_up_summary([results[0]])
+    assert (uncounted["autotune_runs"], uncounted["autotune_s"]) == (None, None)
 
 
 def test_the_warm_ups_first_call_times_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
