@@ -225,8 +225,9 @@ class CaseJournal:
 
     # The plan, case by case.
     def state_of(self, index: int) -> tuple[str, Any]:
-        """("done", record) | ("crashed", reason) | ("not_judged", reason: a compile that hung) | ("not_run", None)
-        | ("run", None) for plan case `index`."""
+        """("done", record) | ("crashed", reason) | ("not_judged", reason: a compile that hung, or out of memory
+        OUT_OF_MEMORY_TRIES times) | ("not_run", None) | ("run", None: also after fewer out-of-memory deaths) for plan
+        case `index`."""
         in_plan = [c for c in self.crashes if c.index == index and c.phase != "shrink"]
         for crash in in_plan:
             if crash.kind != "out_of_memory":
