@@ -91,3 +91,21 @@ def test_a_check_still_running_at_the_stop_counts_as_busy_until_the_last_event_a
     header = next(k for k, line in enumerate(lines) if line.startswith("busy processes each 50 s:"))
     assert lines[header].split()[5:] == ["numerics", "warm-up", "total"]
     assert lines[header + 1].split() == ["0", "s", "1.0", "1.0", "2.0"]
+
+
+def test_it_counts_the_compile_ahead_tasks_that_ran_before_their_plan(tmp_path: Path) -> None:
+    """A compile-ahead task helps only before its plan is written: of all, and of the plans written last."""
+    report = _report()
+    report["extra"]["timeline"] = {
+        "verify.conv.grad.conv.float32.compile_ahead": [30.0, 90.0],  # written at 349 s: began and ended before
+        "verify.norm.norm.float16.compile_ahead": [150.0, 200.0],  # written at 170 s: began before, ended after
+        "verify.swish.swish.float32.compile_ahead": [40.0, 41.0],  # written at 22 s: after
+        "verify.kl.grad.kl.float32.compile_ahead": [100.0],  # written at 115 s: began before, unfinished at the stop
+    }
+    path = tmp_path / "run1.json"
+    path.write_text(json.dumps(report))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    # four plans, all among the 30 written last
+    assert ("compile-ahead tasks before their plan was written: 3 of 4 began, 1 ended; of the 30 plans written last, "
+            "3 of 4 began, 1 ended") in done.stdout.splitlines()

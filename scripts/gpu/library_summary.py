@@ -94,6 +94,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
         lines.append(f"  {stage} ran from {min(p[0] for p in pairs):.0f} s to {max(p[1] for p in pairs):.0f} s: "
                      f"{len(pairs)} tasks, {sum(e - s for s, e in pairs):.0f} s of slot time")
     lines += _critical_path(timeline, stage_of, engine.get("calibration_spans_s", {}))
+    lines += _ahead_before_plans(timeline, engine.get("calibration_spans_s", {}))
     lines += _busy(report)
     completed = engine.get("files_completed_s", {})
     lines.append(f"files judged wholly: {len(completed)}, at " + ", ".join(
@@ -185,6 +186,37 @@ def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict) -> l
             f"{check.removeprefix('verify.').removesuffix('.runtime_warm_up')} {start:.0f}-{end:.0f} s"
             for end, start, check in warm_ups[-3:]))
     return lines
+
+
+# The plans written last, whose compile-ahead tasks the calibrator queues first (verify/compile_ahead.py)
+LATE_PLANS = 30
+
+
+def _ahead_before_plans(timeline: dict, calibration_spans: dict) -> list[str]:
+    """Whether the compile-ahead tasks ran before their plans were written (a task helps only then): of all, and of
+    the LATE_PLANS plans written last, how many began and how many ended before their plan."""
+    written = {plan: float(span[1]) for plan, span in calibration_spans.items()}
+    if not written:
+        return []
+    late = set(sorted(written, key=written.get)[-LATE_PLANS:])
+    counts = {"all": [0, 0, 0], "late": [0, 0, 0]}  # tasks, begun before the plan, ended before the plan
+    for check_id, times in timeline.items():
+        if not check_id.endswith(".compile_ahead") or not times:
+            continue
+        op_impl, _, dtype = check_id.removeprefix("verify.").removesuffix(".compile_ahead").rpartition(".")
+        plan = f"{op_impl.rpartition('.')[0]} {dtype}"  # verify.<op>.<impl>.<dtype>.compile_ahead -> "<op> <dtype>"
+        if plan not in written:
+            continue
+        start, end = float(times[0]), float(times[-1]) if len(times) >= 2 else float("inf")
+        for group in ("all", "late") if plan in late else ("all",):
+            counts[group][0] += 1
+            counts[group][1] += start < written[plan]
+            counts[group][2] += end < written[plan]
+    (tasks, began, ended), (late_tasks, late_began, late_ended) = counts["all"], counts["late"]
+    if not tasks:
+        return []
+    return [f"compile-ahead tasks before their plan was written: {began} of {tasks} began, {ended} ended; of the "
+            f"{LATE_PLANS} plans written last, {late_began} of {late_tasks} began, {late_ended} ended"]
 
 
 def _compiles(report: dict) -> list[str]:
