@@ -115,7 +115,7 @@ def test_their_floor_of_slots_is_set_for_the_ab_and_a_bad_value_is_one_line_befo
     for bad in ("two", "0.75"):
         monkeypatch.setenv(compile_ahead.SLOT_FLOOR_ENV, bad)
         with pytest.raises(InputError, match="OPGATE_COMPILE_AHEAD_SLOT_FLOOR=.*between 0 and 0.5"):
-            compile_ahead.wanted(gpu=False)
+            compile_ahead.slot_floor()
     proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(SOFTMAX), "--budget", "quick"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -65,12 +65,12 @@ def wanted(gpu: bool, library: bool = False) -> bool:
     """Whether a run makes compile-ahead tasks: on a GPU, for a `library` (several spec files or a folder), where
     they were measured, unless OPGATE_COMPILE_AHEAD=0; for one spec file where OPGATE_COMPILE_AHEAD=1 asks."""
     asked = os.environ.get(ENV, "").strip()
-    slot_floor()  # a bad value is bad input wherever the run is
     return gpu and (asked == "1" or (library and asked != "0"))
 
 
 def slot_floor() -> float:
-    """The tasks' floor of slots (SLOT_FLOOR_ENV; 0 unless set); InputError for a bad value."""
+    """The tasks' floor of slots (SLOT_FLOOR_ENV; 0 unless set); InputError for a bad value (the engine asks once
+    before any work)."""
     from opgate.engine.settings import slot_fraction
 
     return slot_fraction(SLOT_FLOOR_ENV, 0.0, SLOT_SHARE)
@@ -181,6 +181,7 @@ def ahead_tasks(plan: Any, job_index: int, dtypes: Sequence[str], budget: str, s
         timeout_s = TIMEOUT_S
 
     out = []
+    floor = slot_floor()
     for choice in plan.gpu_choices:
         for k, dtype in enumerate(dtypes):
             payload = CompileAheadPayload(
@@ -190,6 +191,6 @@ def ahead_tasks(plan: Any, job_index: int, dtypes: Sequence[str], budget: str, s
             task = plan.task(_Ahead(), f"verify.{plan.op.name}.{choice.name}.{dtype}{SUFFIX}",
                              f"{plan.op.name}: {choice.describe()} in {dtype} (compile ahead)", TARGET, TIMEOUT_S,
                              payload, choice, labels={"dtype": dtype})
-            out.append(dataclasses.replace(task, slot_share=SLOT_SHARE, slot_floor=slot_floor(),
+            out.append(dataclasses.replace(task, slot_share=SLOT_SHARE, slot_floor=floor,
                                            pausable=bool(task.worker)))
     return out

@@ -405,6 +405,9 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     token = ReplayToken.decode(request.replay) if request.replay else None
     budget_name = token.budget if token else request.budget
     budget_plan(budget_name)  # validates the name
+    # the stages and the scheduling switches, checked before any work (a bad value: one line, exit 2)
+    stages = chosen_stages(request)
+    compile_ahead.slot_floor()
     if token:
         if len(request.files) > 1:
             raise InputError("--replay re-runs one case of one operator: give only the spec file that defines "
@@ -423,7 +426,6 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     timeout = request.timeout_s or TIMEOUT_BY_BUDGET[budget_name]
     if pool is not None and token is None:
         _prestart_workers(pool, selections, request, gpu)
-    stages = chosen_stages(request)
     unmet = {stage.name: stage.unmet(gpu) for stage in stages}
     at_once = [s for s in stages if not s.needs.calibration]
     calibrated = [s for s in stages if s.needs.calibration]

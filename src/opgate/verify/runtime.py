@@ -527,18 +527,17 @@ class VerifySanitizerCheck(GpuStageCheck):
         run_figures = [Figure("run time under the sanitizer", round(run.duration_s, 1), "s",
                               key="verify.sanitizer.run_time_under_the_sanitizer")]
         crash_text = ""
-        if crashed is not None and crashed.out_of_memory_only:
-            crash_text = f"a first run found only {_out_of_memory_text(crashed)}"
-            extra["first_run_out_of_memory"] = crashed.to_dict()
+        if crashed is not None:
             run_figures.append(Figure("runs under the sanitizer", 2, "",
                                       key="verify.sanitizer.runs_under_the_sanitizer"))
-        elif crashed is not None:
-            first_words = crashed.last_words()
-            crash_text = (f"a first run {crashed.exit_text()} {_where_stopped(crashed.stdout_tail)} with no error in "
-                          "its log" + (f" ({first_words})" if first_words else ""))
-            extra["first_run_crashed"] = crashed.to_dict()
-            run_figures.append(Figure("runs under the sanitizer", 2, "",
-                                      key="verify.sanitizer.runs_under_the_sanitizer"))
+            if crashed.out_of_memory_only:
+                crash_text = f"a first run found only {_out_of_memory_text(crashed)}"
+                extra["first_run_out_of_memory"] = crashed.to_dict()
+            else:
+                first_words = crashed.last_words()
+                crash_text = (f"a first run {crashed.exit_text()} {_where_stopped(crashed.stdout_tail)} with no "
+                              "error in its log" + (f" ({first_words})" if first_words else ""))
+                extra["first_run_crashed"] = crashed.to_dict()
         figures = _sanitizer_figures(tool, len(findings), sizes_text, tool_options, dropped, run_figures)
         if run.timed_out:
             return self.result(Outcome.ERROR, f"{tool} run timed out after {SANITIZER_TIMEOUT_S:g} s",
