@@ -475,6 +475,12 @@ def test_plans_of_kernel_replacing_specs_go_apart_only_beside_others_and_take_an
     assert mixed.isolated_processes == 2  # 6 of the 12 plans: half of the 4 processes
     monkeypatch.setenv(calibrator.APART_PROCESSES_ENV, "3")  # for the A/B of that side's size
     assert routed([gems, fla], gpu=True).isolated_processes == 3
+    from opgate.model.errors import InputError
+
+    for bad in ("three", "0", "-2"):  # a bad value is bad input, never silently the default
+        monkeypatch.setenv(calibrator.APART_PROCESSES_ENV, bad)
+        with pytest.raises(InputError, match="OPGATE_CALIBRATION_APART_PROCESSES=.*positive integer"):
+            calibrator.apart_processes(4, 0.5)
     monkeypatch.delenv(calibrator.APART_PROCESSES_ENV)
     assert {plan for plan, apart in mixed.submitted if apart} == {f"gems_{r} {d}" for r in (4096, 64) for d in dtypes}
     assert not any(apart for plan, apart in mixed.submitted if plan.startswith("fla_"))

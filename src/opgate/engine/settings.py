@@ -24,3 +24,14 @@ def slot_fraction(name: str, default: float, most: float) -> float:
         raise InputError(f"{name}={given!r}: not a fraction of the slots between 0 and {most}; give one (default "
                          f"{default}) or unset it")
     return wanted
+
+
+def process_count(name: str) -> int | None:
+    """The number of processes environment variable `name` asks for (a positive integer); None when it is unset or
+    empty."""
+    given = os.environ.get(name, "").strip()
+    if not given:
+        return None
+    if not given.isdigit() or int(given) < 1:
+        raise InputError(f"{name}={given!r}: not a number of processes; give a positive integer or unset it")
+    return int(given)

@@ -360,12 +360,10 @@ def apart_processes(processes: int, share: float) -> int:
     of the plans (at least 1). Replaying three H100 library runs' plans (benchmarks/plan_order.py --apart), FlagGems'
     3 processes ended the calibration at 268-372 s against 204-277 s for the rest; 5 would end it at 229-316 s, but
     with more processes on a host whose cores are full. OPGATE_CALIBRATION_APART_PROCESSES sets it, for that A/B."""
-    import os
+    from opgate.engine.settings import process_count
 
-    override = os.environ.get(APART_PROCESSES_ENV, "").strip()
-    if override.isdigit() and int(override) > 0:
-        return int(override)
-    return max(1, round(processes * share))
+    override = process_count(APART_PROCESSES_ENV)  # a bad value: InputError (the engine asks at the run's start)
+    return override if override is not None else max(1, round(processes * share))
 
 
 def _process_start(processes: int, parent_pid: int, warm_gpu: bool = False) -> None:

@@ -29,9 +29,11 @@ from opgate.model.errors import InputError
 from opgate.model.results import CheckResult, Outcome, RunReport
 from opgate.checks.base import CheckContext
 from opgate.engine.runner import CheckTask, TaskFeed, WarmPool, warm_worker_limit
+from opgate.engine.settings import process_count
 from opgate.engine.stages import OperatorPlan, Stage, StageOptions, stage_tasks
 from opgate.verify.backends.base import ImplementationChoice, implementation_choices
-from opgate.verify.calibrator import CalibrationJob, CalibrationPool, Calibrator, calibration_processes
+from opgate.verify.calibrator import (APART_PROCESSES_ENV, CalibrationJob, CalibrationPool, Calibrator,
+                                      calibration_processes)
 from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan
 from opgate.verify.replay import ReplayToken
@@ -408,6 +410,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     # the stages and the scheduling switches, checked before any work (a bad value: one line, exit 2)
     stages = chosen_stages(request)
     compile_ahead.slot_floor()
+    process_count(APART_PROCESSES_ENV)
     if token:
         if len(request.files) > 1:
             raise InputError("--replay re-runs one case of one operator: give only the spec file that defines "
