@@ -57,7 +57,8 @@ EXIT_CONTEXT_LOST = 75
 # Tries of a case whose call ran out of GPU memory so that the CUDA context stayed unusable. In a library run a
 # FlagGems norm's fresh process got "CUDA error: out of memory" copying a 512 KiB input to the GPU (its first CUDA
 # call) in a run whose warm-ups filled the H100 at times, and the case read as a crash of the implementation
-# (forty-sixth session); every other run of that case passed. A fresh process runs it again; out of memory twice, not judged.
+# (forty-sixth session); every other run of that case passed. A fresh process runs it again; out of memory twice,
+# not judged.
 OUT_OF_MEMORY_TRIES = 2
 _FAULTHANDLER_TIMEOUT = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!")
 # A frame as faulthandler writes it ('File "x.py", line 12 in run'; a Python traceback has ", in run"): the case's
