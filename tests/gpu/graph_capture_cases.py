@@ -92,11 +92,14 @@ def huge_under_capture(x):
 
 
 def main(case: str) -> None:
+    """CASE, or CASE:timed to time the call first and pass its median, as the runtime stage does."""
     import torch
 
     from opgate.gpu.probes.graphs import check_graph_capture
     from opgate.gpu.probes.timing import time_cuda
 
+    case, _, mode = case.partition(":")
+    timed = mode == "timed"
     x = torch.randn(1 << 20, device="cuda")
     if case == "timing":
         sets = [(torch.randn(1 << 24, device="cuda"),) for _ in range(3)]
@@ -104,8 +107,11 @@ def main(case: str) -> None:
         return
     fn = {"clean": clean, "reads_item": reads_item, "synchronizes": synchronizes, "legacy_stream": legacy_stream,
           "racy": racy, "cached_by_pointer": cached_by_pointer, "huge_under_capture": huge_under_capture}[case]
+    seconds_per_call = None
+    if timed:  # as the runtime stage calls it: after a timing, with the call's median
+        seconds_per_call = time_cuda(fn, [(x,)], repeats=5).median_us * 1e-6
     try:
-        report = check_graph_capture(fn, (x,), (torch.randn_like(x),))
+        report = check_graph_capture(fn, (x,), (torch.randn_like(x),), seconds_per_call=seconds_per_call)
     except torch.cuda.OutOfMemoryError:
         print(json.dumps({"raised": "OutOfMemoryError"}))
         return

@@ -24,16 +24,19 @@ def run_case(case: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_clean_implementation_captures_and_matches_eager() -> None:
-    report = run_case("clean")
+@pytest.mark.parametrize("mode", ["", ":timed"])
+def test_clean_implementation_captures_and_matches_eager(mode: str) -> None:
+    report = run_case(f"clean{mode}")
     assert report["captured"] and report["matches_eager"], report
     assert report["graph_us_per_call"] > 0
 
 
+# timed: the sync-debug call is the one warm-up, off the default stream
+@pytest.mark.parametrize("mode", ["", ":timed"])
 @pytest.mark.parametrize(("case", "cause", "line"), [("reads_item", "host read", ".item()"),
                                                      ("synchronizes", "synchroniz", "synchronize()")])
-def test_capture_failures_name_the_cause_and_line(case: str, cause: str, line: str) -> None:
-    report = run_case(case)
+def test_capture_failures_name_the_cause_and_line(case: str, cause: str, line: str, mode: str) -> None:
+    report = run_case(case + mode)
     assert not report["captured"]
     assert cause in report["cause"], report
     assert report["remedy"]

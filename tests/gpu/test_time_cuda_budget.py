@@ -38,7 +38,8 @@ def test_a_call_of_half_a_second_is_timed_five_times_and_its_graph_check_stays_s
     graph = check_graph_capture(slow, (x,), (x.clone(),), seconds_per_call=stats.median_us * 1e-6)
     assert graph.captured and graph.matches_eager, graph
     assert graph.saved_us_per_call is None  # launches are not timed against half-second calls
-    assert time.perf_counter() - started < 5  # a warm-up, the sync-point call, capture, replay, eager: not 200
+    # the sync-point call (the one warm-up: the timing warmed it), capture, replay, eager: three calls, not 200
+    assert time.perf_counter() - started < 3
 
 
 @pytest.mark.gpu

@@ -366,8 +366,9 @@ def replay_timing_calls(seconds_per_call: float | None, calls: int = 20,
 def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
                         calls_for_timing: int = 20, seconds_per_call: float | None = None) -> GraphCaptureReport:
     """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
-    `seconds_per_call` (what a timing measured): a slow call is warmed up once, not three times, and timed
-    against its replay fewer times, or not at all (replay_timing_calls: eager_us_per_call is then None).
+    `seconds_per_call` (what a timing measured): fn is warm, so it is warmed up once, not three times, and a slow
+    call is timed against its replay fewer times, or not at all (replay_timing_calls: eager_us_per_call is then
+    None).
 
     Run it last in its own process: a failed capture leaves PyTorch's CUDA generator in capture state
     ("Offset increment outside graph capture"), so later random draws in that process fail.
@@ -376,18 +377,24 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     """
     import torch
 
-    from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S
-
-    slow = seconds_per_call is not None and 3 * seconds_per_call > TIMED_CALLS_BUDGET_S
+    # A caller that timed fn (seconds_per_call) ran it compiled and autotuned at these shapes: one warm-up off the
+    # default stream is left, and it is the sync-debug call. Otherwise the first calls compile and autotune, whose
+    # own synchronisations are not the implementation's: three warm-ups, then that call.
+    timed = seconds_per_call is not None
     static = tuple(a.clone() if torch.is_tensor(a) else a for a in args)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    sync_points: list[str] = []
     with torch.cuda.stream(side):
-        for _ in range(1 if slow else 3):  # warm up off the default stream: JIT compiles and autotunes happen here
-            fn(*static)
+        if timed:
+            sync_points = find_sync_points(fn, static)
+        else:
+            for _ in range(3):
+                fn(*static)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    sync_points = find_sync_points(fn, static)
+    if not timed:
+        sync_points = find_sync_points(fn, static)
 
     graph = torch.cuda.CUDAGraph()
     outputs: list[Any] = []
