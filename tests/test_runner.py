@@ -113,6 +113,27 @@ def test_a_follow_up_hook_can_run_a_task_again_in_a_fresh_process_or_rewrite_its
                             ("planted.exit", "error")]
 
 
+def test_a_task_a_follow_up_makes_exclusive_runs_again_once_the_side_by_side_work_has_ended(tmp_path) -> None:
+    """verify runs a numerics check again alone when other processes held the memory its cases needed
+    (verify/resume.py _again_alone): the new try waits for the tasks running beside it, not for a free slot."""
+    again = CheckTask("planted.dies_once", "dies once", "planted_checks:DiesOnceCheck", 30.0,
+                      CheckContext(verb="doctor", options={"marker": str(tmp_path / "died")}),
+                      env={"PYTHONPATH": child_pythonpath()})
+    beside = dataclasses.replace(task("stamp", "StampCheck"), context=CheckContext(verb="doctor",
+                                                                                   options={"seconds": 2.0}))
+    seen: list[tuple[str, str]] = []
+
+    def follow_up(finished, result):
+        seen.append((finished.check_id, result.outcome.value))
+        if finished.check_id == "planted.dies_once" and result.outcome is Outcome.ERROR:
+            return dataclasses.replace(finished, exclusive=True)
+        return result
+
+    results = run_checks([again, beside], jobs=2, follow_up=follow_up)
+    assert [r.outcome for r in results] == [Outcome.PASSED, Outcome.PASSED]
+    assert seen == [("planted.dies_once", "error"), ("planted.stamp", "passed"), ("planted.dies_once", "passed")]
+
+
 def test_a_feed_brings_tasks_during_the_run_and_holds_a_later_exclusive_task_until_it_closes() -> None:
     """verify's calibration thread hands the numerics tasks over while the GPU stages already run (TaskFeed): a
     task that arrives joins the queue by its order, an exclusive task of a later order waits for the feed to close

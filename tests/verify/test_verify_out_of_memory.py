@@ -77,6 +77,7 @@ def test_out_of_memory_while_another_process_fills_the_gpu_is_not_judged(tmp_pat
         verdict.not_judged
     [event] = check.oom_events
     assert event["cause"] == "others" and event["retry"] == "out of memory again"
+    assert event["index"] == 0  # the plan index the runner's follow-up runs again alone (verify/resume.py)
     assert event["memory"]["total_bytes"] == int(139.8 * GiB)
 
 

@@ -285,6 +285,63 @@ def test_an_out_of_memory_that_left_the_context_unusable_runs_again_then_is_not_
     assert read_crashes(folder)[-1].kind == "crash"
 
 
+def test_an_out_of_memory_death_on_a_gpu_runs_again_with_the_gpu_to_itself(tmp_path):
+    """Its second try is an exclusive task: after the side-by-side work, with idle workers ended for memory."""
+    import dataclasses
+
+    from opgate.checks.base import CheckContext
+    from opgate.engine.runner import CheckTask
+    from opgate.verify.inputs import Case
+    from opgate.verify.resume import EXIT_CONTEXT_LOST, CaseJournal, follow_up
+
+    options = {"workdir": str(tmp_path / "work")}
+    task = CheckTask("verify.x.y.float32", "x", CHECK_TARGET, 600.0, CheckContext(verb="verify", options=options),
+                     uses_gpu=True)
+    case = Case.make({"N": 63}, 7)
+    CaseJournal.open(options)._mark({"phase": "case", "index": 3, "case": case.to_dict(), "label": case.label(),
+                                     "limit_s": 300.0, "cuda_fault": "torch: CUDA error: out of memory"})
+    again = follow_up(task, _died(returncode=EXIT_CONTEXT_LOST, stderr_tail="AcceleratorError"))
+    assert again == dataclasses.replace(task, exclusive=True)
+
+
+def _not_judged_beside_others(*events: dict) -> CheckResult:
+    return CheckResult("verify.x.y.float32", "x", Outcome.ERROR, "could not judge: 2/58 case(s) not judged",
+                       extra={"out_of_memory": list(events)})
+
+
+def test_cases_out_of_memory_beside_others_run_again_alone_with_the_rest_kept(tmp_path):
+    """A numerics check that could not judge cases because other processes held the GPU's memory (in a library run,
+    mostly the run's own: FlagGems' skip_layer_norm on an H100, forty-seventh session) runs again as an exclusive
+    task; only those cases' records are dropped from its journal, so the rest is not run again. Once alone, or
+    without a GPU, its result stands."""
+    import dataclasses
+
+    from opgate.checks.base import CheckContext
+    from opgate.engine.runner import CheckTask
+    from opgate.verify.resume import cases_out_of_memory_beside_others, follow_up
+
+    options = {"workdir": str(tmp_path / "work")}
+    done = tmp_path / "work" / "journal" / "done"
+    done.mkdir(parents=True)
+    for index in range(6):
+        (done / f"{index:05d}.pkl").write_bytes(b"record")
+    task = CheckTask("verify.x.y.float32", "x", CHECK_TARGET, 600.0, CheckContext(verb="verify", options=options),
+                     uses_gpu=True)
+    result = _not_judged_beside_others(
+        {"case": "N=65537", "index": 3, "retry": "out of memory again", "cause": "others"},
+        {"case": "N=65536", "index": 5, "retry": "out of memory again", "cause": "others"},
+        {"case": "N=4096", "index": 1, "retry": "ran: the case was judged"},  # the retry passed
+        {"case": "shrunk", "index": None, "retry": "out of memory again", "cause": "others"},  # beyond the plan
+        {"case": "N=2", "index": 2, "retry": "out of memory again", "cause": "unmeasured"})
+    assert cases_out_of_memory_beside_others(result) == [3, 5]
+    assert follow_up(task, result) == dataclasses.replace(task, exclusive=True)
+    assert sorted(path.name for path in done.iterdir()) == ["00000.pkl", "00001.pkl", "00002.pkl", "00004.pkl"]
+    alone = dataclasses.replace(task, exclusive=True)
+    assert follow_up(alone, result) is result  # alone already: the error stands
+    assert follow_up(dataclasses.replace(task, uses_gpu=False), result) is result
+    assert cases_out_of_memory_beside_others(_not_judged_beside_others()) == []
+
+
 def test_a_case_whose_process_ran_out_of_memory_is_judged_in_a_fresh_one_not_a_crash(tmp_path):
     """End to end: each case of size 63 runs out of memory once (the context unusable), then passes in the next
     process; twice is the unit test's not-judged case above."""

@@ -639,7 +639,7 @@ class VerifyImplementationCheck(Check):
                                          index, oom_retry=False)
                 event.setdefault("retry", "ran: the case was judged")
                 return verdict
-            return self._judge_out_of_memory(case, budgets, oom_message)
+            return self._judge_out_of_memory(case, budgets, oom_message, index)
         form = _form_mismatch(output, self.reference_returns_tensor)
         if form:
             return CaseVerdict(False, (form,), (), tuple(budgets))
@@ -670,9 +670,12 @@ class VerifyImplementationCheck(Check):
         # a case opgate could not judge (out of memory not its own, a backend's limitation) shows no failure
         return not verdict.passed and not verdict.not_judged and not _limitations(verdict.reasons)
 
-    def _judge_out_of_memory(self, case: Case, budgets: Sequence[OutputBudget], message: str) -> CaseVerdict:
+    def _judge_out_of_memory(self, case: Case, budgets: Sequence[OutputBudget], message: str,
+                             index: int | None = None) -> CaseVerdict:
         """The retry ran out of memory too: a failure only where the demand was the implementation's own
-        (opgate.gpu.judge.oom), else a case opgate could not judge."""
+        (opgate.gpu.judge.oom), else a case opgate could not judge. `index`: the case's place in the plan (None
+        beyond it), which the runner's follow-up reads to run the case again with the GPU to itself
+        (verify/resume.py)."""
         torch = _torch()
         try:
             snapshot = device_memory_snapshot(torch)
@@ -684,8 +687,9 @@ class VerifyImplementationCheck(Check):
             tuple(p.pid for p in snapshot.other_processes),
             sum(p.used_bytes or 0 for p in snapshot.other_processes) if snapshot.other_processes else None)
         verdict = judge_oom(facts, unmeasured)
-        event = {"case": case.label(), "error": message, "retry": "out of memory again", "cause": verdict.cause,
-                 "detail": verdict.detail, "memory": snapshot.to_dict() if snapshot is not None else None}
+        event = {"case": case.label(), "index": index, "error": message, "retry": "out of memory again",
+                 "cause": verdict.cause, "detail": verdict.detail,
+                 "memory": snapshot.to_dict() if snapshot is not None else None}
         if self.oom_events and self.oom_events[-1]["case"] == case.label() and "retry" not in self.oom_events[-1]:
             self.oom_events[-1].update(event)
         else:

@@ -19,7 +19,9 @@ ones failed (failure class `crash`), runs the rest, and returns one merged resul
 crashes it stops restarting and the remaining cases are counted as not run. A child that dies outside the
 implementation call (opgate's own code: plan loading, judging) stays an `error` (exit 3). Two deaths are not
 crashes: a hang inside a JIT compile leaves its case not judged, and an out-of-memory error that left the CUDA
-context unusable (a GPU the rest of the run had filled) runs the case again in the fresh child, once.
+context unusable (a GPU the rest of the run had filled) runs the case again in the fresh child, once, with the GPU
+to itself. So does a check whose cases ran out of memory twice in its process while others held the memory
+(`_again_alone`): in a library run those others are mostly the run's own processes.
 """
 
 from __future__ import annotations
@@ -424,6 +426,9 @@ def follow_up(task: Any, result: CheckResult) -> Any:
         return dataclasses.replace(result, extra={**(result.extra or {}), "internal": True})
     if task.target != CHECK_TARGET or result.outcome is not Outcome.ERROR:
         return result
+    beside = cases_out_of_memory_beside_others(result)
+    if beside and task.uses_gpu and not task.exclusive:
+        return _again_alone(task, beside)
     if "returncode" not in result.extra and "timeout_s" not in result.extra:
         return result  # the check reported an error itself (an exception in opgate): not a death
     folder = journal_dir(task.context.options)
@@ -474,4 +479,30 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     _write_atomically(folder / "crashes.json", json.dumps(data))
     with contextlib.suppress(OSError):
         (folder / "running.json").unlink()
+    if kind == "out_of_memory" and task.uses_gpu:  # its next try has the GPU to itself (_again_alone)
+        return dataclasses.replace(task, exclusive=True)
     return task
+
+
+def cases_out_of_memory_beside_others(result: CheckResult) -> list[int]:
+    """The plan indices of the cases a numerics check could not judge because, out of memory twice, other processes
+    held the GPU's memory (opgate.gpu.judge.oom: cause "others"; verify/check.py records each case's index)."""
+    from opgate.gpu.judge.oom import OTHERS
+
+    events = (result.extra or {}).get("out_of_memory") or []
+    return sorted({int(event["index"]) for event in events if isinstance(event, Mapping)
+                   and event.get("cause") == OTHERS and event.get("retry") == "out of memory again"
+                   and isinstance(event.get("index"), int)})
+
+
+def _again_alone(task: Any, indices: Sequence[int]) -> Any:
+    """The check again, run alone on its GPU (an exclusive task: after the side-by-side work, with idle workers
+    ended until half the card is free), its other cases' records kept: the memory others held in a library run is
+    mostly the run's own. All three of FlagGems' skip_layer_norm checks could not judge their N = 65537 case on an
+    H100 while the run's other processes held 75-78 of its 79 GiB (forty-seventh session). Alone, an out-of-memory
+    error there is judged as the implementation's own demand or does not happen."""
+    done = journal_dir(task.context.options) / "done"
+    for index in indices:
+        with contextlib.suppress(OSError):
+            (done / f"{index:05d}.pkl").unlink()
+    return dataclasses.replace(task, exclusive=True)
