@@ -343,6 +343,12 @@ def test_the_warm_ups_summary_adds_their_steps_compiles_and_autotuning_and_names
     # no warm-up could count its autotuning (a Triton without the listener): not measured, never 0
     uncounted = warm_up_summary([results[0]])
     assert (uncounted["autotune_runs"], uncounted["autotune_s"]) == (None, None)
+    assert "raised" not in summary
+    # a warm-up whose call raised warmed nothing: the summary says what it raised (its result is internal)
+    failed = warm_up("loss", 0.05, 0.0, None)
+    failed.extra["raised"] = "OutOfMemoryError: CUDA out of memory."
+    assert warm_up_summary([failed, results[0]])["raised"] == {"loss.loss.float32": "OutOfMemoryError: CUDA out of "
+                                                                                    "memory."}
 
 
 def test_the_warm_ups_first_call_times_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
