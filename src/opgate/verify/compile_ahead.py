@@ -55,7 +55,11 @@ SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
 # by the runtime warm-ups, and then lost every slot that freed to a numerics check (order 40 before their 41): 0.4
 # processes on average ran them in the first 100 s, and FlagGems' rms_norm.grad tasks started at 419 s, after their
 # plans, so its checks compiled their N = 65537 kernel themselves (83-84 s each) and ended the numerics at 504 s.
-# OPGATE_COMPILE_AHEAD_SLOT_FLOOR sets it for that A/B (e.g. 0.125: 2 of 16 slots); not yet run on a GPU.
+# OPGATE_COMPILE_AHEAD_SLOT_FLOOR sets it for that A/B. At 0.125 (2 of 16 slots; forty-seventh session, one H100,
+# this arm first) more tasks ended before their plans (19 of the 30 plans written last, against 9) and skip_layer_norm's
+# checks compiled 19 s at most (97 s), but its three tasks took 126-201 s each and held both floor slots for 140 s, so
+# rms_norm.grad's tasks (28th-30th in the queue) began after their plans in both arms; the numerics ended at 465 s
+# (414 s without, whose calibration ended 30 s sooner). Off until a wider floor or another order shows a gain.
 SLOT_FLOOR_ENV = "OPGATE_COMPILE_AHEAD_SLOT_FLOOR"
 ORDER_ENV = "OPGATE_COMPILE_AHEAD_ORDER"
 TIMEOUT_S = 600.0
