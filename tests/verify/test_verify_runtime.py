@@ -319,6 +319,12 @@ def test_out_of_memory_in_the_graph_check_is_judged_by_who_held_the_memory() -> 
     assert own.extra == {"op": "x", "graph": {"checked": False, "cause": "out of memory"}}
     shared = check._graph_out_of_memory(readings(1 * gib, 10 * gib), "N=8 float32", "9.0 us median", [], {})
     assert shared.outcome is Outcome.ERROR and "other processes held 69.0" in shared.reason
+    # what this worker held before the check (an earlier check's leftovers) is no demand of this size's: the same
+    # readings that were the check's own are then no fact about the size (a false "does not fit" on an H100)
+    leftovers = check._graph_out_of_memory(readings(1 * gib, 75 * gib), "N=8 float32", "9.0 us median", [], {},
+                                           held_before=56 * gib)
+    assert leftovers.outcome is Outcome.ERROR and "other processes held 60.0" in leftovers.reason
+    assert "56.0 GiB of it this process's from before the check" in leftovers.reason
 
 
 def test_the_warm_ups_summary_adds_their_steps_compiles_and_autotuning_and_names_the_longest() -> None:
