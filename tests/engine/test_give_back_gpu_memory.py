@@ -15,13 +15,13 @@ from opgate.engine import worker
 GIB = 2**30
 
 
-def fake_torch(reserved: list[int], calls: list[str]) -> types.ModuleType:
+def fake_torch(reserved: list[int], calls: list[str], allocated: int) -> types.ModuleType:
     def empty_cache() -> None:
         calls.append("empty_cache")
         if "collect" in calls:  # what the collection freed can go back now
             reserved[0] = 0
 
-    cuda = types.SimpleNamespace(is_initialized=lambda: True, memory_allocated=lambda: 0,
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, memory_allocated=lambda: allocated,
                                  memory_reserved=lambda: reserved[0], empty_cache=empty_cache)
     torch = types.ModuleType("torch")
     torch.cuda = cuda
@@ -34,7 +34,7 @@ def test_memory_still_reserved_after_the_cache_is_given_back_is_collected_and_gi
                                                                                         collected) -> None:
     calls: list[str] = []
     reserved = [held]
-    monkeypatch.setitem(sys.modules, "torch", fake_torch(reserved, calls))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(reserved, calls, allocated=0))
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
     monkeypatch.setattr(gc, "collect", lambda *a: calls.append("collect") or 0)
     monkeypatch.setattr("opgate.gpu.thread_stack.shrink_thread_stack", lambda: None)
@@ -44,3 +44,15 @@ def test_memory_still_reserved_after_the_cache_is_given_back_is_collected_and_gi
         assert gave == {"reserved_after_collect_mib": 0}
     else:  # nothing left reserved: no collection (it costs a fraction of a second in a process with torch)
         assert calls == ["workspaces", "empty_cache"] and gave == {}
+
+
+def test_a_worker_whose_tensors_stay_alive_collects_once(monkeypatch) -> None:
+    """A module-level cache of tensors (allocated, so reserved too) is collected once, before the cache goes back, not
+    again after: a collection costs a fraction of a second in a process with torch, after every check."""
+    calls: list[str] = []
+    monkeypatch.setitem(sys.modules, "torch", fake_torch([2 * GIB], calls, allocated=2 * GIB))
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr("opgate.gpu.thread_stack.shrink_thread_stack", lambda: None)
+    assert worker.give_back_gpu_memory() == {}
+    assert calls == ["collect", "workspaces", "empty_cache"]

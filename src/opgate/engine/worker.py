@@ -193,18 +193,19 @@ def give_back_gpu_memory() -> dict[str, Any]:
     cuda = getattr(torch, "cuda", None)
     try:
         if cuda is not None and cuda.is_initialized():
-            if cuda.memory_allocated() > LIVE_AFTER_CHECK_BYTES:  # tensors a reference cycle keeps (a traceback's
-                import gc  # frames hold the check's inputs): collected, so the cache below can give them back
+            import gc
 
-                gc.collect()
+            collected = cuda.memory_allocated() > LIVE_AFTER_CHECK_BYTES
+            if collected:  # tensors a reference cycle keeps (a traceback's frames hold the check's inputs): collected,
+                gc.collect()  # so the cache below can give them back
             clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
             if clear_workspaces is not None:  # cuBLAS's per-handle workspace, which empty_cache keeps
                 clear_workspaces()
             cuda.empty_cache()
-            if cuda.memory_reserved() > LIVE_AFTER_CHECK_BYTES:  # blocks no tensor uses, still reserved: the private
-                import gc  # pool of a CUDA graph that a reference cycle keeps alive (one worker kept 56 GiB so, with
-                # no tensor allocated, after six runtime checks: forty-seventh session); collected, it can go back
-
+            if not collected and cuda.memory_reserved() - cuda.memory_allocated() > LIVE_AFTER_CHECK_BYTES:
+                # reserved blocks no tensor uses, after the cache went back: the private pool of a CUDA graph that a
+                # reference cycle keeps alive (one worker kept 56 GiB so, with no tensor allocated, after six
+                # runtime checks: forty-seventh session); collected, it can go back too
                 gc.collect()
                 cuda.empty_cache()
                 gave["reserved_after_collect_mib"] = cuda.memory_reserved() >> 20
