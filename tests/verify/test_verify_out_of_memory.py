@@ -46,7 +46,8 @@ class RaisingImplementation:
 
 
 def run_one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshot: DeviceMemorySnapshot | None,
-                 message: str = MESSAGE) -> tuple[Any, RaisingImplementation, VerifyImplementationCheck]:
+                 message: str = MESSAGE, held_before: int = 0,
+                 ) -> tuple[Any, RaisingImplementation, VerifyImplementationCheck]:
     import opgate
 
     monkeypatch.setattr(check_module, "device_memory_snapshot", lambda torch: snapshot)
@@ -57,6 +58,7 @@ def run_one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshot: Devi
     check = VerifyImplementationCheck()
     check.journal = CaseJournal(tmp_path / "journal", 30.0)
     check.oom_events = []
+    check.held_before = held_before  # what the worker's allocators held as the check began
     prepared = RaisingImplementation(message)
     verdict = check._run_case(op, prepared, "float32", Case.make({"M": 4, "N": 8}, 0), [torch.zeros(4, 8)], [],
                               ["float32"], [None], index=0)
@@ -85,6 +87,14 @@ def test_out_of_memory_with_the_card_to_itself_is_the_implementations_own_demand
     verdict, _, _ = run_one_case(tmp_path, monkeypatch, snapshot(free=0.3, own=138.0))
     assert verdict.not_judged == "" and verdict.reasons[0].startswith("raised torch.OutOfMemoryError")
     assert "no other process holds more than 7.0 GiB" in verdict.reasons[0]
+
+
+def test_what_the_worker_held_before_the_check_is_no_demand_of_the_case(tmp_path, monkeypatch) -> None:
+    """The same readings as the card-to-itself case, but 130 GiB of them were an earlier check's leftovers in this
+    warm worker (one kept 56 GiB so on an H100, forty-seventh session): not the case's demand, so not judged."""
+    verdict, _, check = run_one_case(tmp_path, monkeypatch, snapshot(free=0.3, own=138.0), held_before=130 * GiB)
+    assert not verdict.passed and verdict.reasons == () and verdict.not_judged
+    assert check.oom_events[0]["cause"] == "others"
 
 
 def test_a_request_larger_than_the_card_is_own_even_beside_another_process(tmp_path, monkeypatch) -> None:
@@ -131,3 +141,18 @@ def test_verify_reports_a_case_it_could_not_judge_as_an_error_never_a_fail(tmp_p
     assert wrong["outcome"] == "failed" and wrong["extra"]["failure_class"] == "typical"
     assert "case(s) not judged" in wrong["reason"]
     assert results["torch"]["outcome"] == "passed"
+
+
+def test_what_a_process_holds_is_read_only_once_it_has_a_cuda_context(monkeypatch) -> None:
+    """Read as each check begins: before any CUDA context nothing is held (and nothing is initialised for it)."""
+    import sys
+    from types import SimpleNamespace
+
+    from opgate.gpu.probes.device_memory import held_by_this_process
+
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    fresh = SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: False))
+    assert held_by_this_process(fresh) == 0
+    used = SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: True, current_device=lambda: 0,
+                                                memory_reserved=lambda device: 3 * GiB))
+    assert held_by_this_process(used) == 3 * GiB

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from opgate.verify.deviations import (
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
 from opgate.gpu.judge.oom import OomFacts, exception_is_out_of_memory, judge_oom, requested_bytes
-from opgate.gpu.probes.device_memory import device_memory_snapshot, free_cached_memory
+from opgate.gpu.probes.device_memory import device_memory_snapshot, free_cached_memory, held_by_this_process
 from opgate.verify.gaming import PROBE_CALLS, apply_probe, prepare_probe, probe_implementation
 from opgate.verify.gradients import gradient_failure_class, gradient_remediation
 from opgate.verify.inputs import LARGE_CAP, Case, make_inputs
@@ -154,6 +155,18 @@ def _torch() -> Any:
     return torch
 
 
+def _held_before_the_check() -> int:
+    """What this process's allocators hold as a check begins (device_memory.held_by_this_process); 0 where torch is
+    not loaded yet (nothing held, and no import for it) or cannot say."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    try:
+        return held_by_this_process(torch)
+    except Exception:  # a context an earlier check broke: the case's own error says so
+        return 0
+
+
 def _limitations(reasons: Sequence[str]) -> list[BackendLimitation]:
     """The backend limitations a case's reasons name, when they are all it failed for (else empty)."""
     found = [BackendLimitation.from_reason(r) for r in reasons]
@@ -240,6 +253,7 @@ class VerifyImplementationCheck(Check):
         # a crash on a case becomes that case's verdict (resume.py)
         self.journal = CaseJournal(Path(task.workdir) / "journal", task.case_timeout_s)
         self.oom_events: list[dict[str, Any]] = []  # out-of-memory errors met in cases, and what became of them
+        self.held_before = _held_before_the_check()  # a warm worker's leftovers: no case's demand
         plan = PlanFile.load(Path(task.plan_path))
         self.reference_returns_tensor = plan.summary.get(REFERENCE_FORM_KEY)  # None: a plan that did not record it
         op = _find_op(loaded_operators(task.spec_file), task.op)
@@ -683,7 +697,8 @@ class VerifyImplementationCheck(Check):
         except Exception as exc:  # the memory query itself failed: nothing to show the demand was the implementation's
             snapshot, unmeasured = None, f"{type(exc).__name__}: {exc}"
         facts = None if snapshot is None else OomFacts(
-            snapshot.free_bytes, snapshot.total_bytes, snapshot.own_bytes, requested_bytes(message),
+            snapshot.free_bytes, snapshot.total_bytes, max(0, snapshot.own_bytes - self.held_before),
+            requested_bytes(message),
             tuple(p.pid for p in snapshot.other_processes),
             sum(p.used_bytes or 0 for p in snapshot.other_processes) if snapshot.other_processes else None)
         verdict = judge_oom(facts, unmeasured)

@@ -304,6 +304,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
             return self._timed(ctx, options, torch)
 
     def _timed(self, ctx: CheckContext, options: GpuStagePayload, torch: Any) -> CheckResult:
+        from opgate.gpu.probes.device_memory import held_by_this_process
         from opgate.gpu.probes.graphs import check_graph_capture
         from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S, time_cuda
 
@@ -316,8 +317,7 @@ class VerifyRuntimeCheck(GpuStageCheck):
         fn = implementation.fn
         label = ",".join(f"{k}={v}" for k, v in dims.items())
         clock.lap("load")
-        # What this worker held before the check (an earlier check's leftovers) is no demand of this size's
-        held_before = torch.cuda.memory_reserved()
+        held_before = held_by_this_process(torch)  # an earlier check's leftovers: no demand of this size's
         try:
             input_sets = rotating_input_sets(tuple(cuda_inputs(op, dims, dtype, seed)), count=3)
             torch.cuda.synchronize()

@@ -60,6 +60,15 @@ def free_cupy_pools() -> None:
             pass
 
 
+def held_by_this_process(torch: Any) -> int:
+    """What this process's allocators (torch's, CuPy's pool) hold on the current device now; 0 before it made a
+    CUDA context. Read when a check begins: in a warm worker an earlier check's leftovers are no demand of this
+    check's, and its out-of-memory judges (opgate.gpu.judge.oom, the runtime stage) count them as held elsewhere."""
+    if not torch.cuda.is_initialized():
+        return 0
+    return _own_bytes(torch, torch.cuda.current_device())[0]
+
+
 def _own_bytes(torch: Any, device: int) -> tuple[int, str]:
     reserved = int(torch.cuda.memory_reserved(device))
     parts, total = [f"torch {reserved / 2**30:.2f} GiB reserved"], reserved
