@@ -342,7 +342,7 @@ def test_the_warm_ups_summary_adds_their_steps_compiles_and_autotuning_and_names
                CheckResult("verify.swish.swish.float32", "numerics", Outcome.PASSED, "ok", extra={"op": "swish"})]
     summary = warm_up_summary(results)
     assert (summary["tasks"], summary["seconds"], summary["compiles"], summary["compile_s"]) == (2, 44.0, 6, 20.2)
-    assert summary["phase_s"] == {"load": 2.0, "inputs": 1.0, "call": 40.5, "work_count": 0.0}
+    assert summary["phase_s"] == {"load": 2.0, "inputs": 1.0, "call": 40.5, "room": 0.0, "work_count": 0.0}
     assert (summary["autotune_runs"], summary["autotune_s"]) == (2, 20.0)
     assert list(summary["longest"]) == ["matmul.matmul.float32", "swish.swish.float32"]
     assert warm_up_summary(results[2:]) == {}
@@ -355,6 +355,12 @@ def test_the_warm_ups_summary_adds_their_steps_compiles_and_autotuning_and_names
     failed.extra["raised"] = "OutOfMemoryError: CUDA out of memory."
     assert warm_up_summary([failed, results[0]])["raised"] == {"loss.loss.float32": "OutOfMemoryError: CUDA out of "
                                                                                     "memory."}
+    retried = warm_up("norm", 3.0, 2.0, None)
+    retried.extra["out_of_memory_retried"] = ["OutOfMemoryError: CUDA out of memory."]
+    failed.extra["out_of_memory_retried"] = ["OutOfMemoryError: a", "OutOfMemoryError: b"]
+    assert warm_up_summary([failed, retried])["retried"] == {
+        "norm.norm.float32": {"out_of_memory": 1, "then_compiled": True},
+        "loss.loss.float32": {"out_of_memory": 2, "then_compiled": False}}
 
 
 def test_the_warm_ups_first_call_times_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -371,9 +377,112 @@ def test_the_warm_ups_first_call_times_its_steps(monkeypatch: pytest.MonkeyPatch
     torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None))
     options = SimpleNamespace(dtype="float32", seed=0)
     clock = runtime.PhaseClock()
-    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, clock)
-    assert (found, note, calls) == (op, "compiled", ["x"]) and set(clock.laps) == {"load", "inputs", "call"}
+    found, note, retried = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext,
+                                                                        clock)
+    assert (found, note, retried, calls) == (op, "compiled", [], ["x"])
+    assert set(clock.laps) == {"load", "inputs", "call"}
     clock = runtime.PhaseClock()
     monkeypatch.setattr(runtime, "cuda_inputs", lambda *args: (_ for _ in ()).throw(MemoryError("no room")))
-    found, note = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext, clock)
-    assert note == "MemoryError: no room" and set(clock.laps) == {"load"}
+    found, note, retried = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext,
+                                                                        clock)
+    assert (note, retried) == ("MemoryError: no room", []) and set(clock.laps) == {"load"}
+
+
+class _OutOfMemoryError(RuntimeError):
+    """Named as torch's is: what opgate.gpu.judge.oom reads as running out of memory."""
+
+
+_OutOfMemoryError.__name__ = "OutOfMemoryError"
+
+
+def _stand_in_torch(free_readings: list[int], total: int = 80 * 2**30, peak: int = 0) -> object:
+    """torch.cuda as far as a warm-up's retry reads it: cudaMemGetInfo's free bytes, one reading a call (the last
+    repeats), the allocator's peak; emptying the cache does nothing."""
+    from types import SimpleNamespace
+
+    readings = iter(free_readings)
+    last = [free_readings[0]]
+
+    def mem_get_info() -> tuple[int, int]:
+        last[0] = next(readings, last[0])
+        return last[0], total
+
+    return SimpleNamespace(cuda=SimpleNamespace(
+        synchronize=lambda: None, mem_get_info=mem_get_info, max_memory_reserved=lambda: peak,
+        is_available=lambda: True, is_initialized=lambda: True, empty_cache=lambda: None))
+
+
+def test_a_warm_up_that_runs_out_of_memory_tries_again_once_the_card_has_room(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An out-of-memory try waits for the memory it asked for (and what it held) to be free, then calls again: a
+    warm-up that raised beside the run's other work left its check to compile while holding the GPU alone."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from opgate.gpu.probes import device_memory
+    from opgate.verify import runtime
+
+    gib = 2**30
+    tries: list[str] = []
+
+    def call(x: str) -> None:
+        tries.append(x)
+        if len(tries) == 1:
+            raise _OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has 5 GiB free")
+
+    op = SimpleNamespace(timing_dims=lambda: {"N": 4})
+    monkeypatch.setattr(runtime, "load_implementation", lambda options: (op, SimpleNamespace(fn=call)))
+    monkeypatch.setattr(runtime, "cuda_inputs", lambda *args: ["x"])
+    waits: list[float] = []
+    monkeypatch.setattr(device_memory.time, "sleep", waits.append)
+    # free: 5 GiB, 9 GiB, then 16 GiB; the try held 4 GiB and asked for 8: it waits for 15 GiB (x 1.25)
+    torch = _stand_in_torch([5 * gib, 5 * gib, 9 * gib, 16 * gib], peak=4 * gib)
+    clock = runtime.PhaseClock()
+    options = SimpleNamespace(dtype="float32", seed=0)
+    found, note, retried = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext,
+                                                                        clock)
+    assert (found, note, tries) == (op, "compiled", ["x", "x"])
+    assert retried == ["OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has 5 GiB free"]
+    assert len(waits) == 2 and "room" in clock.laps
+
+
+def test_a_warm_up_tries_at_most_three_times_and_only_after_running_out_of_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another error ends the warm-up at once; out-of-memory ones end it after WARM_UP_TRIES calls, each retry
+    waiting at most WARM_UP_ROOM_WAIT_S for half the card (no size in the message)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from opgate.gpu.probes import device_memory
+    from opgate.verify import runtime
+
+    tries: list[str] = []
+
+    def call(x: str) -> None:
+        tries.append(x)
+        raise RuntimeError("Triton Error [CUDA]: out of memory")
+
+    op = SimpleNamespace(timing_dims=lambda: {"N": 4})
+    monkeypatch.setattr(runtime, "load_implementation", lambda options: (op, SimpleNamespace(fn=call)))
+    monkeypatch.setattr(runtime, "cuda_inputs", lambda *args: ["x"])
+    now = [0.0]
+    monkeypatch.setattr(device_memory.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(device_memory.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    torch = _stand_in_torch([2**30])  # 1 of 80 GiB free, for good
+    options = SimpleNamespace(dtype="float32", seed=0)
+    found, note, retried = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext,
+                                                                        runtime.PhaseClock())
+    assert len(tries) == runtime.WARM_UP_TRIES and len(retried) == runtime.WARM_UP_TRIES - 1
+    assert note == "RuntimeError: Triton Error [CUDA]: out of memory"
+    assert now[0] == pytest.approx(runtime.WARM_UP_ROOM_WAIT_S * (runtime.WARM_UP_TRIES - 1))
+
+    tries.clear()
+
+    def wrong(x: str) -> None:
+        tries.append(x)
+        raise ValueError("bad shape")
+
+    monkeypatch.setattr(runtime, "load_implementation", lambda options: (op, SimpleNamespace(fn=wrong)))
+    found, note, retried = runtime.VerifyRuntimeWarmUpCheck._first_call(options, torch, contextlib.nullcontext,
+                                                                        runtime.PhaseClock())
+    assert (tries, note, retried) == (["x"], "ValueError: bad shape", [])
