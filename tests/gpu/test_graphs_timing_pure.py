@@ -121,3 +121,15 @@ def test_the_sync_debug_modes_prototype_notice_is_no_sync_point(monkeypatch) -> 
     assert len(points) == 1 and points[0].startswith("called a synchronizing CUDA operation at "), points
     assert graphs.find_sync_points(lambda x: x, (1,)) == []
     assert modes[-1] == "off"  # the caller's mode is back
+
+
+def test_after_the_estimate_a_slow_call_skips_the_warm_ups_and_its_estimate_is_a_sample() -> None:
+    """time_cuda's calls after the untimed first call and the timed estimate (warmup=5 asked, 50 timed calls)."""
+    from opgate.gpu.probes.timing import FEWEST_TIMED_CALLS, AfterEstimate, plan_after_estimate
+
+    assert plan_after_estimate(1e-4, 5, 50, 2.0) == AfterEstimate(3, 50, False)  # fast: as asked
+    assert plan_after_estimate(0.1, 5, 50, 2.0) == AfterEstimate(3, 20, False)  # 0.3 s of warm-ups fit 0.5 s
+    # fla's linear cross-entropy at 0.2 s a call: no warm-up, the estimate and 9 more timed calls (2 s in all)
+    assert plan_after_estimate(0.2, 5, 50, 2.0) == AfterEstimate(0, 9, True)
+    assert plan_after_estimate(0.68, 5, 50, 2.0) == AfterEstimate(0, FEWEST_TIMED_CALLS - 1, True)
+    assert plan_after_estimate(0.68, 5, 1, 2.0) == AfterEstimate(0, 1, False)  # one call asked: no budget binds

@@ -264,13 +264,46 @@ def time_cuda(fn: Callable[..., Any], input_sets: Sequence[tuple], warmup: int =
 
     before = (lambda: flush.zero_()) if flush is not None else None
     first_call_s = None
+    kept: tuple[float, ...] = ()
     if budget_s is not None and warmup >= 2:
         begun = time.perf_counter()
         call()  # compiles and autotunes: not a sample of the call's own time
         torch.cuda.synchronize()
         first_call_s = round(time.perf_counter() - begun, 3)
-        estimate_ms = time_torch_events(torch, call, 0, 1, before_each=before).median
-        repeats = calls_within(estimate_ms / 1e3, repeats, budget_s)
-        warmup = max(0, warmup - 2) if estimate_ms / 1e3 * (warmup - 2) <= budget_s else 0
+        estimate = time_torch_events(torch, call, 0, 1, before_each=before)
+        plan = plan_after_estimate(estimate.median / 1e3, warmup, repeats, budget_s)
+        warmup, repeats = plan.warmup, plan.repeats
+        kept = estimate.values if plan.estimate_is_sample else ()
     ms = time_torch_events(torch, call, warmup, repeats, before_each=before)
-    return TimedCalls(Samples.of([v * 1000.0 for v in ms.values]), flush is not None, len(input_sets), first_call_s)
+    return TimedCalls(Samples.of([v * 1000.0 for v in kept + ms.values]), flush is not None, len(input_sets),
+                      first_call_s)
+
+
+# The warm-up calls after the estimate take at most this share of the timing budget: the first call compiled and
+# autotuned and the estimate ran, so more warm-ups of a slow call only cost time (fla's fused linear cross-entropy
+# at 0.2 s a call took three, 0.6 s, in each of its runtime checks at a library run's serial end).
+WARM_UP_BUDGET_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class AfterEstimate:
+    """What time_cuda does after its untimed first call and the timed estimate: `warmup` more calls, `repeats` timed
+    ones, and whether the estimate is kept as one of the samples (no warm-up comes between them: it was timed as
+    they are, L2 flushed, events around the call alone)."""
+
+    warmup: int
+    repeats: int
+    estimate_is_sample: bool
+
+
+def plan_after_estimate(estimate_s: float, warmup: int, wanted: int, budget_s: float) -> AfterEstimate:
+    """The calls left once one call took `estimate_s` (time_cuda asked for `warmup` warm-ups in all, the first call
+    and the estimate among them, and `wanted` timed calls): the timed calls within `budget_s` (calls_within), the
+    warm-ups within WARM_UP_BUDGET_SHARE of it; where no warm-up is left and the budget binds, the estimate counts
+    as the first timed call."""
+    repeats = calls_within(estimate_s, wanted, budget_s)
+    left = max(0, warmup - 2)
+    warmups = left if estimate_s * left <= WARM_UP_BUDGET_SHARE * budget_s else 0
+    if warmups == 0 and repeats < wanted and repeats > 1:
+        return AfterEstimate(0, repeats - 1, True)
+    return AfterEstimate(warmups, repeats, False)
