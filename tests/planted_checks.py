@@ -156,6 +156,19 @@ class PidCheck(Check):
 _MARK = ""
 
 
+class KeepsMemoryCheck(Check):
+    """Passes and says its process keeps what only its exit gives back (engine/worker.py RETIRE_WORKER), as the
+    runtime check does after a failed CUDA graph capture whose pool could not be released."""
+
+    check_id = "doctor.planted_keeps_memory"
+    title = "keeps memory"
+
+    def evaluate(self, ctx: CheckContext) -> CheckResult:
+        from opgate.engine.worker import RETIRE_WORKER
+
+        return self.passed("ran", extra={"pid": os.getpid(), RETIRE_WORKER: "a planted leak"})
+
+
 class BarrierCheck(Check):
     """Passes once `options["parties"]` checks sharing `options["folder"]` have all started (each leaves a file there),
     fails after 20 s alone: proves that many ran at the same time."""

@@ -55,6 +55,15 @@ def test_a_retiring_task_ends_its_worker_and_keys_do_not_mix() -> None:
     assert all(r.outcome is Outcome.PASSED for r in results)
 
 
+def test_a_check_whose_process_keeps_memory_ends_its_worker_and_the_next_check_runs_in_a_fresh_one() -> None:
+    """A runtime check after a failed CUDA graph capture whose pool stays reserved (RETIRE_WORKER in its result):
+    its verdict stands, and the worker ends so that its memory goes back to the GPU."""
+    first, leaky, after = run_checks([task("first", "PidCheck"), task("leaky", "KeepsMemoryCheck"),
+                                      task("next", "PidCheck")], jobs=1)
+    assert first.outcome is leaky.outcome is after.outcome is Outcome.PASSED
+    assert leaky.extra["pid"] == first.extra["pid"] != after.extra["pid"]
+
+
 def test_a_task_retiring_unless_it_passed_keeps_its_worker_only_when_it_passed() -> None:
     """The recovery check: passing shows its process healthy again, so the next check of the key reuses it;
     failing (or any other outcome) ends it."""

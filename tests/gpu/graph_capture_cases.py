@@ -91,6 +91,17 @@ def huge_under_capture(x):
     return x * 2
 
 
+def reads_item_after_a_large_buffer(x):
+    """Allocates 1 GiB (from the graph's pool while capturing), then reads a device value on the host: the capture
+    fails with its pool holding the GiB, which a PyTorch without pytorch/pytorch#190348 keeps until the process
+    exits unless check_graph_capture releases it."""
+    import torch
+
+    buffer = torch.empty(1 << 30, dtype=torch.uint8, device=x.device)
+    buffer.zero_()
+    return x / (x.abs().max().item() + float(buffer[0]))
+
+
 def main(case: str) -> None:
     """CASE, or CASE:timed to time the call first and pass its median, as the runtime stage does."""
     import torch
@@ -106,7 +117,8 @@ def main(case: str) -> None:
         print(json.dumps(time_cuda(clean, sets, repeats=20).to_dict()))
         return
     fn = {"clean": clean, "reads_item": reads_item, "synchronizes": synchronizes, "legacy_stream": legacy_stream,
-          "racy": racy, "cached_by_pointer": cached_by_pointer, "huge_under_capture": huge_under_capture}[case]
+          "racy": racy, "cached_by_pointer": cached_by_pointer, "huge_under_capture": huge_under_capture,
+          "reads_item_after_a_large_buffer": reads_item_after_a_large_buffer}[case]
     seconds_per_call = None
     if timed:  # as the runtime stage calls it: after a timing, with the call's median
         seconds_per_call = time_cuda(fn, [(x,)], repeats=5).median_us * 1e-6
@@ -115,7 +127,9 @@ def main(case: str) -> None:
     except torch.cuda.OutOfMemoryError:
         print(json.dumps({"raised": "OutOfMemoryError"}))
         return
-    print(json.dumps(dataclasses.asdict(report)))
+    from opgate.gpu.probes.graphs import unused_reserved_bytes
+
+    print(json.dumps({**dataclasses.asdict(report), "unused_reserved_after": unused_reserved_bytes(torch)}))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,14 @@ def test_capture_failures_name_the_cause_and_line(case: str, cause: str, line: s
     assert any(line in point for point in report["sync_points"]), report["sync_points"]
 
 
+def test_a_failed_capture_gives_its_pool_back() -> None:
+    """A capture that failed after taking 1 GiB from its pool leaves nothing reserved once the cache went back
+    (released by the pool's id where PyTorch's reset() keeps it): in a warm worker such pools held 16-56 GiB."""
+    report = run_case("reads_item_after_a_large_buffer:timed")
+    assert not report["captured"] and "host read" in report["cause"], report
+    assert report["kept_bytes"] == 0 and report["unused_reserved_after"] < 64 * 2**20, report
+
+
 def test_running_out_of_memory_in_capture_is_raised_not_reported_as_uncapturable() -> None:
     """The runtime stage then says the capture was not checked (does not fit), not that the kernel cannot be
     captured: fla's cross-entropy gradient at its timing size ran out of memory on the H100 (forty-first session)."""

@@ -133,3 +133,33 @@ def test_after_the_estimate_a_slow_call_skips_the_warm_ups_and_its_estimate_is_a
     assert plan_after_estimate(0.2, 5, 50, 2.0) == AfterEstimate(0, 9, True)
     assert plan_after_estimate(0.68, 5, 50, 2.0) == AfterEstimate(0, FEWEST_TIMED_CALLS - 1, True)
     assert plan_after_estimate(0.68, 5, 1, 2.0) == AfterEstimate(0, 1, False)  # one call asked: no budget binds
+
+
+class _StandInAllocator:
+    """torch as release_abandoned_pool reads it: reserved and allocated bytes, empty_cache (gives back what no pool
+    keeps), and torch._C._cuda_releasePool where `releasable` (the pool's memory goes back at the next empty_cache)."""
+
+    def __init__(self, kept: int, releasable: bool) -> None:
+        from types import SimpleNamespace
+
+        self.kept, self.released = kept, []
+        self.cuda = SimpleNamespace(empty_cache=lambda: None, memory_reserved=lambda: (2 << 30) + self.kept,
+                                    memory_allocated=lambda: 2 << 30, current_device=lambda: 0)
+        self._C = SimpleNamespace(_cuda_releasePool=self._release) if releasable else SimpleNamespace()
+
+    def _release(self, device: int, pool: tuple) -> None:
+        self.released.append((device, pool))
+        self.kept = 0
+
+
+def test_a_failed_captures_kept_pool_is_released_by_its_id_or_reported() -> None:
+    """After a failed capture: nothing kept (a PyTorch whose reset() released it) is left alone; a kept pool is
+    released by its id; where that cannot be done the kept bytes are returned, so the worker retires."""
+    from opgate.gpu.probes.graphs import release_abandoned_pool
+
+    clean = _StandInAllocator(kept=0, releasable=True)
+    assert release_abandoned_pool(clean, (0, 7)) == 0 and clean.released == []
+    leaked = _StandInAllocator(kept=16 << 30, releasable=True)
+    assert release_abandoned_pool(leaked, (0, 7)) == 0 and leaked.released == [(0, (0, 7))]
+    stuck = _StandInAllocator(kept=16 << 30, releasable=False)
+    assert release_abandoned_pool(stuck, (0, 7)) == 16 << 30

@@ -46,7 +46,7 @@ from opgate.engine.gpu_windows import MeasurementWindows
 from opgate.engine.gpu_windows import enabled as windows_enabled
 from opgate.engine.workdirs import owned_workdir
 from opgate.engine.interrupts import RunInterrupted
-from opgate.engine.worker import retires_after
+from opgate.engine.worker import RETIRE_WORKER, retires_after
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
 
 # How much of a dead child's stderr to keep as evidence.
@@ -1092,7 +1092,8 @@ def _schedule_loop(pending: list[tuple[int, CheckTask]], running: list[Any], res
                 result = slot.collect()
                 # a retiring task's worker exits by itself; one that poisoned its CUDA context has exited too
                 retiring = retires_after(slot.task.retire, slot.task.retire_unless_passed, result.outcome)
-                healthy = slot.result_path.is_file() and not retiring and "cuda_fault" not in result.extra
+                healthy = (slot.result_path.is_file() and not retiring and "cuda_fault" not in result.extra
+                           and RETIRE_WORKER not in result.extra)
             else:
                 unregister_child(slot.proc)
                 result = slot.collect()

@@ -21,6 +21,12 @@ from opgate.checks.registry import CheckSpec
 from opgate.model.results import CheckResult, Outcome
 
 
+# A result's extra key (its value says why): the check left its process holding what only the process's exit gives
+# back (a failed CUDA graph capture's memory pool: opgate.gpu.probes.graphs.release_abandoned_pool), so its warm
+# worker ends after it, as after a poisoned context; the worker and its parent both read it from the result.
+RETIRE_WORKER = "retire_worker"
+
+
 # cudaErrorInsufficientDriver and cudaErrorNoDevice: CUDA cannot start here at all, which is the host's state, not a
 # context a check poisoned
 NO_CUDA_STATUSES = (35, 100)
@@ -65,8 +71,9 @@ def retires_after(retire: bool, retire_unless_passed: bool, outcome: Outcome) ->
 
 
 def run_request(request: dict[str, Any]) -> tuple[bool, Outcome]:
-    """Run one check request and write its result atomically: (False when the CUDA context was left unusable, so
-    a warm worker must exit and the next check needs a fresh process; the result's outcome)."""
+    """Run one check request and write its result atomically: (False when the CUDA context was left unusable, or
+    the result asks for its process to end (RETIRE_WORKER), so a warm worker must exit and the next check needs a
+    fresh process; the result's outcome)."""
     result_path = Path(request["result_path"])
     ctx_data = request.get("context", {})
     ctx = CheckContext(
@@ -106,7 +113,7 @@ def run_request(request: dict[str, Any]) -> tuple[bool, Outcome]:
             extra={**result.extra, "cuda_fault": fault},
         )
     write_atomically(result_path, json.dumps(result.to_dict()), durable=False)
-    return not fault, result.outcome
+    return not fault and RETIRE_WORKER not in result.extra, result.outcome
 
 
 class _ProcessState:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from opgate.checks.base import Check, CheckContext
 from opgate.engine import gpu_pause
+from opgate.engine.worker import RETIRE_WORKER
 from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.graphs import ROUNDING_ORDER
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
@@ -422,6 +423,9 @@ class VerifyRuntimeCheck(GpuStageCheck):
         clock.lap("graph")
         extra["graph"] = {**{k: _json_number(v) for k, v in graph.__dict__.items()},
                           "saved_us_per_call": graph.saved_us_per_call}
+        if graph.kept_bytes:  # memory only this process's exit gives back: its warm worker ends after this check
+            extra[RETIRE_WORKER] = (f"a failed CUDA graph capture keeps {graph.kept_bytes / 2**30:.1f} GiB of GPU "
+                                    "memory in this process")
         call_time = f"a call takes {stats.median_us / 1e6:.2g} s"  # where the launch overhead was not timed
         if not graph.captured:
             figures.append(Figure("CUDA graph capture", f"fails: {graph.cause}",

@@ -156,6 +156,9 @@ class GraphCaptureReport:
     unwritten: int | None = None  # output elements a replay into poisoned outputs left poisoned (eager writes them)
     elements: int = 0
     eager_reuses_outputs: bool = False  # two eager calls returned the same output storage (a result cache)
+    # After a capture that failed: the bytes its memory pool still keeps reserved in this process, which only the
+    # process's exit gives back (release_abandoned_pool; 0: none)
+    kept_bytes: int = 0
 
     @property
     def saved_us_per_call(self) -> float | None:
@@ -398,30 +401,68 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         sync_points = find_sync_points(fn, static)
 
     graph = torch.cuda.CUDAGraph()
+    pool = torch.cuda.graph_pool_handle()  # named, so that a failed capture's pool can be released by its id
     outputs: list[Any] = []
+    report: GraphCaptureReport | None = None
     try:
-        return _capture_and_compare(torch, fn, static, fresh_args if fresh_args is not None else args, graph, outputs,
-                                    sync_points, seconds_per_call, calls_for_timing)
+        report = _capture_and_compare(torch, fn, static, fresh_args if fresh_args is not None else args, graph, pool,
+                                      outputs, sync_points, seconds_per_call, calls_for_timing)
     finally:
-        # Nothing of the graph outlives the check: in a warm worker a library run's runtime checks of FlagGems'
-        # cross-entropy and cumsum gradients left 16, then 50, then 56 GiB reserved with no tensor allocated after
-        # the allocator's cache was given back (forty-seventh session, OPGATE_WORKER_MEMORY_LOG), likely the private
-        # pools of graphs still alive (not shown). reset() destroys the graph and releases its pool, whatever still
-        # refers to the graph object.
+        # Nothing of the graph outlives the check: reset() destroys it and releases its pool, whatever still refers
+        # to the graph object; a pool that a failed capture keeps all the same is released by hand.
         outputs.clear()
         with contextlib.suppress(Exception):
             graph.reset()
+        if report is None or not report.captured:
+            kept = release_abandoned_pool(torch, pool)
+            if report is not None:
+                report.kept_bytes = kept
+    return report
 
 
-def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fresh: tuple, graph: Any,
+# Reserved bytes no tensor uses, after the allocator's cache went back, above which a failed capture's pool is taken
+# to be kept: the default pool gives back everything unused, so anything left is in a pool still counted in use.
+ABANDONED_POOL_SLACK_BYTES = 64 * 2**20
+
+
+def unused_reserved_bytes(torch: Any) -> int:
+    """What this process's caching allocator reserves beyond what its tensors use, once its cache went back."""
+    torch.cuda.empty_cache()
+    return max(0, int(torch.cuda.memory_reserved()) - int(torch.cuda.memory_allocated()))
+
+
+def release_abandoned_pool(torch: Any, pool: Any) -> int:
+    """After a capture that failed, and graph.reset(): the bytes its private pool still keeps (0: none).
+
+    In the PyTorch of the H100 hosts, reset() releases a graph's pool only after a capture that finished, so a
+    failed one keeps its pool's memory until the process exits (pytorch/pytorch#190348 fixes it): in a library
+    run's warm worker FlagGems' cross-entropy gradient, not capturable (a host read inside capture), left 16 GiB
+    reserved with no tensor allocated after its float32 check and 50-56 GiB after the next ones (forty-seventh and
+    forty-eighth sessions, OPGATE_WORKER_MEMORY_LOG), and other checks ran out of memory beside it. Where memory is
+    kept, the pool is released by its id as PyTorch's own tests do for it (torch._C._cuda_releasePool); only when
+    that is missing or leaves the memory kept does this return more than 0 (the caller retires its process)."""
+    try:
+        if unused_reserved_bytes(torch) <= ABANDONED_POOL_SLACK_BYTES:
+            return 0  # a PyTorch whose reset() released it, or a capture that failed before it allocated
+        release = getattr(torch._C, "_cuda_releasePool", None)
+        if release is not None:
+            with contextlib.suppress(Exception):  # a pool the allocator no longer knows
+                release(torch.cuda.current_device(), pool)
+        kept = unused_reserved_bytes(torch)
+    except Exception:  # a context the failure broke: the worker's health check decides about the process
+        return 0
+    return kept if kept > ABANDONED_POOL_SLACK_BYTES else 0
+
+
+def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fresh: tuple, graph: Any, pool: Any,
                          outputs: list[Any], sync_points: list[str], seconds_per_call: float | None,
                          calls_for_timing: int) -> GraphCaptureReport:
-    """check_graph_capture's capture into `graph`, its replay on `fresh` copied into `static`, the comparison with
-    eager and the launch timing; `outputs` gets the captured call's outputs."""
+    """check_graph_capture's capture into `graph` (its memory from `pool`), its replay on `fresh` copied into
+    `static`, the comparison with eager and the launch timing; `outputs` gets the captured call's outputs."""
     diff: dict[str, Any] = {}
 
     def capture() -> Any:
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool):
             outputs.append(fn(*static))
         return graph
 
