@@ -59,7 +59,10 @@ SLOT_SHARE = 0.5  # at most half the slots, as the runtime warm-ups
 # this arm first) more tasks ended before their plans (19 of the 30 plans written last, against 9) and skip_layer_norm's
 # checks compiled 19 s at most (97 s), but its three tasks took 126-201 s each and held both floor slots for 140 s, so
 # rms_norm.grad's tasks (28th-30th in the queue) began after their plans in both arms; the numerics ended at 465 s
-# (414 s without, whose calibration ended 30 s sooner). Off until a wider floor or another order shows a gain.
+# (414 s without, whose calibration ended 30 s sooner). At 0.25 (4 of 16; forty-eighth session, one H100, this arm
+# second) 26 of the last 30 plans had their tasks end first, but the numerics kept 4 processes from 50 s to 300 s
+# (6.3 on average without), the last plan came at 342 s (309 s) and 5 numerics checks still ran at 504 s (all had
+# ended at 486 s without). Off: the tasks cost the side-by-side work more than the in-check compiles they save.
 SLOT_FLOOR_ENV = "OPGATE_COMPILE_AHEAD_SLOT_FLOOR"
 ORDER_ENV = "OPGATE_COMPILE_AHEAD_ORDER"
 TIMEOUT_S = 600.0
