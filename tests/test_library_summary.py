@@ -109,3 +109,23 @@ def test_it_counts_the_compile_ahead_tasks_that_ran_before_their_plan(tmp_path: 
     # four plans, all among the 30 written last
     assert ("compile-ahead tasks before their plan was written: 3 of 4 began, 1 ended; of the 30 plans written last, "
             "3 of 4 began, 1 ended") in done.stdout.splitlines()
+
+
+def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> None:
+    """Where a run's serial end went: the runtime checks it ran (a reused one is not counted) by phase."""
+    report = _report()
+
+    def runtime(op: str, median_us: float, first: float, timing: float, graph: float, reused: bool = False) -> dict:
+        extra = {"timing": {"median_us": median_us, "first_call_s": first},
+                 "phase_s": {"timing": timing, "graph": graph}, **({"cached_from": "earlier"} if reused else {})}
+        return {"check_id": f"verify.{op}.{op}.float32.runtime", "outcome": "passed", "stage": "runtime",
+                "duration_s": timing + graph + 0.1, "extra": extra}
+
+    report["results"] += [runtime("swish", 500.0, 0.01, 0.2, 0.1), runtime("kl", 680000.0, 0.7, 4.8, 2.1),
+                          runtime("ce", 2000.0, 6.0, 6.5, 0.4, reused=True)]
+    path = tmp_path / "run1.json"
+    path.write_text(json.dumps(report))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert ("runtime checks run here: 2 in 7.4 s; first calls 0.7 s, timing 5.0 s, graph 2.2 s; 1 calls of 0.1 s or "
+            "more: 4.1 s of timing after their first calls") in done.stdout.splitlines()

@@ -83,6 +83,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
         lines.append(f"  {stage} durations: {len(values)} results, sum {sum(values):.0f} s, "
                      f"median {values[len(values) // 2]:.1f} s, max {values[-1]:.1f} s")
     lines += _compiles(report)
+    lines += _runtime_account(report)
     extra = report.get("extra", {})
     timeline = extra.get("timeline", {})
     stage_of = {r["check_id"]: r.get("stage") or "-" for r in report.get("results", [])}
@@ -104,6 +105,34 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
     if "verdict_cache" in extra:
         lines.append(f"verdict cache: {json.dumps(extra['verdict_cache'])[:600]}")
     return lines
+
+
+# A call at least this slow is timed within the budget in fewer calls (gpu/probes/timing.py): the large losses, which
+# made up most of a library run's serial end.
+SLOW_CALL_US = 1e5
+
+
+def _runtime_account(report: dict) -> list[str]:
+    """The runtime checks this report ran (not reused) by phase: where the serial end of a run goes. Their first
+    calls (compiles and autotuning left to the check by its warm-up), their timing, the graph checks, and the timing
+    after the first call of the calls of 0.1 s or more."""
+    checks = [r for r in report.get("results", []) if r.get("stage") == "runtime"
+              and not (r.get("extra") or {}).get("cached_from") and (r.get("extra") or {}).get("timing")]
+    if not checks:
+        return []
+
+    def phase(result: dict, name: str) -> float:
+        return float((result["extra"].get("phase_s") or {}).get(name) or 0.0)
+
+    def first_call(result: dict) -> float:
+        return float(result["extra"]["timing"].get("first_call_s") or 0.0)
+
+    slow = [r for r in checks if float(r["extra"]["timing"].get("median_us") or 0.0) >= SLOW_CALL_US]
+    seconds = sum(float(r.get("duration_s") or 0) for r in checks)
+    return [f"runtime checks run here: {len(checks)} in {seconds:.1f} s; first calls "
+            f"{sum(first_call(r) for r in checks):.1f} s, timing {sum(phase(r, 'timing') for r in checks):.1f} s, "
+            f"graph {sum(phase(r, 'graph') for r in checks):.1f} s; {len(slow)} calls of 0.1 s or more: "
+            f"{sum(phase(r, 'timing') - first_call(r) for r in slow):.1f} s of timing after their first calls"]
 
 
 BUSY_STEP_S = 50
