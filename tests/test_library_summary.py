@@ -25,12 +25,17 @@ def _report() -> dict:
             "extra": {"engine": {"calibration_spans_s": spans, "plan_estimates_s": estimates}}}
 
 
-def test_the_longest_plans_and_each_files_first_plan(tmp_path: Path) -> None:
+def _summary_lines(tmp_path: Path, report: dict) -> list[str]:
+    """The summary script's lines for `report`, written as a run's report file."""
     path = tmp_path / "run1.json"
-    path.write_text(json.dumps(_report()))
+    path.write_text(json.dumps(report))
     done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    return done.stdout.splitlines()
+
+
+def test_the_longest_plans_and_each_files_first_plan(tmp_path: Path) -> None:
+    lines = _summary_lines(tmp_path, _report())
     assert "longest plans: conv.grad float32 106-349 s, kl.grad float32 23-115 s, swish float32 10-22 s, " \
            "norm float16 161-170 s" in lines
     assert "first plan began, by spec file: losses.py 10 s, seq.py 106 s, norms.py 161 s" in lines
@@ -50,11 +55,7 @@ def test_busy_processes_count_a_shared_sanitizer_run_once_and_the_calibration_pr
     report["extra"]["timeline"] = {"verify.kl.grad.racecheck": [0.0, 40.0], "verify.swish.racecheck": [10.0, 50.0],
                                    "verify.swish.swish.float32": [25.0, 75.0],
                                    "verify.swish.swish.float32.runtime_warm_up": [50.0, 100.0]}
-    path = tmp_path / "run1.json"
-    path.write_text(json.dumps(report))
-    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = _summary_lines(tmp_path, report)
     header = next(k for k, line in enumerate(lines) if line.startswith("busy processes each 50 s:"))
     assert lines[header].split()[5:] == ["calibration", "numerics", "sanitizer", "warm-up", "total"]
     # 0-50 s: the calibration's swish and kl.grad plans (10-22 s, 23-50 s), the numerics check half of it, the shared
@@ -82,11 +83,7 @@ def test_a_check_still_running_at_the_stop_counts_as_busy_until_the_last_event_a
     report["extra"]["engine"]["calibration_spans_s"] = {}
     report["extra"]["timeline"] = {"verify.norm.norm.float16": [0.0], "verify.swish.swish.float32.runtime_warm_up":
                                    [0.0, 100.0]}
-    path = tmp_path / "run1.json"
-    path.write_text(json.dumps(report))
-    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = _summary_lines(tmp_path, report)
     assert "unfinished at the stop: 1 checks, the earliest begun: norm.norm.float16 at 0 s" in lines
     header = next(k for k, line in enumerate(lines) if line.startswith("busy processes each 50 s:"))
     assert lines[header].split()[5:] == ["numerics", "warm-up", "total"]
@@ -102,13 +99,10 @@ def test_it_counts_the_compile_ahead_tasks_that_ran_before_their_plan(tmp_path: 
         "verify.swish.swish.float32.compile_ahead": [40.0, 41.0],  # written at 22 s: after
         "verify.kl.grad.kl.float32.compile_ahead": [100.0],  # written at 115 s: began before, unfinished at the stop
     }
-    path = tmp_path / "run1.json"
-    path.write_text(json.dumps(report))
-    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    lines = _summary_lines(tmp_path, report)
     # four plans, all among the 30 written last
     assert ("compile-ahead tasks before their plan was written: 3 of 4 began, 1 ended; of the 30 plans written last, "
-            "3 of 4 began, 1 ended") in done.stdout.splitlines()
+            "3 of 4 began, 1 ended") in lines
 
 
 def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> None:
@@ -123,9 +117,6 @@ def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> N
 
     report["results"] += [runtime("swish", 500.0, 0.01, 0.2, 0.1), runtime("kl", 680000.0, 0.7, 4.8, 2.1),
                           runtime("ce", 2000.0, 6.0, 6.5, 0.4, reused=True)]
-    path = tmp_path / "run1.json"
-    path.write_text(json.dumps(report))
-    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    lines = _summary_lines(tmp_path, report)
     assert ("runtime checks run here: 2 in 7.4 s; first calls 0.7 s, timing 5.0 s, graph 2.2 s; 1 calls of 0.1 s or "
-            "more: 4.1 s of timing after their first calls") in done.stdout.splitlines()
+            "more: 4.1 s of timing after their first calls") in lines
