@@ -280,8 +280,8 @@ def _raised(exc: BaseException) -> str:
 # ended within 0.1 s while 5-16 GiB were free (another cross-entropy warm-up held 32 GiB), and their checks' first
 # calls took 3-7 s each at the run's serial end (forty-seventh session). With the retry (forty-eighth session) 19
 # warm-ups of the large-vocabulary losses ran out of memory (7.8-15.6 GiB asked, 3-13 GiB free): 8 compiled on a later
-# try, 11 raised on all three (they start together, and each retry meets the others); the runtime checks' first
-# calls took 8 s in all (32 s the session before), the waits 256 s of slot time beside the last numerics.
+# try, 11 raised on all three (begun within 75 s of one another, each retry likely met the others); the runtime
+# checks' first calls took 8 s in all (32 s the session before), the waits 256 s of slot time beside the numerics.
 WARM_UP_TRIES = 3
 # The free memory a retry waits for: what the failed try had reserved plus what it asked for, with this margin,
 # and never more than this share of the card; nor longer than WARM_UP_ROOM_WAIT_S (then it tries anyway).
