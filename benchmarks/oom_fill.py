@@ -28,22 +28,16 @@ MARGIN = 64 * MiB
 
 def free_first_fill(torch: Any) -> tuple[list[Any], bool]:
     """The candidate: what is free less MARGIN in one tensor, then chunks halving from MARGIN to 2 MiB."""
+    from opgate.gpu.probes.oom import fill_halving
+
     free, _ = torch.cuda.mem_get_info()
     held: list[Any] = []
-    hit = False
     if free > 2 * MARGIN:
         try:
             held.append(torch.empty(free - MARGIN, dtype=torch.uint8, device="cuda"))
         except torch.cuda.OutOfMemoryError:  # another process took some meanwhile: the halving finds the rest
-            hit = True
-    chunk = MARGIN
-    while chunk >= 2 * MiB:
-        try:
-            held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
-        except torch.cuda.OutOfMemoryError:
-            hit = True
-            chunk //= 2
-    return held, hit
+            pass
+    return held, fill_halving(torch, MARGIN, held)
 
 
 def _counting_errors(torch: Any) -> Callable[[], int]:

@@ -30,8 +30,14 @@ class OomTrial:
 def fill_until_oom(torch: Any, deadline_s: float = FILL_DEADLINE_S) -> tuple[list[Any], bool]:
     """Allocate chunks (halving from 1/64 of the card down to 2 MiB) until even 2 MiB fails."""
     _free, total = torch.cuda.mem_get_info()
-    chunk = max(256 * MiB, (total // 64) // (2 * MiB) * (2 * MiB))
     held: list[Any] = []
+    hit = fill_halving(torch, max(256 * MiB, (total // 64) // (2 * MiB) * (2 * MiB)), held, deadline_s)
+    return held, hit
+
+
+def fill_halving(torch: Any, chunk: int, held: list[Any], deadline_s: float = FILL_DEADLINE_S) -> bool:
+    """Allocate `chunk`-byte tensors into `held`, halving the chunk at each refusal, until even 2 MiB is refused
+    (True) or `deadline_s` passes (False)."""
     hit = False
     deadline = time.perf_counter() + deadline_s
     while chunk >= 2 * MiB and time.perf_counter() < deadline:
@@ -40,7 +46,7 @@ def fill_until_oom(torch: Any, deadline_s: float = FILL_DEADLINE_S) -> tuple[lis
         except torch.cuda.OutOfMemoryError:
             hit = True
             chunk //= 2
-    return held, hit
+    return hit
 
 
 def same_answer(torch: Any, before: Any, after: Any) -> str:
