@@ -157,14 +157,14 @@ _MARK = ""
 
 
 class KeepsMemoryCheck(Check):
-    """Passes and says its process keeps what only its exit gives back (engine/worker.py RETIRE_WORKER), as the
+    """Passes and says its process keeps what only its exit gives back (model/results.py RETIRE_WORKER), as the
     runtime check does after a failed CUDA graph capture whose pool could not be released."""
 
     check_id = "doctor.planted_keeps_memory"
     title = "keeps memory"
 
     def evaluate(self, ctx: CheckContext) -> CheckResult:
-        from opgate.engine.worker import RETIRE_WORKER
+        from opgate.model.results import RETIRE_WORKER
 
         return self.passed("ran", extra={"pid": os.getpid(), RETIRE_WORKER: "a planted leak"})
 

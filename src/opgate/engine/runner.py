@@ -46,8 +46,8 @@ from opgate.engine.gpu_windows import MeasurementWindows
 from opgate.engine.gpu_windows import enabled as windows_enabled
 from opgate.engine.workdirs import owned_workdir
 from opgate.engine.interrupts import RunInterrupted
-from opgate.engine.worker import RETIRE_WORKER, retires_after
-from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
+from opgate.engine.worker import retires_after
+from opgate.model.results import RETIRE_WORKER, CheckResult, Figure, Outcome, Threshold, slug
 
 # How much of a dead child's stderr to keep as evidence.
 STDERR_TAIL_CHARS = 2000

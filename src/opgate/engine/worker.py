@@ -18,13 +18,7 @@ from opgate.engine import gpu_pause
 from opgate.engine.atomic import write_atomically
 from opgate.checks.base import CheckContext
 from opgate.checks.registry import CheckSpec
-from opgate.model.results import CheckResult, Outcome
-
-
-# A result's extra key (its value says why): the check left its process holding what only the process's exit gives
-# back (a failed CUDA graph capture's memory pool: opgate.gpu.probes.graphs.release_abandoned_pool), so its warm
-# worker ends after it, as after a poisoned context; the worker and its parent both read it from the result.
-RETIRE_WORKER = "retire_worker"
+from opgate.model.results import RETIRE_WORKER, CheckResult, Outcome
 
 
 # cudaErrorInsufficientDriver and cudaErrorNoDevice: CUDA cannot start here at all, which is the host's state, not a

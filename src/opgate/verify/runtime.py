@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from opgate.checks.base import Check, CheckContext
 from opgate.engine import gpu_pause
-from opgate.engine.worker import RETIRE_WORKER
 from opgate.model.errors import SkipCheck
 from opgate.gpu.judge.graphs import ROUNDING_ORDER
-from opgate.model.results import CheckResult, Figure, Outcome, Threshold, slug
+from opgate.model.results import RETIRE_WORKER, CheckResult, Figure, Outcome, Threshold, slug
 from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.tasks import GpuStagePayload, ImplementationRef
 
