@@ -204,9 +204,11 @@ def give_back_gpu_memory() -> dict[str, Any]:
                 clear_workspaces()
             cuda.empty_cache()
             if not collected and cuda.memory_reserved() - cuda.memory_allocated() > LIVE_AFTER_CHECK_BYTES:
-                # reserved blocks no tensor uses, after the cache went back: the private pool of a CUDA graph that a
-                # reference cycle keeps alive (one worker kept 56 GiB so, with no tensor allocated, after six
-                # runtime checks: forty-seventh session); collected, it can go back too
+                # reserved blocks no tensor uses, after the cache went back: a pool still counted in use, which a
+                # collection frees where a reference cycle keeps its owner alive. The one seen so far it did not
+                # free: a failed CUDA graph capture's pool, kept by PyTorch itself (16,038 MiB after this collection,
+                # forty-eighth session), which the graph check now releases (gpu/probes/graphs.py). The reading goes
+                # to the memory log, where such a leak shows.
                 gc.collect()
                 cuda.empty_cache()
                 gave["reserved_after_collect_mib"] = cuda.memory_reserved() >> 20

@@ -71,18 +71,18 @@ def held_by_this_process(torch: Any) -> int:
 
 
 def wait_for_free_memory(torch: Any, wanted_bytes: int, limit_s: float, poll_s: float = 0.5,
-                         between: Callable[[], None] = lambda: None) -> tuple[bool, float]:
-    """(whether `wanted_bytes` of the current device became free, seconds waited): polls cudaMemGetInfo every
-    `poll_s` for at most `limit_s`, calling `between` at each poll (a pause point: the waiting task uses no GPU).
-    For work that ran out of memory beside other processes of its run, whose memory comes and goes in seconds."""
+                         between: Callable[[], None] = lambda: None) -> bool:
+    """Whether `wanted_bytes` of the current device became free: polls cudaMemGetInfo every `poll_s` for at most
+    `limit_s`, calling `between` at each poll (a pause point: the waiting task uses no GPU). For work that ran out
+    of memory beside other processes of its run, whose memory comes and goes in seconds."""
     began = time.monotonic()
     while True:
         free, _ = torch.cuda.mem_get_info()
         waited = time.monotonic() - began
         if free >= wanted_bytes:
-            return True, round(waited, 3)
+            return True
         if waited >= limit_s:
-            return False, round(waited, 3)
+            return False
         between()
         time.sleep(min(poll_s, max(0.0, limit_s - waited)))
 

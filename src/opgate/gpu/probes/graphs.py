@@ -407,6 +407,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     try:
         report = _capture_and_compare(torch, fn, static, fresh_args if fresh_args is not None else args, graph, pool,
                                       outputs, sync_points, seconds_per_call, calls_for_timing)
+        return report  # the block below still fills in its kept_bytes
     finally:
         # Nothing of the graph outlives the check: reset() destroys it and releases its pool, whatever still refers
         # to the graph object; a pool that a failed capture keeps all the same is released by hand.
@@ -417,7 +418,6 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
             kept = release_abandoned_pool(torch, pool)
             if report is not None:
                 report.kept_bytes = kept
-    return report
 
 
 # Reserved bytes no tensor uses, after the allocator's cache went back, above which a failed capture's pool is taken
