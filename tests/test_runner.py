@@ -388,3 +388,5 @@ def test_a_ready_task_whose_key_has_an_idle_worker_goes_before_one_that_would_st
     assert _next_position([(0, a), (1, later_order)], idle_keys={"verify:b.py"}) == 0  # never past its order
     fresh = task("fresh", "PassingCheck")  # no key: a process of its own
     assert _next_position([(0, fresh), (1, b)], idle_keys={"verify:b.py"}) == 0
+    ranked = dataclasses.replace(a, ranked=True)  # its place is a priority (compile-ahead): it starts a worker
+    assert _next_position([(0, ranked), (1, b)], idle_keys={"verify:b.py"}) == 0

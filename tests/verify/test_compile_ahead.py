@@ -96,6 +96,7 @@ def test_the_tasks_run_in_the_numerics_checks_worker_key_and_watch_their_plan_fi
         assert task.worker and task.worker == numerics[payload.impl]
         assert (task.order, task.exclusive, task.target) == (compile_ahead.ORDER, False, compile_ahead.TARGET)
         assert task.slot_floor == 0.0  # no slots of their own unless the A/B asks
+        assert task.ranked  # queued plans-written-last first: no later task passes one for an idle worker
 
 
 def test_their_floor_of_slots_is_set_for_the_ab_and_a_bad_value_is_one_line_before_any_work(

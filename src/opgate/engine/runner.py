@@ -97,6 +97,12 @@ class CheckTask:
     # its compile-ahead task to finish the compile it is in, instead of compiling the same kernel beside it (two
     # 85 s compiles of FlagGems' skip_layer_norm at once on the H100, fortieth session).
     after_running: tuple[str, ...] = ()
+    # Its place in the queue is a priority, not an arrival: no later task of its order is taken before it for an idle
+    # warm worker (_with_idle_worker). The compile-ahead tasks come queued plans-written-last first, and help only
+    # until their plan is written; in three H100 library runs FlagGems' norms, first in that queue, had no idle worker
+    # of their spec file's key, so every free slot went to a later task whose key had one (their tasks began at
+    # 305-365 s, after their plans, while the others ran from 19 s; forty-seventh and forty-eighth sessions).
+    ranked: bool = False
     # It waits at pause points while a measurement window is open (engine/gpu_windows.py, engine/gpu_pause.py): a
     # measurement may then run beside it. Only a warm worker's task pauses.
     pausable: bool = False
@@ -963,9 +969,10 @@ def _with_idle_worker(pending: Sequence[tuple[int, CheckTask]], at: int, idle_ke
     """`at`, or a later task of the same order and kind whose key has an idle warm worker when `at`'s has none: a
     task whose key has no idle worker starts one (its imports and its spec's again) and, at the pool's limit, ends
     an idle worker of another key that a later task of that key then starts again. Tasks of one order are ready
-    alike (a library's numerics checks, its runtime checks), so taking one of them first costs no other a place."""
+    alike (a library's numerics checks, its runtime checks), so taking one of them first costs no other a place;
+    a `ranked` head (CheckTask.ranked) keeps its place."""
     head = pending[at][1]
-    if not head.worker or head.worker in idle_keys or not idle_keys:
+    if head.ranked or not head.worker or head.worker in idle_keys or not idle_keys:
         return at
     for later in range(at + 1, min(len(pending), at + 1 + IDLE_WORKER_LOOKAHEAD)):
         task = pending[later][1]

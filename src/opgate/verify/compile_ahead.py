@@ -199,5 +199,5 @@ def ahead_tasks(plan: Any, job_index: int, dtypes: Sequence[str], budget: str, s
                              f"{plan.op.name}: {choice.describe()} in {dtype} (compile ahead)", TARGET, TIMEOUT_S,
                              payload, choice, labels={"dtype": dtype})
             out.append(dataclasses.replace(task, slot_share=SLOT_SHARE, slot_floor=floor,
-                                           pausable=bool(task.worker)))
+                                           pausable=bool(task.worker), ranked=True))
     return out
