@@ -30,6 +30,12 @@ and the numerics ended at 406 s. In the run where such a task happened to begin 
 calibrator feeds the tasks once it has ranked the plans, latest predicted plan first (plan_order.predicted_ends, each
 side of the pool with its processes). OPGATE_COMPILE_AHEAD_ORDER=file queues them with the run in file order, as
 before, for the A/B.
+
+That queue order did not hold either. The runner takes, among ready tasks of one order, a later one whose warm-worker
+key has an idle worker before a head whose key has none (runner._with_idle_worker). FlagGems' norms, first in the
+queue, had no idle worker of their spec file's key, so in the H100 library runs of the forty-seventh and forty-eighth
+sessions every free slot went to later tasks from 19 s on, and the norms' tasks began at 305-365 s, after their plans.
+The tasks are now `ranked` (CheckTask.ranked): the head keeps its place and starts a worker of its key.
 """
 
 from __future__ import annotations
