@@ -56,3 +56,35 @@ def test_a_worker_whose_tensors_stay_alive_collects_once(monkeypatch) -> None:
     monkeypatch.setattr("opgate.gpu.thread_stack.shrink_thread_stack", lambda: None)
     assert worker.give_back_gpu_memory() == {}
     assert calls == ["collect", "workspaces", "empty_cache"]
+
+
+def test_a_check_after_which_the_allocator_fails_keeps_its_verdict_and_retires_its_worker(monkeypatch,
+                                                                                          tmp_path) -> None:
+    """A graph pool released twice leaves PyTorch's allocator raising from every empty_cache while the CUDA context
+    still works (forty-ninth session: 44 runtime checks of one warm worker after it). The check that ran keeps its
+    verdict and its result asks the worker to end (RETIRE_WORKER), which the worker and the runner both read."""
+    import json
+
+    from pathlib import Path
+
+    from opgate.model.results import RETIRE_WORKER
+
+    def broken_empty_cache() -> None:
+        raise RuntimeError('it->second->use_count == 0 INTERNAL ASSERT FAILED at "CUDACachingAllocator.cpp":3473')
+
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, synchronize=lambda: None,
+                                       empty_cache=broken_empty_cache)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    for name in ("cupy", "cuda.bindings.runtime"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))  # tests/: the planted checks
+    request = {"check_id": "planted.passing", "target": "planted_checks:PassingCheck",
+               "result_path": str(tmp_path / "result.json"), "context": {"verb": "doctor"}}
+    healthy, outcome = worker.run_request(request)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert not healthy and outcome.value == "passed" and result["outcome"] == "passed"
+    assert "INTERNAL ASSERT FAILED" in result["extra"][RETIRE_WORKER]
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)  # a working allocator: nothing said, worker lives
+    healthy, _ = worker.run_request(request)
+    assert healthy and RETIRE_WORKER not in json.loads((tmp_path / "result.json").read_text())["extra"]

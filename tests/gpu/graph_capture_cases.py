@@ -91,6 +91,22 @@ def huge_under_capture(x):
     return x * 2
 
 
+def oom_beside_a_kept_block(x):
+    """Under capture: forty 5 MiB blocks (four to a 20 MiB segment), three of every four freed, then a request for
+    more than the card. The capture ends (an out-of-memory error leaves it valid), reset() releases its pool, and
+    while the failure's traceback keeps the other blocks their split segments stay reserved: a second release of
+    that pool broke the process's allocator (forty-ninth session)."""
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        blocks = [torch.empty(5 << 20, dtype=torch.uint8, device=x.device) for _ in range(40)]
+        kept = blocks[::4]
+        del blocks
+        torch.empty(torch.cuda.get_device_properties(x.device).total_memory, dtype=torch.uint8, device=x.device)
+        return x * kept[0][0]
+    return x * 2
+
+
 def reads_item_after_a_large_buffer(x):
     """Allocates 1 GiB (from the graph's pool while capturing), then reads a device value on the host: the capture
     fails with its pool holding the GiB, which a PyTorch without pytorch/pytorch#190348 keeps until the process
@@ -118,14 +134,21 @@ def main(case: str) -> None:
         return
     fn = {"clean": clean, "reads_item": reads_item, "synchronizes": synchronizes, "legacy_stream": legacy_stream,
           "racy": racy, "cached_by_pointer": cached_by_pointer, "huge_under_capture": huge_under_capture,
-          "reads_item_after_a_large_buffer": reads_item_after_a_large_buffer}[case]
+          "reads_item_after_a_large_buffer": reads_item_after_a_large_buffer,
+          "oom_beside_a_kept_block": oom_beside_a_kept_block}[case]
     seconds_per_call = None
     if timed:  # as the runtime stage calls it: after a timing, with the call's median
         seconds_per_call = time_cuda(fn, [(x,)], repeats=5).median_us * 1e-6
     try:
         report = check_graph_capture(fn, (x,), (torch.randn_like(x),), seconds_per_call=seconds_per_call)
     except torch.cuda.OutOfMemoryError:
-        print(json.dumps({"raised": "OutOfMemoryError"}))
+        allocator = "works"
+        try:  # as the warm worker's next check would: its allocator must still work
+            torch.cuda.empty_cache()
+            torch.empty(1 << 20, device="cuda")
+        except Exception as exc:
+            allocator = str(exc).splitlines()[0]
+        print(json.dumps({"raised": "OutOfMemoryError", "allocator": allocator}))
         return
     from opgate.gpu.probes.graphs import unused_reserved_bytes
 

@@ -54,7 +54,13 @@ def test_a_failed_capture_gives_its_pool_back() -> None:
 def test_running_out_of_memory_in_capture_is_raised_not_reported_as_uncapturable() -> None:
     """The runtime stage then says the capture was not checked (does not fit), not that the kernel cannot be
     captured: fla's cross-entropy gradient at its timing size ran out of memory on the H100 (forty-first session)."""
-    assert run_case("huge_under_capture") == {"raised": "OutOfMemoryError"}
+    assert run_case("huge_under_capture") == {"raised": "OutOfMemoryError", "allocator": "works"}
+
+
+def test_a_capture_that_ran_out_of_memory_leaves_the_allocator_working() -> None:
+    """Its pool is the graph's to release (the capture ended), never released a second time by hand: that broke a
+    warm worker's allocator for its 44 next checks in the forty-ninth session's library run."""
+    assert run_case("oom_beside_a_kept_block:timed") == {"raised": "OutOfMemoryError", "allocator": "works"}
 
 
 def test_time_cuda_reports_median_and_p95() -> None:

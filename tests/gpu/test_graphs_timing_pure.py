@@ -137,29 +137,77 @@ def test_after_the_estimate_a_slow_call_skips_the_warm_ups_and_its_estimate_is_a
 
 class _StandInAllocator:
     """torch as release_abandoned_pool reads it: reserved and allocated bytes, empty_cache (gives back what no pool
-    keeps), and torch._C._cuda_releasePool where `releasable` (the pool's memory goes back at the next empty_cache)."""
+    keeps), and torch._C._cuda_releasePool where `releasable` (the pool's memory goes back at the next empty_cache;
+    "raises": the allocator no longer counts the pool as the graph's, as after a reset() that released it)."""
 
-    def __init__(self, kept: int, releasable: bool) -> None:
+    def __init__(self, kept: int, releasable: bool | str) -> None:
         from types import SimpleNamespace
 
         self.kept, self.released = kept, []
         self.cuda = SimpleNamespace(empty_cache=lambda: None, memory_reserved=lambda: (2 << 30) + self.kept,
                                     memory_allocated=lambda: 2 << 30, current_device=lambda: 0)
+        self.raises = releasable == "raises"
         self._C = SimpleNamespace(_cuda_releasePool=self._release) if releasable else SimpleNamespace()
 
     def _release(self, device: int, pool: tuple) -> None:
         self.released.append((device, pool))
+        if self.raises:
+            raise RuntimeError("uc >= 0 INTERNAL ASSERT FAILED at CUDACachingAllocator.cpp")
         self.kept = 0
 
 
 def test_a_failed_captures_kept_pool_is_released_by_its_id_or_reported() -> None:
-    """After a failed capture: nothing kept (a PyTorch whose reset() released it) is left alone; a kept pool is
-    released by its id; where that cannot be done the kept bytes are returned, so the worker retires."""
+    """After a capture that failed and did not end: nothing kept (a PyTorch whose reset() released it) is left
+    alone; a kept pool is released by its id; where that cannot be done the kept bytes are returned, so the worker
+    retires."""
     from opgate.gpu.probes.graphs import release_abandoned_pool
 
     clean = _StandInAllocator(kept=0, releasable=True)
-    assert release_abandoned_pool(clean, (0, 7)) == 0 and clean.released == []
+    assert release_abandoned_pool(clean, (0, 7), capture_ended=False) == 0 and clean.released == []
     leaked = _StandInAllocator(kept=16 << 30, releasable=True)
-    assert release_abandoned_pool(leaked, (0, 7)) == 0 and leaked.released == [(0, (0, 7))]
+    assert release_abandoned_pool(leaked, (0, 7), capture_ended=False) == 0 and leaked.released == [(0, (0, 7))]
     stuck = _StandInAllocator(kept=16 << 30, releasable=False)
-    assert release_abandoned_pool(stuck, (0, 7)) == 16 << 30
+    assert release_abandoned_pool(stuck, (0, 7), capture_ended=False) == 16 << 30
+    refused = _StandInAllocator(kept=3 << 30, releasable="raises")  # not the graph's any more: retire, not reuse
+    assert release_abandoned_pool(refused, (0, 7), capture_ended=False) == 3 << 30
+
+
+def test_the_pool_of_a_capture_that_ended_is_never_released_again() -> None:
+    """A capture that ran out of memory ended, and reset() released its pool; what its split blocks still hold while
+    the failure's traceback keeps their tensors is no leak. A second release took the pool's use count below zero
+    and every later empty_cache of that warm worker raised (forty-ninth session, one worker, 44 runtime checks)."""
+    from opgate.gpu.probes.graphs import release_abandoned_pool
+
+    held = _StandInAllocator(kept=768 << 20, releasable=True)
+    assert release_abandoned_pool(held, (0, 7), capture_ended=True) == 0 and held.released == []
+
+
+def test_the_capture_notes_whether_capture_end_returned() -> None:
+    """_EndNoted: ended after an exit that returned (also when the body raised: the error still propagates), not
+    after an exit that raised (a capture the failure invalidated)."""
+    from opgate.gpu.probes.graphs import _EndNoted
+
+    ended: list[bool] = []
+    with pytest.raises(MemoryError):
+        with _EndNoted(_GraphLike(False), ended):
+            raise MemoryError("out of memory under capture")
+    assert ended == [True]
+    ended.clear()
+    with pytest.raises(RuntimeError, match="previous error"):
+        with _EndNoted(_GraphLike(True), ended):
+            raise ValueError("a host read")
+    assert ended == []
+
+
+class _GraphLike:
+    """torch.cuda.graph's shape of context: its __exit__ ends the capture and may raise; it never suppresses."""
+
+    def __init__(self, exit_raises: bool) -> None:
+        self.exit_raises = exit_raises
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.exit_raises:
+            raise RuntimeError("operation failed due to a previous error during capture")

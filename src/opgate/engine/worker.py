@@ -7,6 +7,7 @@ hang, os._exit) is seen by the parent as a missing result or a dead process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -58,6 +59,23 @@ def cuda_context_fault() -> str:
     return "; ".join(faults)
 
 
+def allocator_fault() -> str:
+    """After a check whose CUDA context still works: whether PyTorch's caching allocator does ('' when it does).
+    Its bookkeeping can break without any CUDA error: a graph pool released twice has a use count below zero, and
+    every later empty_cache of the process raises an internal assert (one warm worker of the forty-ninth session's
+    library run: 44 runtime checks after it raised). The check's own verdict stands (its kernels ran and were
+    compared before); its process cannot serve another check."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(torch, "cuda", None) is None:
+        return ""
+    try:
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception as exc:
+        return f"torch.cuda.empty_cache: {exc}".splitlines()[0]
+    return ""
+
+
 def retires_after(retire: bool, retire_unless_passed: bool, outcome: Outcome) -> bool:
     """Whether a warm worker exits after a task (CheckTask.retire, CheckTask.retire_unless_passed): the worker and
     its parent decide it alike, from the same result."""
@@ -106,6 +124,10 @@ def run_request(request: dict[str, Any]) -> tuple[bool, Outcome]:
                         "opgate discarded this worker; the next check runs in a fresh process.",
             extra={**result.extra, "cuda_fault": fault},
         )
+    elif not fault and (broken := allocator_fault()):
+        result = dataclasses.replace(result, extra={
+            **result.extra, RETIRE_WORKER: f"PyTorch's caching allocator failed after this check ({broken}); "
+                                           "only a new process has a working one"})
     write_atomically(result_path, json.dumps(result.to_dict()), durable=False)
     return not fault and RETIRE_WORKER not in result.extra, result.outcome
 

@@ -17,8 +17,9 @@ from typing import Any, Mapping, Sequence
 SCHEMA_VERSION = 1  # the plain layout of to_dict/from_dict; `--json` files are schema 2 (opgate.reporting.schema)
 
 # A result's extra key (its value says why): the check left its process holding what only the process's exit gives
-# back (a failed CUDA graph capture's memory pool: opgate.gpu.probes.graphs.release_abandoned_pool), so its warm
-# worker ends after it, as after a poisoned context; the worker (engine/worker.py) and the runner both read it.
+# back (a failed CUDA graph capture's memory pool: opgate.gpu.probes.graphs.release_abandoned_pool), or with a
+# caching allocator that no longer works (engine/worker.py allocator_fault), so its warm worker ends after it, as
+# after a poisoned context; the worker (engine/worker.py) and the runner both read it.
 RETIRE_WORKER = "retire_worker"
 
 

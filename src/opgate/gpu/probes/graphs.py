@@ -403,10 +403,11 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     graph = torch.cuda.CUDAGraph()
     pool = torch.cuda.graph_pool_handle()  # named, so that a failed capture's pool can be released by its id
     outputs: list[Any] = []
+    ended: list[bool] = []  # True once the capture's capture_end returned (_EndNoted)
     report: GraphCaptureReport | None = None
     try:
         report = _capture_and_compare(torch, fn, static, fresh_args if fresh_args is not None else args, graph, pool,
-                                      outputs, sync_points, seconds_per_call, calls_for_timing)
+                                      outputs, sync_points, seconds_per_call, calls_for_timing, ended)
         return report  # the block below still fills in its kept_bytes
     finally:
         # Nothing of the graph outlives the check: reset() destroys it and releases its pool, whatever still refers
@@ -415,7 +416,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         with contextlib.suppress(Exception):
             graph.reset()
         if report is None or not report.captured:
-            kept = release_abandoned_pool(torch, pool)
+            kept = release_abandoned_pool(torch, pool, capture_ended=bool(ended))
             if report is not None:
                 report.kept_bytes = kept
 
@@ -431,38 +432,69 @@ def unused_reserved_bytes(torch: Any) -> int:
     return max(0, int(torch.cuda.memory_reserved()) - int(torch.cuda.memory_allocated()))
 
 
-def release_abandoned_pool(torch: Any, pool: Any) -> int:
-    """After a capture that failed, and graph.reset(): the bytes its private pool still keeps (0: none).
+def release_abandoned_pool(torch: Any, pool: Any, capture_ended: bool) -> int:
+    """After a capture that failed, and graph.reset(): the bytes its private pool still keeps that only the process's
+    exit gives back (0: none; more: the caller retires its process).
 
-    In the PyTorch of the H100 hosts, reset() releases a graph's pool only after a capture that finished, so a
-    failed one keeps its pool's memory until the process exits (pytorch/pytorch#190348 fixes it): in a library
-    run's warm worker FlagGems' cross-entropy gradient, not capturable (a host read inside capture), left 16 GiB
-    reserved with no tensor allocated after its float32 check and 50-56 GiB after the next ones (forty-seventh and
-    forty-eighth sessions, OPGATE_WORKER_MEMORY_LOG), and other checks ran out of memory beside it. Where memory is
-    kept, the pool is released by its id as PyTorch's own tests do for it (torch._C._cuda_releasePool); only when
-    that is missing or leaves the memory kept does this return more than 0 (the caller retires its process)."""
+    reset() releases a graph's pool only where its capture ended (capture_end returned). In the PyTorch of the H100
+    hosts (2.11) a capture that did not end keeps its pool's memory until the process exits (pytorch/pytorch#190348
+    fixes it): in a library run's warm worker FlagGems' cross-entropy gradient, not capturable (a host read inside
+    capture), left 16 GiB reserved with no tensor allocated after its float32 check and 50-56 GiB after the next ones
+    (forty-seventh and forty-eighth sessions, OPGATE_WORKER_MEMORY_LOG). Such a pool is released by its id, as
+    PyTorch's own tests do (torch._C._cuda_releasePool).
+
+    Never where the capture ended: reset() released that pool already, and a second release takes its use count
+    below zero (an internal assert that fires after the decrement), which fails every later empty_cache of the
+    process. A capture that ran out of memory ends, and its pool's split blocks stay reserved while the failure's
+    traceback holds their tensors: releasing it again broke one warm worker of the forty-ninth session's library run
+    (44 runtime checks after it raised from empty_cache). What such a pool still holds goes back once those tensors
+    die. A release that raises is such a case too (a PyTorch whose reset() released the pool): the process retires."""
+    if capture_ended:
+        return 0
     try:
-        if unused_reserved_bytes(torch) <= ABANDONED_POOL_SLACK_BYTES:
+        unused = unused_reserved_bytes(torch)
+        if unused <= ABANDONED_POOL_SLACK_BYTES:
             return 0  # a PyTorch whose reset() released it, or a capture that failed before it allocated
         release = getattr(torch._C, "_cuda_releasePool", None)
-        if release is not None:
-            with contextlib.suppress(Exception):  # a pool the allocator no longer knows
-                release(torch.cuda.current_device(), pool)
+        if release is None:
+            return unused
+        try:
+            release(torch.cuda.current_device(), pool)
+        except Exception:  # not the graph's to release any more: the allocator's count of it may now be broken
+            return unused
         kept = unused_reserved_bytes(torch)
-    except Exception:  # a context the failure broke: the worker's health check decides about the process
+    except Exception:  # a context or allocator the failure broke: the worker's health checks retire the process
         return 0
     return kept if kept > ABANDONED_POOL_SLACK_BYTES else 0
 
 
+class _EndNoted:
+    """torch.cuda.graph's context, noting in `ended` that its exit (capture_end) returned: a capture whose body
+    raised has still ended where the stream capture stayed valid (an out-of-memory error), not where the failure
+    invalidated it (a host read)."""
+
+    def __init__(self, context: Any, ended: list[bool]) -> None:
+        self.context, self.ended = context, ended
+
+    def __enter__(self) -> Any:
+        return self.context.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        suppressed = self.context.__exit__(*exc)
+        self.ended.append(True)
+        return suppressed
+
+
 def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fresh: tuple, graph: Any, pool: Any,
                          outputs: list[Any], sync_points: list[str], seconds_per_call: float | None,
-                         calls_for_timing: int) -> GraphCaptureReport:
+                         calls_for_timing: int, ended: list[bool]) -> GraphCaptureReport:
     """check_graph_capture's capture into `graph` (its memory from `pool`), its replay on `fresh` copied into
-    `static`, the comparison with eager and the launch timing; `outputs` gets the captured call's outputs."""
+    `static`, the comparison with eager and the launch timing; `outputs` gets the captured call's outputs, `ended`
+    True once the capture ended (_EndNoted)."""
     diff: dict[str, Any] = {}
 
     def capture() -> Any:
-        with torch.cuda.graph(graph, pool=pool):
+        with _EndNoted(torch.cuda.graph(graph, pool=pool), ended):
             outputs.append(fn(*static))
         return graph
 
