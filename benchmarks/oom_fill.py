@@ -1,11 +1,12 @@
 """The recovery check's fill of the GPU (gpu/probes/oom.py fill_until_oom), two ways in one run, GPU only.
 
 A library run's 58 recovery checks fill the card three times each, one after another at the run's serial end (50 s
-of checks on the forty-eighth session's H100). The fill halves its chunk from 1/64 of the card down to 2 MiB, each
-halving ending in an out-of-memory error (about ten a fill), and PyTorch's message for each lists the processes on
-the card from NVML (about 50 in a library run). The candidate allocates what cudaMemGetInfo says is free, less a
-margin, in one tensor first and halves only from that margin: fewer errors, the same end (even 2 MiB more fails).
-Each trial here is the fill, then the filler freed and the cache given back, as a recovery trial does.
+of checks on the forty-eighth session's H100). Each refusal of the fill is an out-of-memory error, and PyTorch's
+message for each lists the processes on the card from NVML (about 50 in a library run). The way before
+(`halving_from_a_64th`) halved its chunk from 1/64 of the card down to 2 MiB, about ten errors a fill; the fill now
+allocates what cudaMemGetInfo says is free, less a margin, in one tensor first and halves only from that margin:
+fewer errors, the same end (even 2 MiB more fails). Each trial here is the fill, then the filler freed and the cache
+given back, as a recovery trial does.
 
     PYTHONPATH=src python3 benchmarks/oom_fill.py [--trials 5] [--contexts 48]
 
@@ -23,21 +24,15 @@ import time
 from typing import Any, Callable
 
 MiB = 1 << 20
-MARGIN = 64 * MiB
 
 
-def free_first_fill(torch: Any) -> tuple[list[Any], bool]:
-    """The candidate: what is free less MARGIN in one tensor, then chunks halving from MARGIN to 2 MiB."""
+def halving_from_a_64th(torch: Any) -> tuple[list[Any], bool]:
+    """The fill before the forty-ninth session: chunks halving from 1/64 of the card (at least 256 MiB) to 2 MiB."""
     from opgate.gpu.probes.oom import fill_halving
 
-    free, _ = torch.cuda.mem_get_info()
+    _free, total = torch.cuda.mem_get_info()
     held: list[Any] = []
-    if free > 2 * MARGIN:
-        try:
-            held.append(torch.empty(free - MARGIN, dtype=torch.uint8, device="cuda"))
-        except torch.cuda.OutOfMemoryError:  # another process took some meanwhile: the halving finds the rest
-            pass
-    return held, fill_halving(torch, MARGIN, held)
+    return held, fill_halving(torch, max(256 * MiB, (total // 64) // (2 * MiB) * (2 * MiB)), held)
 
 
 def _counting_errors(torch: Any) -> Callable[[], int]:
@@ -93,8 +88,8 @@ def main() -> int:
     procs = _idle_contexts(args.contexts)
     try:
         errors = _counting_errors(torch)
-        ways = {"halving from 1/64 of the card (now)": fill_until_oom,
-                "free first, halving from 64 MiB": free_first_fill}
+        ways = {"halving from 1/64 of the card (before)": halving_from_a_64th,
+                "free first, halving from 64 MiB (now)": fill_until_oom}
         print(f"{torch.cuda.get_device_name()}, {args.contexts} idle CUDA contexts beside, {args.trials} trials a way "
               "(alternating)")
         rows: dict[str, list[tuple[float, float, float, bool, int]]] = {name: [] for name in ways}

@@ -1,5 +1,6 @@
-"""benchmarks/oom_fill.py: the recovery check's fill two ways. Both must end where even 2 MiB more fails, holding all
-but less than 2 MiB of what was free; the candidate gets there through fewer out-of-memory errors. A stand-in device
+"""The recovery check's fill (gpu/probes/oom.py) and the way before it, which benchmarks/oom_fill.py times beside it.
+Both must end where even 2 MiB more fails, holding all but less than 2 MiB of what was free; the fill now gets there
+through fewer out-of-memory errors. A stand-in device
 of a known size plays torch's allocator (the benchmark itself needs a GPU)."""
 
 from __future__ import annotations
@@ -37,19 +38,19 @@ def _device(free: int, total: int = 80 * GIB) -> tuple[SimpleNamespace, list[int
     return torch, refused
 
 
-def _candidate() -> object:
+def _before() -> object:
     spec = importlib.util.spec_from_file_location("oom_fill_benchmark", BENCHMARK)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.free_first_fill
+    return module.halving_from_a_64th
 
 
 @pytest.mark.parametrize("free", [int(75.9 * GIB), 3 * GIB + 12345 * 4096, 100 * 2**20])
-def test_both_fills_leave_less_than_2_mib_and_the_candidate_refuses_fewer_times(free: int) -> None:
+def test_both_fills_leave_less_than_2_mib_and_the_fill_now_refuses_fewer_times(free: int) -> None:
     now, now_refused = _device(free)
     held, hit = fill_until_oom(now)
     assert hit and free - sum(t.numel() for t in held) < 2 * 2**20
-    candidate, candidate_refused = _device(free)
-    held, hit = _candidate()(candidate)
+    before, before_refused = _device(free)
+    held, hit = _before()(before)
     assert hit and free - sum(t.numel() for t in held) < 2 * 2**20
-    assert candidate_refused[0] <= 6 < now_refused[0], (candidate_refused[0], now_refused[0])
+    assert now_refused[0] <= 6 < before_refused[0], (now_refused[0], before_refused[0])
