@@ -120,3 +120,23 @@ def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> N
     lines = _summary_lines(tmp_path, report)
     assert ("runtime checks run here: 2 in 7.4 s; first calls 0.7 s, timing 5.0 s, graph 2.2 s; 1 calls of 0.1 s or "
             "more: 4.1 s of timing after their first calls") in lines
+
+
+def test_it_says_how_long_the_runtime_checks_waited_for_warm_ups_after_the_numerics(tmp_path: Path) -> None:
+    """A measurement starts once no warm-up holds its GPU: the wait after the last numerics check, and the warm-ups
+    that made it (forty-ninth session: 90 began after 380 s and the runtime checks began 67 s after the numerics)."""
+    report = _report()
+    report["results"] += [{"check_id": "verify.norm.norm.float16", "outcome": "passed", "stage": "numerics",
+                           "extra": {}},
+                          {"check_id": "verify.norm.norm.float16.runtime", "outcome": "passed", "stage": "runtime",
+                           "extra": {}}]
+    report["extra"]["timeline"] = {
+        "verify.norm.norm.float16": [170.0, 300.0],
+        "verify.norm.norm.float16.runtime_warm_up": [250.0, 320.0],  # begun before the numerics ended
+        "verify.swish.swish.float32.runtime_warm_up": [305.0, 340.0],  # begun after
+        "verify.kl.grad.kl.float32.runtime_warm_up": [100.0, 200.0],  # done before
+        "verify.norm.norm.float16.runtime": [341.0, 342.0],
+    }
+    lines = _summary_lines(tmp_path, report)
+    assert ("the runtime checks began 41 s after the last numerics check (300 s): 2 runtime warm-ups ended after it, "
+            "1 of them begun after it") in lines

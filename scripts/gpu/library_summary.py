@@ -214,6 +214,13 @@ def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict) -> l
         lines.append(f"first runtime check at {min(runtime):.0f} s; the last warm-ups: " + ", ".join(
             f"{check.removeprefix('verify.').removesuffix('.runtime_warm_up')} {start:.0f}-{end:.0f} s"
             for end, start, check in warm_ups[-3:]))
+        if numerics:  # the measurements wait for every warm-up on their GPU: the wait once the numerics are done
+            numerics_end = numerics[-1][0]
+            after = [(end, start) for end, start, _ in warm_ups if end > numerics_end]
+            if after:
+                lines.append(f"the runtime checks began {min(runtime) - numerics_end:.0f} s after the last numerics "
+                             f"check ({numerics_end:.0f} s): {len(after)} runtime warm-ups ended after it, "
+                             f"{sum(1 for _, start in after if start >= numerics_end)} of them begun after it")
     return lines
 
 
