@@ -69,6 +69,28 @@ def test_make_gpu_room_ends_the_idle_holders_but_not_the_worker_the_task_will_ge
         pool.close()
 
 
+def test_a_measurement_run_again_alone_ends_every_idle_holder_but_its_own_worker(tmp_path) -> None:
+    """Half the card free is enough for a measurement, not for one that ran out of memory beside the idle workers'
+    contexts (CheckTask.gpu_alone, verify/resume.follow_up): then every idle holder ends, the task's worker kept."""
+    import dataclasses
+
+    pool = WarmPool(tmp_path, limit=8)
+    try:
+        for key in ("a", "b", "c"):
+            run_checks([_task(f"warm {key}", key)], jobs=1, pool=pool)
+        pids = {worker.key: worker.proc.pid for worker in pool.idle}
+        reading = GpuMemory(free=60 * GIB, total=80 * GIB,
+                            used_by_pid={pids["a"]: GIB, pids["b"]: GIB, pids["c"]: GIB})
+        measurement = _task("measure a", "a", exclusive=True)
+        pool.make_gpu_room(measurement, ("GPU-x",), read=lambda keys: reading)
+        assert {worker.key for worker in pool.idle} == {"a", "b", "c"}  # 75% free: more than half, none ends
+        pool.make_gpu_room(dataclasses.replace(measurement, gpu_alone=True), ("GPU-x",), read=lambda keys: reading)
+        assert {worker.key for worker in pool.idle} == {"a"}
+        assert pool.events["ended idle to free GPU memory"] == 2
+    finally:
+        pool.close()
+
+
 def test_a_side_by_side_task_reads_nvml_at_most_every_few_seconds(tmp_path) -> None:
     pool = WarmPool(tmp_path, limit=4)
     reads: list[int] = []

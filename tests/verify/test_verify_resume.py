@@ -337,9 +337,35 @@ def test_cases_out_of_memory_beside_others_run_again_alone_with_the_rest_kept(tm
     assert follow_up(task, result) == dataclasses.replace(task, exclusive=True)
     assert sorted(path.name for path in done.iterdir()) == ["00000.pkl", "00001.pkl", "00002.pkl", "00004.pkl"]
     alone = dataclasses.replace(task, exclusive=True)
-    assert follow_up(alone, result) is result  # alone already: the error stands
+    # exclusive already: once more with every idle worker ended first, and then the error stands
+    assert follow_up(alone, result) == dataclasses.replace(task, exclusive=True, gpu_alone=True)
+    emptied = dataclasses.replace(task, exclusive=True, gpu_alone=True)
+    assert follow_up(emptied, result) is result
     assert follow_up(dataclasses.replace(task, uses_gpu=False), result) is result
     assert cases_out_of_memory_beside_others(_not_judged_beside_others()) == []
+
+
+def test_a_measurement_that_ran_out_of_memory_beside_idle_workers_runs_again_once_with_the_gpu_emptied():
+    """A runtime check could not time fla's cross-entropy at M=8192, V=256000 while 48 idle warm workers' CUDA
+    contexts held 27 GiB of an H100 (fiftieth session): the runner ended idle workers only until half the card was
+    free. Its result names what others held; the follow-up runs it again with CheckTask.gpu_alone, once."""
+    import dataclasses
+
+    from opgate.checks.base import CheckContext
+    from opgate.engine.runner import CheckTask
+    from opgate.gpu.judge.oom import BESIDE_OTHERS_KEY
+    from opgate.verify.resume import follow_up
+
+    task = CheckTask("verify.x.y.float32.runtime", "x", "opgate.verify.runtime:VerifyRuntimeCheck", 300.0,
+                     CheckContext(verb="verify", options={}), exclusive=True, uses_gpu=True)
+    beside = CheckResult(task.check_id, "x", Outcome.ERROR, "M=8192,V=256000 float32 ran out of memory while other "
+                         "processes held 27.1 of the GPU's 79.2 GiB", extra={BESIDE_OTHERS_KEY: 27.1})
+    assert follow_up(task, beside) == dataclasses.replace(task, gpu_alone=True)
+    assert follow_up(dataclasses.replace(task, gpu_alone=True), beside) is beside  # emptied already: it stands
+    other_error = CheckResult(task.check_id, "x", Outcome.ERROR, "an exception in opgate", extra={})
+    assert follow_up(task, other_error) is other_error
+    side_by_side = dataclasses.replace(task, exclusive=False)  # not a measurement: its own path, not this one
+    assert follow_up(side_by_side, beside) is beside
 
 
 def test_a_case_whose_process_ran_out_of_memory_is_judged_in_a_fresh_one_not_a_crash(tmp_path):

@@ -304,6 +304,7 @@ def test_out_of_memory_in_the_graph_check_is_judged_by_who_held_the_memory() -> 
     more than a quarter of it, so opgate cannot tell (error)."""
     from types import SimpleNamespace
 
+    from opgate.gpu.judge.oom import BESIDE_OTHERS_KEY
     from opgate.model.results import Outcome
     from opgate.verify.runtime import VerifyRuntimeCheck
 
@@ -319,6 +320,7 @@ def test_out_of_memory_in_the_graph_check_is_judged_by_who_held_the_memory() -> 
     assert own.extra == {"op": "x", "graph": {"checked": False, "cause": "out of memory"}}
     shared = check._graph_out_of_memory(readings(1 * gib, 10 * gib), "N=8 float32", "9.0 us median", [], {})
     assert shared.outcome is Outcome.ERROR and "other processes held 69.0" in shared.reason
+    assert shared.extra[BESIDE_OTHERS_KEY] == 69.0  # the runner's follow-up runs it again with the GPU emptied
     # what this worker held before the check (an earlier check's leftovers) is no demand of this size's: the same
     # readings that were the check's own are then no fact about the size (a false "does not fit" on an H100)
     leftovers = check._graph_out_of_memory(readings(1 * gib, 75 * gib), "N=8 float32", "9.0 us median", [], {},

@@ -61,7 +61,11 @@ CONTEXT_BYTES = 512 * 2**20
 READ_EVERY_S = 2.0
 
 
-def wanted_free_share(exclusive: bool) -> float:
+def wanted_free_share(exclusive: bool, alone: bool = False) -> float:
+    """The free share a task wants before it starts; `alone` (CheckTask.gpu_alone): all of it, so every idle holder
+    ends."""
+    if alone:
+        return 1.0
     return MEASUREMENT_FREE_SHARE if exclusive else TASK_FREE_SHARE
 
 

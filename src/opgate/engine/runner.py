@@ -103,6 +103,11 @@ class CheckTask:
     # of their spec file's key, so every free slot went to a later task whose key had one (their tasks began at
     # 305-365 s, after their plans, while the others ran from 19 s; forty-seventh and forty-eighth sessions).
     ranked: bool = False
+    # Before it starts, every idle warm worker and spare holding memory on its GPU ends, not only enough of them to
+    # free the share a task of its kind wants (engine/gpu_memory.py): a measurement run again because it ran out of
+    # memory beside them (verify/resume.follow_up). Half the H100 free was not enough for fla's cross-entropy at
+    # M=8192, V=256000, while 48 idle workers' CUDA contexts held 27 GiB (fiftieth session).
+    gpu_alone: bool = False
     # It waits at pause points while a measurement window is open (engine/gpu_windows.py, engine/gpu_pause.py): a
     # measurement may then run beside it. Only a warm worker's task pauses.
     pausable: bool = False
@@ -602,7 +607,7 @@ class WarmPool:
             return
         run_pids = [w.proc.pid for w in self.idle + list(self.busy) + self.spares]
         chosen = set(gpu_memory.holders_to_end(memory, [w.proc.pid for w in candidates], run_pids,
-                                               gpu_memory.wanted_free_share(task.exclusive)))
+                                               gpu_memory.wanted_free_share(task.exclusive, task.gpu_alone)))
         ending = [w for w in candidates if w.proc.pid in chosen]
         for worker in ending:
             (self.idle if worker in self.idle else self.spares).remove(worker)

@@ -424,10 +424,12 @@ def follow_up(task: Any, result: CheckResult) -> Any:
         return _warm_up_follow_up(task, result)
     if task.target == COMPILE_AHEAD_TARGET:  # whatever became of it, the numerics check meets it and reports it
         return dataclasses.replace(result, extra={**(result.extra or {}), "internal": True})
+    if result.outcome is Outcome.ERROR and _measured_beside_others(task, result):
+        return dataclasses.replace(task, gpu_alone=True)
     if task.target != CHECK_TARGET or result.outcome is not Outcome.ERROR:
         return result
     beside = cases_out_of_memory_beside_others(result)
-    if beside and task.uses_gpu and not task.exclusive:
+    if beside and task.uses_gpu and not task.gpu_alone:
         return _again_alone(task, beside)
     if "returncode" not in result.extra and "timeout_s" not in result.extra:
         return result  # the check reported an error itself (an exception in opgate): not a death
@@ -500,9 +502,22 @@ def _again_alone(task: Any, indices: Sequence[int]) -> Any:
     ended until half the card is free), its other cases' records kept: the memory others held in a library run is
     mostly the run's own. All three of FlagGems' skip_layer_norm checks could not judge their N = 65537 case on an
     H100 while the run's other processes held 75-78 of its 79 GiB (forty-seventh session). Alone, an out-of-memory
-    error there is judged as the implementation's own demand or does not happen."""
+    error there is judged as the implementation's own demand or does not happen. A check that was already exclusive
+    runs again with every idle worker ended first (CheckTask.gpu_alone), once."""
     done = journal_dir(task.context.options) / "done"
     for index in indices:
         with contextlib.suppress(OSError):
             (done / f"{index:05d}.pkl").unlink()
-    return dataclasses.replace(task, exclusive=True)
+    return dataclasses.replace(task, exclusive=True, gpu_alone=task.exclusive)
+
+
+def _measured_beside_others(task: Any, result: CheckResult) -> bool:
+    """Whether a measurement (an exclusive GPU task not yet run with its GPU emptied) could not judge its size
+    because other processes held the GPU's memory: the run's idle warm workers, which the runner ends only until
+    half the card is free. In the fiftieth session's H100 library run fla's cross-entropy at M=8192, V=256000 could
+    not be timed in 6 checks while 48 idle workers' CUDA contexts held 27 GiB; the same checks were timed in the run
+    before. Run again once with every idle worker ended: an out-of-memory error then is the size's own."""
+    from opgate.gpu.judge.oom import BESIDE_OTHERS_KEY
+
+    return (bool(getattr(task, "uses_gpu", False)) and bool(getattr(task, "exclusive", False))
+            and not getattr(task, "gpu_alone", False) and BESIDE_OTHERS_KEY in (result.extra or {}))

@@ -497,13 +497,16 @@ class VerifyRuntimeCheck(GpuStageCheck):
         own = max(0, torch.cuda.memory_reserved() - held_before)
         held_elsewhere = total - free - own
         if held_elsewhere > OTHERS_HOLD_SHARE * total:  # no fact about the size and the card either
+            from opgate.gpu.judge.oom import BESIDE_OTHERS_KEY
+
             earlier = (f", {held_before / 2**30:.1f} GiB of it this process's from before the check"
                        if held_before > OTHERS_HOLD_SHARE * total / 4 else "")
             return self.result(
                 Outcome.ERROR, f"{case} ran out of memory while other processes held {held_elsewhere / 2**30:.1f} "
                 f"of the GPU's {total / 2**30:.1f} GiB{earlier} ({free / 2**30:.1f} GiB free now): opgate cannot "
                 "tell whether it fits this GPU alone",
-                remediation="Run again when the GPU is not shared (nvidia-smi lists what holds its memory).")
+                remediation="Run again when the GPU is not shared (nvidia-smi lists what holds its memory).",
+                extra={BESIDE_OTHERS_KEY: round(held_elsewhere / 2**30, 1)})
         return None
 
     def _graph_out_of_memory(self, torch: Any, case: str, timing_text: str, figures: list[Figure],

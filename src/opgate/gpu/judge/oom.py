@@ -24,6 +24,10 @@ from typing import Sequence
 GiB = 1 << 30
 OWN = "own"
 OTHERS = "others"
+# A result's extra key: the check could not judge a size because other processes held the GPU's memory (the GiB they
+# held). The runner's follow-up runs such a check again once with the GPU emptied of the run's idle workers
+# (verify/resume.follow_up, CheckTask.gpu_alone).
+BESIDE_OTHERS_KEY = "out_of_memory_beside_others_gib"
 UNMEASURED = "unmeasured"
 # What used memory outside this process's allocators may be without another process: this process's CUDA context
 # (~0.5 GiB on an H200 with torch and CuPy loaded), cuBLAS/cuDNN workspaces and the driver's reservations; 5% of the
