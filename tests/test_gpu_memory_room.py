@@ -87,6 +87,7 @@ def test_a_measurement_run_again_alone_ends_every_idle_holder_but_its_own_worker
         pool.make_gpu_room(dataclasses.replace(measurement, gpu_alone=True), ("GPU-x",), read=lambda keys: reading)
         assert {worker.key for worker in pool.idle} == {"a"}
         assert pool.events["ended idle to free GPU memory"] == 2
+        assert pool.events["measurements run again with their GPU emptied"] == 1
     finally:
         pool.close()
 

@@ -594,6 +594,8 @@ class WarmPool:
         kind wants, end the idle warm workers and spares that hold the most of it (engine/gpu_memory.py), all but
         the one `take` would give `task`. `read`: NVML's reading (tests pass their own)."""
         now = time.perf_counter()
+        if task.gpu_alone:  # the report counts them (its warm-worker events)
+            self.events["measurements run again with their GPU emptied"] += 1
         if not task.exclusive and now - self._memory_read_at < gpu_memory.READ_EVERY_S:
             return
         self._memory_read_at = now
