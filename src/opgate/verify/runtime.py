@@ -213,7 +213,7 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
         jit = record_compiles()  # its compiles are quiet for a measurement window (engine/gpu_pause.py)
         clock = PhaseClock()
         # marked on disk while one runs: killed at its timeout, it is reported with the kernel it was compiling
-        with compiles_marked(warm_up_folder(ctx.options)):
+        with compiles_marked(warm_up_folder(ctx.options)), runtime_autotuning() as within_limit:
             op, note, retried = self._first_call(options, torch, upstream_kept_on_device, clock)
         _WARMED_UP_HERE.add(_warm_up_key(options))
         if op is not None and options.work_count_path:  # counted here, not in the measurement that holds the GPU
@@ -230,7 +230,8 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
                                   "phase_s": clock.laps, "compiles": int(jit.get("compiles", 0)),
                                   "compile_s": float(jit.get("seconds", 0.0)), "autotune": jit.get("autotune"),
                                   **({} if note == COMPILED else {"raised": note}),
-                                  **({"out_of_memory_retried": retried} if retried else {})})
+                                  **({"out_of_memory_retried": retried} if retried else {}),
+                                  **({"autotune_within_limit": within_limit} if within_limit else {})})
 
     @staticmethod
     def _first_call(options: GpuStagePayload, torch: Any, upstream_kept_on_device: Any,
@@ -267,6 +268,28 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
             retried.append(note)
             _wait_for_warm_up_room(torch, note)
             clock.lap("room")
+
+
+def runtime_autotuning() -> Any:
+    """The scope the runtime stage's warm-ups and timings call the implementation in: Triton's autotuning as it is,
+    or over the configs within the per-thread limit where OPGATE_RUNTIME_AUTOTUNE=within-limit asks
+    (verify/backends/autotune_choice.py); it yields that scope's summary ({} for Triton's own)."""
+    import contextlib
+
+    from opgate.verify.backends import autotune_choice
+
+    if autotune_choice.within_limit_wanted():
+        return autotune_choice.configs_within_limit()
+    return contextlib.nullcontext({})
+
+
+def with_autotuning(result: CheckResult, within_limit: Mapping[str, Any]) -> CheckResult:
+    """The runtime result with what its within-limit autotuning benchmarked and left out, per kernel."""
+    if not within_limit:
+        return result
+    import dataclasses
+
+    return dataclasses.replace(result, extra={**(result.extra or {}), "autotune_within_limit": dict(within_limit)})
 
 
 def _raised(exc: BaseException) -> str:
@@ -359,8 +382,9 @@ class VerifyRuntimeCheck(GpuStageCheck):
         options, torch = self.begin(ctx)
         # a gradient twin's upstream gradients stay on the GPU across the calls: the timing and the capture see
         # its forward and backward kernels, not opgate drawing and copying an upstream gradient for every call
-        with upstream_kept_on_device():
-            return self._timed(ctx, options, torch)
+        with upstream_kept_on_device(), runtime_autotuning() as within_limit:
+            result = self._timed(ctx, options, torch)
+        return with_autotuning(result, within_limit)
 
     def _timed(self, ctx: CheckContext, options: GpuStagePayload, torch: Any) -> CheckResult:
         from opgate.gpu.probes.device_memory import held_by_this_process

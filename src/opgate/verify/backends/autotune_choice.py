@@ -24,6 +24,15 @@ would be stored as if it had been timed) autotunes as it does. Outside that scop
 timings, in the same warm worker) Triton autotunes as usual:
 the keys the scope chose are taken out of the autotuners' caches when it ends. `OPGATE_AUTOTUNE=benchmark` keeps
 Triton's own autotuning in the numerics too.
+
+The runtime stage times what Triton's autotuner keeps, so its warm-ups autotune every config at the timing size. With
+`OPGATE_RUNTIME_AUTOTUNE=within-limit` (`configs_within_limit()`) they and the timings autotune over the configs
+within the same per-thread limit instead (all of them where none is), benchmarking each as Triton does. A candidate
+for the library's wall time, off until a GPU run shows it: on one CPU core fla's swish_fwd_kernel at the library's
+timing width (D = 11008) compiled its 30 configs for sm_90 in 19.7 s, 10.3 s of it in the 3 configs over 64 elements
+a thread, while the runtime warm-ups of a library run spent 1,100 of their 2,060 s compiling (fiftieth session). Such a
+config spills to local memory; whether the autotuner ever keeps one at a library's timing sizes is what that run must
+show (the runtime result lists what was left out).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 AUTOTUNE_ENV = "OPGATE_AUTOTUNE"
+RUNTIME_AUTOTUNE_ENV = "OPGATE_RUNTIME_AUTOTUNE"  # "within-limit": configs_within_limit() in the runtime stage
 # At most this many elements of a block per thread at a key (module docstring): 64 keeps a 2048-wide block in one warp
 # and a 65536-wide row in 32 warps. On one CPU core (benchmarks/compile_per_thread.py) an 8192-element block compiled
 # in 0.35 s at 64 a thread, 1.2 s at 128 and 4.9 s at 256; a 65536-wide row in 0.17 s at 64, 9.6 s at 512 and 182 s
@@ -54,6 +64,9 @@ class _Scope:
     """What the patched Autotuner does while a numerics check runs."""
 
     active: bool = False
+    # "rotate" (rotating_configs: one config per key, no benchmark) or "within limit" (configs_within_limit: Triton
+    # benchmarks the configs within the per-thread limit, and its choices stay cached)
+    mode: str = "rotate"
     added: list[tuple[Any, Any]] = field(default_factory=list)  # (tuner, key) entries made inside the scope
     summary: dict[str, Any] = field(default_factory=dict)  # kernel -> {"configs": n, "ran": {key: config}}
     used: dict[str, str] = field(default_factory=dict)  # kernel -> the config of its last call (take_used)
@@ -149,12 +162,9 @@ def warp_threads() -> int:
         return 32
 
 
-def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
-    """One of `configs` for this call's key: a stable rotation by the kernel's name and the key over the configs
-    within the elements-per-thread limit (or, when none is, those nearest it), skipping configs that already failed
-    to compile or launch at this key; the others follow, cheapest first, should every one of those fail."""
-    key = tuning_key(tuner, kwargs)
-    name = kernel_name(tuner)
+def within_limit(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(the configs within the elements-per-thread limit at this call, or those nearest it when none is; the others,
+    fewest elements a thread first)."""
     constexprs = _constexpr_names(tuner)
     named = {**(tuner.nargs or {}), **kwargs}
     call = {k: v for k, v in named.items() if k in constexprs}
@@ -162,6 +172,23 @@ def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
     bound = max(ELEMENTS_PER_THREAD_LIMIT, min(held for _, held in load))
     eligible = [c for c, held in load if held <= bound]
     over = [c for c, held in sorted(load, key=lambda pair: pair[1]) if held > bound]
+    return eligible, over
+
+
+def _note_left_out(entry: dict[str, Any], over: list[Any]) -> None:
+    """Count, per config, the keys it was left out at (the report's 'over_thread_limit')."""
+    left_out = entry.setdefault("over_thread_limit", {}) if over else {}
+    for skipped in over:
+        left_out[describe(skipped)] = left_out.get(describe(skipped), 0) + 1
+
+
+def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
+    """One of `configs` for this call's key: a stable rotation by the kernel's name and the key over the configs
+    within the elements-per-thread limit (or, when none is, those nearest it), skipping configs that already failed
+    to compile or launch at this key; the others follow, cheapest first, should every one of those fail."""
+    key = tuning_key(tuner, kwargs)
+    name = kernel_name(tuner)
+    eligible, over = within_limit(tuner, kwargs, configs)
     start = zlib.crc32(f"{name}{key!r}".encode()) % len(eligible)
     ordered = eligible[start:] + eligible[:start] + over
     failed = _SCOPE.retrying.get(id(tuner), set())
@@ -169,10 +196,18 @@ def choose(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> Any:
     entry = _SCOPE.summary.setdefault(name, {"configs": len(tuner.configs), "ran": {}})
     if len(entry["ran"]) < 64:  # a long plan lists the first 64 keys; each failing case names its own config
         entry["ran"][repr(key)] = describe(config)
-    left_out = entry.setdefault("over_thread_limit", {}) if over else {}
-    for skipped in over:  # config -> at how many keys it was left out
-        left_out[describe(skipped)] = left_out.get(describe(skipped), 0) + 1
+    _note_left_out(entry, over)
     return config
+
+
+def benchmarked_within_limit(tuner: Any, kwargs: dict[str, Any], configs: list[Any]) -> list[Any]:
+    """The configs Triton's autotuner benchmarks at this key inside configs_within_limit(), noted in the summary."""
+    eligible, over = within_limit(tuner, kwargs, configs)
+    entry = _SCOPE.summary.setdefault(kernel_name(tuner), {"configs": len(tuner.configs), "benchmarked": {}})
+    if len(entry["benchmarked"]) < 64:
+        entry["benchmarked"][repr(tuning_key(tuner, kwargs))] = len(eligible)
+    _note_left_out(entry, over)
+    return eligible
 
 
 def _resource_errors() -> tuple[type[BaseException], ...]:
@@ -215,17 +250,25 @@ def install() -> bool:
         configs = original_prune(self, kwargs, *args, **more)
         if not steered(self) or len(configs) <= 1:
             return configs
+        if _SCOPE.mode != "rotate":
+            return benchmarked_within_limit(self, kwargs, list(configs))
         return [choose(self, kwargs, list(configs))]
 
     def bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
         # A Triton without the one-config shortcut benchmarks the single pruned config: no need, it is the choice.
-        if steered(self):
+        if steered(self) and _SCOPE.mode == "rotate":
             return [0.0, 0.0, 0.0]
         return original_bench(self, *args, config=config, **meta)
 
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _SCOPE.active:
             return original_run(self, *args, **kwargs)
+        if _SCOPE.mode != "rotate":  # Triton's own autotuning over fewer configs: its errors are its own
+            _SCOPE.inside_run.add(id(self))
+            try:
+                return original_run(self, *args, **kwargs)
+            finally:
+                _SCOPE.inside_run.discard(id(self))
         # configs that failed in this call; once one runs, the key is cached with it and never chosen again
         failed_here = _SCOPE.retrying.setdefault(id(self), set())
         _SCOPE.inside_run.add(id(self))
@@ -267,7 +310,7 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
     if _SCOPE.active or not install():
         yield {}
         return
-    _SCOPE.active = True
+    _SCOPE.active, _SCOPE.mode = True, "rotate"
     _SCOPE.summary = {}
     try:
         yield _SCOPE.summary
@@ -278,4 +321,27 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
         _SCOPE.added.clear()
         _SCOPE.used.clear()
         _SCOPE.retrying.clear()
+        _SCOPE.inside_run.clear()
+
+
+def within_limit_wanted() -> bool:
+    """Whether OPGATE_RUNTIME_AUTOTUNE=within-limit asks the runtime stage for configs_within_limit()."""
+    return os.environ.get(RUNTIME_AUTOTUNE_ENV, "").strip().lower() == "within-limit"
+
+
+@contextlib.contextmanager
+def configs_within_limit() -> Iterator[dict[str, Any]]:
+    """Inside: Triton's autotuner benchmarks only the configs within ELEMENTS_PER_THREAD_LIMIT at each new key (all
+    of them where none is), and keeps its choice cached, as it keeps every choice; yields the summary (kernel -> its
+    config count, how many were benchmarked at each key, the configs left out). Nested in another scope, or without
+    Triton, it changes nothing."""
+    if _SCOPE.active or not install():
+        yield {}
+        return
+    _SCOPE.active, _SCOPE.mode = True, "within limit"
+    _SCOPE.summary = {}
+    try:
+        yield _SCOPE.summary
+    finally:
+        _SCOPE.active, _SCOPE.mode = False, "rotate"
         _SCOPE.inside_run.clear()
