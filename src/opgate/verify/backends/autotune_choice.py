@@ -28,9 +28,9 @@ Triton's own autotuning in the numerics too.
 The runtime stage times what Triton's autotuner keeps, so its warm-ups autotune every config at the timing size. With
 `OPGATE_RUNTIME_AUTOTUNE=within-limit` (`configs_within_limit()`) they and the timings autotune over the configs
 within the same per-thread limit instead (all of them where none is), benchmarking each as Triton does. A candidate
-for the library's wall time, off until a GPU run shows it: on one CPU core fla's swish_fwd_kernel at the library's
-timing width (D = 11008) compiled its 30 configs for sm_90 in 19.7 s, 10.3 s of it in the 3 configs over 64 elements
-a thread, while the runtime warm-ups of a library run spent 1,100 of their 2,060 s compiling (fiftieth session). Such a
+for the library's wall time, off until a GPU run shows it: on the 2-core CPU machine fla's swish_fwd_kernel at the
+library's timing width (D = 11008) compiled its 30 configs for sm_90 in 9.4 s, 6.0 s of it in the 3 configs over 64
+elements a thread (benchmarks/autotune_configs_compile.py), while the runtime warm-ups of a library run spent 1,100 of their 2,060 s compiling (fiftieth session). Such a
 config spills to local memory; whether the autotuner ever keeps one at a library's timing sizes is what that run must
 show (the runtime result lists what was left out).
 """
