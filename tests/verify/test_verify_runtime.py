@@ -363,6 +363,13 @@ def test_the_warm_ups_summary_adds_their_steps_compiles_and_autotuning_and_names
     assert warm_up_summary([failed, retried])["retried"] == {
         "norm.norm.float32": {"out_of_memory": 1, "then_compiled": True},
         "loss.loss.float32": {"out_of_memory": 2, "then_compiled": False}}
+    assert "within_limit" not in summary
+    # OPGATE_RUNTIME_AUTOTUNE=within-limit: the keys autotuned over fewer configs and the configs left out there
+    retried.extra["autotune_within_limit"] = {
+        "swish_fwd_kernel": {"configs": 30, "benchmarked": {"(11008,)": 27},
+                             "over_thread_limit": {"B=8192, num_warps=1": 1, "B=8192, num_warps=2": 1,
+                                                   "B=4096, num_warps=1": 1}}}
+    assert warm_up_summary([retried])["within_limit"] == {"keys": 1, "configs_left_out": 3}
 
 
 def test_the_warm_ups_first_call_times_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -352,8 +352,15 @@ def warm_up_summary(results: Sequence[CheckResult]) -> dict[str, Any]:
     retried = {_warm_up_name(check): {"out_of_memory": len(extra["out_of_memory_retried"]),
                                       "then_compiled": not extra.get("raised")}
                for check, extra in extras.items() if extra.get("out_of_memory_retried")}
+    # OPGATE_RUNTIME_AUTOTUNE=within-limit: how many keys autotuned over fewer configs, and how many configs were left
+    # out at them in all (autotune_choice.configs_within_limit)
+    limited = [extra["autotune_within_limit"] for extra in extras.values()
+               if isinstance(extra.get("autotune_within_limit"), dict)]
+    within = {"keys": sum(len(entry.get("benchmarked") or {}) for summary in limited for entry in summary.values()),
+              "configs_left_out": sum(sum((entry.get("over_thread_limit") or {}).values())
+                                      for summary in limited for entry in summary.values())} if limited else {}
     return {"tasks": len(extras), "seconds": total("seconds"), **({"raised": raised} if raised else {}),
-            **({"retried": retried} if retried else {}),
+            **({"retried": retried} if retried else {}), **({"within_limit": within} if within else {}),
             "phase_s": {step: total(step, "phase_s") for step in ("load", "inputs", "call", "room", "work_count")},
             "compiles": int(total("compiles")), "compile_s": total("compile_s"),
             "autotune_runs": int(total("runs", "autotune")) if counted else None,
