@@ -284,12 +284,16 @@ def runtime_autotuning() -> Any:
 
 
 def with_autotuning(result: CheckResult, within_limit: Mapping[str, Any]) -> CheckResult:
-    """The runtime result with what its within-limit autotuning benchmarked and left out, per kernel."""
-    if not within_limit:
+    """The runtime result, where OPGATE_RUNTIME_AUTOTUNE=within-limit asked, with that said and what its own
+    autotuning benchmarked and left out, per kernel (empty where its warm-up or Triton's disk cache had chosen)."""
+    from opgate.verify.backends import autotune_choice
+
+    if not autotune_choice.within_limit_wanted():
         return result
     import dataclasses
 
-    return dataclasses.replace(result, extra={**(result.extra or {}), "autotune_within_limit": dict(within_limit)})
+    return dataclasses.replace(result, extra={**(result.extra or {}), "autotune_within_limit": dict(within_limit),
+                                              "autotune_scope": f"{autotune_choice.RUNTIME_AUTOTUNE_ENV}=within-limit"})
 
 
 def _raised(exc: BaseException) -> str:
