@@ -51,6 +51,17 @@ def gpu_available() -> tuple[bool, str]:
     return reason is None, reason or ""
 
 
+def interpreted_child_json(code: str, timeout: float = 240) -> Any:
+    """Run `code` in a child under Triton's CPU interpreter (chosen when triton is imported, so not in this process)
+    and return the JSON of its last line of output."""
+    import json
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(SRC)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_opgate(args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(env or os.environ)
     env.setdefault("PYTHONPATH", child_pythonpath())

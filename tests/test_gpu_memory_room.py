@@ -45,12 +45,17 @@ def _task(name: str, key: str, exclusive: bool = False) -> CheckTask:
     return CheckTask(name, name, "planted_checks:PidCheck", 60.0, CheckContext(), worker=key, exclusive=exclusive)
 
 
+def _idle_workers(pool: WarmPool, keys: tuple[str, ...]) -> dict[str, int]:
+    """One idle warm worker of each key, by key: its pid."""
+    for key in keys:
+        run_checks([_task(f"warm {key}", key)], jobs=1, pool=pool)
+    return {worker.key: worker.proc.pid for worker in pool.idle}
+
+
 def test_make_gpu_room_ends_the_idle_holders_but_not_the_worker_the_task_will_get(tmp_path) -> None:
     pool = WarmPool(tmp_path, limit=8)
     try:
-        for key in ("a", "b", "c"):
-            run_checks([_task(f"warm {key}", key)], jobs=1, pool=pool)
-        pids = {worker.key: worker.proc.pid for worker in pool.idle}
+        pids = _idle_workers(pool, ("a", "b", "c"))
         # the measurement of key "a" wants half of an 80 GiB card: "b" and "c" hold 30 and 10 GiB, "a" 20 GiB
         reading = GpuMemory(free=5 * GIB, total=80 * GIB,
                             used_by_pid={pids["a"]: 20 * GIB, pids["b"]: 30 * GIB, pids["c"]: 10 * GIB})
@@ -76,9 +81,7 @@ def test_a_measurement_run_again_alone_ends_every_idle_holder_but_its_own_worker
 
     pool = WarmPool(tmp_path, limit=8)
     try:
-        for key in ("a", "b", "c"):
-            run_checks([_task(f"warm {key}", key)], jobs=1, pool=pool)
-        pids = {worker.key: worker.proc.pid for worker in pool.idle}
+        pids = _idle_workers(pool, ("a", "b", "c"))
         reading = GpuMemory(free=60 * GIB, total=80 * GIB,
                             used_by_pid={pids["a"]: GIB, pids["b"]: GIB, pids["c"]: GIB})
         measurement = _task("measure a", "a", exclusive=True)

@@ -4,18 +4,13 @@ and Triton's own autotuning back once the scope ends."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from opgate_testing import interpreted_child_json
 
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent("""
     import json, sys
@@ -117,10 +112,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return interpreted_child_json(CHILD)
 
 
 def test_each_key_runs_one_config_and_the_plan_spreads_over_them(runs: dict) -> None:

@@ -5,18 +5,13 @@ that it stays cached are Triton's code and the scope's."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from opgate_testing import interpreted_child_json
 
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent("""
     import json
@@ -69,10 +64,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return interpreted_child_json(CHILD)
 
 
 def test_only_the_configs_within_the_limit_are_benchmarked_and_the_fastest_of_them_kept(runs: dict) -> None:

@@ -303,25 +303,33 @@ def wanted() -> bool:
 
 
 @contextlib.contextmanager
-def rotating_configs() -> Iterator[dict[str, Any]]:
-    """Inside: autotuned kernels run one config per key (module docstring); yields the summary (kernel -> its
-    config count and the config each key ran) for the report's facts. On exit the autotuners forget the keys
-    chosen inside, so a timing check in the same process autotunes them as Triton does."""
+def _scope(mode: str) -> Iterator[dict[str, Any]]:
+    """The patched Autotuner steered in `mode` while inside; nested in another scope, or without Triton, nothing
+    changes and the summary is empty. Every mode's bookkeeping is cleared on exit; the rotation's choices too."""
     if _SCOPE.active or not install():
         yield {}
         return
-    _SCOPE.active, _SCOPE.mode = True, "rotate"
+    _SCOPE.active, _SCOPE.mode = True, mode
     _SCOPE.summary = {}
     try:
         yield _SCOPE.summary
     finally:
-        _SCOPE.active = False
-        for tuner, key in _SCOPE.added:
+        _SCOPE.active, _SCOPE.mode = False, "rotate"
+        for tuner, key in _SCOPE.added:  # only the rotation records its choices, to take them back
             tuner.cache.pop(key, None)
         _SCOPE.added.clear()
         _SCOPE.used.clear()
         _SCOPE.retrying.clear()
         _SCOPE.inside_run.clear()
+
+
+@contextlib.contextmanager
+def rotating_configs() -> Iterator[dict[str, Any]]:
+    """Inside: autotuned kernels run one config per key (module docstring); yields the summary (kernel -> its
+    config count and the config each key ran) for the report's facts. On exit the autotuners forget the keys
+    chosen inside, so a timing check in the same process autotunes them as Triton does."""
+    with _scope("rotate") as summary:
+        yield summary
 
 
 def within_limit_wanted() -> bool:
@@ -335,13 +343,5 @@ def configs_within_limit() -> Iterator[dict[str, Any]]:
     of them where none is), and keeps its choice cached, as it keeps every choice; yields the summary (kernel -> its
     config count, how many were benchmarked at each key, the configs left out). Nested in another scope, or without
     Triton, it changes nothing."""
-    if _SCOPE.active or not install():
-        yield {}
-        return
-    _SCOPE.active, _SCOPE.mode = True, "within limit"
-    _SCOPE.summary = {}
-    try:
-        yield _SCOPE.summary
-    finally:
-        _SCOPE.active, _SCOPE.mode = False, "rotate"
-        _SCOPE.inside_run.clear()
+    with _scope("within limit") as summary:
+        yield summary
