@@ -90,6 +90,21 @@ def test_a_check_still_running_at_the_stop_counts_as_busy_until_the_last_event_a
     assert lines[header + 1].split() == ["0", "s", "1.0", "1.0", "2.0"]
 
 
+def test_a_check_queued_again_after_its_first_try_is_named_with_why(tmp_path: Path) -> None:
+    """A first try that a follow-up ran again leaves no result and no end in the timeline: the report's
+    extra.engine.run_again says which and why, and the summary names those not ended at the stop."""
+    report = _report()
+    report["interrupted"] = True
+    report["extra"]["timeline"] = {"verify.norm.norm.float16": [320.0]}
+    report["extra"]["engine"]["run_again"] = {
+        "verify.norm.norm.float16": ["alone on its GPU (cases out of memory beside other processes)"],
+        "verify.loss.loss.float32.runtime": ["with every idle worker ended first (out of memory beside them)"]}
+    lines = _summary_lines(tmp_path, report)
+    assert ("run again: 2 tasks, {'alone on its GPU (cases out of memory beside other processes)': 1, 'with every "
+            "idle worker ended first (out of memory beside them)': 1}; queued again and not ended at the stop: "
+            "norm.norm.float16") in lines
+
+
 def test_it_counts_the_compile_ahead_tasks_that_ran_before_their_plan(tmp_path: Path) -> None:
     """A compile-ahead task helps only before its plan is written: of all, and of the plans written last."""
     report = _report()

@@ -94,7 +94,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
     for stage, pairs in sorted(spans.items()):
         lines.append(f"  {stage} ran from {min(p[0] for p in pairs):.0f} s to {max(p[1] for p in pairs):.0f} s: "
                      f"{len(pairs)} tasks, {sum(e - s for s, e in pairs):.0f} s of slot time")
-    lines += _critical_path(timeline, stage_of, engine.get("calibration_spans_s", {}))
+    lines += _critical_path(timeline, stage_of, engine.get("calibration_spans_s", {}), engine.get("run_again") or {})
     lines += _ahead_before_plans(timeline, engine.get("calibration_spans_s", {}))
     lines += _busy(report)
     completed = engine.get("files_completed_s", {})
@@ -185,7 +185,7 @@ def _busy(report: dict) -> list[str]:
     return lines
 
 
-def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict) -> list[str]:
+def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict, run_again: dict) -> list[str]:
     """What the side-by-side work ended on: the last plan written, the last numerics checks (and whether a running
     compile-ahead task held one back: it ended as the check began), and the last runtime warm-ups before the first
     measurement."""
@@ -200,9 +200,14 @@ def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict) -> l
     numerics = sorted((end, start, check) for check, (start, end) in ends.items() if stage_of.get(check) == "numerics")
     unfinished = sorted((float(times[0]), check) for check, times in timeline.items()
                         if len(times) == 1 and not check.endswith(("_warm_up", "compile_ahead")))
-    if unfinished:  # an interrupted run's checks still running at the stop
+    if unfinished:  # an interrupted run's checks still running at the stop, or queued again after a first try
         lines.append(f"unfinished at the stop: {len(unfinished)} checks, the earliest begun: " + ", ".join(
             f"{check.removeprefix('verify.')} at {start:.0f} s" for start, check in unfinished[:4]))
+    if run_again:  # tasks the follow-up ran again (verify/resume.NotedFollowUps): their first tries left no result
+        why = collections.Counter(reason for reasons in run_again.values() for reason in reasons)
+        waiting = [check.removeprefix("verify.") for _, check in unfinished if check in run_again]
+        lines.append(f"run again: {len(run_again)} tasks, {dict(why)}"
+                     + (f"; queued again and not ended at the stop: {', '.join(waiting[:4])}" if waiting else ""))
     for end, start, check in numerics[-3:]:
         ahead = ends.get(f"{check}.compile_ahead")
         held = (f"; its compile-ahead task ran {ahead[0]:.0f}-{ahead[1]:.0f} s" if ahead and ahead[1] >= start - 1.0

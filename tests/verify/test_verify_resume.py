@@ -354,7 +354,7 @@ def test_a_measurement_that_ran_out_of_memory_beside_idle_workers_runs_again_onc
     from opgate.checks.base import CheckContext
     from opgate.engine.runner import CheckTask
     from opgate.gpu.judge.oom import BESIDE_OTHERS_KEY
-    from opgate.verify.resume import follow_up
+    from opgate.verify.resume import NotedFollowUps, follow_up
 
     task = CheckTask("verify.x.y.float32.runtime", "x", "opgate.verify.runtime:VerifyRuntimeCheck", 300.0,
                      CheckContext(verb="verify", options={}), exclusive=True, uses_gpu=True)
@@ -362,6 +362,10 @@ def test_a_measurement_that_ran_out_of_memory_beside_idle_workers_runs_again_onc
                          "processes held 27.1 of the GPU's 79.2 GiB", extra={BESIDE_OTHERS_KEY: 27.1})
     assert follow_up(task, beside) == dataclasses.replace(task, gpu_alone=True)
     assert follow_up(dataclasses.replace(task, gpu_alone=True), beside) is beside  # emptied already: it stands
+    noted = NotedFollowUps()  # the engine's hook: the same, noting each task run again and why
+    assert noted(task, beside) == dataclasses.replace(task, gpu_alone=True)
+    assert noted(dataclasses.replace(task, gpu_alone=True), beside) is beside
+    assert noted.run_again == {task.check_id: ["with every idle worker ended first (out of memory beside them)"]}
     other_error = CheckResult(task.check_id, "x", Outcome.ERROR, "an exception in opgate", extra={})
     assert follow_up(task, other_error) is other_error
     side_by_side = dataclasses.replace(task, exclusive=False)  # not a measurement: its own path, not this one
@@ -381,6 +385,9 @@ def test_a_case_whose_process_ran_out_of_memory_is_judged_in_a_fresh_one_not_a_c
     assert "crashes" not in result["extra"] and result["extra"]["failure_class"] == ""
     assert all(row["passed"] for row in result["extra"]["cases"])
     assert [path.read_text() for path in (tmp_path / "marks").iterdir()] == ["1"] * len(crash_cases())
+    # the report says which tasks ran again, and why (their first tries leave no result)
+    again = report["extra"]["engine"]["run_again"]["verify.double.out_of_memory.float32"]
+    assert again and set(again) == {"in a fresh process (its process died or lost its CUDA context)"}
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ from opgate.verify.gradients import with_gradient_operators
 from opgate.verify.inputs import Case, budget_plan
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resumed import ResumedChecks, keepable
-from opgate.verify.resume import follow_up as resume_after_crash
+from opgate.verify.resume import NotedFollowUps
 from opgate.core.spec import Operator
 
 CHECK_TARGET = "opgate.verify.check:VerifyImplementationCheck"  # the numerics check (resume.py reads it)
@@ -720,9 +720,11 @@ def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks |
             # the process's age when the checks start: its interpreter, imports and spec load (engine/workdirs.py)
             prepared.info["engine"]["process_age_at_checks_s"] = process_age_s()
             prepared.calibrator.start()
+            follow_ups = NotedFollowUps()  # the tasks run again, and why: in the report as the run goes
+            prepared.info["engine"]["run_again"] = follow_ups.run_again
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
-                                     follow_up=resume_after_crash, pool=pool, feed=prepared.feed)
+                                     follow_up=follow_ups, pool=pool, feed=prepared.feed)
                 checked[:] = [report]
             except RunInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True

@@ -486,6 +486,30 @@ def follow_up(task: Any, result: CheckResult) -> Any:
     return task
 
 
+class NotedFollowUps:
+    """follow_up, noting each task it runs again and why, by check id (the report's extra.engine.run_again). A task
+    queued again leaves no result of its first try: without this an interrupted run's report showed FlagGems' norm
+    checks as begun at 320-400 s and never ended, when their first tries had ended and they waited to run alone
+    (fiftieth session)."""
+
+    def __init__(self) -> None:
+        self.run_again: dict[str, list[str]] = {}
+
+    def __call__(self, task: Any, result: CheckResult) -> Any:
+        after = follow_up(task, result)
+        if not isinstance(after, CheckResult):
+            self.run_again.setdefault(task.check_id, []).append(_why_again(task, after))
+        return after
+
+
+def _why_again(task: Any, again: Any) -> str:
+    if getattr(again, "gpu_alone", False) and not getattr(task, "gpu_alone", False):
+        return "with every idle worker ended first (out of memory beside them)"
+    if getattr(again, "exclusive", False) and not getattr(task, "exclusive", False):
+        return "alone on its GPU (cases out of memory beside other processes)"
+    return "in a fresh process (its process died or lost its CUDA context)"
+
+
 def cases_out_of_memory_beside_others(result: CheckResult) -> list[int]:
     """The plan indices of the cases a numerics check could not judge because, out of memory twice, other processes
     held the GPU's memory (opgate.gpu.judge.oom: cause "others"; verify/check.py records each case's index)."""
