@@ -98,6 +98,20 @@ def test_the_choices_stay_cached_and_triton_autotunes_every_config_outside(runs:
     assert runs["nested"] == {}
 
 
+def test_another_value_is_one_line_and_exit_2_before_any_work(tmp_path) -> None:
+    import os
+    from pathlib import Path
+
+    from opgate_testing import run_opgate
+
+    spec = Path(__file__).resolve().parents[1] / "data" / "verify" / "truth_corpus" / "softmax.py"
+    env = {**os.environ, "OPGATE_RUNTIME_AUTOTUNE": "fastest"}
+    proc = run_opgate(["verify", str(spec), "--stages", "numerics,runtime", "--out", str(tmp_path / "out")], env=env)
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-1000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "OPGATE_RUNTIME_AUTOTUNE='fastest'" in lines[0] and "within-limit" in lines[0]
+
+
 def test_the_environment_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from opgate.verify.backends import autotune_choice
     from opgate.verify.runtime import runtime_autotuning

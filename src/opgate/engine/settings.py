@@ -35,3 +35,11 @@ def process_count(name: str) -> int | None:
     if not given.isdigit() or int(given) < 1:
         raise InputError(f"{name}={given!r}: not a number of processes; give a positive integer or unset it")
     return int(given)
+
+
+def choice(name: str, allowed: tuple[str, ...]) -> str:
+    """The value environment variable `name` gives, one of `allowed` (lower-cased); "" when it is unset or empty."""
+    given = os.environ.get(name, "").strip()
+    if given and given.lower() not in allowed:
+        raise InputError(f"{name}={given!r}: not one of {', '.join(allowed)}; give one of them or unset it")
+    return given.lower()

@@ -151,7 +151,10 @@ class RuntimeStage(_GpuStage):
         return slot_fraction(WARM_UP_SLOT_FLOOR_ENV, self.default_warm_up_slot_floor, self.warm_up_slot_share)
 
     def check_settings(self) -> None:
+        from opgate.verify.backends.autotune_choice import within_limit_wanted
+
         self.warm_up_slot_floor  # noqa: B018 - raises InputError for a bad OPGATE_WARM_UP_SLOT_FLOOR
+        within_limit_wanted()  # ... and for a bad OPGATE_RUNTIME_AUTOTUNE
 
     def payload_fields(self, plan: OperatorPlan, dtype: str) -> dict[str, object]:
         # one count per operator x dtype, shared by its implementations: the warm-ups count, the measurements read

@@ -333,8 +333,11 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
 
 
 def within_limit_wanted() -> bool:
-    """Whether OPGATE_RUNTIME_AUTOTUNE=within-limit asks the runtime stage for configs_within_limit()."""
-    return os.environ.get(RUNTIME_AUTOTUNE_ENV, "").strip().lower() == "within-limit"
+    """Whether OPGATE_RUNTIME_AUTOTUNE=within-limit asks the runtime stage for configs_within_limit() ("all", or
+    unset: Triton's autotuning over every config); another value is an InputError."""
+    from opgate.engine.settings import choice
+
+    return choice(RUNTIME_AUTOTUNE_ENV, ("all", "within-limit")) == "within-limit"
 
 
 @contextlib.contextmanager
