@@ -76,7 +76,8 @@ def test_only_the_configs_within_the_limit_are_benchmarked_and_the_fastest_of_th
     assert runs["wide_kept"] == 8
     entry = runs["summary"]["write_wide"]
     assert entry["configs"] == 5 and set(entry["benchmarked"].values()) == {3} and len(entry["benchmarked"]) == 3
-    assert entry["over_thread_limit"] == {"B=8192, num_warps=1, num_stages=3": 3, "B=8192, num_warps=2, num_stages=3": 3}
+    assert entry["over_thread_limit"] == {"B=8192, num_warps=1, num_stages=3": 3,
+                                          "B=8192, num_warps=2, num_stages=3": 3}
 
 
 def test_a_block_over_the_limit_in_every_config_keeps_the_configs_nearest_it(runs: dict) -> None:

@@ -30,9 +30,9 @@ The runtime stage times what Triton's autotuner keeps, so its warm-ups autotune 
 within the same per-thread limit instead (all of them where none is), benchmarking each as Triton does. A candidate
 for the library's wall time, off until a GPU run shows it: on the 2-core CPU machine fla's swish_fwd_kernel at the
 library's timing width (D = 11008) compiled its 30 configs for sm_90 in 9.4 s, 6.0 s of it in the 3 configs over 64
-elements a thread (benchmarks/autotune_configs_compile.py), while the runtime warm-ups of a library run spent 1,100 of their 2,060 s compiling (fiftieth session). Such a
-config spills to local memory; whether the autotuner ever keeps one at a library's timing sizes is what that run must
-show (the runtime result lists what was left out).
+elements a thread (benchmarks/autotune_configs_compile.py), and the runtime warm-ups of a library run spent 1,100 of
+their 2,060 s compiling (fiftieth session). Such a config spills to local memory; whether the autotuner ever keeps one
+at a library's timing sizes is what that run must show (scripts/gpu/autotune_winners.py reads the run's choices).
 """
 
 from __future__ import annotations
