@@ -362,7 +362,8 @@ def apart_processes(processes: int, share: float) -> int:
     with more processes on a host whose cores are full. Measured (fiftieth session, one H100, the 5-process arm first):
     5 ended the calibration at 284 s against 313 s, but the numerics at 465 s against 460 s and the runtime warm-ups
     no sooner; the two more processes held 9-10 GiB of GPU memory, and four norm checks, queued again to run alone
-    after an out-of-memory error, waited for the warm-ups. OPGATE_CALIBRATION_APART_PROCESSES sets it, for such an A/B."""
+    after an out-of-memory error, waited for the warm-ups. OPGATE_CALIBRATION_APART_PROCESSES sets it, for such an
+    A/B."""
     from opgate.engine.settings import process_count
 
     override = process_count(APART_PROCESSES_ENV)  # a bad value: InputError (the engine asks at the run's start)
