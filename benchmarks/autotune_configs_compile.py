@@ -17,10 +17,7 @@ import argparse
 import importlib
 import inspect
 import json
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +46,9 @@ def signature(jit: Any, pointers: set[str], dtype: str) -> dict[str, str]:
             for name, param in params.items()}
 
 
-def compile_seconds(jit: Any, sig: dict[str, str], constexprs: dict[str, Any], warps: int, stages: int) -> float:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["TRITON_CACHE_DIR"] = cache  # nothing from an earlier compile
-        source = ASTSource(jit, sig, constexprs=constexprs)
-        began = time.perf_counter()
-        triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
-        return time.perf_counter() - began
-
-
 def main(argv: list[str] | None = None) -> int:
+    from compile_per_thread import compile_seconds  # this folder's: one compile for sm_90 from a fresh cache
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernel", required=True, help="MODULE:NAME of an autotuned Triton kernel")
     parser.add_argument("--pointers", required=True, help="comma-separated pointer parameters")

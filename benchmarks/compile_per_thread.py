@@ -47,7 +47,9 @@ def row_logsumexp(x, out, width: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(out + row, tl.log(tl.sum(tl.exp(value - top), 0)) + top)
 
 
-def compile_seconds(kernel, signature: dict[str, str], constexprs: dict[str, int], warps: int) -> float:
+def compile_seconds(kernel, signature: dict[str, str], constexprs: dict[str, int], warps: int,
+                    stages: int = 3) -> float:
+    """One compile of `kernel` for sm_90 from scratch (a fresh Triton cache), in seconds; no GPU needed."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -55,7 +57,7 @@ def compile_seconds(kernel, signature: dict[str, str], constexprs: dict[str, int
         os.environ["TRITON_CACHE_DIR"] = cache  # nothing from an earlier compile
         source = ASTSource(kernel, {**signature, **{name: "constexpr" for name in constexprs}}, constexprs=constexprs)
         began = time.perf_counter()
-        triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": 3})
+        triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
         return time.perf_counter() - began
 
 

@@ -120,14 +120,16 @@ def test_the_environment_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(autotune_choice.RUNTIME_AUTOTUNE_ENV, raising=False)
     assert not autotune_choice.within_limit_wanted()
     with runtime_autotuning() as summary:  # Triton's own autotuning: no scope
-        assert summary == {}
+        assert summary is None
     from opgate.model.results import CheckResult, Outcome
     from opgate.verify.runtime import with_autotuning
 
     timed = CheckResult("verify.x.x.float32.runtime", "x", Outcome.PASSED, "9.0 us median", extra={"op": "x"})
-    assert with_autotuning(timed, {}) is timed
+    assert with_autotuning(timed, None) is timed
     monkeypatch.setenv(autotune_choice.RUNTIME_AUTOTUNE_ENV, "within-limit")
     assert autotune_choice.within_limit_wanted()
+    with runtime_autotuning() as summary:  # the scope's summary, empty until a key is autotuned in it
+        assert summary == {}
     # the report says the timing's config was chosen within the limit, even where its warm-up had chosen it
     assert with_autotuning(timed, {}).extra == {"op": "x", "autotune_within_limit": {},
                                                 "autotune_scope": "OPGATE_RUNTIME_AUTOTUNE=within-limit"}

@@ -271,29 +271,30 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
 
 
 def runtime_autotuning() -> Any:
-    """The scope the runtime stage's warm-ups and timings call the implementation in: Triton's autotuning as it is,
-    or over the configs within the per-thread limit where OPGATE_RUNTIME_AUTOTUNE=within-limit asks
-    (verify/backends/autotune_choice.py); it yields that scope's summary ({} for Triton's own)."""
+    """The scope the runtime stage's warm-ups and timings call the implementation in: Triton's autotuning as it is
+    (it yields None), or over the configs within the per-thread limit where OPGATE_RUNTIME_AUTOTUNE=within-limit asks
+    (verify/backends/autotune_choice.py; it yields that scope's summary)."""
     import contextlib
 
     from opgate.verify.backends import autotune_choice
 
     if autotune_choice.within_limit_wanted():
         return autotune_choice.configs_within_limit()
-    return contextlib.nullcontext({})
+    return contextlib.nullcontext(None)
 
 
-def with_autotuning(result: CheckResult, within_limit: Mapping[str, Any]) -> CheckResult:
-    """The runtime result, where OPGATE_RUNTIME_AUTOTUNE=within-limit asked, with that said and what its own
-    autotuning benchmarked and left out, per kernel (empty where its warm-up or Triton's disk cache had chosen)."""
-    from opgate.verify.backends import autotune_choice
-
-    if not autotune_choice.within_limit_wanted():
+def with_autotuning(result: CheckResult, within_limit: Mapping[str, Any] | None) -> CheckResult:
+    """The runtime result, where its config was chosen within the per-thread limit (`within_limit`, the scope's
+    summary; None: Triton's own autotuning), with that said and what its own autotuning benchmarked and left out, per
+    kernel (empty where its warm-up or Triton's disk cache had chosen)."""
+    if within_limit is None:
         return result
     import dataclasses
 
+    from opgate.verify.backends.autotune_choice import RUNTIME_AUTOTUNE_ENV
+
     return dataclasses.replace(result, extra={**(result.extra or {}), "autotune_within_limit": dict(within_limit),
-                                              "autotune_scope": f"{autotune_choice.RUNTIME_AUTOTUNE_ENV}=within-limit"})
+                                              "autotune_scope": f"{RUNTIME_AUTOTUNE_ENV}=within-limit"})
 
 
 def _raised(exc: BaseException) -> str:
