@@ -170,6 +170,35 @@ def test_nvml_names_a_warm_worker_that_holds_gpu_memory_by_the_pid_the_pool_know
 
 
 @pytest.mark.gpu
+def test_on_a_gpu_a_measurement_run_again_alone_ends_every_idle_holder_nvml_names(tmp_path) -> None:
+    """CheckTask.gpu_alone on a real card: idle workers holding 256 MiB each leave far more than half of it free, so a
+    measurement ends none of them; the same measurement run again alone ends every one but its own worker's."""
+    import dataclasses
+
+    pytest.importorskip("torch")
+    from opgate.engine.gpu_guard import keys_from_nvml
+
+    pool = WarmPool(tmp_path, limit=4)
+    try:
+        for key in ("a", "b", "c"):
+            task = CheckTask(f"hold {key}", f"hold {key}", "planted_checks:HoldsGpuMemoryCheck", 120.0,
+                             CheckContext(options={"mib": 256}), worker=key, uses_gpu=True)
+            (held,) = run_checks([task], jobs=1, pool=pool)
+            assert held.outcome is Outcome.PASSED, held.reason
+        measurement = CheckTask("m", "m", "planted_checks:PassingCheck", 60.0, CheckContext(), worker="a",
+                                exclusive=True, uses_gpu=True)
+        keys = keys_from_nvml(None)
+        pool.make_gpu_room(measurement, keys)
+        assert {worker.key for worker in pool.idle} == {"a", "b", "c"}
+        pool.make_gpu_room(dataclasses.replace(measurement, gpu_alone=True), keys)
+        assert {worker.key for worker in pool.idle} == {"a"}
+        assert pool.events["measurements run again with their GPU emptied"] == 1
+        assert pool.stats()["gpu_gib_freed"] >= 0.5
+    finally:
+        pool.close()
+
+
+@pytest.mark.gpu
 def test_a_warm_worker_gives_back_what_cupys_pool_kept_after_its_check(tmp_path) -> None:
     """A check through CuPy (a CUDA C implementation) leaves its blocks in CuPy's default pool; the idle worker must
     not hold them on the card (torch's cache is emptied the same way)."""
