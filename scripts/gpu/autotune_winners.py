@@ -1,6 +1,6 @@
 """Which config Triton's autotuner kept at each key of a run, read from the run's Triton cache: does it ever keep one
-that holds more than the per-thread limit (verify/backends/autotune_choice.py), which
-OPGATE_RUNTIME_AUTOTUNE=within-limit would leave out, and how much slower is the best config within the limit there?
+that holds more than the per-thread limit (verify/backends/autotune_choice.py), which the runtime stage leaves out
+unless OPGATE_RUNTIME_AUTOTUNE=all, and how much slower is the best config within the limit there?
 
 Triton stores each autotuning it benchmarked (with TRITON_CACHE_AUTOTUNING=1, as opgate's runtime stage sets it, or a
 kernel's cache_results) as `<kernel>.autotune.json` in its cache folder: the key and every config's timings. Run it

@@ -26,7 +26,8 @@ python3 scripts/gpu/gpu_memory_sampler.py --summary "$OUT/library/gpu_memory.jso
 [ -s "$OUT/library/run1.json" ] && python3 scripts/gpu/library_agreement.py "$OUT/library/run1.json" \
   > "$OUT/library/agreement.txt" 2>&1
 # which config Triton's autotuner kept at each key of the run, and whether one holds over 64 elements a thread (the
-# configs OPGATE_RUNTIME_AUTOTUNE=within-limit leaves out): read from the arm's Triton cache
+# configs the runtime stage leaves out unless OPGATE_RUNTIME_AUTOTUNE=all): read from the arm's Triton cache; in an
+# arm with OPGATE_RUNTIME_AUTOTUNE=all it says whether that leaves out a config the autotuner would keep
 { echo "===== autotune winners ($TRITON_CACHE_DIR)"; python3 scripts/gpu/autotune_winners.py "$TRITON_CACHE_DIR"; } \
   >> "$OUT/library/rerun.log" 2>&1
 echo "arm $ARM (OPGATE_* set: $(env | grep ^OPGATE_ | sort | tr '\n' ' ')), caches in $fresh" >> "$OUT/library/rerun.log"

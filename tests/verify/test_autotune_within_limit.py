@@ -113,11 +113,11 @@ def test_another_value_is_one_line_and_exit_2_before_any_work(tmp_path) -> None:
     assert len(lines) == 1 and "OPGATE_RUNTIME_AUTOTUNE='fastest'" in lines[0] and "within-limit" in lines[0]
 
 
-def test_the_environment_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_is_the_default_and_all_asks_for_every_config(monkeypatch: pytest.MonkeyPatch) -> None:
     from opgate.verify.backends import autotune_choice
     from opgate.verify.runtime import runtime_autotuning
 
-    monkeypatch.delenv(autotune_choice.RUNTIME_AUTOTUNE_ENV, raising=False)
+    monkeypatch.setenv(autotune_choice.RUNTIME_AUTOTUNE_ENV, "all")
     assert not autotune_choice.within_limit_wanted()
     with runtime_autotuning() as summary:  # Triton's own autotuning: no scope
         assert summary is None
@@ -126,10 +126,12 @@ def test_the_environment_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
     timed = CheckResult("verify.x.x.float32.runtime", "x", Outcome.PASSED, "9.0 us median", extra={"op": "x"})
     assert with_autotuning(timed, None) is timed
+    monkeypatch.delenv(autotune_choice.RUNTIME_AUTOTUNE_ENV)
+    assert autotune_choice.within_limit_wanted()
     monkeypatch.setenv(autotune_choice.RUNTIME_AUTOTUNE_ENV, "within-limit")
     assert autotune_choice.within_limit_wanted()
     with runtime_autotuning() as summary:  # the scope's summary, empty until a key is autotuned in it
         assert summary == {}
     # the report says the timing's config was chosen within the limit, even where its warm-up had chosen it
     assert with_autotuning(timed, {}).extra == {"op": "x", "autotune_within_limit": {},
-                                                "autotune_scope": "OPGATE_RUNTIME_AUTOTUNE=within-limit"}
+                                                "autotune_scope": autotune_choice.RUNTIME_SCOPE}

@@ -271,9 +271,9 @@ class VerifyRuntimeWarmUpCheck(GpuStageCheck):
 
 
 def runtime_autotuning() -> Any:
-    """The scope the runtime stage's warm-ups and timings call the implementation in: Triton's autotuning as it is
-    (it yields None), or over the configs within the per-thread limit where OPGATE_RUNTIME_AUTOTUNE=within-limit asks
-    (verify/backends/autotune_choice.py; it yields that scope's summary)."""
+    """The scope the runtime stage's warm-ups and timings call the implementation in: Triton's autotuning over the
+    configs within the per-thread limit (verify/backends/autotune_choice.py; it yields that scope's summary), or over
+    every config where OPGATE_RUNTIME_AUTOTUNE=all asks (it yields None)."""
     import contextlib
 
     from opgate.verify.backends import autotune_choice
@@ -291,10 +291,10 @@ def with_autotuning(result: CheckResult, within_limit: Mapping[str, Any] | None)
         return result
     import dataclasses
 
-    from opgate.verify.backends.autotune_choice import RUNTIME_AUTOTUNE_ENV
+    from opgate.verify.backends.autotune_choice import RUNTIME_SCOPE
 
     return dataclasses.replace(result, extra={**(result.extra or {}), "autotune_within_limit": dict(within_limit),
-                                              "autotune_scope": f"{RUNTIME_AUTOTUNE_ENV}=within-limit"})
+                                              "autotune_scope": RUNTIME_SCOPE})
 
 
 def _raised(exc: BaseException) -> str:
@@ -357,8 +357,8 @@ def warm_up_summary(results: Sequence[CheckResult]) -> dict[str, Any]:
     retried = {_warm_up_name(check): {"out_of_memory": len(extra["out_of_memory_retried"]),
                                       "then_compiled": not extra.get("raised")}
                for check, extra in extras.items() if extra.get("out_of_memory_retried")}
-    # OPGATE_RUNTIME_AUTOTUNE=within-limit: how many keys autotuned over fewer configs, and how many configs were left
-    # out at them in all (autotune_choice.configs_within_limit)
+    # how many keys autotuned over fewer configs than the kernel has, and how many configs were left out at them in
+    # all (autotune_choice.configs_within_limit; none with OPGATE_RUNTIME_AUTOTUNE=all)
     limited = [extra["autotune_within_limit"] for extra in extras.values()
                if isinstance(extra.get("autotune_within_limit"), dict)]
     within = {"keys": sum(len(entry.get("benchmarked") or {}) for summary in limited for entry in summary.values()),

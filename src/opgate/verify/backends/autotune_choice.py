@@ -25,14 +25,18 @@ timings, in the same warm worker) Triton autotunes as usual:
 the keys the scope chose are taken out of the autotuners' caches when it ends. `OPGATE_AUTOTUNE=benchmark` keeps
 Triton's own autotuning in the numerics too.
 
-The runtime stage times what Triton's autotuner keeps, so its warm-ups autotune every config at the timing size. With
-`OPGATE_RUNTIME_AUTOTUNE=within-limit` (`configs_within_limit()`) they and the timings autotune over the configs
-within the same per-thread limit instead (all of them where none is), benchmarking each as Triton does. A candidate
-for the library's wall time, off until a GPU run shows it: on the 2-core CPU machine fla's swish_fwd_kernel at the
-library's timing width (D = 11008) compiled its 30 configs for sm_90 in 9.4 s, 6.0 s of it in the 3 configs over 64
-elements a thread (benchmarks/autotune_configs_compile.py), and the runtime warm-ups of a library run spent 1,100 of
-their 2,060 s compiling (fiftieth session). Such a config spills to local memory; whether the autotuner ever keeps one
-at a library's timing sizes is what that run must show (scripts/gpu/autotune_winners.py reads the run's choices).
+The runtime stage's warm-ups and timings autotune too, as Triton does, benchmarking each config at the timing size,
+but over the configs within the same per-thread limit (`configs_within_limit()`; all of them where none is).
+`OPGATE_RUNTIME_AUTOTUNE=all` has them autotune every config. The configs over the limit cost the compiles, not the
+speed: on the 2-core CPU machine fla's swish_fwd_kernel at the library's timing width (D = 11008) compiled its 30
+configs for sm_90 in 9.4 s, 6.0 s of it in the 3 over 64 elements a thread (benchmarks/autotune_configs_compile.py).
+On one H100, fla's activations (18 runtime checks), each way from empty caches in one call, in both orders (fifty-first
+session, scripts/gpu/autotune_ab.sh): the run took 50 and 44 s within the limit against 84 and 82 s over every config,
+its warm-ups compiled for 106 and 79 s against 350 and 330 s, and all 18 medians agreed within 0.7%; Triton's
+autotuner, given every config, kept none over the limit at any of its 280 keys (scripts/gpu/autotune_winners.py).
+The whole library with it on another H100 host: the warm-ups compiled 423 s against 1,100 s on the fiftieth session's,
+and the 25 runtime checks whose autotuning left configs out timed within 3% of that session's, or faster: there
+fla_logsumexp's autotuner, benchmarking beside the run's other work, had kept the one-warp config (184 against 88 us).
 """
 
 from __future__ import annotations
@@ -45,12 +49,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 AUTOTUNE_ENV = "OPGATE_AUTOTUNE"
-RUNTIME_AUTOTUNE_ENV = "OPGATE_RUNTIME_AUTOTUNE"  # "within-limit": configs_within_limit() in the runtime stage
+RUNTIME_AUTOTUNE_ENV = "OPGATE_RUNTIME_AUTOTUNE"  # "all": every config in the runtime stage (default: within-limit)
 # At most this many elements of a block per thread at a key (module docstring): 64 keeps a 2048-wide block in one warp
 # and a 65536-wide row in 32 warps. On one CPU core (benchmarks/compile_per_thread.py) an 8192-element block compiled
 # in 0.35 s at 64 a thread, 1.2 s at 128 and 4.9 s at 256; a 65536-wide row in 0.17 s at 64, 9.6 s at 512 and 182 s
 # at 2048.
 ELEMENTS_PER_THREAD_LIMIT = 64
+# What a runtime result says of the scope its config was chosen in (verify/runtime.py with_autotuning)
+RUNTIME_SCOPE = (f"Triton's autotuning over the configs within {ELEMENTS_PER_THREAD_LIMIT} elements a thread "
+                 f"({RUNTIME_AUTOTUNE_ENV}=all: over every config)")
 NOTE = ("autotuned kernels run one config per key, chosen by a stable hash of the kernel and the key (no "
         "benchmark; a replay runs the same config), so a plan's cases spread over the configs; a config this GPU "
         f"cannot run is skipped as the autotuner skips it; a config whose block holds over {ELEMENTS_PER_THREAD_LIMIT} "
@@ -333,11 +340,12 @@ def rotating_configs() -> Iterator[dict[str, Any]]:
 
 
 def within_limit_wanted() -> bool:
-    """Whether OPGATE_RUNTIME_AUTOTUNE=within-limit asks the runtime stage for configs_within_limit() ("all", or
-    unset: Triton's autotuning over every config); another value is an InputError."""
+    """Whether the runtime stage autotunes in configs_within_limit(): unless OPGATE_RUNTIME_AUTOTUNE=all asks for
+    Triton's autotuning over every config ("within-limit", or unset: within the limit); another value is an
+    InputError."""
     from opgate.engine.settings import choice
 
-    return choice(RUNTIME_AUTOTUNE_ENV, ("all", "within-limit")) == "within-limit"
+    return choice(RUNTIME_AUTOTUNE_ENV, ("all", "within-limit")) != "all"
 
 
 @contextlib.contextmanager
