@@ -14,6 +14,7 @@ All need a CUDA device and skip with the reason elsewhere; all are children of t
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -445,7 +446,8 @@ class VerifyRuntimeCheck(GpuStageCheck):
             torch.cuda.synchronize()
             clock.lap("inputs")
             gpu_name = torch.cuda.get_device_name()
-            stats, other = steady_timing(lambda: time_cuda(fn, input_sets, warmup=5, repeats=options.repeats))
+            stats, other = steady_timing(functools.partial(time_cuda, fn, input_sets, warmup=5,
+                                                           repeats=options.repeats))
             clock.lap("timing")
         except torch.cuda.OutOfMemoryError:
             unjudged = self._out_of_memory_beside_others(torch, f"{label} {dtype}", held_before)
