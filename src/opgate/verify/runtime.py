@@ -402,9 +402,10 @@ def timed_twice_note(kept: Any, other: Any) -> str:
     """What the reason says of a measurement timed twice (steady_timing), empty where it was timed once."""
     if other is None:
         return ""
-    spread = max(t.median_us / t.min_us for t in (kept, other) if t.min_us > 0) if kept.min_us > 0 else math.inf
-    return (f" (timed twice, the calls of a timing spreading to {spread:.1f}x their fastest: medians "
-            f"{kept.median_us:.1f} us kept, {other.median_us:.1f} us not)")
+    spreads = [t.median_us / t.min_us for t in (kept, other) if t.min_us > 0]
+    spread = f"to {max(spreads):.1f}x their fastest" if spreads else "beyond their fastest"
+    return (f" (timed twice, the calls of a timing spreading {spread}: medians {kept.median_us:.1f} us kept, "
+            f"{other.median_us:.1f} us not)")
 
 
 # Above this share of the card held by other processes, a timing that runs out of memory says nothing about whether
