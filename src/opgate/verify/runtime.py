@@ -33,6 +33,7 @@ from opgate.verify.tasks import GpuStagePayload, ImplementationRef
 if TYPE_CHECKING:
     from opgate.gpu.judge.graphs import GraphMismatchCause
     from opgate.gpu.probes.graphs import GraphCaptureReport
+    from opgate.gpu.probes.timing import TimedCalls
 
 SANITIZER_TIMEOUT_S = 420.0
 
@@ -388,8 +389,8 @@ def _warm_up_name(check_id: str) -> str:
 STEADY_SPREAD = 1.5
 
 
-def steady_timing(time_once: Callable[[], Any]) -> tuple[Any, Any]:
-    """(the timing kept, the one not kept or None): `time_once()` (a TimedCalls), and where its median is over
+def steady_timing(time_once: Callable[[], TimedCalls]) -> tuple[TimedCalls, TimedCalls | None]:
+    """(the timing kept, the one not kept or None): `time_once()`, and where its median is over
     STEADY_SPREAD times its fastest call, once more, keeping the one with the lower median."""
     first = time_once()
     if first.samples < 3 or first.median_us <= STEADY_SPREAD * first.min_us:
@@ -398,7 +399,7 @@ def steady_timing(time_once: Callable[[], Any]) -> tuple[Any, Any]:
     return (again, first) if again.median_us < first.median_us else (first, again)
 
 
-def timed_twice_note(kept: Any, other: Any) -> str:
+def timed_twice_note(kept: TimedCalls, other: TimedCalls | None) -> str:
     """What the reason says of a measurement timed twice (steady_timing), empty where it was timed once."""
     if other is None:
         return ""
