@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests_verify_support import DATA, ROOT, SRC
@@ -21,10 +22,13 @@ def _verify(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_dtypes_numerics_start_while_the_next_dtype_calibrates(tmp_path: Path) -> None:
     report_path = tmp_path / "r.json"
+    began = time.time()
     proc = _verify(str(DATA / "slow_calibration_spec.py"), "--budget", "quick", "--no-extras", "--jobs", "2",
                    "--json", str(report_path), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(report_path.read_text())
+    # the timeline's zero in wall time, to align it with logs that keep wall time (the workers' memory log)
+    assert began <= report["extra"]["timeline_origin_epoch"] <= time.time()
     spans = report["extra"]["engine"]["calibration_spans_s"]
     timeline = report["extra"]["timeline"]
     float32_start = timeline["verify.slow_relu.torch.float32"][0]

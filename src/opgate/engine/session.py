@@ -80,6 +80,7 @@ def run_session(
     """Run `tasks` (and those `feed` brings during the run) with a progress bar."""
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
+    origin = {"timeline_origin_epoch": round(time.time(), 3)}  # to align the timeline with logs that keep wall time
     with Progress(
         SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
         MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
@@ -113,7 +114,8 @@ def run_session(
             raise RunInterrupted(stop.results, stop.not_run, report=RunReport(
                 verb=verb, results=tuple(preset) + tuple(stop.results), started_at=started_at,
                 duration_s=time.perf_counter() - t0, host=host_facts(), tool_version=__version__, strict=strict,
-                extra={**dict(extra or {}), "interrupted": True, "not_run": stop.not_run, "timeline": timeline},
+                extra={**dict(extra or {}), "interrupted": True, "not_run": stop.not_run, "timeline": timeline,
+                       **origin},
             )) from None
     return RunReport(
         verb=verb,
@@ -124,5 +126,5 @@ def run_session(
         tool_version=__version__,
         strict=strict,
         # when each check started and ended, seconds after the session began (a resumed check has more pairs)
-        extra={**dict(extra or {}), "timeline": timeline},
+        extra={**dict(extra or {}), "timeline": timeline, **origin},
     )

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -189,8 +190,12 @@ def serve(stdin: Any | None = None) -> int:
         healthy, outcome = run_request(request)
         state.restore()
         if healthy:
+            # after the result is written: the parent may already start the next task, a measurement too, while this
+            # gives memory back (the memory log keeps when, to compare with the run's timeline)
+            began = time.time()
             gave = give_back_gpu_memory()
-            log_held_gpu_memory(request["check_id"], gave)
+            log_held_gpu_memory(request["check_id"], {**gave, "gave_back_epoch": [round(began, 3),
+                                                                                 round(time.time(), 3)]})
         sys.stdout.flush()
         sys.stderr.write(f"\n[opgate worker] finished {request['check_id']}\n")
         sys.stderr.flush()
