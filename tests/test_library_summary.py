@@ -155,3 +155,28 @@ def test_it_says_how_long_the_runtime_checks_waited_for_warm_ups_after_the_numer
     lines = _summary_lines(tmp_path, report)
     assert ("the runtime checks began 41 s after the last numerics check (300 s): 2 runtime warm-ups ended after it, "
             "1 of them begun after it") in lines
+
+
+def test_a_timing_run_twice_names_the_give_backs_of_gpu_memory_beside_it(tmp_path: Path) -> None:
+    """verify/runtime.py times a disturbed timing twice; the summary places each runtime check on the wall clock (the
+    timeline's zero) and names the warm workers that gave GPU memory back while it ran (held.jsonl beside the
+    report), with the same count over every runtime check as the baseline."""
+    report = _report()
+    timing = {"median_us": 330.0, "min_us": 327.0}
+    report["results"] += [
+        {"check_id": "verify.swish.swish.float16.runtime", "outcome": "passed", "stage": "runtime",
+         "extra": {"timing": timing, "timing_not_kept": {"median_us": 1352.0, "min_us": 327.0}}},
+        {"check_id": "verify.swish.swish.float32.runtime", "outcome": "passed", "stage": "runtime",
+         "extra": {"timing": timing}}]
+    report["extra"]["timeline"] = {"verify.swish.swish.float16.runtime": [52.0, 52.3],
+                                   "verify.swish.swish.float32.runtime": [60.0, 60.2]}
+    report["extra"]["timeline_origin_epoch"] = 1000.0
+    (tmp_path / "held.jsonl").write_text("\n".join(json.dumps(entry) for entry in [
+        {"pid": 1, "check": "verify.cumsum.cumsum.float32.runtime_warm_up", "gave_back_epoch": [1051.9, 1052.1]},
+        {"pid": 2, "check": "verify.norm.norm.float16", "gave_back_epoch": [1030.0, 1031.0]},
+        {"pid": 3, "check": "verify.spare_warm_up"}]) + "\n")
+    lines = _summary_lines(tmp_path, report)
+    assert "timed twice (the first timing spread over 1.5x its fastest call): 1 of 2 runtime checks run here" in lines
+    assert ("  verify.swish.swish.float16.runtime: medians 330.0 us kept, 1352.0 us not; 1 give-backs of GPU memory "
+            "beside it (verify.cumsum.cumsum.float32.runtime_warm_up)") in lines
+    assert "  baseline: 1 of 2 runtime checks had a give-back beside them" in lines

@@ -3,7 +3,8 @@ each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' T
 from each result's backend_facts.triton_jit) and the operators that compiled longest; what the side-by-side work
 ended on (the last plan, the last numerics checks and the compile-ahead tasks they waited for, the last runtime
 warm-ups); the longest plans and when each spec file's first plan began; the processes busy each 50 s, by what
-they did; the host's speed where scripts/host_speed.py left it beside the report.
+they did; the runtime checks timed twice and the warm workers' give-backs of GPU memory beside them (the memory log
+beside the report); the host's speed where scripts/host_speed.py left it beside the report.
 
     python3 scripts/gpu/library_summary.py REPORT.json
 """
@@ -33,7 +34,7 @@ def _terms_per_case(per_plan: dict) -> list[str]:
             f"CPU {cpu_ms / max(cpu_cases, 1):.0f} ms over {cpu_cases} cases"]
 
 
-def summary(report: dict, host_speed: dict | None = None) -> list[str]:
+def summary(report: dict, host_speed: dict | None = None, give_backs: list[dict] | None = None) -> list[str]:
     engine = report.get("extra", {}).get("engine", {})
     lines = [f"report {report.get('duration_s', 0):.0f} s, interrupted {report.get('interrupted')}, "
              f"exit {report.get('exit_code')}, {report.get('counts')}"]
@@ -84,6 +85,7 @@ def summary(report: dict, host_speed: dict | None = None) -> list[str]:
                      f"median {values[len(values) // 2]:.1f} s, max {values[-1]:.1f} s")
     lines += _compiles(report)
     lines += _runtime_account(report)
+    lines += _timed_twice(report, give_backs or [])
     extra = report.get("extra", {})
     timeline = extra.get("timeline", {})
     stage_of = {r["check_id"]: r.get("stage") or "-" for r in report.get("results", [])}
@@ -133,6 +135,62 @@ def _runtime_account(report: dict) -> list[str]:
             f"{sum(first_call(r) for r in checks):.1f} s, timing {sum(phase(r, 'timing') for r in checks):.1f} s, "
             f"graph {sum(phase(r, 'graph') for r in checks):.1f} s; {len(slow)} calls of 0.1 s or more: "
             f"{sum(phase(r, 'timing') - first_call(r) for r in slow):.1f} s of timing after their first calls"]
+
+
+def _timed_twice(report: dict, give_backs: list[dict]) -> list[str]:
+    """The runtime checks timed twice because their first timing spread over 1.5x its fastest call (verify/runtime.py
+    steady_timing), and which warm workers gave GPU memory back while each ran (the memory log beside the report,
+    each entry's gave_back_epoch, against the timeline's zero in wall time): a worker gives memory back after it
+    wrote its result, so a measurement can start beside it. The same count over every runtime check run here is
+    the baseline to compare with."""
+    results = [r for r in report.get("results", []) if r.get("stage") == "runtime"
+               and not (r.get("extra") or {}).get("cached_from") and (r.get("extra") or {}).get("timing")]
+    twice = [r for r in results if r["extra"].get("timing_not_kept")]
+    if not twice:
+        return []
+    extra_ = report.get("extra", {})
+    origin, timeline = extra_.get("timeline_origin_epoch"), extra_.get("timeline") or {}
+
+    def beside(check_id: str) -> list[dict] | None:  # None: no span or no wall-time zero to place it
+        span = timeline.get(check_id) or []
+        if origin is None or len(span) < 2:
+            return None
+        start, end = origin + span[-2], origin + span[-1]
+        return [g for g in give_backs if g["gave_back_epoch"][0] < end and g["gave_back_epoch"][1] > start]
+
+    lines = [f"timed twice (the first timing spread over 1.5x its fastest call): {len(twice)} of {len(results)} "
+             "runtime checks run here"]
+    for result in twice:
+        kept, other = result["extra"]["timing"], result["extra"]["timing_not_kept"]
+        near = beside(result["check_id"])
+        where = ("" if near is None else f"; {len(near)} give-backs of GPU memory beside it"
+                 + (f" ({', '.join(sorted({str(g.get('check', '?')) for g in near}))})" if near else ""))
+        lines.append(f"  {result['check_id']}: medians {kept.get('median_us', 0):.1f} us kept, "
+                     f"{other.get('median_us', 0):.1f} us not{where}")
+    placed = [near for near in (beside(r["check_id"]) for r in results) if near is not None]
+    if placed and give_backs:
+        lines.append(f"  baseline: {sum(1 for near in placed if near)} of {len(placed)} runtime checks had a "
+                     "give-back beside them")
+    return lines
+
+
+def give_backs_beside(report_path: Path) -> list[dict]:
+    """The give-backs (entries with gave_back_epoch) of the warm workers' memory log that scripts/gpu/library_ab.sh
+    leaves beside a run's report (held.jsonl), if any."""
+    entries: list[dict] = []
+    try:
+        lines = report_path.with_name("held.jsonl").read_text().splitlines()
+    except OSError:
+        return entries
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        span = entry.get("gave_back_epoch") if isinstance(entry, dict) else None
+        if isinstance(span, list) and len(span) == 2:
+            entries.append(entry)
+    return entries
 
 
 BUSY_STEP_S = 50
@@ -338,4 +396,4 @@ if __name__ == "__main__":
         print(f"library_summary.py: {report_path}: not a readable JSON report ({exc}); pass opgate verify's --json "
               "file", file=sys.stderr)
         sys.exit(2)
-    print("\n".join(summary(loaded, host_speed_beside(report_path))))
+    print("\n".join(summary(loaded, host_speed_beside(report_path), give_backs_beside(report_path))))
