@@ -12,17 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-MEDIAN_KEY = "verify.runtime.median_time"
+from windows_compare import median_us  # this folder is on the path when the script runs
 
 
 def medians(report: dict[str, Any]) -> dict[str, float]:
     """Runtime check id -> its median time in microseconds, where the check timed one."""
-    found: dict[str, float] = {}
-    for result in report.get("results", []):
-        for figure in result.get("figures") or []:
-            if figure.get("key") == MEDIAN_KEY and isinstance(figure.get("value"), (int, float)):
-                found[result["check_id"]] = float(figure["value"])
-    return found
+    return {r["check_id"]: m for r in report.get("results", []) if (m := median_us(r)) is not None}
 
 
 def arm_line(name: str, report: dict[str, Any]) -> str:

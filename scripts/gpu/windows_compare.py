@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 
-def _median_us(result: dict[str, Any]) -> float | None:
+def median_us(result: dict[str, Any]) -> float | None:
+    """A runtime check's median time in microseconds, None where it timed none (also autotune_ab_compare.py's)."""
     for figure in result.get("figures", []):
         if figure.get("key") == "verify.runtime.median_time" and isinstance(figure.get("value"), (int, float)):
             return float(figure["value"])
@@ -36,7 +37,7 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
             "last_measurement_s": max((s[1] for s in measured.values()), default=None),
             "measured_before_numerics_end": sum(1 for s in measured.values() if s[1] <= numerics_end),
             "numerics_end_s": numerics_end, "windows": engine.get("measurement_windows", {}),
-            "medians": {r["check_id"]: m for r in report.get("results", []) if (m := _median_us(r)) is not None},
+            "medians": {r["check_id"]: m for r in report.get("results", []) if (m := median_us(r)) is not None},
             "outcomes": {r["check_id"]: r.get("outcome") for r in report.get("results", [])}}
 
 
