@@ -68,7 +68,7 @@ def test_timed_calls_keep_the_runtime_stage_fields() -> None:
     assert (timed.median_us, timed.min_us, timed.samples) == (11.5, 10.0, 4)
     assert timed.p95_us == pytest.approx(27.3)
     assert set(timed.to_dict()) == {"median_us", "p95_us", "min_us", "samples", "l2_flushed", "input_sets",
-                                    "first_call_s"}
+                                    "first_call_s", "host_submit_us"}
     assert timed.to_dict()["first_call_s"] is None  # no untimed first call was made
 
 
@@ -90,6 +90,29 @@ def test_the_replay_timing_of_a_slow_call_shrinks_to_the_budget() -> None:
     assert replay_timing_calls(0.05) == (4, 5)  # 2 x 5 x 4 calls of 50 ms: 2 s
     assert replay_timing_calls(0.3) == (1, 3)  # 6 calls of 0.3 s, not 200
     assert replay_timing_calls(1.0) is None  # not even those: a second's call saves microseconds of launches
+
+
+def test_a_call_the_host_submits_in_a_small_share_of_its_gpu_time_is_not_timed_against_its_replays() -> None:
+    """A graph saves the host's launches and the gaps between kernels: where the host submits a call in 1% of its GPU
+    time, a graph saves less than that, and the replay timing (up to 2 s while the GPU is held alone) is left out."""
+    from opgate.gpu.probes.graphs import HOST_BOUND_SHARE, replay_timing_calls
+
+    assert replay_timing_calls(0.01, host_submit_s=1e-4) is None  # 100 us of launches for 10 ms on the GPU
+    assert replay_timing_calls(1e-4, host_submit_s=9e-5) == (20, 5)  # launch-bound: a graph may save much of it
+    at_share = 0.05 * HOST_BOUND_SHARE
+    assert replay_timing_calls(0.05, host_submit_s=at_share) == (4, 5)  # at the share: timed (within the budget)
+    assert replay_timing_calls(0.05, host_submit_s=None) == (4, 5)  # not recorded: as before
+
+
+def test_the_runtime_check_says_why_the_launch_overhead_was_not_timed() -> None:
+    from opgate.gpu.probes.timing import Samples, TimedCalls
+    from opgate.verify.runtime import launch_not_timed_because
+
+    gpu_bound = TimedCalls(Samples.of([10_000.0] * 5), l2_flushed=True, input_sets=3, host_submit_us=80.0)
+    assert launch_not_timed_because(gpu_bound) == (
+        "the host submits a call in 80 us, 0.8% of its 10000 us on the GPU, so a graph saves at most about that")
+    slow = TimedCalls(Samples.of([1e6] * 5), l2_flushed=True, input_sets=3)
+    assert launch_not_timed_because(slow) == "a call takes 1 s, against microseconds of launch overhead"
 
 
 def test_the_sync_debug_modes_prototype_notice_is_no_sync_point(monkeypatch) -> None:

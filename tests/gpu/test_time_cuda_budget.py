@@ -54,3 +54,32 @@ def test_a_fast_call_is_still_timed_as_many_times_as_asked() -> None:
     x = torch.ones(1 << 16, device="cuda")
     stats = time_cuda(lambda t: t * 2, [(x,)], repeats=50)
     assert stats.samples == 50
+
+
+@pytest.mark.gpu
+def test_a_gpu_bound_call_of_20_ms_is_not_timed_against_its_replays() -> None:
+    """The host submits a 20 ms sleep kernel in microseconds: a graph saves less than 5% of it, so the graph check
+    leaves out the 2 s of eager calls and replays it would otherwise time while holding the GPU alone."""
+    torch = pytest.importorskip("torch")
+    from opgate.gpu.probes.graphs import check_graph_capture
+    from opgate.gpu.probes.timing import time_cuda
+
+    x = torch.ones(4, device="cuda")
+    probe = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe[0].record()
+    torch.cuda._sleep(10**7)
+    probe[1].record()
+    probe[1].synchronize()
+    cycles = int(10**7 * 20 / probe[0].elapsed_time(probe[1]))  # about 20 ms of GPU time a call
+
+    def gpu_bound(t):
+        torch.cuda._sleep(cycles)
+        return t * 2
+
+    stats = time_cuda(gpu_bound, [(x,), (x.clone(),)])
+    assert stats.host_submit_us is not None and stats.host_submit_us < 0.05 * stats.median_us, stats.to_dict()
+    started = time.perf_counter()
+    graph = check_graph_capture(gpu_bound, (x,), (x.clone(),), seconds_per_call=stats.median_us * 1e-6,
+                                host_submit_s=stats.host_submit_us * 1e-6)
+    assert graph.captured and graph.matches_eager and graph.saved_us_per_call is None, graph
+    assert time.perf_counter() - started < 0.5  # four calls of 20 ms, not the 2 s of replay timing

@@ -348,15 +348,32 @@ MATCH_RTOL = 1e-6  # a replay matches eager within this much of the largest |out
 # The fewest batches of one call each that time eager calls against graph replays.
 FEWEST_REPLAY_BATCHES = 3
 
+# A graph saves a call's launches: the host's time to submit them, and the GPU's gaps between kernels, each gap
+# shorter than the host's launch of the next kernel. So where the host submits a call in under this share of the
+# call's time on the GPU, a graph saves less than that share, and the eager calls and replays are not timed: at a
+# library's timing sizes they cost up to TIMED_CALLS_BUDGET_S a check while the GPU is held alone.
+HOST_BOUND_SHARE = 0.05
 
-def replay_timing_calls(seconds_per_call: float | None, calls: int = 20,
-                        batches: int = 5) -> tuple[int, int] | None:
+
+def launch_bound_share(seconds_per_call: float | None, host_submit_s: float | None) -> float | None:
+    """The host's share of a call's time (submitting it against running it on the GPU), None where unknown."""
+    if not seconds_per_call or host_submit_s is None or seconds_per_call <= 0:
+        return None
+    return host_submit_s / seconds_per_call
+
+
+def replay_timing_calls(seconds_per_call: float | None, calls: int = 20, batches: int = 5,
+                        host_submit_s: float | None = None) -> tuple[int, int] | None:
     """(calls a batch, batches) for timing eager calls against graph replays: `calls` x `batches` each, unless a
     call is so slow (`seconds_per_call`, the runtime stage's median) that both would outlast the timing budget;
-    then as many calls a batch as fit, and FEWEST_REPLAY_BATCHES of one call. None: not even those fit, so the
-    launch overhead a graph saves is not timed (microseconds beside a call of a third of a second or more)."""
+    then as many calls a batch as fit, and FEWEST_REPLAY_BATCHES of one call. None: not timed, because the host
+    submits a call in under HOST_BOUND_SHARE of its GPU time (`host_submit_s`: a graph cannot save more), or not even
+    the fewest calls fit (microseconds of launches beside a call of a third of a second or more)."""
     from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S
 
+    share = launch_bound_share(seconds_per_call, host_submit_s)
+    if share is not None and share < HOST_BOUND_SHARE:
+        return None
     if seconds_per_call is None or seconds_per_call * calls * batches * 2 <= TIMED_CALLS_BUDGET_S:
         return calls, batches
     fitting = int(TIMED_CALLS_BUDGET_S / (seconds_per_call * batches * 2))
@@ -368,11 +385,12 @@ def replay_timing_calls(seconds_per_call: float | None, calls: int = 20,
 
 
 def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple | None = None,
-                        calls_for_timing: int = 20, seconds_per_call: float | None = None) -> GraphCaptureReport:
+                        calls_for_timing: int = 20, seconds_per_call: float | None = None,
+                        host_submit_s: float | None = None) -> GraphCaptureReport:
     """Capture `fn(*args)`, replay it on `fresh_args` copied into the same static buffers, compare with eager.
     `seconds_per_call` (what a timing measured): fn is warm, so it is warmed up once, not three times, and a slow
     call is timed against its replay fewer times, or not at all (replay_timing_calls: eager_us_per_call is then
-    None).
+    None); so is a call whose host submits it in `host_submit_s`, a small share of its GPU time.
 
     Run it last in its own process: a failed capture leaves PyTorch's CUDA generator in capture state
     ("Offset increment outside graph capture"), so later random draws in that process fail.
@@ -407,7 +425,8 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     report: GraphCaptureReport | None = None
     try:
         report = _capture_and_compare(torch, fn, static, fresh_args if fresh_args is not None else args, graph, pool,
-                                      outputs, sync_points, seconds_per_call, calls_for_timing, ended)
+                                      outputs, sync_points, (seconds_per_call, host_submit_s), calls_for_timing,
+                                      ended)
         return report  # the block below still fills in its kept_bytes
     finally:
         # Nothing of the graph outlives the check: reset() destroys it and releases its pool, whatever still refers
@@ -486,10 +505,12 @@ class _EndNoted:
 
 
 def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fresh: tuple, graph: Any, pool: Any,
-                         outputs: list[Any], sync_points: list[str], seconds_per_call: float | None,
-                         calls_for_timing: int, ended: list[bool]) -> GraphCaptureReport:
+                         outputs: list[Any], sync_points: list[str],
+                         call_times: tuple[float | None, float | None], calls_for_timing: int,
+                         ended: list[bool]) -> GraphCaptureReport:
     """check_graph_capture's capture into `graph` (its memory from `pool`), its replay on `fresh` copied into
-    `static`, the comparison with eager and the launch timing; `outputs` gets the captured call's outputs, `ended`
+    `static`, the comparison with eager and the launch timing (`call_times`: the timing's seconds a call and the
+    host's seconds to submit one, replay_timing_calls); `outputs` gets the captured call's outputs, `ended`
     True once the capture ended (_EndNoted)."""
     diff: dict[str, Any] = {}
 
@@ -538,7 +559,8 @@ def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fres
     matches = not replayed.problem
     facts = ({} if matches else
              mismatch_facts(fn, static, graph, _as_tensors(outputs[0]), diff["expected"]))
-    timing = replay_timing_calls(seconds_per_call, calls_for_timing)
+    seconds_per_call, host_submit_s = call_times
+    timing = replay_timing_calls(seconds_per_call, calls_for_timing, host_submit_s=host_submit_s)
     eager_us = graph_us = None
     if timing is not None:
         calls, batches = timing

@@ -119,10 +119,11 @@ def time_on_stream(cupy: Any, stream: Any, launch: Callable[[], None], warmup: i
 
 
 def time_torch_events(torch: Any, action: Callable[[], None], warmup: int, reps: int,
-                      before_each: Callable[[], Any] | None = None) -> Samples:
+                      before_each: Callable[[], Any] | None = None, host_ms: list[float] | None = None) -> Samples:
     """The same for PyTorch's own work: milliseconds per call of `action` (which enqueues GPU work on the
     current device's current stream), timed by torch.cuda events back to back. `before_each` (e.g. an L2
-    flush) is enqueued before every timed call, outside its events."""
+    flush) is enqueued before every timed call, outside its events. `host_ms`, when given, gets the host's
+    milliseconds in each timed `action()`: how long the host takes to submit a call while the GPU runs behind."""
     if reps < 1:
         raise ValueError("reps must be >= 1")
     stream = torch.cuda.current_stream()
@@ -134,7 +135,10 @@ def time_torch_events(torch: Any, action: Callable[[], None], warmup: int, reps:
         if before_each is not None:
             before_each()
         start.record(stream)
+        submitted = time.perf_counter()
         action()
+        if host_ms is not None:
+            host_ms.append((time.perf_counter() - submitted) * 1e3)
         end.record(stream)
     torch.cuda.synchronize()
     return Samples.of([start.elapsed_time(end) for start, end in pairs])
@@ -197,6 +201,8 @@ class TimedCalls:
     input_sets: int
     # wall seconds of the first, untimed call (compiles, autotuning, a cold kernel load), None where none was made
     first_call_s: float | None = None
+    # the median host time to submit a timed call (the host runs ahead of the GPU; None: not recorded)
+    host_submit_us: float | None = None
 
     @property
     def median_us(self) -> float:
@@ -216,7 +222,7 @@ class TimedCalls:
 
     def to_dict(self) -> dict[str, Any]:
         return {"median_us": self.median_us, "p95_us": self.p95_us, "min_us": self.min_us, "samples": self.samples,
-                "l2_flushed": self.l2_flushed, "input_sets": self.input_sets, "first_call_s": self.first_call_s}
+                "l2_flushed": self.l2_flushed, "input_sets": self.input_sets, "first_call_s": self.first_call_s, "host_submit_us": self.host_submit_us}
 
 
 def l2_bytes(device: int = 0) -> int:
@@ -274,9 +280,10 @@ def time_cuda(fn: Callable[..., Any], input_sets: Sequence[tuple], warmup: int =
         plan = plan_after_estimate(estimate.median / 1e3, warmup, repeats, budget_s)
         warmup, repeats = plan.warmup, plan.repeats
         kept = estimate.values if plan.estimate_is_sample else ()
-    ms = time_torch_events(torch, call, warmup, repeats, before_each=before)
+    host_ms: list[float] = []
+    ms = time_torch_events(torch, call, warmup, repeats, before_each=before, host_ms=host_ms)
     return TimedCalls(Samples.of([v * 1000.0 for v in kept + ms.values]), flush is not None, len(input_sets),
-                      first_call_s)
+                      first_call_s, host_submit_us=statistics.median(host_ms) * 1000.0)
 
 
 # The warm-up calls after the estimate take at most this share of the timing budget: the first call compiled and
