@@ -125,16 +125,33 @@ def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> N
     report = _report()
 
     def runtime(op: str, median_us: float, first: float, timing: float, graph: float, reused: bool = False) -> dict:
+        replay_timed = median_us < 1000.0  # the slow ones' hosts submit them in a small share of their GPU time
         extra = {"timing": {"median_us": median_us, "first_call_s": first},
+                 "graph": {"captured": True, "eager_us_per_call": 40.0 if replay_timed else None},
                  "phase_s": {"timing": timing, "graph": graph}, **({"cached_from": "earlier"} if reused else {})}
+        reason = "" if replay_timed else "its launch overhead was not timed (the host submits a call in 90 us, ...)"
         return {"check_id": f"verify.{op}.{op}.float32.runtime", "outcome": "passed", "stage": "runtime",
-                "duration_s": timing + graph + 0.1, "extra": extra}
+                "duration_s": timing + graph + 0.1, "extra": extra, "reason": reason}
 
     report["results"] += [runtime("swish", 500.0, 0.01, 0.2, 0.1), runtime("kl", 680000.0, 0.7, 4.8, 2.1),
                           runtime("ce", 2000.0, 6.0, 6.5, 0.4, reused=True)]
     lines = _summary_lines(tmp_path, report)
     assert ("runtime checks run here: 2 in 7.4 s; first calls 0.7 s, timing 5.0 s, graph 2.2 s; 1 calls of 0.1 s or "
             "more: 4.1 s of timing after their first calls") in lines
+    assert ("graph checks: 1 not timed against replays as the host submits the call in under 5% of its GPU time "
+            "(2.1 s), 1 timed (0.1 s)") in lines
+
+
+def test_the_recovery_checks_run_here_are_accounted_by_phase_and_trial_part(tmp_path: Path) -> None:
+    report = _report()
+    trial = {"fill_s": 0.13, "full_call_s": 0.02, "recover_s": 0.05}
+    report["results"] += [{"check_id": f"verify.{op}.{op}.float32.recovery", "outcome": "passed", "stage": "recovery",
+                           "duration_s": 1.0, "extra": {"trials": [trial] * 3,
+                                                        "phase_s": {"inputs": 0.1, "first_call": 0.2, "trials": 0.6}}}
+                          for op in ("swish", "kl")]
+    lines = _summary_lines(tmp_path, report)
+    assert ("recovery checks run here: 2 in 2.0 s; phases inputs 0.2 s, first_call 0.4 s, trials 1.2 s; trials "
+            "fill_s 0.8 s, full_call_s 0.1 s, recover_s 0.3 s") in lines
 
 
 def test_it_says_how_long_the_runtime_checks_waited_for_warm_ups_after_the_numerics(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import collections
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 
 def _terms_per_case(per_plan: dict) -> list[str]:
@@ -85,6 +86,7 @@ def summary(report: dict, host_speed: dict | None = None, give_backs: list[dict]
                      f"median {values[len(values) // 2]:.1f} s, max {values[-1]:.1f} s")
     lines += _compiles(report)
     lines += _runtime_account(report)
+    lines += _recovery_account(report)
     lines += _timed_twice(report, give_backs or [])
     extra = report.get("extra", {})
     timeline = extra.get("timeline", {})
@@ -134,7 +136,39 @@ def _runtime_account(report: dict) -> list[str]:
     return [f"runtime checks run here: {len(checks)} in {seconds:.1f} s; first calls "
             f"{sum(first_call(r) for r in checks):.1f} s, timing {sum(phase(r, 'timing') for r in checks):.1f} s, "
             f"graph {sum(phase(r, 'graph') for r in checks):.1f} s; {len(slow)} calls of 0.1 s or more: "
-            f"{sum(phase(r, 'timing') - first_call(r) for r in slow):.1f} s of timing after their first calls"]
+            f"{sum(phase(r, 'timing') - first_call(r) for r in slow):.1f} s of timing after their first calls",
+            _graph_not_timed(checks, phase)]
+
+
+def _graph_not_timed(checks: list[dict], phase: Callable[[dict, str], float]) -> str:
+    """How many graph checks left out the eager-vs-replay timing because the host submits the call in a small share
+    of its GPU time (gpu/probes/graphs.py replay_timing_calls), against those that timed it, and their seconds."""
+    captured = [r for r in checks if (r["extra"].get("graph") or {}).get("captured")]
+    host_bound = [r for r in captured if (r["extra"].get("graph") or {}).get("eager_us_per_call") is None
+                  and "host submits" in r.get("reason", "")]
+    timed = [r for r in captured if (r["extra"].get("graph") or {}).get("eager_us_per_call") is not None]
+    return (f"graph checks: {len(host_bound)} not timed against replays as the host submits the call in under 5% of "
+            f"its GPU time ({sum(phase(r, 'graph') for r in host_bound):.1f} s), {len(timed)} timed "
+            f"({sum(phase(r, 'graph') for r in timed):.1f} s)")
+
+
+def _recovery_account(report: dict) -> list[str]:
+    """The recovery checks this report ran (not reused) by phase, and their trials' fill, call with the GPU full
+    and recovery: the last part of a run's serial end."""
+    checks = [r for r in report.get("results", []) if r.get("stage") == "recovery"
+              and not (r.get("extra") or {}).get("cached_from") and (r.get("extra") or {}).get("trials")]
+    if not checks:
+        return []
+    phases: collections.Counter[str] = collections.Counter()
+    trial_parts: collections.Counter[str] = collections.Counter()
+    for result in checks:
+        phases.update(result["extra"].get("phase_s") or {})
+        for trial in result["extra"]["trials"]:
+            trial_parts.update({k: float(trial.get(k) or 0.0) for k in ("fill_s", "full_call_s", "recover_s")})
+    seconds = sum(float(r.get("duration_s") or 0) for r in checks)
+    return [f"recovery checks run here: {len(checks)} in {seconds:.1f} s; phases "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + "; trials "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in trial_parts.items())]
 
 
 def _timed_twice(report: dict, give_backs: list[dict]) -> list[str]:

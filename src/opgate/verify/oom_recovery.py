@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from opgate.model.errors import SkipCheck
 from opgate.gpu.probes.oom import OomTrial, run_trial
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
+from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation, one_config_per_autotune_key
 
 TRIALS = 3
@@ -48,10 +49,12 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
     """The implementation driven into out-of-memory TRIALS times; the same process must recover."""
 
     def evaluate(self, ctx: Any) -> CheckResult:
+        clock = PhaseClock()  # where the check's seconds go (extra["phase_s"]): a library run's serial end
         options, torch = self.begin(ctx)
         op, implementation = load_implementation(options)
         fn = implementation.fn
         args = cuda_inputs(op, op.default_dims(), options.dtype, options.seed)
+        clock.lap("inputs")
         # one config per autotune key, as in the numerics and the sanitizer (verify/backends/autotune_choice.py):
         # recovery does not depend on the config, and Triton's autotuning at this size compiled and benchmarked
         # every config while the GPU was held alone (fla's kernels: 10-24 s a check on the H200, against 0.8 s
@@ -59,7 +62,9 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
         with one_config_per_autotune_key():
             before = fn(*args)  # compiles too, before memory gets tight
             torch.cuda.synchronize()
+            clock.lap("first_call")
             trials = [run_trial(torch, fn, args, before, index) for index in range(options.trials)]
+            clock.lap("trials")
         outcome, reason = judge(trials)
         if outcome is Outcome.SKIPPED:
             raise SkipCheck(reason)
@@ -77,7 +82,7 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
             Figure("call with the GPU full", ", ".join(sorted({t.call_while_full for t in reached})) or "-",
                    key="verify.recovery.call_with_the_gpu_full"),
         ]
-        extra = {"trials": [asdict(t) for t in trials]}
+        extra = {"trials": [asdict(t) for t in trials], "phase_s": clock.laps}
         remediation = ("Free what the failed call allocated (no tensors kept in globals or caches across the "
                        "error), then retry; do not swallow OutOfMemoryError into another exception type."
                        if outcome in (Outcome.FAILED, Outcome.WARNED) else "")

@@ -25,6 +25,8 @@ class OomTrial:
     recovered: bool  # after freeing, the same process computed the same answer again
     recover_s: float
     mismatch: str = ""  # why the answer after recovery differs, or the error the retry raised
+    fill_s: float = 0.0  # seconds to fill the GPU (where a library run's serial end goes: its recovery checks)
+    full_call_s: float = 0.0  # seconds of the call with the GPU full
 
 
 # What the fill leaves to its halving after one allocation of what the driver says is free.
@@ -91,8 +93,10 @@ def same_answer(torch: Any, before: Any, after: Any) -> str:
 
 
 def run_trial(torch: Any, fn: Callable[..., Any], args: Sequence[Any], before: Any, index: int) -> OomTrial:
+    began = time.perf_counter()
     held, hit = fill_until_oom(torch)
     filled = sum(t.numel() for t in held) / 2**30
+    full_at = time.perf_counter()
     try:
         fn(*args)
         torch.cuda.synchronize()
@@ -110,4 +114,5 @@ def run_trial(torch: Any, fn: Callable[..., Any], args: Sequence[Any], before: A
         mismatch = same_answer(torch, before, after)
     except Exception as exc:  # noqa: BLE001 - the retry failing is exactly what this check looks for
         mismatch = f"the retry raised {type(exc).__name__}: {str(exc)[:200]}"
-    return OomTrial(index, hit, round(filled, 2), while_full, not mismatch, time.perf_counter() - freed_at, mismatch)
+    return OomTrial(index, hit, round(filled, 2), while_full, not mismatch, time.perf_counter() - freed_at, mismatch,
+                    fill_s=round(full_at - began, 3), full_call_s=round(freed_at - full_at, 3))
