@@ -222,7 +222,8 @@ class TimedCalls:
 
     def to_dict(self) -> dict[str, Any]:
         return {"median_us": self.median_us, "p95_us": self.p95_us, "min_us": self.min_us, "samples": self.samples,
-                "l2_flushed": self.l2_flushed, "input_sets": self.input_sets, "first_call_s": self.first_call_s, "host_submit_us": self.host_submit_us}
+                "l2_flushed": self.l2_flushed, "input_sets": self.input_sets, "first_call_s": self.first_call_s,
+                "host_submit_us": self.host_submit_us}
 
 
 def l2_bytes(device: int = 0) -> int:
