@@ -127,7 +127,8 @@ def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> N
     def runtime(op: str, median_us: float, first: float, timing: float, graph: float, reused: bool = False) -> dict:
         replay_timed = median_us < 1000.0  # the slow ones' hosts submit them in a small share of their GPU time
         extra = {"timing": {"median_us": median_us, "first_call_s": first},
-                 "graph": {"captured": True, "eager_us_per_call": 40.0 if replay_timed else None},
+                 "graph": {"captured": True, "eager_us_per_call": 40.0 if replay_timed else None,
+                           "seconds": {"warm_up": graph / 2, "replay_and_eager": graph / 2}},
                  "phase_s": {"timing": timing, "graph": graph}, **({"cached_from": "earlier"} if reused else {})}
         reason = "" if replay_timed else "its launch overhead was not timed (the host submits a call in 90 us, ...)"
         return {"check_id": f"verify.{op}.{op}.float32.runtime", "outcome": "passed", "stage": "runtime",
@@ -139,7 +140,7 @@ def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> N
     assert ("runtime checks run here: 2 in 7.4 s; first calls 0.7 s, timing 5.0 s, graph 2.2 s; 1 calls of 0.1 s or "
             "more: 4.1 s of timing after their first calls") in lines
     assert ("graph checks: 1 not timed against replays as the host submits the call in under 5% of its GPU time "
-            "(2.1 s), 1 timed (0.1 s)") in lines
+            "(2.1 s), 1 timed (0.1 s); their parts warm_up 1.1 s, replay_and_eager 1.1 s") in lines
 
 
 def test_the_recovery_checks_run_here_are_accounted_by_phase_and_trial_part(tmp_path: Path) -> None:

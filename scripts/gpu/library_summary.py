@@ -147,9 +147,13 @@ def _graph_not_timed(checks: list[dict], phase: Callable[[dict, str], float]) ->
     host_bound = [r for r in captured if (r["extra"].get("graph") or {}).get("eager_us_per_call") is None
                   and "host submits" in r.get("reason", "")]
     timed = [r for r in captured if (r["extra"].get("graph") or {}).get("eager_us_per_call") is not None]
+    parts: collections.Counter[str] = collections.Counter()
+    for result in captured:  # gpu/probes/graphs.py GraphCaptureReport.seconds
+        parts.update((result["extra"].get("graph") or {}).get("seconds") or {})
     return (f"graph checks: {len(host_bound)} not timed against replays as the host submits the call in under 5% of "
             f"its GPU time ({sum(phase(r, 'graph') for r in host_bound):.1f} s), {len(timed)} timed "
-            f"({sum(phase(r, 'graph') for r in timed):.1f} s)")
+            f"({sum(phase(r, 'graph') for r in timed):.1f} s); their parts "
+            + (", ".join(f"{k} {v:.1f} s" for k, v in parts.items()) or "not recorded"))
 
 
 def _recovery_account(report: dict) -> list[str]:

@@ -159,6 +159,9 @@ class GraphCaptureReport:
     # After a capture that failed: the bytes its memory pool still keeps reserved in this process, which only the
     # process's exit gives back (release_abandoned_pool; 0: none)
     kept_bytes: int = 0
+    # seconds of the check's parts: warm_up (off the default stream, finding sync points), capture, replay_and_eager
+    # (the replay and the eager call compared with it), mismatch_facts, replay_timing; where a check's time goes
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def saved_us_per_call(self) -> float | None:
@@ -403,6 +406,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     # default stream is left, and it is the sync-debug call. Otherwise the first calls compile and autotune, whose
     # own synchronisations are not the implementation's: three warm-ups, then that call.
     timed = seconds_per_call is not None
+    began = time.perf_counter()
     static = tuple(a.clone() if torch.is_tensor(a) else a for a in args)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -417,6 +421,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
     torch.cuda.synchronize()
     if not timed:
         sync_points = find_sync_points(fn, static)
+    warm_up_s = time.perf_counter() - began
 
     graph = torch.cuda.CUDAGraph()
     pool = torch.cuda.graph_pool_handle()  # named, so that a failed capture's pool can be released by its id
@@ -427,6 +432,7 @@ def check_graph_capture(fn: Callable[..., Any], args: tuple, fresh_args: tuple |
         report = _capture_and_compare(torch, fn, static, fresh_args if fresh_args is not None else args, graph, pool,
                                       outputs, sync_points, (seconds_per_call, host_submit_s), calls_for_timing,
                                       ended)
+        report.seconds = {"warm_up": round(warm_up_s, 3), **report.seconds}
         return report  # the block below still fills in its kept_bytes
     finally:
         # Nothing of the graph outlives the check: reset() destroys it and releases its pool, whatever still refers
@@ -547,25 +553,34 @@ def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fres
     # outputs): they go back to the driver first. On the H100 a float16 capture ran out of memory with 9 of 79 GiB
     # free by the driver's count and more cached (fla's cross-entropy gradient, forty-second session).
     torch.cuda.empty_cache()
+    began = time.perf_counter()
     replayed = capture_and_replay(capture, replay, check, not_findings=(torch.cuda.OutOfMemoryError,))
+    seconds = {"capture": round(replayed.capture_ms / 1e3, 3),
+               "replay_and_eager": round(time.perf_counter() - began - replayed.capture_ms / 1e3, 3)}
     if not replayed.captured:
         cause, remedy = classify_capture_error(replayed.error, sync_points)
         try:
             torch.cuda.synchronize()
         except Exception:
             pass
-        return GraphCaptureReport(False, cause=cause, remedy=remedy, error=replayed.error, sync_points=sync_points)
+        return GraphCaptureReport(False, cause=cause, remedy=remedy, error=replayed.error, sync_points=sync_points,
+                                  seconds=seconds)
     max_diff = diff["max"]
     matches = not replayed.problem
+    began = time.perf_counter()
     facts = ({} if matches else
              mismatch_facts(fn, static, graph, _as_tensors(outputs[0]), diff["expected"]))
+    if facts:
+        seconds["mismatch_facts"] = round(time.perf_counter() - began, 3)
     seconds_per_call, host_submit_s = call_times
     timing = replay_timing_calls(seconds_per_call, calls_for_timing, host_submit_s=host_submit_s)
     eager_us = graph_us = None
     if timing is not None:
         calls, batches = timing
+        began = time.perf_counter()
         eager_us = time_torch_batches(torch, lambda: fn(*static), calls, batches).median
         graph_us = time_torch_batches(torch, graph.replay, calls, batches).median
+        seconds["replay_timing"] = round(time.perf_counter() - began, 3)
     return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,
                               graph_us_per_call=graph_us, sync_points=sync_points, tolerance=diff.get("tolerance"),
-                              **facts)
+                              seconds=seconds, **facts)
