@@ -8,13 +8,8 @@ import time
 import pytest
 
 
-@pytest.mark.gpu
-def test_a_call_of_half_a_second_is_timed_five_times_and_its_graph_check_stays_short() -> None:
-    torch = pytest.importorskip("torch")
-    from opgate.gpu.probes.graphs import check_graph_capture
-    from opgate.gpu.probes.timing import FEWEST_TIMED_CALLS, time_cuda
-
-    x = torch.ones(4, device="cuda")
+def sleep_cycles(torch, milliseconds: float) -> int:
+    """The torch.cuda._sleep cycles that keep this GPU busy about `milliseconds` (measured, not its clock's datasheet)."""
     torch.cuda._sleep(1000)
     torch.cuda.synchronize()
     probe = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -22,7 +17,17 @@ def test_a_call_of_half_a_second_is_timed_five_times_and_its_graph_check_stays_s
     torch.cuda._sleep(10**8)
     probe[1].record()
     probe[1].synchronize()
-    cycles = int(10**8 * 500 / probe[0].elapsed_time(probe[1]))  # about 0.5 s of GPU time a call
+    return int(10**8 * milliseconds / probe[0].elapsed_time(probe[1]))
+
+
+@pytest.mark.gpu
+def test_a_call_of_half_a_second_is_timed_five_times_and_its_graph_check_stays_short() -> None:
+    torch = pytest.importorskip("torch")
+    from opgate.gpu.probes.graphs import check_graph_capture
+    from opgate.gpu.probes.timing import FEWEST_TIMED_CALLS, time_cuda
+
+    x = torch.ones(4, device="cuda")
+    cycles = sleep_cycles(torch, 500)  # about 0.5 s of GPU time a call
 
     calls = []
 
@@ -65,12 +70,7 @@ def test_a_gpu_bound_call_of_20_ms_is_not_timed_against_its_replays() -> None:
     from opgate.gpu.probes.timing import time_cuda
 
     x = torch.ones(4, device="cuda")
-    probe = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    probe[0].record()
-    torch.cuda._sleep(10**7)
-    probe[1].record()
-    probe[1].synchronize()
-    cycles = int(10**7 * 20 / probe[0].elapsed_time(probe[1]))  # about 20 ms of GPU time a call
+    cycles = sleep_cycles(torch, 20)  # about 20 ms of GPU time a call
 
     def gpu_bound(t):
         torch.cuda._sleep(cycles)
