@@ -40,22 +40,16 @@ def one_call(torch: Any, op: Any, impl: Any, dtype: str, before_first: bool) -> 
     from opgate.verify.runtime import cuda_inputs, rotating_input_sets, runtime_autotuning
 
     with upstream_kept_on_device(), runtime_autotuning():
-        return _timed_both_ways(torch, op, impl, dtype, before_first, time_cuda, cuda_inputs, rotating_input_sets)
-
-
-def _timed_both_ways(torch: Any, op: Any, impl: Any, dtype: str, before_first: bool, time_cuda: Any,
-                     cuda_inputs: Any, rotating_input_sets: Any) -> dict[str, Any]:
-    sets = rotating_input_sets(tuple(cuda_inputs(op, op.timing_dims(), dtype, seed=0)), count=3)
-    stats = time_cuda(impl.fn, sets)
-    median_s, host_s = stats.median_us * 1e-6, (stats.host_submit_us or 0.0) * 1e-6
-    row: dict[str, Any] = {"call": f"{op.name}.{impl.name} {dtype}", "median_us": round(stats.median_us, 1),
-                           "host_submit_us": round(stats.host_submit_us or 0.0, 1)}
-    ways = {"before": None, "now": host_s}
-    for way in (["before", "now"] if before_first else ["now", "before"]):
-        seconds, report = graph_seconds(impl.fn, sets[0], sets[1], median_s, ways[way])
-        row[f"{way}_s"] = round(seconds, 3)
-        row[f"{way}_timed"] = report.saved_us_per_call is not None
-        row[f"{way}_matches"] = report.matches_eager
+        sets = rotating_input_sets(tuple(cuda_inputs(op, op.timing_dims(), dtype, seed=0)), count=3)
+        stats = time_cuda(impl.fn, sets)
+        row: dict[str, Any] = {"call": f"{op.name}.{impl.name} {dtype}", "median_us": round(stats.median_us, 1),
+                               "host_submit_us": round(stats.host_submit_us or 0.0, 1)}
+        ways = {"before": None, "now": (stats.host_submit_us or 0.0) * 1e-6}
+        for way in (["before", "now"] if before_first else ["now", "before"]):
+            seconds, report = graph_seconds(impl.fn, sets[0], sets[1], stats.median_us * 1e-6, ways[way])
+            row[f"{way}_s"] = round(seconds, 3)
+            row[f"{way}_timed"] = report.saved_us_per_call is not None
+            row[f"{way}_matches"] = report.matches_eager
     del sets
     torch.cuda.empty_cache()
     return row

@@ -144,8 +144,7 @@ def _graph_not_timed(checks: list[dict], phase: Callable[[dict, str], float]) ->
     """How many graph checks left out the eager-vs-replay timing because the host submits the call in a small share
     of its GPU time (gpu/probes/graphs.py replay_timing_calls), against those that timed it, and their seconds."""
     captured = [r for r in checks if (r["extra"].get("graph") or {}).get("captured")]
-    host_bound = [r for r in captured if (r["extra"].get("graph") or {}).get("eager_us_per_call") is None
-                  and "host submits" in r.get("reason", "")]
+    host_bound = [r for r in captured if (r["extra"].get("graph") or {}).get("replay_not_timed") == "host_bound"]
     timed = [r for r in captured if (r["extra"].get("graph") or {}).get("eager_us_per_call") is not None]
     parts: collections.Counter[str] = collections.Counter()
     for result in captured:  # gpu/probes/graphs.py GraphCaptureReport.seconds

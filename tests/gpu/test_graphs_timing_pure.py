@@ -105,14 +105,22 @@ def test_a_call_the_host_submits_in_a_small_share_of_its_gpu_time_is_not_timed_a
 
 
 def test_the_runtime_check_says_why_the_launch_overhead_was_not_timed() -> None:
+    from opgate.gpu.probes.graphs import HOST_BOUND, TOO_SLOW
     from opgate.gpu.probes.timing import Samples, TimedCalls
     from opgate.verify.runtime import launch_not_timed_because
 
     gpu_bound = TimedCalls(Samples.of([10_000.0] * 5), l2_flushed=True, input_sets=3, host_submit_us=80.0)
-    assert launch_not_timed_because(gpu_bound) == (
+    assert launch_not_timed_because(gpu_bound, HOST_BOUND) == (
         "the host submits a call in 80 us, 0.8% of its 10000 us on the GPU, so a graph saves at most about that")
     slow = TimedCalls(Samples.of([1e6] * 5), l2_flushed=True, input_sets=3)
-    assert launch_not_timed_because(slow) == "a call takes 1 s, against microseconds of launch overhead"
+    assert launch_not_timed_because(slow, TOO_SLOW) == "a call takes 1 s, against microseconds of launch overhead"
+
+
+def test_the_probe_and_the_report_share_one_rule_for_a_gpu_bound_call() -> None:
+    from opgate.gpu.probes.graphs import gpu_bound, replay_timing_calls
+
+    assert gpu_bound(0.01, 1e-4) and replay_timing_calls(0.01, host_submit_s=1e-4) is None
+    assert not gpu_bound(1e-4, 9e-5) and not gpu_bound(0.01, None) and not gpu_bound(None, 1e-4)
 
 
 def test_the_sync_debug_modes_prototype_notice_is_no_sync_point(monkeypatch) -> None:

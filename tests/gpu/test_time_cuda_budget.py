@@ -83,5 +83,6 @@ def test_a_gpu_bound_call_of_20_ms_is_not_timed_against_its_replays() -> None:
                                 host_submit_s=stats.host_submit_us * 1e-6)
     assert graph.captured and graph.matches_eager and graph.saved_us_per_call is None, graph
     assert time.perf_counter() - started < 0.5  # four calls of 20 ms, not the 2 s of replay timing
+    assert graph.replay_not_timed == "host_bound", graph
     assert set(graph.seconds) == {"warm_up", "capture", "replay_and_eager"}, graph.seconds  # where the check went
     assert graph.seconds["replay_and_eager"] >= 0.03, graph.seconds  # the replay and the eager call: 20 ms each

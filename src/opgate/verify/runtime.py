@@ -420,15 +420,16 @@ def host_submit_s(stats: TimedCalls) -> float | None:
     return None if stats.host_submit_us is None else stats.host_submit_us * 1e-6
 
 
-def launch_not_timed_because(stats: TimedCalls) -> str:
-    """Why the graph check did not time the launch overhead a graph saves (gpu/probes/graphs.py
-    replay_timing_calls): the host submits a call in a small share of its GPU time, or the call is too slow."""
-    from opgate.gpu.probes.graphs import HOST_BOUND_SHARE, launch_bound_share
+def launch_not_timed_because(stats: TimedCalls, not_timed: str) -> str:
+    """Why the graph check did not time the launch overhead a graph saves, in words, from the probe's reason
+    (GraphCaptureReport.replay_not_timed): the host submits a call in a small share of its GPU time, or the call is
+    too slow."""
+    from opgate.gpu.probes.graphs import HOST_BOUND
 
-    share = launch_bound_share(stats.median_us * 1e-6, host_submit_s(stats))
-    if share is not None and share < HOST_BOUND_SHARE:
-        return (f"the host submits a call in {stats.host_submit_us:.0f} us, {share:.1%} of its {stats.median_us:.0f} "
-                f"us on the GPU, so a graph saves at most about that")
+    if not_timed == HOST_BOUND and stats.host_submit_us is not None:
+        return (f"the host submits a call in {stats.host_submit_us:.0f} us, "
+                f"{stats.host_submit_us / stats.median_us:.1%} of its {stats.median_us:.0f} us on the GPU, so a graph "
+                "saves at most about that")
     return f"a call takes {stats.median_us / 1e6:.2g} s, against microseconds of launch overhead"
 
 
@@ -515,7 +516,6 @@ class VerifyRuntimeCheck(GpuStageCheck):
         if graph.kept_bytes:  # memory only this process's exit gives back: its warm worker ends after this check
             extra[RETIRE_WORKER] = (f"a failed CUDA graph capture keeps {graph.kept_bytes / 2**30:.1f} GiB of GPU "
                                     "memory in this process")
-        call_time = launch_not_timed_because(stats)  # where the launch overhead was not timed
         if not graph.captured:
             figures.append(Figure("CUDA graph capture", f"fails: {graph.cause}",
                                   key="verify.runtime.cuda_graph_capture"))
@@ -527,7 +527,8 @@ class VerifyRuntimeCheck(GpuStageCheck):
                    key="verify.runtime.cuda_graph_replay_matches_eager"),
         ]
         saved = graph.saved_us_per_call
-        if saved is None:  # a call so slow that timing it against replays would outlast the budget
+        call_time = launch_not_timed_because(stats, graph.replay_not_timed)  # where saved is None
+        if saved is None:  # a call the host submits in a small share of its GPU time, or too slow to time in budget
             not_timed = f"not timed: {call_time}"
             figures.append(Figure("launch overhead saved by a graph", not_timed,
                                   key="verify.runtime.launch_overhead_saved_by_a_graph"))

@@ -162,6 +162,8 @@ class GraphCaptureReport:
     # seconds of the check's parts: warm_up (off the default stream, finding sync points), capture, replay_and_eager
     # (the replay and the eager call compared with it), mismatch_facts, replay_timing; where a check's time goes
     seconds: dict[str, float] = field(default_factory=dict)
+    # why eager calls were not timed against replays (replay_timing_calls): HOST_BOUND or TOO_SLOW; '' where they were
+    replay_not_timed: str = ""
 
     @property
     def saved_us_per_call(self) -> float | None:
@@ -358,11 +360,23 @@ FEWEST_REPLAY_BATCHES = 3
 HOST_BOUND_SHARE = 0.05
 
 
+# GraphCaptureReport.replay_not_timed: the host submits the call in under HOST_BOUND_SHARE of its GPU time, or the
+# call is too slow for even FEWEST_REPLAY_BATCHES of one call within the budget
+HOST_BOUND = "host_bound"
+TOO_SLOW = "too_slow"
+
+
 def launch_bound_share(seconds_per_call: float | None, host_submit_s: float | None) -> float | None:
     """The host's share of a call's time (submitting it against running it on the GPU), None where unknown."""
     if not seconds_per_call or host_submit_s is None or seconds_per_call <= 0:
         return None
     return host_submit_s / seconds_per_call
+
+
+def gpu_bound(seconds_per_call: float | None, host_submit_s: float | None) -> bool:
+    """Whether the host submits a call in under HOST_BOUND_SHARE of its GPU time (a graph cannot save more)."""
+    share = launch_bound_share(seconds_per_call, host_submit_s)
+    return share is not None and share < HOST_BOUND_SHARE
 
 
 def replay_timing_calls(seconds_per_call: float | None, calls: int = 20, batches: int = 5,
@@ -374,8 +388,7 @@ def replay_timing_calls(seconds_per_call: float | None, calls: int = 20, batches
     the fewest calls fit (microseconds of launches beside a call of a third of a second or more)."""
     from opgate.gpu.probes.timing import TIMED_CALLS_BUDGET_S
 
-    share = launch_bound_share(seconds_per_call, host_submit_s)
-    if share is not None and share < HOST_BOUND_SHARE:
+    if gpu_bound(seconds_per_call, host_submit_s):
         return None
     if seconds_per_call is None or seconds_per_call * calls * batches * 2 <= TIMED_CALLS_BUDGET_S:
         return calls, batches
@@ -575,6 +588,7 @@ def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fres
     seconds_per_call, host_submit_s = call_times
     timing = replay_timing_calls(seconds_per_call, calls_for_timing, host_submit_s=host_submit_s)
     eager_us = graph_us = None
+    not_timed = "" if timing is not None else HOST_BOUND if gpu_bound(seconds_per_call, host_submit_s) else TOO_SLOW
     if timing is not None:
         calls, batches = timing
         began = time.perf_counter()
@@ -583,4 +597,4 @@ def _capture_and_compare(torch: Any, fn: Callable[..., Any], static: tuple, fres
         seconds["replay_timing"] = round(time.perf_counter() - began, 3)
     return GraphCaptureReport(True, matches_eager=bool(matches), max_abs_diff=max_diff, eager_us_per_call=eager_us,
                               graph_us_per_call=graph_us, sync_points=sync_points, tolerance=diff.get("tolerance"),
-                              seconds=seconds, **facts)
+                              seconds=seconds, replay_not_timed=not_timed, **facts)
