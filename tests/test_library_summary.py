@@ -152,7 +152,8 @@ def test_the_recovery_checks_run_here_are_accounted_by_phase_and_trial_part(tmp_
                           for op in ("swish", "kl")]
     lines = _summary_lines(tmp_path, report)
     assert ("recovery checks run here: 2 in 2.0 s; phases inputs 0.2 s, first_call 0.4 s, trials 1.2 s; trials "
-            "fill_s 0.8 s, full_call_s 0.1 s, recover_s 0.3 s") in lines
+            "fill_s 0.8 s, full_call_s 0.1 s, recover_s 0.3 s; fill_s by trial 0: 0.3 s, 1: 0.3 s, 2: 0.3 s; "
+            "retries that needed all freed: 0") in lines
 
 
 def test_it_says_how_long_the_runtime_checks_waited_for_warm_ups_after_the_numerics(tmp_path: Path) -> None:

@@ -164,14 +164,20 @@ def _recovery_account(report: dict) -> list[str]:
         return []
     phases: collections.Counter[str] = collections.Counter()
     trial_parts: collections.Counter[str] = collections.Counter()
+    fill_by_index: collections.Counter[int] = collections.Counter()  # the first fill against the refills
+    freed_all = 0
     for result in checks:
         phases.update(result["extra"].get("phase_s") or {})
-        for trial in result["extra"]["trials"]:
+        for index, trial in enumerate(result["extra"]["trials"]):
             trial_parts.update({k: float(trial.get(k) or 0.0) for k in ("fill_s", "full_call_s", "recover_s")})
+            fill_by_index[index] += float(trial.get("fill_s") or 0.0)
+            freed_all += bool(trial.get("freed_all"))
     seconds = sum(float(r.get("duration_s") or 0) for r in checks)
     return [f"recovery checks run here: {len(checks)} in {seconds:.1f} s; phases "
             + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + "; trials "
-            + ", ".join(f"{k} {v:.1f} s" for k, v in trial_parts.items())]
+            + ", ".join(f"{k} {v:.1f} s" for k, v in trial_parts.items())
+            + "; fill_s by trial " + ", ".join(f"{i}: {v:.1f} s" for i, v in sorted(fill_by_index.items()))
+            + f"; retries that needed all freed: {freed_all}"]
 
 
 def _timed_twice(report: dict, give_backs: list[dict]) -> list[str]:

@@ -84,4 +84,13 @@ def test_example_recovers_from_out_of_memory(tmp_path: Path) -> None:
     recovery = results["verify.gelu.triton.recovery"]
     assert recovery["outcome"] == "passed", recovery["reason"]
     assert all(t["call_while_full"] in ("oom", "ok") for t in recovery["extra"]["trials"])
+    # the trials kept all but a room for the retry, and gelu's retry fitted in it
+    assert recovery["extra"]["room_bytes"] >= 256 * 2**20
+    assert not any(t["freed_all"] for t in recovery["extra"]["trials"])
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_a_retry_that_needed_everything_freed_is_said() -> None:
+    freed = OomTrial(1, True, 139.3, "oom", True, 0.25, "", freed_all=True)
+    outcome, reason = judge([_trial(0), freed])
+    assert outcome is Outcome.PASSED and "1 of them ran out of memory again" in reason
