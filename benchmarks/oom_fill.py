@@ -17,11 +17,12 @@ the out-of-memory messages list as many processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 MiB = 1 << 20
 
@@ -63,14 +64,21 @@ def _trial(torch: Any, fill: Callable[[Any], tuple[list[Any], bool]]) -> tuple[f
     return filled - began, time.perf_counter() - filled, gib, hit
 
 
-def _idle_contexts(count: int) -> list[subprocess.Popen]:
+@contextlib.contextmanager
+def idle_contexts(count: int) -> Iterator[None]:
+    """`count` idle processes holding a CUDA context each while the block runs (benchmarks/oom_trials.py uses it
+    too)."""
     code = ("import sys, torch; torch.cuda.init(); torch.empty(1, device='cuda'); print('up', flush=True); "
             "sys.stdin.read()")
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for _ in range(count)]
-    for proc in procs:
-        proc.stdout.readline()
-    return procs
+    try:
+        for proc in procs:
+            proc.stdout.readline()
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
 
 
 def main() -> int:
@@ -85,8 +93,7 @@ def main() -> int:
         return 2
     from opgate.gpu.probes.oom import fill_until_oom
 
-    procs = _idle_contexts(args.contexts)
-    try:
+    with idle_contexts(args.contexts):
         errors = _counting_errors(torch)
         ways = {"halving from 1/64 of the card (before)": halving_from_a_64th,
                 "free first, halving from 64 MiB (now)": fill_until_oom}
@@ -103,9 +110,6 @@ def main() -> int:
             print(f"{name:<38} {statistics.median(t[0] for t in trials):>8.3f} "
                   f"{statistics.median(t[1] for t in trials):>8.3f} {statistics.median(t[2] for t in trials):>6.1f} "
                   f"{statistics.median(t[4] for t in trials):>7.0f} {sum(t[3] for t in trials):>5}/{len(trials)}")
-    finally:
-        for proc in procs:
-            proc.kill()
     return 0
 
 

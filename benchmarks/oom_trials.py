@@ -16,22 +16,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
+from oom_fill import idle_contexts  # this script's folder is first on sys.path
+
 TRIALS = 3
-
-
-def _idle_contexts(count: int) -> list[subprocess.Popen]:
-    code = ("import sys, torch; torch.cuda.init(); torch.empty(1, device='cuda'); print('up', flush=True); "
-            "sys.stdin.read()")
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for _ in range(count)]
-    for proc in procs:
-        proc.stdout.readline()
-    return procs
 
 
 def _check(torch: Any, keep: bool) -> tuple[list[Any], float]:
@@ -74,8 +65,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("oom_trials.py: no CUDA GPU here: this benchmark fills a GPU's memory", file=sys.stderr)
         return 2
-    procs = _idle_contexts(args.contexts)
-    try:
+    with idle_contexts(args.contexts):
         ways = {"whole filler freed each trial (before)": False, "all but a room kept across trials (now)": True}
         rows: dict[str, list[tuple[list[Any], float]]] = {name: [] for name in ways}
         print(f"{torch.cuda.get_device_name()}, {args.contexts} idle CUDA contexts beside, {args.checks} checks of "
@@ -97,9 +87,6 @@ def main() -> int:
             bad = [t for t in trials if not t.recovered]
             if bad:
                 print(f"  not recovered: {bad[0].mismatch}")
-    finally:
-        for proc in procs:
-            proc.kill()
     return 0
 
 
