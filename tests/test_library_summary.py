@@ -118,6 +118,9 @@ def test_it_counts_the_compile_ahead_tasks_that_ran_before_their_plan(tmp_path: 
     # four plans, all among the 30 written last
     assert ("compile-ahead tasks before their plan was written: 3 of 4 began, 1 ended; of the 30 plans written last, "
             "3 of 4 began, 1 ended") in lines
+    # the starts at 30, 40, 100 and 150 s: the longest wait is after the swish task, which still ran
+    assert ("compile-ahead starts: the longest wait 40-100 s (60 s), 2 tasks running at its start; the next to "
+            "start: verify.kl.grad.kl.float32.compile_ahead") in lines
 
 
 def test_the_runtime_checks_run_here_are_accounted_by_phase(tmp_path: Path) -> None:

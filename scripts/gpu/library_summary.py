@@ -100,6 +100,7 @@ def summary(report: dict, host_speed: dict | None = None, give_backs: list[dict]
                      f"{len(pairs)} tasks, {sum(e - s for s, e in pairs):.0f} s of slot time")
     lines += _critical_path(timeline, stage_of, engine.get("calibration_spans_s", {}), engine.get("run_again") or {})
     lines += _ahead_before_plans(timeline, engine.get("calibration_spans_s", {}))
+    lines += _ahead_stall(timeline)
     lines += _busy(report)
     completed = engine.get("files_completed_s", {})
     lines.append(f"files judged wholly: {len(completed)}, at " + ", ".join(
@@ -328,6 +329,21 @@ def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict, run_
                              f"check ({numerics_end:.0f} s): {len(after)} runtime warm-ups ended after it, "
                              f"{sum(1 for _, start in after if start >= numerics_end)} of them begun after it")
     return lines
+
+
+def _ahead_stall(timeline: dict) -> list[str]:
+    """The longest time in which no compile-ahead task started while one was still to start, and how many ran
+    meanwhile: the queue keeps its head's place (CheckTask.ranked), so a head that gets no slot holds back the rest
+    (fifty-third session's H200 run: none started from 81 s to 296 s, when the plans had been written)."""
+    spans = sorted((float(t[0]), float(t[-1]) if len(t) >= 2 else float("inf"), check_id)
+                   for check_id, t in timeline.items() if check_id.endswith(".compile_ahead") and t)
+    if len(spans) < 2:
+        return []
+    gap, after = max(((later[0] - earlier[0], k) for k, (earlier, later) in enumerate(zip(spans, spans[1:]))))
+    begun, next_start, head = spans[after][0], spans[after + 1][0], spans[after + 1][2]
+    running = sum(1 for start, end, _ in spans if start <= begun and end > begun)
+    return [f"compile-ahead starts: the longest wait {begun:.0f}-{next_start:.0f} s ({gap:.0f} s), {running} tasks "
+            f"running at its start; the next to start: {head}"]
 
 
 # The plans written last, whose compile-ahead tasks the calibrator queues first (verify/compile_ahead.py)
