@@ -28,19 +28,15 @@ TRIALS = 3
 def _check(torch: Any, keep: bool) -> tuple[list[Any], float]:
     """One check's trials on x * 2 + 1 over 256 MiB of float32, as verify/oom_recovery.py runs them; (the trials,
     the seconds of the whole check after its first call)."""
-    from opgate.gpu.probes.oom import Filler, room_for, run_trial
+    from opgate.gpu.probes.oom import Filler, first_call, run_trial
 
     x = torch.rand(64 << 20, device="cuda")
 
     def fn(t: Any) -> Any:
         return t * 2 + 1
 
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    allocated = torch.cuda.memory_allocated()
-    before = fn(x)
-    torch.cuda.synchronize()
-    filler = Filler(room_for(torch.cuda.max_memory_allocated() - allocated) if keep else 0)
+    before, filler = first_call(torch, fn, (x,))
+    filler = filler if keep else Filler(room_bytes=0)  # the way before: nothing kept, everything freed each trial
     began = time.perf_counter()
     try:
         trials = [run_trial(torch, fn, (x,), before, index, filler) for index in range(TRIALS)]

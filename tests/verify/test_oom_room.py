@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from opgate.gpu.probes.oom import Filler, room_for, run_trial
+from opgate.gpu.probes.oom import Filler, first_call, room_for, run_trial
 
 GIB, MIB = 2**30, 2**20
 
@@ -86,3 +86,17 @@ def test_the_room_is_twice_the_peak_and_a_slack_in_whole_2_mib() -> None:
     assert room_for(0) == 256 * MIB
     assert room_for(-5) == 256 * MIB
     assert room_for(3 * MIB + 1) % (2 * MIB) == 0 and room_for(3 * MIB + 1) >= 262 * MIB
+
+
+def test_the_first_call_sizes_the_room_from_its_own_peak_above_what_was_allocated_before() -> None:
+    allocated = [3 * GIB]
+    peak = [3 * GIB]
+
+    def fn() -> int:
+        peak[0] = allocated[0] + 100 * MIB  # the call's temporaries, freed when it returns
+        return 42
+
+    cuda = SimpleNamespace(synchronize=lambda: None, reset_peak_memory_stats=lambda: None,
+                           memory_allocated=lambda: allocated[0], max_memory_allocated=lambda: peak[0])
+    before, filler = first_call(SimpleNamespace(cuda=cuda), fn, ())
+    assert before == 42 and filler.room_bytes == room_for(100 * MIB) and not filler.kept

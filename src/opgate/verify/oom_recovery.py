@@ -18,7 +18,7 @@ from dataclasses import asdict
 from typing import Any, Sequence
 
 from opgate.model.errors import SkipCheck
-from opgate.gpu.probes.oom import Filler, OomTrial, room_for, run_trial
+from opgate.gpu.probes.oom import OomTrial, first_call, run_trial
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation, one_config_per_autotune_key
@@ -65,12 +65,7 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
         # every config while the GPU was held alone (fla's kernels: 10-24 s a check on the H200, against 0.8 s
         # for kernels that do not autotune); the scope spans the trials, so no call autotunes with the GPU full
         with one_config_per_autotune_key():
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            allocated = torch.cuda.memory_allocated()
-            before = fn(*args)  # compiles too, before memory gets tight
-            torch.cuda.synchronize()
-            filler = Filler(room_for(torch.cuda.max_memory_allocated() - allocated))
+            before, filler = first_call(torch, fn, args)
             clock.lap("first_call")
             try:
                 trials = [run_trial(torch, fn, args, before, index, filler) for index in range(options.trials)]

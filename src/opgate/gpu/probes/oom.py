@@ -57,6 +57,17 @@ def room_for(peak_bytes: int) -> int:
     return (2 * max(0, peak_bytes) + ROOM_SLACK + 2 * MiB - 1) // (2 * MiB) * (2 * MiB)
 
 
+def first_call(torch: Any, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, Filler]:
+    """The implementation's answer before the trials (its first call, which compiles too, before memory gets tight)
+    and the filler for its trials, whose room is sized from that call's peak allocation."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    allocated = torch.cuda.memory_allocated()
+    before = fn(*args)
+    torch.cuda.synchronize()
+    return before, Filler(room_for(torch.cuda.max_memory_allocated() - allocated))
+
+
 # What the fill leaves to its halving after one allocation of what the driver says is free.
 FILL_MARGIN = 64 * MiB
 
