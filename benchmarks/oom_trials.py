@@ -71,7 +71,8 @@ def main() -> int:
             for name, keep in order:
                 rows[name].append(_check(torch, keep))
         head = " ".join(f"{f'fill {i} s':>9}" for i in range(TRIALS))
-        print(f"{'way':<42} {head} {'recover s':>10} {'check s':>8} {'GiB':>6} {'reached':>8} {'freed all':>10}")
+        print(f"{'way':<42} {head} {'recover s':>10} {'check s':>8} {'GiB':>6} {'reached':>8} {'recovered':>10} "
+              f"{'freed all':>10}")
         for name, checks in rows.items():
             trials = [t for c in checks for t in c[0]]
             fills = " ".join(f"{statistics.median(c[0][i].fill_s for c in checks):>9.3f}" for i in range(TRIALS))
@@ -79,7 +80,8 @@ def main() -> int:
             check_s = statistics.median(c[1] for c in checks)
             gib = statistics.median(t.filled_gib for t in trials)
             print(f"{name:<42} {fills} {recover_s:>10.3f} {check_s:>8.3f} {gib:>6.1f} "
-                  f"{sum(t.oom_hit for t in trials):>4}/{len(trials)} {sum(t.freed_all for t in trials):>10}")
+                  f"{sum(t.oom_hit for t in trials):>4}/{len(trials)} "
+                  f"{sum(t.recovered for t in trials):>7}/{len(trials)} {sum(t.freed_all for t in trials):>10}")
             bad = [t for t in trials if not t.recovered]
             if bad:
                 print(f"  not recovered: {bad[0].mismatch}")

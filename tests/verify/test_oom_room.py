@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from opgate.gpu.probes.oom import Filler, first_call, room_for, run_trial
+import pytest
+
+from opgate.gpu.probes import oom
+from opgate.gpu.probes.oom import Filler, compare_beside, first_call, room_for, run_trial
 
 GIB, MIB = 2**30, 2**20
 
@@ -100,3 +103,48 @@ def test_the_first_call_sizes_the_room_from_its_own_peak_above_what_was_allocate
                            memory_allocated=lambda: allocated[0], max_memory_allocated=lambda: peak[0])
     before, filler = first_call(SimpleNamespace(cuda=cuda), fn, ())
     assert before == 42 and filler.room_bytes == room_for(100 * MIB) and not filler.kept
+
+
+def _comparing_with(device: _Device, n: int):
+    """A comparison that needs `n` bytes of the device while it runs (same_answer widens floats to float64)."""
+    def compare(torch: object, before: object, after: object) -> str:
+        block = device.empty(n)
+        del block
+        return "" if before == after else "differs"
+    return compare
+
+
+def test_a_comparison_that_runs_out_of_memory_beside_the_kept_filler_runs_again_with_it_freed() -> None:
+    # The H100 benchmark's case: the retry fitted in its room, the float64 comparison of its 256 MiB output did not.
+    device = _Device(75 * GIB)
+    torch = device.torch()
+    filler = Filler(room_for(100 * MIB))
+    run_trial(torch, _needing(device, 100 * MIB), (), 42, 0, filler)  # leaves the kept part allocated
+    assert filler.kept
+    assert compare_beside(torch, 42, 42, filler, _comparing_with(device, 2 * GIB)) == ""
+    assert not filler.kept and device.free == 75 * GIB
+    assert compare_beside(torch, 42, 41, Filler(0), _comparing_with(device, 2 * GIB)) == "differs"
+
+
+def test_a_comparison_out_of_memory_with_nothing_kept_is_opgates_failure_not_a_verdict() -> None:
+    device = _Device(1 * GIB)
+    with pytest.raises(_OutOfMemoryError):
+        compare_beside(device.torch(), 42, 42, Filler(0), _comparing_with(device, 2 * GIB))
+
+
+def test_outputs_are_compared_in_slices_with_the_verdict_of_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(oom, "COMPARE_CHUNK", 7)
+    before = torch.linspace(-3, 3, 50).reshape(5, 10)
+    assert oom.same_answer(torch, before, before.clone()) == ""
+    with_nan = before.clone()
+    with_nan[4, 9] = float("nan")
+    assert oom.same_answer(torch, with_nan, with_nan.clone()) == ""
+    assert oom.same_answer(torch, before, with_nan) == "output 0 differs from the answer before the out-of-memory error"
+    off = before.clone()
+    off[3, 3] += 1e-3  # in the fifth slice of seven elements
+    assert oom.same_answer(torch, before, off) != ""
+    assert oom.same_answer(torch, before.t(), before.t().clone()) == ""  # a transposed output is compared too
+    ints = torch.arange(20)
+    assert oom.same_answer(torch, ints, ints.clone()) == "" and oom.same_answer(torch, ints, ints.flip(0)) != ""
+    assert oom.same_answer(torch, torch.empty(0), torch.empty(0)) == ""

@@ -90,6 +90,22 @@ def test_example_recovers_from_out_of_memory(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout[-3000:]
 
 
+@pytest.mark.gpu
+def test_a_large_output_is_compared_beside_the_kept_filler() -> None:
+    # benchmarks/oom_trials.py on an H100 (fifty-fourth session): x * 2 + 1 over 256 MiB fitted in its room, but the
+    # float64 comparison of its output beside the kept filler ran out of memory and the trial said "not recovered"
+    torch = pytest.importorskip("torch")
+    from opgate.gpu.probes.oom import first_call, run_trial
+
+    x = torch.rand(64 << 20, device="cuda")
+    before, filler = first_call(torch, lambda t: t * 2 + 1, (x,))
+    try:
+        trials = [run_trial(torch, lambda t: t * 2 + 1, (x,), before, index, filler) for index in range(3)]
+    finally:
+        filler.release(torch)
+    assert all(t.oom_hit and t.recovered for t in trials), [t.mismatch for t in trials]
+
+
 def test_a_retry_that_needed_everything_freed_is_said() -> None:
     freed = OomTrial(1, True, 139.3, "oom", True, 0.25, "", freed_all=True)
     outcome, reason = judge([_trial(0), freed])

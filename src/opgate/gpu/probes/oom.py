@@ -135,12 +135,7 @@ def same_answer(torch: Any, before: Any, after: Any) -> str:
             return f"output {k}: {type(a).__name__} after recovery, a tensor before"
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"output {k}: {tuple(a.shape)} {a.dtype} after recovery, {tuple(b.shape)} {b.dtype} before"
-        if b.is_floating_point():
-            rtol = 1e-5 if b.dtype in (torch.float32, torch.float64) else 1e-2
-            ok = torch.allclose(a.double(), b.double(), rtol=rtol, atol=0.0, equal_nan=True)
-        else:
-            ok = torch.equal(a, b)
-        if not ok:
+        if not _same_values(torch, a, b):
             return f"output {k} differs from the answer before the out-of-memory error"
     return ""
 
@@ -177,8 +172,43 @@ def run_trial(torch: Any, fn: Callable[..., Any], args: Sequence[Any], before: A
             freed_all = True
             after = fn(*args)
             torch.cuda.synchronize()
-        mismatch = same_answer(torch, before, after)
     except Exception as exc:  # noqa: BLE001 - the retry failing is exactly what this check looks for
         mismatch = f"the retry raised {type(exc).__name__}: {str(exc)[:200]}"
+    else:
+        mismatch = compare_beside(torch, before, after, filler)
     return OomTrial(index, hit, round(filled, 2), while_full, not mismatch, time.perf_counter() - freed_at, mismatch,
                     fill_s=round(full_at - began, 3), full_call_s=round(freed_at - full_at, 3), freed_all=freed_all)
+
+
+# Elements compared at once: the comparison widens floats to float64, so a whole output at once took four times its
+# float32 size beside the kept filler (benchmarks/oom_trials.py on an H100, fifty-fourth session: a 256 MiB output's
+# comparison ran out of memory where the retry itself had fitted). 2^24 elements: 128 MiB a float64 slice.
+COMPARE_CHUNK = 1 << 24
+
+
+def _same_values(torch: Any, a: Any, b: Any) -> bool:
+    """`a` equals `b` (same shape and dtype): floats within a few ulps, NaN where NaN; compared in slices, so the
+    extra memory stays bounded whatever the output's size."""
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    floating = b.is_floating_point()
+    rtol = 1e-5 if b.dtype in (torch.float32, torch.float64) else 1e-2
+    for start in range(0, flat_b.numel(), COMPARE_CHUNK):
+        x, y = flat_a[start:start + COMPARE_CHUNK], flat_b[start:start + COMPARE_CHUNK]
+        same = (torch.allclose(x.double(), y.double(), rtol=rtol, atol=0.0, equal_nan=True) if floating
+                else torch.equal(x, y))
+        if not same:
+            return False
+    return True
+
+
+def compare_beside(torch: Any, before: Any, after: Any, filler: Filler,
+                   compare: Callable[[Any, Any, Any], str] = same_answer) -> str:
+    """`compare(torch, before, after)` with the kept filler still allocated; where that runs out of memory (the
+    comparison is opgate's work, not the implementation's), again with the filler freed."""
+    try:
+        return compare(torch, before, after)
+    except torch.cuda.OutOfMemoryError:
+        if not filler.kept:
+            raise
+        filler.release(torch)
+        return compare(torch, before, after)
