@@ -179,6 +179,25 @@ def test_it_says_how_long_the_runtime_checks_waited_for_warm_ups_after_the_numer
             "1 of them begun after it") in lines
 
 
+def test_it_says_how_long_the_numerics_checks_waited_after_their_plans(tmp_path: Path) -> None:
+    """The numerics queue is first come, first served among ready checks: a check whose plan was written late waits
+    behind the backlog (fifty-fourth session: FlagGems' rms_norm.grad, written at 254-258 s, began at 329-337 s)."""
+    report = _report()
+    report["results"] += [{"check_id": f"verify.{op}.{impl}.{dtype}", "outcome": "passed", "stage": "numerics",
+                           "extra": {}}
+                          for op, impl, dtype in [("conv.grad", "conv", "float32"), ("kl.grad", "kl", "float32"),
+                                                  ("swish", "swish", "float32")]]
+    report["extra"]["timeline"] = {
+        "verify.conv.grad.conv.float32": [420.0, 500.0],  # written at 349 s: waited 71 s
+        "verify.kl.grad.kl.float32": [125.0, 130.0],  # written at 115 s: 10 s
+        "verify.swish.swish.float32": [62.0, 63.0],  # written at 22 s: 40 s
+    }
+    lines = _summary_lines(tmp_path, report)
+    assert "  a last numerics check: verify.conv.grad.conv.float32 420-500 s; its plan written at 349 s" in lines
+    assert ("numerics checks' wait from their plan to their start: median 40 s, longest 71 s, 2 of 3 waited 30 s or "
+            "more") in lines
+
+
 def test_a_timing_run_twice_names_the_give_backs_of_gpu_memory_beside_it(tmp_path: Path) -> None:
     """verify/runtime.py times a disturbed timing twice; the summary places each runtime check on the wall clock (the
     timeline's zero) and names the warm workers that gave GPU memory back while it ran (held.jsonl beside the

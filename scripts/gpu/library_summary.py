@@ -1,8 +1,8 @@
 """What a library run's report says about where its time went: results by stage and outcome, plans calibrated by
 each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' Triton compiles (count and seconds,
 from each result's backend_facts.triton_jit) and the operators that compiled longest; what the side-by-side work
-ended on (the last plan, the last numerics checks and the compile-ahead tasks they waited for, the last runtime
-warm-ups); the longest plans and when each spec file's first plan began; the processes busy each 50 s, by what
+ended on (the last plan, the last numerics checks, when their plans were written and the compile-ahead tasks they
+waited for, the numerics checks' wait from plan to start, the last runtime warm-ups); the longest plans and when each spec file's first plan began; the processes busy each 50 s, by what
 they did; the runtime checks timed twice and the warm workers' give-backs of GPU memory beside them (the memory log
 beside the report); the host's speed where scripts/host_speed.py left it beside the report.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable
@@ -287,6 +288,13 @@ def _busy(report: dict) -> list[str]:
     return lines
 
 
+def _plan_written(check_id: str, calibration_spans: dict) -> float | None:
+    """When the plan of numerics check `check_id` (verify.<operator>.<implementation>.<dtype>) was written."""
+    parts = check_id.removeprefix("verify.").split(".")
+    span = calibration_spans.get(f"{'.'.join(parts[:-2])} {parts[-1]}") if len(parts) >= 3 else None
+    return float(span[1]) if span else None
+
+
 def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict, run_again: dict) -> list[str]:
     """What the side-by-side work ended on: the last plan written, the last numerics checks (and whether a running
     compile-ahead task held one back: it ended as the check began), and the last runtime warm-ups before the first
@@ -314,7 +322,15 @@ def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict, run_
         ahead = ends.get(f"{check}.compile_ahead")
         held = (f"; its compile-ahead task ran {ahead[0]:.0f}-{ahead[1]:.0f} s" if ahead and ahead[1] >= start - 1.0
                 else "")
-        lines.append(f"  a last numerics check: {check} {start:.0f}-{end:.0f} s{held}")
+        written = _plan_written(check, calibration_spans)
+        plan = f"; its plan written at {written:.0f} s" if written is not None else ""
+        lines.append(f"  a last numerics check: {check} {start:.0f}-{end:.0f} s{plan}{held}")
+    waits = sorted(start - written for _, start, check in numerics
+                   if (written := _plan_written(check, calibration_spans)) is not None)
+    if waits:  # the numerics queue is first come, first served among ready checks: its backlog shows here
+        lines.append(f"numerics checks' wait from their plan to their start: median {statistics.median(waits):.0f} s, "
+                     f"longest {waits[-1]:.0f} s, {sum(1 for w in waits if w >= 30.0)} of {len(waits)} waited 30 s "
+                     "or more")
     runtime = [start for check, (start, _) in ends.items() if stage_of.get(check) == "runtime"]
     warm_ups = sorted((end, start, check) for check, (start, end) in ends.items() if check.endswith("_warm_up"))
     if runtime and warm_ups:
