@@ -2,9 +2,10 @@
 each 100 s, warm-worker starts, the heaviest bound terms, the numerics checks' Triton compiles (count and seconds,
 from each result's backend_facts.triton_jit) and the operators that compiled longest; what the side-by-side work
 ended on (the last plan, the last numerics checks, when their plans were written and the compile-ahead tasks they
-waited for, the numerics checks' wait from plan to start, the last runtime warm-ups); the longest plans and when each spec file's first plan began; the processes busy each 50 s, by what
-they did; the runtime checks timed twice and the warm workers' give-backs of GPU memory beside them (the memory log
-beside the report); the host's speed where scripts/host_speed.py left it beside the report.
+waited for, the numerics checks' wait from plan to start, the last runtime warm-ups); the longest plans and when
+each spec file's first plan began; the processes busy each 50 s, by what they did; the runtime checks timed twice
+and the warm workers' give-backs of GPU memory beside them (the memory log beside the report); the host's speed
+where scripts/host_speed.py left it beside the report.
 
     python3 scripts/gpu/library_summary.py REPORT.json
 """
