@@ -1,0 +1,85 @@
+"""A library run's numerics queue replayed offline in three orders, from its report alone.
+
+    python3 benchmarks/numerics_queue_replay.py REPORT.json
+
+The runner takes ready numerics checks first come, first served (their plans' order). Each numerics start of the
+run is taken as a slot given at that time; at each, the replay starts the ready check (its plan written:
+extra.engine.calibration_spans_s) that an order puts first, for the seconds it took in the run (extra.timeline). It
+prints when the last would end: in the run's order (the replay's own error against the run shows beside it), last
+written first, and longest first knowing each check's seconds (the best an order can do; no predictor made before a
+check runs gives them). The slots' times do not move with the order, so it compares orders, not runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+NumericsCheck = dict[str, Any]
+
+
+def numerics_checks(report: dict[str, Any]) -> list[NumericsCheck]:
+    """Each numerics check of the report that ran: its id, when its plan was written, its start and seconds."""
+    extra = report.get("extra") or {}
+    timeline, spans = extra.get("timeline") or {}, (extra.get("engine") or {}).get("calibration_spans_s") or {}
+    checks = []
+    for result in report.get("results", []):
+        facts = result.get("extra") or {}
+        times = timeline.get(result["check_id"]) or []
+        parts = result["check_id"].removeprefix("verify.").split(".")
+        span = spans.get(f"{'.'.join(parts[:-2])} {parts[-1]}")
+        if "phase_s" in facts and "cases" in facts and len(times) >= 2 and span:
+            checks.append({"id": result["check_id"], "ready": float(span[1]), "start": float(times[0]),
+                           "seconds": float(times[1]) - float(times[0])})
+    return checks
+
+
+def replay(checks: list[NumericsCheck], first: Callable[[NumericsCheck], float]) -> float:
+    """When the last check ends if each slot the run gave goes to the ready check that `first` ranks lowest."""
+    grants = sorted(check["start"] for check in checks)
+    arriving = sorted(checks, key=lambda check: check["ready"])
+    ready: list[NumericsCheck] = []
+    end, k = 0.0, 0
+    for grant in grants:
+        while k < len(arriving) and arriving[k]["ready"] <= grant:
+            ready.append(arriving[k])
+            k += 1
+        if not ready:  # a slot before any plan is ready: the next plan's check takes it when written
+            ready.append(arriving[k])
+            k += 1
+        chosen = min(ready, key=first)
+        ready.remove(chosen)
+        end = max(end, max(grant, chosen["ready"]) + chosen["seconds"])
+    return end
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("numerics_queue_replay.py: give one report: python3 benchmarks/numerics_queue_replay.py REPORT.json",
+              file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"numerics_queue_replay.py: {path}: not a readable JSON report ({exc.__class__.__name__})",
+              file=sys.stderr)
+        return 2
+    checks = numerics_checks(report) if isinstance(report, dict) else []
+    if not checks:
+        print(f"numerics_queue_replay.py: {path}: no numerics check with a timeline and a plan time; give a GPU "
+              "library run's report (opgate verify --json)", file=sys.stderr)
+        return 2
+    ran = max(check["start"] + check["seconds"] for check in checks)
+    print(f"{len(checks)} numerics checks; the run's last ended at {ran:.1f} s")
+    for name, first in [("first come, first served (the runner's)", lambda c: c["ready"]),
+                        ("last written first", lambda c: -c["ready"]),
+                        ("longest first, knowing each check's seconds", lambda c: -c["seconds"])]:
+        print(f"  {name:<46} {replay(checks, first):7.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
