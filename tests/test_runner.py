@@ -390,3 +390,23 @@ def test_a_ready_task_whose_key_has_an_idle_worker_goes_before_one_that_would_st
     assert _next_position([(0, fresh), (1, b)], idle_keys={"verify:b.py"}) == 0
     ranked = dataclasses.replace(a, ranked=True)  # its place is a priority (compile-ahead): it starts a worker
     assert _next_position([(0, ranked), (1, b)], idle_keys={"verify:b.py"}) == 0
+
+
+def test_progress_lines_in_a_log_say_where_the_whole_run_stands(tmp_path: Path) -> None:
+    """Without a terminal (a CI log) there is no bar: each result's line starts with the tasks finished of those
+    known so far and the run's elapsed time."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from opgate.engine.session import progress_prefix, run_session
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    run_session("doctor", [task("a", "PassingCheck"), task("b", "PassingCheck")], console, jobs=1)
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    assert len(lines) == 2
+    assert all(re.fullmatch(r"  \[[12]/2  0:\d\d\] passed   planted\.[ab] \(\d+\.\d\ds\)", line) for line in lines)
+    assert lines[1].startswith("  [2/2 ")
+    assert progress_prefix(7, 1234, 754.9) == "[   7/1234 12:34]"

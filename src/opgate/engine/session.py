@@ -65,6 +65,14 @@ def tasks_for(
     return tasks, broken
 
 
+def progress_prefix(finished: int, total: int, elapsed_s: float) -> str:
+    """`[  12/340  1:05]`: tasks finished of those known so far (a library run's plans bring more as they are
+    written), and the run's minutes and seconds."""
+    minutes, seconds = divmod(int(elapsed_s), 60)
+    width = len(str(total))
+    return f"[{finished:>{width}}/{total} {minutes:>2}:{seconds:02d}]"
+
+
 def run_session(
     verb: str,
     tasks: Sequence[CheckTask],
@@ -100,12 +108,17 @@ def run_session(
             progress.update(bar, description=f"{verb}: {task.check_id}")
             timeline.setdefault(task.check_id, []).append(round(time.perf_counter() - t0, 2))
 
+        finished = 0
+
         def done(task: CheckTask, result: CheckResult) -> None:
-            timeline.setdefault(task.check_id, []).append(round(time.perf_counter() - t0, 2))
+            nonlocal finished
+            now = time.perf_counter() - t0
+            timeline.setdefault(task.check_id, []).append(round(now, 2))
             progress.advance(bar)
-            if not console.is_terminal:
-                console.print(f"  {result.outcome.value:8s} {task.check_id} ({result.duration_s:.2f}s)",
-                              highlight=False)
+            finished += 1
+            if not console.is_terminal:  # a CI log: where the whole run stands, on each line (no bar there)
+                console.print(f"  {progress_prefix(finished, total, now)} {result.outcome.value:8s} {task.check_id} "
+                              f"({result.duration_s:.2f}s)", highlight=False)
 
         try:
             results = run_checks(tasks, jobs=jobs, on_start=started, on_done=done, follow_up=follow_up,
