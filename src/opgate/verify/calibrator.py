@@ -626,6 +626,7 @@ class Calibrator(threading.Thread):
         host: 81 of 135 plans done at 320 s, none more by 485 s); longest first, they overlap the rest."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
+        from opgate.verify.compile_ahead import at_calibration_start
         from opgate.verify.plan_order import by_elements_only, estimated_seconds, plan_cost
 
         pending: dict[Future[PlanOutcome], tuple[int, str, float, bool]] = {}  # op, dtype, submitted, apart
@@ -644,6 +645,10 @@ class Calibrator(threading.Thread):
         if apart:
             share = sum(len(self.jobs[i].dtypes) for i in replacing) / sum(len(job.dtypes) for job in self.jobs)
             pool.isolate(apart_processes(pool.processes, share))
+
+        at_calibration = bool(self.ahead) and at_calibration_start()  # each plan's tasks fed as it is submitted
+        if at_calibration:
+            self.info["compile_ahead_queue"] = {"by": "calibration start", "fed": 0, "first": []}
 
         def others_left() -> bool:
             """Whether a plan of a spec that replaced nothing is still to be submitted (ready, or its file probing)."""
@@ -672,6 +677,8 @@ class Calibrator(threading.Thread):
                                         self.budget, self.seed, str(self._plan_path(index, k, job.op, dtype)),
                                         bool(self.info.get("gpu")), isolated=side)
                 pending[submitted] = (index, dtype, time.perf_counter(), side)
+                if at_calibration:
+                    self._feed_plan_ahead(index, dtype)
             ready[:] = waiting
 
         try:
@@ -690,7 +697,8 @@ class Calibrator(threading.Thread):
                             ready += [(-cost, next(arrivals), index, k, fatal[job.op.name])
                                       for k in range(len(job.dtypes))]
                             costs[index] = cost
-                        if not probing:  # every plan is ranked: the compile-ahead tasks, latest plans' first
+                        if not probing and not at_calibration:  # every plan is ranked: the compile-ahead
+                            # tasks, latest plans' first
                             self._feed_ahead(self._predicted_plan_ends(pool, costs, replacing if apart else set()))
                         continue
                     index, dtype, submitted, _ = pending.pop(future)
@@ -727,6 +735,23 @@ class Calibrator(threading.Thread):
             if estimates:
                 ends.update(predicted_ends(estimates, pool.capacity(side)))
         return ends
+
+    def _feed_plan_ahead(self, index: int, dtype: str) -> None:
+        """Hand the compile-ahead tasks of plan (`index`, `dtype`) to the run as its calibration starts
+        (OPGATE_COMPILE_AHEAD_ORDER=calibration: verify/compile_ahead.py)."""
+        from opgate.verify.compile_ahead import fed_at_calibration
+        from opgate.verify.tasks import CompileAheadPayload
+
+        mine = [task for task in self.ahead.get(index, [])
+                if CompileAheadPayload.from_dict(task.context.options).dtype == dtype]
+        if not mine or self.stopped.is_set():
+            return
+        self.ahead[index] = [task for task in self.ahead[index] if task not in mine]
+        queue = self.info["compile_ahead_queue"]
+        queue["fed"] += len(mine)
+        queue["first"] += [task.check_id.removeprefix("verify.").removesuffix(".compile_ahead")
+                           for task in mine][:max(0, 12 - len(queue["first"]))]
+        self.feed.put([fed_at_calibration(task) for task in mine])
 
     def _feed_ahead(self, ends: dict[tuple[int, str], float]) -> None:
         """Hand the compile-ahead tasks to the run, those of the plans predicted to be written last first (`ends`;

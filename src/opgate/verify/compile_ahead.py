@@ -12,8 +12,8 @@ worker key its numerics check will use, under the check's one-config-per-key aut
 cache. The task stops once its plan is written, at its next shape: the check is about to start, and compiling
 beside it would compile twice. The check waits for a task that still runs (CheckTask.after_running); it used not to,
 and on the H100 (fortieth session) FlagGems' skip_layer_norm checks compiled the kernel their tasks were compiling,
-85 s each, and ended the numerics at 402 s, 92 s after their tasks. Whatever goes wrong is the check's to meet and report, so the task's result is internal (never reported),
-even when its process dies (resume.follow_up).
+85 s each, and ended the numerics at 402 s, 92 s after their tasks. Whatever goes wrong is the check's to meet and
+report, so the task's result is internal (never reported), even when its process dies (resume.follow_up).
 
 On the H100 host, one library run of fla's and FlagGems' eight spec files after another on the same machine, each
 from empty caches (thirty-ninth session, docs/benchmarks.md): with the tasks the numerics checks ended at 276 s and
@@ -89,9 +89,46 @@ def slot_floor() -> float:
     return slot_fraction(SLOT_FLOOR_ENV, 0.0, SLOT_SHARE)
 
 
+# OPGATE_COMPILE_AHEAD_ORDER=calibration (opt-in, for an A/B; not yet measured): a plan's tasks are fed when its
+# calibration starts, queued before the ready numerics checks (order AT_CALIBRATION_ORDER) in at most
+# AT_CALIBRATION_SLOT_SHARE of the slots. In the fifty-third and fifty-fourth sessions' library runs the queue fed at
+# the start stalled for 214-246 s: the numerics backlog (a median check waited 41-73 s from its plan to its start)
+# took every freed slot first, so FlagGems' rms_norm.grad tasks began after their checks, each of which compiled
+# one kernel for 51-61 s. Fed at its calibration's start, a task compiles while its plan is calibrated, and its
+# check, which then waits in the backlog, finds the kernels compiled.
+ORDERS = ("", "file", "calibration")
+AT_CALIBRATION_ORDER = 39  # before a ready numerics check (40)
+AT_CALIBRATION_SLOT_SHARE = 0.25  # 4 of 16 slots at most
+
+
+def queue_order() -> str:
+    """OPGATE_COMPILE_AHEAD_ORDER: '' (the calibrator feeds the tasks once it has ranked the plans, those written
+    last first), 'file' (queued with the run in file order) or 'calibration' (each plan's when its calibration
+    starts); InputError for another value (the engine asks once before any work)."""
+    from opgate.model.errors import InputError
+
+    value = os.environ.get(ORDER_ENV, "").strip().lower()
+    if value not in ORDERS:
+        raise InputError(f"{ORDER_ENV}={value!r}: not a compile-ahead order; use file or calibration, or unset it")
+    return value
+
+
 def in_file_order() -> bool:
     """Whether OPGATE_COMPILE_AHEAD_ORDER=file asks for the tasks queued with the run in file order."""
-    return os.environ.get(ORDER_ENV, "").strip().lower() == "file"
+    return queue_order() == "file"
+
+
+def at_calibration_start() -> bool:
+    """Whether OPGATE_COMPILE_AHEAD_ORDER=calibration asks for each plan's tasks fed when its calibration starts."""
+    return queue_order() == "calibration"
+
+
+def fed_at_calibration(task: Any) -> Any:
+    """`task` as fed when its plan's calibration starts: before the ready numerics checks, in a share of the slots."""
+    import dataclasses
+
+    return dataclasses.replace(task, order=AT_CALIBRATION_ORDER, slot_share=AT_CALIBRATION_SLOT_SHARE,
+                               slot_floor=0.0)
 
 
 def distinct_shapes(cases: Sequence[Any], elements: Any) -> list[Any]:

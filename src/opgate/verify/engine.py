@@ -410,6 +410,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     # the stages and the scheduling switches, checked before any work (a bad value: one line, exit 2)
     stages = chosen_stages(request)
     compile_ahead.slot_floor()
+    compile_ahead.queue_order()
     process_count(APART_PROCESSES_ENV)
     if token:
         if len(request.files) > 1:
