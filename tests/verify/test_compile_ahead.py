@@ -99,11 +99,19 @@ def test_the_tasks_run_in_the_numerics_checks_worker_key_and_watch_their_plan_fi
         assert task.ranked  # queued plans-written-last first: no later task passes one for an idle worker
 
 
-def test_their_floor_of_slots_is_set_for_the_ab_and_a_bad_value_is_one_line_before_any_work(
-        tmp_path: Path, monkeypatch) -> None:
+def _refused_in_one_line(said: str) -> None:
+    """`opgate verify` with the environment as set refuses before any work: exit 2 and one line saying `said`."""
     import subprocess
     import sys
 
+    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(SOFTMAX), "--budget", "quick"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert said in proc.stderr
+
+
+def test_their_floor_of_slots_is_set_for_the_ab_and_a_bad_value_is_one_line_before_any_work(
+        tmp_path: Path, monkeypatch) -> None:
     from opgate.core.spec import load_spec_file
     from opgate.model.errors import InputError
     from opgate.verify.engine import TIMEOUT_BY_BUDGET, VerifyRequest, _operator_plan, select
@@ -117,10 +125,7 @@ def test_their_floor_of_slots_is_set_for_the_ab_and_a_bad_value_is_one_line_befo
         monkeypatch.setenv(compile_ahead.SLOT_FLOOR_ENV, bad)
         with pytest.raises(InputError, match="OPGATE_COMPILE_AHEAD_SLOT_FLOOR=.*between 0 and 0.5"):
             compile_ahead.slot_floor()
-    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(SOFTMAX), "--budget", "quick"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "OPGATE_COMPILE_AHEAD_SLOT_FLOOR='0.75'" in proc.stderr
+    _refused_in_one_line("OPGATE_COMPILE_AHEAD_SLOT_FLOOR='0.75'")
 
 
 def test_a_run_with_compile_ahead_tasks_reports_the_same_checks_and_verdicts(tmp_path: Path,
@@ -187,23 +192,25 @@ def test_the_calibrator_feeds_the_tasks_once_ranked_leaving_out_the_plans_alread
     assert feed.take() == []
 
 
-def test_a_library_run_through_the_pool_feeds_its_tasks_ranked_and_reports_the_queue(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two spec files, two calibration processes: the path a GPU library run takes, forced on the CPU."""
+@pytest.mark.parametrize(("order", "fed_by"), [("", "predicted plan end"), ("calibration", "calibration start")])
+def test_a_library_run_through_the_pool_feeds_its_tasks_and_reports_the_queue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str, fed_by: str) -> None:
+    """Two spec files, two calibration processes: the path a GPU library run takes, forced on the CPU; ranked (the
+    default), or each plan's tasks at its calibration's start (the opt-in): the same tasks run either way."""
     from opgate.cli.main import make_console
     from opgate.verify.engine import VerifyRequest, run_verify
 
     corpus = ROOT / "tests" / "data" / "verify" / "truth_corpus"
     monkeypatch.setenv("OPGATE_CACHE", "0")
     monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "2")
-    monkeypatch.delenv(compile_ahead.ORDER_ENV, raising=False)
+    monkeypatch.setenv(compile_ahead.ORDER_ENV, order)
     monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False: True)
     report = run_verify(VerifyRequest(spec_file=corpus / "rowsum.py", spec_files=(corpus / "rowsum.py", SOFTMAX),
                                       budget="quick", stages=("numerics",), jobs=2, impls=("torch",),
                                       dtypes=("float32", "float16"), out_dir=tmp_path / "out"), make_console())
     queue = report.extra["engine"]["compile_ahead_queue"]
     ran = [check for check in report.extra.get("timeline", {}) if check.endswith(compile_ahead.SUFFIX)]
-    assert queue["by"] == "predicted plan end" and queue["first"]
+    assert queue["by"] == fed_by and queue["first"]
     # softmax's torch implementation is the one the spec files mark as a GPU choice: one task per dtype
     assert sorted(ran) == [f"verify.softmax.torch.{d}{compile_ahead.SUFFIX}" for d in ("float16", "float32")]
     assert report.extra["engine"]["compile_ahead"]["not_passed"] == {}
@@ -245,9 +252,6 @@ def test_at_calibration_start_each_plans_tasks_are_fed_as_it_is_submitted(tmp_pa
 
 
 def test_the_queue_order_is_checked_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-    import sys
-
     from opgate.model.errors import InputError
 
     for value, file, calibration in (("", False, False), ("file", True, False), ("Calibration", False, True)):
@@ -256,29 +260,5 @@ def test_the_queue_order_is_checked_before_any_work(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(compile_ahead.ORDER_ENV, "lifo")
     with pytest.raises(InputError, match="OPGATE_COMPILE_AHEAD_ORDER='lifo': not a compile-ahead order"):
         compile_ahead.queue_order()
-    proc = subprocess.run([sys.executable, "-m", "opgate", "verify", str(SOFTMAX), "--budget", "quick"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "OPGATE_COMPILE_AHEAD_ORDER='lifo'" in proc.stderr
+    _refused_in_one_line("OPGATE_COMPILE_AHEAD_ORDER='lifo'")
 
-
-def test_a_library_run_through_the_pool_feeds_each_plans_tasks_at_its_calibration_start(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The opt-in end to end, forced on the CPU: the same tasks run and report as with the ranked queue."""
-    from opgate.cli.main import make_console
-    from opgate.verify.engine import VerifyRequest, run_verify
-
-    corpus = ROOT / "tests" / "data" / "verify" / "truth_corpus"
-    monkeypatch.setenv("OPGATE_CACHE", "0")
-    monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "2")
-    monkeypatch.setenv(compile_ahead.ORDER_ENV, "calibration")
-    monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False: True)
-    report = run_verify(VerifyRequest(spec_file=corpus / "rowsum.py", spec_files=(corpus / "rowsum.py", SOFTMAX),
-                                      budget="quick", stages=("numerics",), jobs=2, impls=("torch",),
-                                      dtypes=("float32", "float16"), out_dir=tmp_path / "out"), make_console())
-    queue = report.extra["engine"]["compile_ahead_queue"]
-    ran = [check for check in report.extra.get("timeline", {}) if check.endswith(compile_ahead.SUFFIX)]
-    assert queue["by"] == "calibration start" and queue["fed"] == 2
-    assert sorted(ran) == [f"verify.softmax.torch.{d}{compile_ahead.SUFFIX}" for d in ("float16", "float32")]
-    assert report.extra["engine"]["compile_ahead"]["not_passed"] == {}
-    assert not [r for r in report.results if r.outcome.value == "error"]
