@@ -235,9 +235,11 @@ def test_at_calibration_start_each_plans_tasks_are_fed_as_it_is_submitted(tmp_pa
                          order=compile_ahead.ORDER, slot_share=compile_ahead.SLOT_SHARE, ranked=True)
 
     jobs = [SimpleNamespace(op=SimpleNamespace(name="a"), dtypes=["float32", "float16"])]
-    ahead = {0: [task("a", impl, dtype) for impl in ("triton", "cuda") for dtype in ("float32", "float16")]}
+    ahead = {0: [compile_ahead.fed_at_calibration(task("a", impl, dtype)) for impl in ("triton", "cuda")
+                 for dtype in ("float32", "float16")]}
     feed = TaskFeed(upcoming_order=40)
-    calibrator = Calibrator(jobs, [], {}, feed, "quick", 0, tmp_path, None, {}, ahead=ahead)
+    calibrator = Calibrator(jobs, [], {}, feed, "quick", 0, tmp_path, None, {}, ahead=ahead,
+                            ahead_at_calibration=True)
     calibrator.info["compile_ahead_queue"] = {"by": "calibration start", "fed": 0, "first": []}
     calibrator._feed_plan_ahead(0, "float16")
     fed = feed.take()

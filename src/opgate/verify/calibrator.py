@@ -522,7 +522,8 @@ class Calibrator(threading.Thread):
     def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
                  feed: TaskFeed, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
                  info: dict[str, Any], pool: CalibrationPool | None = None,
-                 resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None) -> None:
+                 resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None,
+                 ahead_at_calibration: bool = False) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
         self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
         self.budget, self.seed, self.workdir, self.token = budget, seed, workdir, token
@@ -539,8 +540,10 @@ class Calibrator(threading.Thread):
         self.operators_done: set[str] = set()
         self.plans_done: set[tuple[str, str]] = set()  # (operator, dtype) calibrated, its tasks handed over
         self.task_dtypes: dict[str, str] = {}  # check id -> the dtype of the one plan it was handed over with
-        # job index -> its compile-ahead tasks (verify/compile_ahead.py), fed once the plans are ranked
+        # job index -> its compile-ahead tasks (verify/compile_ahead.py), fed once the plans are ranked, or each
+        # plan's as the pool is given the plan (`ahead_at_calibration`: OPGATE_COMPILE_AHEAD_ORDER=calibration)
         self.ahead = dict(ahead or {})
+        self.ahead_at_calibration = ahead_at_calibration
 
     def run(self) -> None:
         self.started_at = time.perf_counter()
@@ -626,7 +629,6 @@ class Calibrator(threading.Thread):
         host: 81 of 135 plans done at 320 s, none more by 485 s); longest first, they overlap the rest."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
-        from opgate.verify.compile_ahead import at_calibration_start
         from opgate.verify.plan_order import by_elements_only, estimated_seconds, plan_cost
 
         pending: dict[Future[PlanOutcome], tuple[int, str, float, bool]] = {}  # op, dtype, submitted, apart
@@ -646,7 +648,7 @@ class Calibrator(threading.Thread):
             share = sum(len(self.jobs[i].dtypes) for i in replacing) / sum(len(job.dtypes) for job in self.jobs)
             pool.isolate(apart_processes(pool.processes, share))
 
-        at_calibration = bool(self.ahead) and at_calibration_start()  # each plan's tasks fed as it is submitted
+        at_calibration = bool(self.ahead) and self.ahead_at_calibration  # each plan's tasks fed as it is submitted
         if at_calibration:
             self.info["compile_ahead_queue"] = {"by": "calibration start", "fed": 0, "first": []}
 
@@ -738,8 +740,8 @@ class Calibrator(threading.Thread):
 
     def _feed_plan_ahead(self, index: int, dtype: str) -> None:
         """Hand the compile-ahead tasks of plan (`index`, `dtype`) to the run as its calibration starts
-        (OPGATE_COMPILE_AHEAD_ORDER=calibration: verify/compile_ahead.py)."""
-        from opgate.verify.compile_ahead import fed_at_calibration
+        (OPGATE_COMPILE_AHEAD_ORDER=calibration: verify/compile_ahead.py; the engine queued them before the ready
+        numerics checks already)."""
         from opgate.verify.tasks import CompileAheadPayload
 
         mine = [task for task in self.ahead.get(index, [])
@@ -751,7 +753,7 @@ class Calibrator(threading.Thread):
         queue["fed"] += len(mine)
         queue["first"] += [task.check_id.removeprefix("verify.").removesuffix(".compile_ahead")
                            for task in mine][:max(0, 12 - len(queue["first"]))]
-        self.feed.put([fed_at_calibration(task) for task in mine])
+        self.feed.put(mine)
 
     def _feed_ahead(self, ends: dict[tuple[int, str], float]) -> None:
         """Hand the compile-ahead tasks to the run, those of the plans predicted to be written last first (`ends`;
