@@ -4,6 +4,7 @@ the first failing check visible without scrolling."""
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ def test_reports_render_in_headless_chromium(tmp_path: Path) -> None:
         html = tmp_path / (name.split(".")[0] + ".html")
         write_html(read_json(REPORTS / name), html)
         pages[name] = html
+    leftovers = set(Path(tempfile.gettempdir()).glob("org.chromium.Chromium.*"))
     with headless_chromium() as driver:
         for name, html in pages.items():
             facts = page_facts(driver, html)
@@ -58,6 +60,8 @@ def test_reports_render_in_headless_chromium(tmp_path: Path) -> None:
             if any(r.outcome.value in ("failed", "error", "warned") for r in report.results):
                 assert facts.first_problem_top is not None, name
                 assert facts.first_problem_top < facts.viewport_height, (name, facts.first_problem_top)
+    # the browser's temporary folders went with it (they used to stay in /tmp, one per run)
+    assert set(Path(tempfile.gettempdir()).glob("org.chromium.Chromium.*")) <= leftovers
 
 
 def test_verify_runtime_and_doctor_band_charts_draw_from_the_judging_layer(monkeypatch: pytest.MonkeyPatch) -> None:

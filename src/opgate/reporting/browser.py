@@ -3,7 +3,9 @@ where the first failing check sits, and screenshots. Used by the tests and scrip
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -48,12 +50,17 @@ def headless_chromium(width: int = 1280, height: int = 1000) -> Iterator[Any]:
     if binary:
         options.binary_location = binary
     driver_path = next((shutil.which(name) for name in DRIVER if shutil.which(name)), None)
-    driver = webdriver.Chrome(service=Service(driver_path) if driver_path else None, options=options)
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    # Chromium's profile and its temporary folders (org.chromium.Chromium.*, left in /tmp after every run otherwise)
+    # go into one folder of ours, removed when the browser has quit.
+    with tempfile.TemporaryDirectory(prefix="opgate-chromium-") as scratch:
+        options.add_argument(f"--user-data-dir={Path(scratch) / 'profile'}")
+        service = Service(driver_path, env={**os.environ, "TMPDIR": scratch})
+        driver = webdriver.Chrome(service=service, options=options)
+        driver.set_page_load_timeout(60)
+        try:
+            yield driver
+        finally:
+            driver.quit()
 
 
 _FACTS_JS = """
