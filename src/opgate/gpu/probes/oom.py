@@ -161,17 +161,14 @@ def run_trial(torch: Any, fn: Callable[..., Any], args: Sequence[Any], before: A
     del held
     torch.cuda.empty_cache()
     freed_all = False
-    try:
-        try:
-            after = fn(*args)
-            torch.cuda.synchronize()
-        except torch.cuda.OutOfMemoryError:
-            if not filler.kept:
-                raise
-            filler.release(torch)  # the room was too small for this call: free everything, as a whole release would
-            freed_all = True
-            after = fn(*args)
-            torch.cuda.synchronize()
+
+    def retry() -> Any:
+        after = fn(*args)
+        torch.cuda.synchronize()
+        return after
+
+    try:  # out of memory in the room: everything freed and the call retried, as a whole release would
+        after, freed_all = freeing_the_kept_part_if_short(torch, filler, retry)
     except Exception as exc:  # noqa: BLE001 - the retry failing is exactly what this check looks for
         mismatch = f"the retry raised {type(exc).__name__}: {str(exc)[:200]}"
     else:
@@ -201,14 +198,20 @@ def _same_values(torch: Any, a: Any, b: Any) -> bool:
     return True
 
 
-def compare_beside(torch: Any, before: Any, after: Any, filler: Filler,
-                   compare: Callable[[Any, Any, Any], str] = same_answer) -> str:
-    """`compare(torch, before, after)` with the kept filler still allocated; where that runs out of memory (the
-    comparison is opgate's work, not the implementation's), again with the filler freed."""
+def freeing_the_kept_part_if_short(torch: Any, filler: Filler, action: Callable[[], Any]) -> tuple[Any, bool]:
+    """(`action()`, False) with the kept filler still allocated; where that runs out of memory, (`action()` again
+    with the filler freed, True). With nothing kept the error is the caller's."""
     try:
-        return compare(torch, before, after)
+        return action(), False
     except torch.cuda.OutOfMemoryError:
         if not filler.kept:
             raise
         filler.release(torch)
-        return compare(torch, before, after)
+        return action(), True
+
+
+def compare_beside(torch: Any, before: Any, after: Any, filler: Filler,
+                   compare: Callable[[Any, Any, Any], str] = same_answer) -> str:
+    """`compare(torch, before, after)` beside the kept filler, or with it freed where that runs out of memory: the
+    comparison is opgate's work, not the implementation's."""
+    return freeing_the_kept_part_if_short(torch, filler, lambda: compare(torch, before, after))[0]
