@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
+from library_summary import plan_written  # noqa: E402 - the summary's reading of a check's plan time
+
 NumericsCheck = dict[str, Any]
 
 
@@ -28,10 +31,9 @@ def numerics_checks(report: dict[str, Any]) -> list[NumericsCheck]:
     for result in report.get("results", []):
         facts = result.get("extra") or {}
         times = timeline.get(result["check_id"]) or []
-        parts = result["check_id"].removeprefix("verify.").split(".")
-        span = spans.get(f"{'.'.join(parts[:-2])} {parts[-1]}")
-        if "phase_s" in facts and "cases" in facts and len(times) >= 2 and span:
-            checks.append({"id": result["check_id"], "ready": float(span[1]), "start": float(times[0]),
+        ready = plan_written(result["check_id"], spans)
+        if "phase_s" in facts and "cases" in facts and len(times) >= 2 and ready is not None:
+            checks.append({"id": result["check_id"], "ready": ready, "start": float(times[0]),
                            "seconds": float(times[1]) - float(times[0])})
     return checks
 

@@ -1,6 +1,7 @@
-"""A library of spec files verified three ways in one run, side by side, and where the time went.
+"""A library of spec files verified five ways in one run, side by side, and where the time went.
 
-    python benchmarks/verify_library.py DIR [--json out.json] [--naive/--no-naive] [-- extra verify args]
+    python benchmarks/verify_library.py DIR [--json out.json] [--modes one,again] [--fresh-gpu-caches] \
+        [-- extra verify args]
 
 1. naive:  `for f in DIR/*.py: opgate verify f` (one process per spec file, each paying its own imports, pool and
            calibration), with an empty bound cache;
@@ -137,8 +138,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--json", type=Path, default=None, help="write the rows and the profile here")
-    parser.add_argument("--naive", action=argparse.BooleanOptionalAction, default=True,
-                        help="also run the naive loop (one opgate verify per spec file)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"which of {','.join(MODES)} to run")
     parser.add_argument("--fresh-gpu-caches", action="store_true",
                         help="an empty Triton cache and FlagGems database for the naive loop and for the one run")
@@ -147,7 +146,7 @@ def main() -> int:
     args, unknown = parser.parse_known_args()  # `-- --budget quick`: argparse leaves options after -- unknown
     args.extra = [a for a in [*args.extra, *unknown] if a != "--"]
     try:
-        modes = parse_modes(args.modes if args.naive else args.modes.replace("naive", ""))
+        modes = parse_modes(args.modes)
     except ValueError as exc:
         print(f"verify_library.py: {exc}", file=sys.stderr)
         return 2

@@ -289,7 +289,7 @@ def _busy(report: dict) -> list[str]:
     return lines
 
 
-def _plan_written(check_id: str, calibration_spans: dict) -> float | None:
+def plan_written(check_id: str, calibration_spans: dict) -> float | None:
     """When the plan of numerics check `check_id` (verify.<operator>.<implementation>.<dtype>) was written."""
     parts = check_id.removeprefix("verify.").split(".")
     span = calibration_spans.get(f"{'.'.join(parts[:-2])} {parts[-1]}") if len(parts) >= 3 else None
@@ -323,11 +323,11 @@ def _critical_path(timeline: dict, stage_of: dict, calibration_spans: dict, run_
         ahead = ends.get(f"{check}.compile_ahead")
         held = (f"; its compile-ahead task ran {ahead[0]:.0f}-{ahead[1]:.0f} s" if ahead and ahead[1] >= start - 1.0
                 else "")
-        written = _plan_written(check, calibration_spans)
+        written = plan_written(check, calibration_spans)
         plan = f"; its plan written at {written:.0f} s" if written is not None else ""
         lines.append(f"  a last numerics check: {check} {start:.0f}-{end:.0f} s{plan}{held}")
     waits = sorted(start - written for _, start, check in numerics
-                   if (written := _plan_written(check, calibration_spans)) is not None)
+                   if (written := plan_written(check, calibration_spans)) is not None)
     if waits:  # the numerics queue is first come, first served among ready checks: its backlog shows here
         lines.append(f"numerics checks' wait from their plan to their start: median {statistics.median(waits):.0f} s, "
                      f"longest {waits[-1]:.0f} s, {sum(1 for w in waits if w >= 30.0)} of {len(waits)} waited 30 s "
