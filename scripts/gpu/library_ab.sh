@@ -6,7 +6,6 @@
 # ARM names the arm in the log; what differs between the arms is the environment the caller gives each.
 #   OUT=/tmp/out ARM=ahead LIMITS=552 bash scripts/gpu/library_ab.sh
 #   OUT=/tmp/out ARM=no-ahead OPGATE_COMPILE_AHEAD=0 LIMITS=552 bash scripts/gpu/library_ab.sh
-#   OUT=/tmp/out ARM=at-calibration OPGATE_COMPILE_AHEAD_ORDER=calibration LIMITS=552 bash scripts/gpu/library_ab.sh
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
 case "${ARM:-}" in

@@ -192,73 +192,38 @@ def test_the_calibrator_feeds_the_tasks_once_ranked_leaving_out_the_plans_alread
     assert feed.take() == []
 
 
-@pytest.mark.parametrize(("order", "fed_by"), [("", "predicted plan end"), ("calibration", "calibration start")])
 def test_a_library_run_through_the_pool_feeds_its_tasks_and_reports_the_queue(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str, fed_by: str) -> None:
-    """Two spec files, two calibration processes: the path a GPU library run takes, forced on the CPU; ranked (the
-    default), or each plan's tasks at its calibration's start (the opt-in): the same tasks run either way."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two spec files, two calibration processes: the path a GPU library run takes, forced on the CPU."""
     from opgate.cli.main import make_console
     from opgate.verify.engine import VerifyRequest, run_verify
 
     corpus = ROOT / "tests" / "data" / "verify" / "truth_corpus"
     monkeypatch.setenv("OPGATE_CACHE", "0")
     monkeypatch.setenv("OPGATE_CALIBRATION_PROCESSES", "2")
-    monkeypatch.setenv(compile_ahead.ORDER_ENV, order)
+    monkeypatch.delenv(compile_ahead.ORDER_ENV, raising=False)
     monkeypatch.setattr(compile_ahead, "wanted", lambda gpu, library=False: True)
     report = run_verify(VerifyRequest(spec_file=corpus / "rowsum.py", spec_files=(corpus / "rowsum.py", SOFTMAX),
                                       budget="quick", stages=("numerics",), jobs=2, impls=("torch",),
                                       dtypes=("float32", "float16"), out_dir=tmp_path / "out"), make_console())
     queue = report.extra["engine"]["compile_ahead_queue"]
     ran = [check for check in report.extra.get("timeline", {}) if check.endswith(compile_ahead.SUFFIX)]
-    assert queue["by"] == fed_by and queue["first"]
+    assert queue["by"] == "predicted plan end" and queue["first"]
     # softmax's torch implementation is the one the spec files mark as a GPU choice: one task per dtype
     assert sorted(ran) == [f"verify.softmax.torch.{d}{compile_ahead.SUFFIX}" for d in ("float16", "float32")]
     assert report.extra["engine"]["compile_ahead"]["not_passed"] == {}
     assert not [r for r in report.results if r.outcome.value == "error"]
 
 
-def test_at_calibration_start_each_plans_tasks_are_fed_as_it_is_submitted(tmp_path: Path) -> None:
-    """OPGATE_COMPILE_AHEAD_ORDER=calibration (opt-in, for an A/B): one plan's tasks, before the ready numerics checks
-    and in a share of the slots, once each."""
-    from types import SimpleNamespace
-
-    from opgate.engine.runner import TaskFeed
-    from opgate.verify.calibrator import Calibrator
-
-    def task(op: str, impl: str, dtype: str) -> object:
-        from opgate.engine.runner import CheckTask
-
-        payload = CompileAheadPayload(spec_file="s.py", op=op, impl=impl, dtype=dtype, budget="quick", seed=0,
-                                      plan_path=str(tmp_path / f"{op}-{dtype}"), workdir=str(tmp_path))
-        return CheckTask(check_id=f"verify.{op}.{impl}.{dtype}{compile_ahead.SUFFIX}", title="", target="t:T",
-                         timeout_s=1.0, context=CheckContext(verb="verify", options=payload.to_dict()),
-                         order=compile_ahead.ORDER, slot_share=compile_ahead.SLOT_SHARE, ranked=True)
-
-    jobs = [SimpleNamespace(op=SimpleNamespace(name="a"), dtypes=["float32", "float16"])]
-    ahead = {0: [compile_ahead.fed_at_calibration(task("a", impl, dtype)) for impl in ("triton", "cuda")
-                 for dtype in ("float32", "float16")]}
-    feed = TaskFeed(upcoming_order=40)
-    calibrator = Calibrator(jobs, [], {}, feed, "quick", 0, tmp_path, None, {}, ahead=ahead,
-                            ahead_at_calibration=True)
-    calibrator.info["compile_ahead_queue"] = {"by": "calibration start", "fed": 0, "first": []}
-    calibrator._feed_plan_ahead(0, "float16")
-    fed = feed.take()
-    assert [t.check_id for t in fed] == ["verify.a.triton.float16.compile_ahead", "verify.a.cuda.float16.compile_ahead"]
-    assert {(t.order, t.slot_share, t.slot_floor, t.ranked) for t in fed} == {
-        (compile_ahead.AT_CALIBRATION_ORDER, compile_ahead.AT_CALIBRATION_SLOT_SHARE, 0.0, True)}
-    assert compile_ahead.AT_CALIBRATION_ORDER < 40  # before a ready numerics check
-    calibrator._feed_plan_ahead(0, "float16")  # fed once
-    assert feed.take() == []
-    assert calibrator.info["compile_ahead_queue"] == {"by": "calibration start", "fed": 2,
-                                                      "first": ["a.triton.float16", "a.cuda.float16"]}
-
-
 def test_the_queue_order_is_checked_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
     from opgate.model.errors import InputError
 
-    for value, file, calibration in (("", False, False), ("file", True, False), ("Calibration", False, True)):
+    for value, file in (("", False), ("File", True)):
         monkeypatch.setenv(compile_ahead.ORDER_ENV, value)
-        assert (compile_ahead.in_file_order(), compile_ahead.at_calibration_start()) == (file, calibration)
+        assert compile_ahead.in_file_order() == file
+    monkeypatch.setenv(compile_ahead.ORDER_ENV, "calibration")  # measured and removed (verify/compile_ahead.py)
+    with pytest.raises(InputError, match="not a compile-ahead order"):
+        compile_ahead.queue_order()
     monkeypatch.setenv(compile_ahead.ORDER_ENV, "lifo")
     with pytest.raises(InputError, match="OPGATE_COMPILE_AHEAD_ORDER='lifo': not a compile-ahead order"):
         compile_ahead.queue_order()

@@ -522,8 +522,7 @@ class Calibrator(threading.Thread):
     def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
                  feed: TaskFeed, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
                  info: dict[str, Any], pool: CalibrationPool | None = None,
-                 resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None,
-                 ahead_at_calibration: bool = False) -> None:
+                 resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
         self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
         self.budget, self.seed, self.workdir, self.token = budget, seed, workdir, token
@@ -540,10 +539,8 @@ class Calibrator(threading.Thread):
         self.operators_done: set[str] = set()
         self.plans_done: set[tuple[str, str]] = set()  # (operator, dtype) calibrated, its tasks handed over
         self.task_dtypes: dict[str, str] = {}  # check id -> the dtype of the one plan it was handed over with
-        # job index -> its compile-ahead tasks (verify/compile_ahead.py), fed once the plans are ranked, or each
-        # plan's as the pool is given the plan (`ahead_at_calibration`: OPGATE_COMPILE_AHEAD_ORDER=calibration)
+        # job index -> its compile-ahead tasks (verify/compile_ahead.py), fed once the plans are ranked
         self.ahead = dict(ahead or {})
-        self.ahead_at_calibration = ahead_at_calibration
 
     def run(self) -> None:
         self.started_at = time.perf_counter()
@@ -648,10 +645,6 @@ class Calibrator(threading.Thread):
             share = sum(len(self.jobs[i].dtypes) for i in replacing) / sum(len(job.dtypes) for job in self.jobs)
             pool.isolate(apart_processes(pool.processes, share))
 
-        at_calibration = bool(self.ahead) and self.ahead_at_calibration  # each plan's tasks fed as it is submitted
-        if at_calibration:
-            self.info["compile_ahead_queue"] = {"by": "calibration start", "fed": 0, "first": []}
-
         def others_left() -> bool:
             """Whether a plan of a spec that replaced nothing is still to be submitted (ready, or its file probing)."""
             return (any(entry[2] not in replacing for entry in ready)
@@ -679,8 +672,6 @@ class Calibrator(threading.Thread):
                                         self.budget, self.seed, str(self._plan_path(index, k, job.op, dtype)),
                                         bool(self.info.get("gpu")), isolated=side)
                 pending[submitted] = (index, dtype, time.perf_counter(), side)
-                if at_calibration:
-                    self._feed_plan_ahead(index, dtype)
             ready[:] = waiting
 
         try:
@@ -699,8 +690,7 @@ class Calibrator(threading.Thread):
                             ready += [(-cost, next(arrivals), index, k, fatal[job.op.name])
                                       for k in range(len(job.dtypes))]
                             costs[index] = cost
-                        if not probing and not at_calibration:  # every plan is ranked: the compile-ahead
-                            # tasks, latest plans' first
+                        if not probing:  # every plan is ranked: the compile-ahead tasks, latest plans' first
                             self._feed_ahead(self._predicted_plan_ends(pool, costs, replacing if apart else set()))
                         continue
                     index, dtype, submitted, _ = pending.pop(future)
@@ -737,23 +727,6 @@ class Calibrator(threading.Thread):
             if estimates:
                 ends.update(predicted_ends(estimates, pool.capacity(side)))
         return ends
-
-    def _feed_plan_ahead(self, index: int, dtype: str) -> None:
-        """Hand the compile-ahead tasks of plan (`index`, `dtype`) to the run as its calibration starts
-        (OPGATE_COMPILE_AHEAD_ORDER=calibration: verify/compile_ahead.py; the engine queued them before the ready
-        numerics checks already)."""
-        from opgate.verify.tasks import CompileAheadPayload
-
-        mine = [task for task in self.ahead.get(index, [])
-                if CompileAheadPayload.from_dict(task.context.options).dtype == dtype]
-        if not mine or self.stopped.is_set():
-            return
-        self.ahead[index] = [task for task in self.ahead[index] if task not in mine]
-        queue = self.info["compile_ahead_queue"]
-        queue["fed"] += len(mine)
-        queue["first"] += [task.check_id.removeprefix("verify.").removesuffix(".compile_ahead")
-                           for task in mine][:max(0, 12 - len(queue["first"]))]
-        self.feed.put(mine)
 
     def _feed_ahead(self, ends: dict[tuple[int, str], float]) -> None:
         """Hand the compile-ahead tasks to the run, those of the plans predicted to be written last first (`ends`;

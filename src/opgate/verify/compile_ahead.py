@@ -89,46 +89,32 @@ def slot_floor() -> float:
     return slot_fraction(SLOT_FLOOR_ENV, 0.0, SLOT_SHARE)
 
 
-# OPGATE_COMPILE_AHEAD_ORDER=calibration (opt-in, for an A/B; not yet measured): a plan's tasks are fed when its
-# calibration starts, queued before the ready numerics checks (order AT_CALIBRATION_ORDER) in at most
-# AT_CALIBRATION_SLOT_SHARE of the slots. In the fifty-third and fifty-fourth sessions' library runs the queue fed at
-# the start stalled for 214-246 s: the numerics backlog (a median check waited 41-73 s from its plan to its start)
-# took every freed slot first, so FlagGems' rms_norm.grad tasks began after their checks, each of which compiled
-# one kernel for 51-61 s. Fed at its calibration's start, a task compiles while its plan is calibrated, and its
-# check, which then waits in the backlog, finds the kernels compiled.
-ORDERS = ("", "file", "calibration")
-AT_CALIBRATION_ORDER = 39  # before a ready numerics check (40)
-AT_CALIBRATION_SLOT_SHARE = 0.25  # 4 of 16 slots at most
+# Fed when each plan's calibration starts instead (OPGATE_COMPILE_AHEAD_ORDER=calibration, fifty-fourth session),
+# queued before the ready numerics checks in at most a quarter of the slots, on one H100 after the default arm on the
+# same machine (fifty-fifth session, each arm from empty caches): rms_norm.grad's tasks ran 232-325 s and its checks
+# compiled 56 s in all (234 s in the default arm), but the tasks, fed while their plans were still being calibrated,
+# compiled the uncalibrated plans' shapes: 2,427 compiles in 1,215 s against 537 in 720 s, and the checks' own
+# compiles fell only from 5,059 to 4,542. skip_layer_norm's tasks waited for a share slot (269-340 s), its checks
+# compiled skip_layer_norm_kernel at N = 65537 for 98-100 s, and the numerics ended at 455 s (426 s in the default
+# arm). Removed.
+ORDERS = ("", "file")
 
 
 def queue_order() -> str:
     """OPGATE_COMPILE_AHEAD_ORDER: '' (the calibrator feeds the tasks once it has ranked the plans, those written
-    last first), 'file' (queued with the run in file order) or 'calibration' (each plan's when its calibration
-    starts); InputError for another value (the engine asks once before any work)."""
+    last first) or 'file' (queued with the run in file order); InputError for another value (the engine asks once
+    before any work)."""
     from opgate.model.errors import InputError
 
     value = os.environ.get(ORDER_ENV, "").strip().lower()
     if value not in ORDERS:
-        raise InputError(f"{ORDER_ENV}={value!r}: not a compile-ahead order; use file or calibration, or unset it")
+        raise InputError(f"{ORDER_ENV}={value!r}: not a compile-ahead order; use file, or unset it")
     return value
 
 
 def in_file_order() -> bool:
     """Whether OPGATE_COMPILE_AHEAD_ORDER=file asks for the tasks queued with the run in file order."""
     return queue_order() == "file"
-
-
-def at_calibration_start() -> bool:
-    """Whether OPGATE_COMPILE_AHEAD_ORDER=calibration asks for each plan's tasks fed when its calibration starts."""
-    return queue_order() == "calibration"
-
-
-def fed_at_calibration(task: Any) -> Any:
-    """`task` as fed when its plan's calibration starts: before the ready numerics checks, in a share of the slots."""
-    import dataclasses
-
-    return dataclasses.replace(task, order=AT_CALIBRATION_ORDER, slot_share=AT_CALIBRATION_SLOT_SHARE,
-                               slot_floor=0.0)
 
 
 def distinct_shapes(cases: Sequence[Any], elements: Any) -> list[Any]:

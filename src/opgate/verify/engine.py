@@ -466,8 +466,6 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                                               request.seed, workdir)
             if compile_ahead.in_file_order():
                 keyed += [((task.order, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
-            elif compile_ahead.at_calibration_start():  # the calibrator feeds each plan's as it submits the plan
-                ahead_of_job[len(jobs) - 1] = [compile_ahead.fed_at_calibration(task) for task in ahead]
             else:  # the calibrator feeds them once it has ranked the plans, the latest plans' first
                 ahead_of_job[len(jobs) - 1] = ahead
     tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
@@ -481,8 +479,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                     groups={str(job.spec_file.resolve()) for job in jobs})  # OperatorPlan.spec_file's
     plans = sum(len(job.dtypes) for job in jobs)
     calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,
-                            pool=calibration_pool if plans > 1 else None, resumed=resumed, ahead=ahead_of_job,
-                            ahead_at_calibration=compile_ahead.at_calibration_start())
+                            pool=calibration_pool if plans > 1 else None, resumed=resumed, ahead=ahead_of_job)
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2)}
