@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+
+import pytest
 
 from opgate.engine.specload import installed_imports
 
@@ -22,3 +25,31 @@ def test_a_file_that_does_not_parse_gives_none(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\ndef (:\n")
     assert installed_imports([broken, tmp_path / "missing.py"]) == []
+
+
+def _distribution(site: Path, module: str) -> None:
+    """A package `module` with its .dist-info in `site`, as `pip install --target site` leaves it."""
+    (site / module).mkdir(parents=True)
+    (site / module / "__init__.py").write_text("")
+    info = site / f"{module}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text(f"{module}\n")
+
+
+def test_a_distribution_installed_with_pip_target_counts_but_not_a_module_beside_the_specs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip install --target DIR with DIR on PYTHONPATH is neither site-packages nor dist-packages (the GPU library
+    runs' wheels in /tmp/site were imported twice in a row); a module beside the specs stays the user's even where a
+    distribution of that name is installed."""
+    site, specs = tmp_path / "site", tmp_path / "specs"
+    _distribution(site, "vendored_lib")
+    _distribution(site, "shadowed_lib")
+    (specs / "shadowed_lib").mkdir(parents=True)
+    (specs / "shadowed_lib" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(specs))  # the user's folder first, as when the specs run from it
+    importlib.invalidate_caches()
+    spec = specs / "spec.py"
+    spec.write_text("import vendored_lib\nimport shadowed_lib\n")
+    assert installed_imports([spec]) == ["vendored_lib"]

@@ -134,12 +134,17 @@ def _wait_file_by_file(proc: subprocess.Popen[bytes], progress_path: Path, timeo
 
 
 def installed_imports(paths: Sequence[Path]) -> list[str]:
-    """The modules the spec files import at their top level that an installed package provides (site-packages or
-    dist-packages: torch, Triton, fla, ...), never the user's own modules. Importing them here while the pre-flight
-    child imports the specs overlaps what this process would import right after, one file at a time: a library's
-    imports (fla: 15-17 CPU-s on the H200 host) ran twice in a row. A file that does not parse gives none (the
-    pre-flight child says what is wrong with it)."""
+    """The modules the spec files import at their top level that an installed distribution provides (torch, Triton,
+    fla, ...: a package with its .dist-info, wherever pip put it), never the user's own modules beside the specs.
+    Importing them here while the pre-flight child imports the specs overlaps what this process would import right
+    after, one file at a time: a library's imports (fla: 15-17 CPU-s on the H200 host) ran twice in a row. A file
+    that does not parse gives none (the pre-flight child says what is wrong with it).
+
+    A distribution, not a folder named site-packages: `pip install --target DIR` with DIR on PYTHONPATH (the GPU
+    library runs' wheels in /tmp/site) installs into neither site-packages nor dist-packages, and those imports ran
+    twice in a row again."""
     import ast
+    import importlib.metadata
     import importlib.util
 
     names: list[str] = []
@@ -156,14 +161,21 @@ def installed_imports(paths: Sequence[Path]) -> list[str]:
             else:
                 continue
             names += [name for name in found if name not in names]
+    if not names:
+        return []
+    distributed = importlib.metadata.packages_distributions()  # top-level module -> the distributions providing it
+    spec_folders = {Path(path).resolve().parent for path in paths}
     installed = []
     for name in names:
+        top = name.split(".")[0]
+        if top not in distributed:
+            continue
         try:
-            spec = importlib.util.find_spec(name.split(".")[0])
+            spec = importlib.util.find_spec(top)
         except (ImportError, ValueError):
             continue
-        origin = (spec.origin or "") if spec is not None else ""
-        if "site-packages" in origin or "dist-packages" in origin:
+        origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+        if origin is not None and not any(folder in origin.parents for folder in spec_folders):
             installed.append(name)
     return installed
 
