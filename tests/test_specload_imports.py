@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -52,4 +53,9 @@ def test_a_distribution_installed_with_pip_target_counts_but_not_a_module_beside
     importlib.invalidate_caches()
     spec = specs / "spec.py"
     spec.write_text("import vendored_lib\nimport shadowed_lib\n")
+    assert installed_imports([spec]) == ["vendored_lib"]
+    # the same where the specs' folder is not on sys.path: the spec may put it there itself at import
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert importlib.util.find_spec("shadowed_lib").origin.startswith(str(site))
     assert installed_imports([spec]) == ["vendored_lib"]

@@ -168,7 +168,7 @@ def installed_imports(paths: Sequence[Path]) -> list[str]:
     installed = []
     for name in names:
         top = name.split(".")[0]
-        if top not in distributed:
+        if top not in distributed or _beside(top, spec_folders):
             continue
         try:
             spec = importlib.util.find_spec(top)
@@ -178,6 +178,12 @@ def installed_imports(paths: Sequence[Path]) -> list[str]:
         if origin is not None and not any(folder in origin.parents for folder in spec_folders):
             installed.append(name)
     return installed
+
+
+def _beside(module: str, folders: set[Path]) -> bool:
+    """Whether a module or package named `module` sits in one of `folders`: a spec that puts its own folder on
+    sys.path at import would get that one, so the installed namesake must not be imported here first."""
+    return any((folder / f"{module}.py").is_file() or (folder / module).is_dir() for folder in folders)
 
 
 def _import_quietly(names: Sequence[str]) -> None:
