@@ -58,3 +58,18 @@ def test_a_report_without_numerics_is_one_line_and_exit_2(tmp_path: Path) -> Non
     missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none.json")], capture_output=True,
                              text=True, timeout=60)
     assert missing.returncode == 2 and "not a readable JSON report" in missing.stderr
+
+
+def test_an_earlier_runs_seconds_order_the_fourth_replay(tmp_path: Path) -> None:
+    """What opgate does with an earlier run's seconds (verify/check_seconds.py): here the earlier run knew the long
+    check as long, so the replay matches the longest-first one; bad --history input is one line and exit 2."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_report()))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path), "--history", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    line = next(row for row in done.stdout.splitlines() if "by the earlier run's (3 of 3 known)" in row)
+    assert line.split()[-2] == "72.0"
+    for argv in ([str(path), "--history"], [str(path), "--history", str(tmp_path / "none.json")]):
+        bad = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1

@@ -61,6 +61,8 @@ def summary(report: dict, host_speed: dict | None = None, give_backs: list[dict]
         lines.append(f"compile ahead: {engine['compile_ahead']}")
     if engine.get("compile_ahead_queue"):  # when the calibrator fed the tasks, and the first of them
         lines.append(f"compile-ahead queue: {engine['compile_ahead_queue']}")
+    if engine.get("numerics_order"):  # by plan written, or by an earlier run's seconds (verify/check_seconds.py)
+        lines.append(f"numerics order: {engine['numerics_order']}")
     if engine.get("warm_ups"):  # the runtime warm-ups' steps, compiles and autotuning (verify/runtime.py)
         lines.append(f"runtime warm-ups: {json.dumps(engine['warm_ups'])[:900]}")
     ends = sorted(span[1] for span in engine.get("calibration_spans_s", {}).values())

@@ -103,6 +103,10 @@ class CheckTask:
     # of their spec file's key, so every free slot went to a later task whose key had one (their tasks began at
     # 305-365 s, after their plans, while the others ran from 19 s; forty-seventh and forty-eighth sessions).
     ranked: bool = False
+    # The seconds this check took in an earlier run (verify/check_seconds.py), None where not known: arriving, it
+    # queues before the waiting tasks of its order expected to take less (_take_arrivals), so the longest of a
+    # backlog start first, and one expected to take KEEPS_PLACE_S or more keeps its place (_with_idle_worker).
+    expected_s: float | None = None
     # Before it starts, every idle warm worker and spare holding memory on its GPU ends, not only enough of them to
     # free the share a task of its kind wants (engine/gpu_memory.py): a measurement run again because it ran out of
     # memory beside them (verify/resume.follow_up). Half the H100 free was not enough for fla's cross-entropy at
@@ -865,10 +869,22 @@ def _take_arrivals(feed: TaskFeed, pending: list[tuple[int, CheckTask]], results
     arrived = feed.take()
     for task in arrived:
         results.append(None)
-        at = next((k for k, (_, waiting) in enumerate(pending) if waiting.order > task.order), len(pending))
-        pending.insert(at, (len(results) - 1, task))
+        pending.insert(_arrival_position(pending, task), (len(results) - 1, task))
     if arrived and on_added is not None:
         on_added(len(arrived))
+
+
+def _arrival_position(pending: Sequence[tuple[int, CheckTask]], task: CheckTask) -> int:
+    """Where an arriving task joins the queue: before every waiting task of a higher order, and, where it has an
+    expected length (CheckTask.expected_s), before the waiting tasks of its own order expected to take less or with
+    none; else after them (first come, first served within an order)."""
+    for at, (_, waiting) in enumerate(pending):
+        if waiting.order > task.order:
+            return at
+        if (waiting.order == task.order and task.expected_s is not None
+                and (waiting.expected_s is None or waiting.expected_s < task.expected_s)):
+            return at
+    return len(pending)
 
 
 def _start(task: CheckTask, index: int, workdir: Path, pool: WarmPool) -> Any:
@@ -969,6 +985,10 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
 
 # How far down the queue a task of the same order may be taken instead of the head, for its idle warm worker.
 IDLE_WORKER_LOOKAHEAD = 64
+# A head expected to take this long or longer (CheckTask.expected_s) keeps its place against the lookahead: starting
+# a warm worker for it (its imports, seconds) costs less than the minute a long check queued behind shorter ones can
+# add to the run's end (verify/check_seconds.py).
+KEEPS_PLACE_S = 30.0
 
 
 def _with_idle_worker(pending: Sequence[tuple[int, CheckTask]], at: int, idle_keys: Collection[str],
@@ -977,9 +997,11 @@ def _with_idle_worker(pending: Sequence[tuple[int, CheckTask]], at: int, idle_ke
     task whose key has no idle worker starts one (its imports and its spec's again) and, at the pool's limit, ends
     an idle worker of another key that a later task of that key then starts again. Tasks of one order are ready
     alike (a library's numerics checks, its runtime checks), so taking one of them first costs no other a place;
-    a `ranked` head (CheckTask.ranked) keeps its place."""
+    a `ranked` head (CheckTask.ranked) keeps its place, as does one expected to take KEEPS_PLACE_S or more."""
     head = pending[at][1]
     if head.ranked or not head.worker or head.worker in idle_keys or not idle_keys:
+        return at
+    if head.expected_s is not None and head.expected_s >= KEEPS_PLACE_S:
         return at
     for later in range(at + 1, min(len(pending), at + 1 + IDLE_WORKER_LOOKAHEAD)):
         task = pending[later][1]

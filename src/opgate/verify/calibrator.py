@@ -9,6 +9,7 @@ calibration reaches them, after the operator's other cases.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -522,7 +523,8 @@ class Calibrator(threading.Thread):
     def __init__(self, jobs: Sequence[CalibrationJob], stages: Sequence[Stage], unmet: dict[str, str | None],
                  feed: TaskFeed, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
                  info: dict[str, Any], pool: CalibrationPool | None = None,
-                 resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None) -> None:
+                 resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None,
+                 expectations: Any = None) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
         self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
         self.budget, self.seed, self.workdir, self.token = budget, seed, workdir, token
@@ -541,6 +543,8 @@ class Calibrator(threading.Thread):
         self.task_dtypes: dict[str, str] = {}  # check id -> the dtype of the one plan it was handed over with
         # job index -> its compile-ahead tasks (verify/compile_ahead.py), fed once the plans are ranked
         self.ahead = dict(ahead or {})
+        # each numerics check's seconds in earlier runs (verify/check_seconds.py): the longest ready ones start first
+        self.expectations = expectations
 
     def run(self) -> None:
         self.started_at = time.perf_counter()
@@ -797,6 +801,14 @@ class Calibrator(threading.Thread):
         if all(other.op.name in self.operators_done for other in self.jobs if other.spec_file.resolve() == file):
             self.feed.group_done(str(file))  # its measurements may start (CheckTask.group)
 
+    def _expected(self, task: Any) -> Any:
+        """`task` with the seconds its check is expected to take (a numerics check; verify/check_seconds.py)."""
+        from opgate.verify import check_seconds
+
+        if task.stage != check_seconds.STAGE:
+            return task
+        return dataclasses.replace(task, expected_s=self.expectations.of(task.check_id))
+
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:
             return
@@ -804,6 +816,8 @@ class Calibrator(threading.Thread):
         items, stored = self.resumed.take(items)
         self.results += preset + stored
         single = next(iter(plan.plans)) if len(plan.plans) == 1 else None
+        if self.expectations is not None:
+            items = [(order, self._expected(task)) for order, task in items]
         for order, task in items:
             self.task_keys[task.check_id] = (order, op_index, len(self.task_keys))
             if single is not None:

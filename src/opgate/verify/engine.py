@@ -286,6 +286,9 @@ class PreparedRun:
                   "plan_estimates_s": self.info.pop("plan_estimates_s", {}),
                   # when the compile-ahead tasks were fed and the first of them (verify/compile_ahead.py)
                   "compile_ahead_queue": self.info.pop("compile_ahead_queue", {}),
+                  # how the ready numerics checks were ordered (verify/check_seconds.py)
+                  **({"numerics_order": self.calibrator.expectations.summary()}
+                     if self.calibrator.expectations is not None else {}),
                   "bounds_cache": self.info.pop("bounds_cache", {"hit": 0, "computed": 0}),
                   "calibration_bounds_cache": self.info.pop("calibration_bounds_cache", {})}
         if any(r.check_id.endswith(compile_ahead.SUFFIX) for r in report.results):
@@ -399,7 +402,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     """Everything before the checks start: the spec, the selection, the tasks that need no calibration, and the
     calibration thread (not yet started) with the feed that will bring the numerics tasks. `resumed`: the stored
     results of checks an earlier run finished (verify/resumed.py), reported instead of run."""
-    from opgate.verify import compile_ahead
+    from opgate.verify import check_seconds, compile_ahead
 
     resumed = resumed if resumed is not None else ResumedChecks()
     t0 = time.perf_counter()
@@ -478,8 +481,12 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0),
                     groups={str(job.spec_file.resolve()) for job in jobs})  # OperatorPlan.spec_file's
     plans = sum(len(job.dtypes) for job in jobs)
+    # the numerics checks' seconds in earlier runs order the ready ones, longest first (none for a replay)
+    expectations = None if token else check_seconds.Expectations(check_seconds.load(),
+                                                                  check_seconds.scope(budget_name, gpu))
     calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,
-                            pool=calibration_pool if plans > 1 else None, resumed=resumed, ahead=ahead_of_job)
+                            pool=calibration_pool if plans > 1 else None, resumed=resumed, ahead=ahead_of_job,
+                            expectations=expectations)
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2)}
@@ -652,7 +659,9 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
 
     checked: list[RunReport] = []  # the report once the checks have ended, then as it is finished
     try:
-        return _judge_checks(request, console, resumed, keep, checked)
+        report = _judge_checks(request, console, resumed, keep, checked)
+        _keep_check_seconds(request, report)
+        return report
     except KeyboardInterrupt as stop:
         if isinstance(stop, RunInterrupted) or not checked:
             raise
@@ -673,7 +682,19 @@ def _stop_with(report: RunReport, keep: Callable[[RunReport], RunReport] | None,
     emit_interrupted(report)
     if keep is not None:  # what was judged is stored at once (verify/verdict_reuse.py)
         report = keep(report)
+    _keep_check_seconds(None, report)
     raise RunInterrupted(results, not_run, report=report) from None
+
+
+def _keep_check_seconds(request: VerifyRequest | None, report: RunReport) -> None:
+    """The numerics checks' seconds of this run, for the next one's order (verify/check_seconds.py); none of a
+    replay, which runs one case."""
+    from opgate.verify import check_seconds
+
+    extra = report.extra or {}
+    if extra.get("replay") or (request is not None and request.replay):
+        return
+    check_seconds.record(report.results, check_seconds.scope(str(extra.get("budget")), bool(extra.get("gpu"))))
 
 
 def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks | None,

@@ -1,0 +1,127 @@
+"""How long each numerics check took in earlier runs, so that a run starts the longest of its ready checks first.
+
+The runner takes the ready numerics checks of a library first come, first served: in the order their plans were
+written. Their plans come faster than the slots free (a library's calibration runs beside the checks), so a check
+waits in a backlog: a median 74 s from its plan to its start on the H100 host (fifty-fifth session). A check that
+is long and whose plan comes late then ends the numerics alone: FlagGems' rms_norm.grad, whose plans were written at
+251 s, began at 334 s and compiled one kernel for 59-67 s, and the numerics ended at 426 s. Started longest first, the
+same checks in the same slots would have ended at 358 s, replayed offline from that run
+(benchmarks/numerics_queue_replay.py); nothing known when a plan is written predicts a check's length, but the same
+check's length in an earlier run does: ordered by the other arm's lengths of that session's A/B, the replay ends at
+370 s.
+
+So each run keeps its numerics checks' seconds in opgate's cache folder (check-seconds.json: "<scope> <check id>" ->
+seconds, the scope being the budget and whether a GPU ran it: a quick run's or a CPU run's seconds say nothing of a
+default run on a GPU; a replay, which runs one case, keeps none),
+and the next run's calibrator gives each numerics task it hands over the seconds its check took before
+(CheckTask.expected_s); a check not seen before gets the median of those known, so it neither jumps the queue nor
+waits behind it. The runner then queues a ready check before the waiting ones of its order expected to take less
+(runner._take_arrivals). Without a history every check's expectation is None and nothing changes: a first run, and
+a run with the cache off (OPGATE_CACHE=0). The seconds only order the queue; they never change a verdict.
+
+Where this helps is a library judged again in full: after an upgrade of torch, Triton or opgate, every stored
+verdict is stale and Triton compiles every kernel again, as in a first run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from opgate.model.results import CheckResult, Outcome
+
+FILE = "check-seconds.json"
+FORMAT = 1
+STAGE = "numerics"
+# At most this many checks are kept (the most recent win): a cache folder shared by many libraries stays small.
+MOST_KEPT = 20000
+
+
+def _path() -> Path | None:
+    from opgate.verify.bounds_cache import cache_root
+
+    root = cache_root()
+    return root / FILE if root is not None else None
+
+
+def load(path: Path | None = None) -> dict[str, float]:
+    """The recorded seconds by check id; empty where there are none, the cache is off or the file is unreadable
+    (the order is then first come, first served, as without a history)."""
+    path = path if path is not None else _path()
+    if path is None:
+        return {}
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    seconds = body.get("seconds") if isinstance(body, dict) and body.get("format") == FORMAT else None
+    if not isinstance(seconds, dict):
+        return {}
+    return {str(k): float(v) for k, v in seconds.items() if isinstance(v, (int, float)) and v >= 0}
+
+
+def scope(budget: str, gpu: bool) -> str:
+    """The runs whose seconds compare: one budget, on a GPU or not."""
+    return f"{budget}:{'gpu' if gpu else 'cpu'}"
+
+
+def measured(results: Iterable[CheckResult], where: str) -> dict[str, float]:
+    """The numerics checks' seconds worth keeping, keyed within `where` (scope()): those that ran to a verdict (not
+    an error, not skipped)."""
+    return {f"{where} {r.check_id}": round(float(r.duration_s), 3) for r in results
+            if r.stage == STAGE and r.outcome not in (Outcome.ERROR, Outcome.SKIPPED) and r.duration_s > 0}
+
+
+def record(results: Iterable[CheckResult], where: str, path: Path | None = None) -> int:
+    """Merge this run's numerics seconds (`where`: scope()) into the file, atomically; how many were recorded (0
+    where the cache is off or cannot be written: the history only orders, so a failure to keep it is silent)."""
+    path = path if path is not None else _path()
+    new = measured(results, where)
+    if path is None or not new:
+        return 0
+    merged = {k: v for k, v in load(path).items() if k not in new}
+    merged.update(new)
+    if len(merged) > MOST_KEPT:
+        merged = dict(list(merged.items())[-MOST_KEPT:])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{FILE}.", delete=False) as tmp:
+            json.dump({"format": FORMAT, "seconds": merged}, tmp)
+        os.replace(tmp.name, path)
+    except OSError:
+        return 0
+    return len(new)
+
+
+class Expectations:
+    """What a run expects of its numerics checks' seconds, from the recorded history (`seconds`, as load() gives
+    it) of the runs of its scope (`where`: scope())."""
+
+    def __init__(self, seconds: Mapping[str, float], where: str) -> None:
+        prefix = f"{where} "
+        self.seconds = {key.removeprefix(prefix): value for key, value in seconds.items() if key.startswith(prefix)}
+        self.prior = statistics.median(self.seconds.values()) if self.seconds else None
+        self.known = 0
+        self.unknown = 0
+
+    def of(self, check_id: str) -> float | None:
+        """The seconds `check_id` took before; the median of those known for a check not seen before; None
+        without a history."""
+        if self.prior is None:
+            return None
+        if check_id in self.seconds:
+            self.known += 1
+            return self.seconds[check_id]
+        self.unknown += 1
+        return self.prior
+
+    def summary(self) -> dict[str, object]:
+        """For the report (extra.engine.numerics_order): how the ready numerics checks were ordered."""
+        if self.prior is None:
+            return {"by": "plan written (no earlier run's seconds)"}
+        return {"by": "earlier runs' seconds, longest first", "known": self.known,
+                "unknown_given_the_median": self.unknown, "median_s": round(self.prior, 3)}

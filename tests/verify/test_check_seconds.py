@@ -1,0 +1,105 @@
+"""verify/check_seconds.py: each numerics check's seconds kept for the next run, which starts the longest of its
+ready checks first (runner._arrival_position); what that saves is replayed from GPU runs' timelines
+(benchmarks/numerics_queue_replay.py --history), not timed here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from opgate.engine import runner
+from opgate.engine.runner import CheckTask
+from opgate.model.results import CheckResult, Outcome
+from opgate.verify import check_seconds
+
+ROOT = Path(__file__).resolve().parents[2]
+SOFTMAX = ROOT / "examples" / "ops" / "softmax.py"
+GPU = check_seconds.scope("standard", True)
+
+
+def _result(check_id: str, seconds: float, outcome: Outcome = Outcome.PASSED, stage: str = "numerics") -> CheckResult:
+    return CheckResult(check_id, check_id, outcome, "", duration_s=seconds, stage=stage)
+
+
+def test_the_seconds_of_checks_that_judged_are_kept_by_scope_and_merged(tmp_path: Path) -> None:
+    path = tmp_path / "cache" / check_seconds.FILE
+    results = [_result("verify.a.t.float32", 12.5), _result("verify.b.t.float32", 3.0, Outcome.FAILED),
+               _result("verify.c.t.float32", 9.0, Outcome.ERROR), _result("verify.d.t.float32", 9.0, Outcome.SKIPPED),
+               _result("verify.a.runtime", 2.0, stage="runtime")]
+    assert check_seconds.record(results, GPU, path) == 2
+    assert check_seconds.record([_result("verify.a.t.float32", 40.0)], check_seconds.scope("quick", False), path) == 1
+    assert check_seconds.record([_result("verify.b.t.float32", 4.0)], GPU, path) == 1  # the latest wins
+    assert check_seconds.load(path) == {f"{GPU} verify.a.t.float32": 12.5, f"{GPU} verify.b.t.float32": 4.0,
+                                        "quick:cpu verify.a.t.float32": 40.0}
+    expected = check_seconds.Expectations(check_seconds.load(path), GPU)
+    assert expected.of("verify.a.t.float32") == 12.5
+    assert expected.of("verify.new.t.float32") == pytest.approx(8.25)  # not seen before: the median of the known
+    assert expected.summary() == {"by": "earlier runs' seconds, longest first", "known": 1,
+                                  "unknown_given_the_median": 1, "median_s": 8.25}
+
+
+def test_without_a_readable_history_nothing_is_expected_and_nothing_breaks(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / check_seconds.FILE
+    for body in ("{not json", json.dumps({"format": 99, "seconds": {"x": 1}}), json.dumps([1, 2])):
+        path.write_text(body)
+        assert check_seconds.load(path) == {}
+    expected = check_seconds.Expectations({}, GPU)
+    assert expected.of("verify.a.t.float32") is None
+    assert expected.summary()["by"].startswith("plan written")
+    monkeypatch.setenv("OPGATE_CACHE", "0")  # the cache off: nothing read, nothing kept
+    assert check_seconds.load() == {} and check_seconds.record([_result("verify.a.t.float32", 1.0)], GPU) == 0
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    assert check_seconds.record([_result("verify.a.t.float32", 1.0)], GPU, blocked / check_seconds.FILE) == 0
+
+
+def _task(name: str, order: int = 40, expected: float | None = None, worker: str = "") -> CheckTask:
+    return CheckTask(check_id=name, title=name, target="t:T", timeout_s=1.0, order=order, expected_s=expected,
+                     worker=worker)
+
+
+def _queue(tasks: list[CheckTask]) -> list[str]:
+    pending: list[tuple[int, CheckTask]] = []
+    for k, task in enumerate(tasks):
+        pending.insert(runner._arrival_position(pending, task), (k, task))
+    return [task.check_id for _, task in pending]
+
+
+def test_an_arriving_check_queues_before_those_of_its_order_expected_to_take_less() -> None:
+    assert _queue([_task("later", 41), _task("a", expected=5.0), _task("b", expected=60.0), _task("c", expected=5.0),
+                   _task("d", expected=20.0)]) == ["b", "d", "a", "c", "later"]
+    # without expectations (a first run): first come, first served within an order, as before
+    assert _queue([_task("later", 41), _task("a"), _task("b"), _task("first", 39)]) == ["first", "a", "b", "later"]
+
+
+def test_a_long_head_keeps_its_place_against_the_idle_worker_lookahead() -> None:
+    def pick(head_expected: float | None) -> str:
+        pending = [(0, _task("long", expected=head_expected, worker="gems")), (1, _task("short", worker="fla"))]
+        return pending[runner._with_idle_worker(pending, 0, {"fla"}, lambda task: True)][1].check_id
+
+    assert pick(runner.KEEPS_PLACE_S) == "long"
+    assert pick(5.0) == "short" and pick(None) == "short"
+
+
+def test_a_run_keeps_its_seconds_and_the_next_orders_by_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPU runs of softmax's numerics: the first keeps each check's seconds, the second (verdicts not reused)
+    hands its checks over with them; a replay keeps none."""
+    from opgate.cli.main import make_console
+    from opgate.verify.engine import VerifyRequest, run_verify
+
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OPGATE_VERDICT_CACHE", "0")
+    request = VerifyRequest(spec_file=SOFTMAX, budget="quick", stages=("numerics",), jobs=2, impls=("torch",),
+                            dtypes=("float32",), out_dir=tmp_path / "out")
+    first = run_verify(request, make_console())
+    assert first.extra["engine"]["numerics_order"]["by"].startswith("plan written")
+    kept = check_seconds.load(tmp_path / "cache" / check_seconds.FILE)
+    numerics = [r.check_id for r in first.results if r.stage == "numerics"]
+    assert numerics and sorted(kept) == sorted(f"quick:cpu {check}" for check in numerics)
+    second = run_verify(request, make_console())
+    assert second.extra["engine"]["numerics_order"] == {
+        "by": "earlier runs' seconds, longest first", "known": len(numerics), "unknown_given_the_median": 0,
+        "median_s": pytest.approx(check_seconds.Expectations(kept, "quick:cpu").prior, abs=1e-3)}
