@@ -6,6 +6,10 @@
 # ARM names the arm in the log; what differs between the arms is the environment the caller gives each.
 #   OUT=/tmp/out ARM=ahead LIMITS=552 bash scripts/gpu/library_ab.sh
 #   OUT=/tmp/out ARM=no-ahead OPGATE_COMPILE_AHEAD=0 LIMITS=552 bash scripts/gpu/library_ab.sh
+# SECONDS_FROM=FILE starts the arm's opgate cache with an earlier run's numerics seconds (check-seconds.json,
+# verify/check_seconds.py) and nothing else of it: the next arm of an A/B of the numerics order, after a first arm
+# whose own file (/tmp/opgate-ab-<arm>-*/opgate/check-seconds.json) it names.
+#   OUT=/tmp/out ARM=by-seconds SECONDS_FROM=/tmp/opgate-ab-default-*/opgate/check-seconds.json bash scripts/gpu/library_ab.sh
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
 case "${ARM:-}" in
@@ -14,6 +18,12 @@ esac
 fresh="/tmp/opgate-ab-$ARM-$(date +%s)"
 mkdir -p "$fresh" "$OUT/library"
 export TRITON_CACHE_DIR="$fresh/triton" FLAGGEMS_CACHE_DIR="$fresh/flaggems" OPGATE_CACHE_DIR="$fresh/opgate"
+if [ -n "${SECONDS_FROM:-}" ]; then
+  # shellcheck disable=SC2086  # a glob the caller may give
+  from=$(ls $SECONDS_FROM 2>/dev/null | head -1)
+  [ -s "$from" ] || { echo "library_ab.sh: SECONDS_FROM='$SECONDS_FROM': no such check-seconds.json" >&2; exit 2; }
+  mkdir -p "$OPGATE_CACHE_DIR" && cp "$from" "$OPGATE_CACHE_DIR/check-seconds.json"
+fi
 corpus=tests/data/verify/library_corpus
 python3 scripts/gpu/gpu_memory_sampler.py --out "$OUT/library/gpu_memory.jsonl" --every 3 &
 sampler=$!
