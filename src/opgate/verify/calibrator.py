@@ -16,11 +16,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from opgate.model.errors import InputError
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
-from opgate.engine.runner import TaskFeed
+from opgate.engine.runner import CheckTask, TaskFeed
 from opgate.engine.specload import replaces_gpu_kernels
 from opgate.engine.stages import OperatorPlan, Stage, stage_tasks
 from opgate.verify.calibrate import (
@@ -33,6 +33,9 @@ from opgate.verify.inputs import (
 from opgate.verify.planfile import PlanFile
 from opgate.verify.replay import ReplayToken
 from opgate.verify.resumed import ResumedChecks
+
+if TYPE_CHECKING:
+    from opgate.verify.check_seconds import Expectations
 
 
 def calibration_threads() -> int:
@@ -524,7 +527,7 @@ class Calibrator(threading.Thread):
                  feed: TaskFeed, budget: str, seed: int, workdir: Path, token: ReplayToken | None,
                  info: dict[str, Any], pool: CalibrationPool | None = None,
                  resumed: ResumedChecks | None = None, ahead: dict[int, list[Any]] | None = None,
-                 expectations: Any = None) -> None:
+                 expectations: Expectations | None = None) -> None:
         super().__init__(name="opgate-calibration", daemon=True)
         self.jobs, self.stages, self.unmet, self.feed = list(jobs), list(stages), unmet, feed
         self.budget, self.seed, self.workdir, self.token = budget, seed, workdir, token
@@ -801,11 +804,11 @@ class Calibrator(threading.Thread):
         if all(other.op.name in self.operators_done for other in self.jobs if other.spec_file.resolve() == file):
             self.feed.group_done(str(file))  # its measurements may start (CheckTask.group)
 
-    def _expected(self, task: Any) -> Any:
+    def _expected(self, task: CheckTask) -> CheckTask:
         """`task` with the seconds its check is expected to take (a numerics check; verify/check_seconds.py)."""
         from opgate.verify import check_seconds
 
-        if task.stage != check_seconds.STAGE:
+        if self.expectations is None or task.stage != check_seconds.STAGE:
             return task
         return dataclasses.replace(task, expected_s=self.expectations.of(task.check_id))
 
