@@ -6,7 +6,10 @@
 # reused, when each file was judged wholly). Wheels in .whl/.
 #   OUT=/tmp/out LIB_PATHS="tests/data/verify/library_corpus/fla_activations.py ..." LIMITS="330 90" \
 #     bash scripts/gpu/library_rerun.sh
-# FIRST_S and AGAIN_S (two runs) still work: LIMITS defaults to "$FIRST_S $AGAIN_S".
+# FIRST_S and AGAIN_S (two runs) still work: LIMITS defaults to "$FIRST_S $AGAIN_S". With STEP_DEADLINE set, a run
+# gets at most what is left of it less RESERVE_S (default 35: the summaries and the tarball after it); a run meant to
+# fill one device call whole (#27's library in one uninterrupted call) leaves less, e.g. RESERVE_S=8 HOST_SPEED=0:
+# whatever $OUT holds comes back even where the call's own limit cuts the summaries short.
 set -u
 OUT="${OUT:-/tmp/opgate-library-out}"
 source "$(dirname "$0")/step.sh"
@@ -17,7 +20,7 @@ run=0
 for limit in ${LIMITS:-${FIRST_S:-330} ${AGAIN_S:-90}}; do
   run=$((run + 1))
   if [ -n "${STEP_DEADLINE:-}" ]; then  # a run that would outlast the call's deadline gets what is left of it
-    left=$(( STEP_DEADLINE - $(date +%s) - 35 ))
+    left=$(( STEP_DEADLINE - $(date +%s) - ${RESERVE_S:-35} ))
     [ "$left" -lt "$limit" ] && limit=$left
     [ "$limit" -lt 10 ] && break
   fi
