@@ -26,9 +26,7 @@ verdict is stale and Triton compiles every kernel again, as in a first run.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -87,12 +85,13 @@ def record(results: Iterable[CheckResult], where: str, path: Path | None = None)
     merged.update(new)
     if len(merged) > MOST_KEPT:
         merged = dict(list(merged.items())[-MOST_KEPT:])
+    from opgate.engine.atomic import write_atomically
+    from opgate.model.errors import InputError
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{FILE}.", delete=False) as tmp:
-            json.dump({"format": FORMAT, "seconds": merged}, tmp)
-        os.replace(tmp.name, path)
-    except OSError:
+        write_atomically(path, json.dumps({"format": FORMAT, "seconds": merged}), durable=False)
+    except (OSError, InputError):
         return 0
     return len(new)
 
