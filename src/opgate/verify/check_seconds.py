@@ -6,21 +6,22 @@ waits in a backlog: a median 74 s from its plan to its start on the H100 host (f
 is long and whose plan comes late then ends the numerics alone: FlagGems' rms_norm.grad, whose plans were written at
 251 s, began at 334 s and compiled one kernel for 59-67 s, and the numerics ended at 426 s. Started longest first, the
 same checks in the same slots would have ended at 358 s, replayed offline from that run
-(benchmarks/numerics_queue_replay.py); nothing known when a plan is written predicts a check's length, but the same
-check's length in an earlier run does: ordered by the other arm's lengths of that session's A/B, the replay ends at
-370 s.
+(benchmarks/numerics_queue_replay.py). Nothing known when a plan is written predicts a check's length (its cases,
+shapes, sizes, the reference's time, the calibration's: correlations of 0.35 at best), but the same check's length
+in an earlier run does: ordered by the seconds of an earlier run of the same code on another H100, the replay ends
+at 358.6 s (370 s by those of a run whose compile-ahead tasks ran otherwise).
 
 So each run keeps its numerics checks' seconds in opgate's cache folder (check-seconds.json: "<scope> <check id>" ->
-seconds, the scope being the budget and whether a GPU ran it: a quick run's or a CPU run's seconds say nothing of a
-default run on a GPU; a replay, which runs one case, keeps none),
-and the next run's calibrator gives each numerics task it hands over the seconds its check took before
-(CheckTask.expected_s); a check not seen before gets the median of those known, so it neither jumps the queue nor
-waits behind it. The runner then queues a ready check before the waiting ones of its order expected to take less
-(runner._take_arrivals). Without a history every check's expectation is None and nothing changes: a first run, and
-a run with the cache off (OPGATE_CACHE=0). The seconds only order the queue; they never change a verdict.
+seconds; the scope is the budget and whether a GPU ran it, since a quick run's or a CPU run's seconds say nothing of
+a default run on a GPU; a replay, which runs one case, keeps none). The next run's calibrator hands each numerics
+task over with the seconds its check took before (CheckTask.expected_s); a check not seen before gets the median of
+those known, so it neither jumps the queue nor waits behind it. The runner queues a ready check before the waiting
+ones of its order expected to take less (runner._arrival_position). Without a history every expectation is None
+and nothing changes: a first run, and a run with the cache off (OPGATE_CACHE=0). The seconds only order the queue;
+they never change a verdict.
 
-Where this helps is a library judged again in full: after an upgrade of torch, Triton or opgate, every stored
-verdict is stale and Triton compiles every kernel again, as in a first run.
+Where this helps is a library judged again in full (after an upgrade of torch, Triton or opgate every stored verdict
+is stale and Triton compiles every kernel again, as in a first run), and a run resumed after a CI time limit.
 """
 
 from __future__ import annotations
