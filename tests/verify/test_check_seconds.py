@@ -4,6 +4,7 @@ ready checks first (runner._arrival_position); what that saves is replayed from 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -75,13 +76,23 @@ def test_an_arriving_check_queues_before_those_of_its_order_expected_to_take_les
     assert _queue([_task("later", 41), _task("a"), _task("b"), _task("first", 39)]) == ["first", "a", "b", "later"]
 
 
-def test_a_long_head_keeps_its_place_against_the_idle_worker_lookahead() -> None:
-    def pick(head_expected: float | None) -> str:
-        pending = [(0, _task("long", expected=head_expected, worker="gems")), (1, _task("short", worker="fla"))]
+def test_a_long_head_keeps_its_place_against_the_idle_worker_lookahead(tmp_path: Path) -> None:
+    """The calibrator hands a check expected to take LONG_CHECK_S or more over `ranked`, and the runner's lookahead
+    keeps a ranked head where it would take a later task with an idle worker of its key."""
+    from opgate.engine.runner import TaskFeed
+    from opgate.verify.calibrator import Calibrator
+
+    history = {f"{GPU} long": check_seconds.LONG_CHECK_S, f"{GPU} short": 5.0}
+    calibrator = Calibrator([], [], {}, TaskFeed(upcoming_order=40), "standard", 0, tmp_path, None, {},
+                            expectations=check_seconds.Expectations(history, GPU))
+
+    def pick(head_id: str) -> str:
+        head = calibrator._expected(dataclasses.replace(_task(head_id, worker="gems"), stage="numerics"))
+        pending = [(0, head), (1, _task("later", worker="fla"))]
         return pending[runner._with_idle_worker(pending, 0, {"fla"}, lambda task: True)][1].check_id
 
-    assert pick(runner.KEEPS_PLACE_S) == "long"
-    assert pick(5.0) == "short" and pick(None) == "short"
+    assert pick("long") == "long"
+    assert pick("short") == "later" and pick("not-seen") == "later"  # not seen: the median, 17.5 s
 
 
 def test_a_run_keeps_its_seconds_and_the_next_orders_by_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

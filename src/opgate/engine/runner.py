@@ -104,8 +104,8 @@ class CheckTask:
     # 305-365 s, after their plans, while the others ran from 19 s; forty-seventh and forty-eighth sessions).
     ranked: bool = False
     # The seconds this check took in an earlier run (verify/check_seconds.py), None where not known: arriving, it
-    # queues before the waiting tasks of its order expected to take less (_take_arrivals), so the longest of a
-    # backlog start first, and one expected to take KEEPS_PLACE_S or more keeps its place (_with_idle_worker).
+    # queues before the waiting tasks of its order expected to take less (_arrival_position), so the longest of a
+    # backlog start first (a long one also comes `ranked`, to keep that place).
     expected_s: float | None = None
     # Before it starts, every idle warm worker and spare holding memory on its GPU ends, not only enough of them to
     # free the share a task of its kind wants (engine/gpu_memory.py): a measurement run again because it ran out of
@@ -985,10 +985,6 @@ def _next_position(pending: Sequence[tuple[int, CheckTask]], running: Sequence[A
 
 # How far down the queue a task of the same order may be taken instead of the head, for its idle warm worker.
 IDLE_WORKER_LOOKAHEAD = 64
-# A head expected to take this long or longer (CheckTask.expected_s) keeps its place against the lookahead: starting
-# a warm worker for it (its imports, seconds) costs less than the minute a long check queued behind shorter ones can
-# add to the run's end (verify/check_seconds.py).
-KEEPS_PLACE_S = 30.0
 
 
 def _with_idle_worker(pending: Sequence[tuple[int, CheckTask]], at: int, idle_keys: Collection[str],
@@ -997,11 +993,9 @@ def _with_idle_worker(pending: Sequence[tuple[int, CheckTask]], at: int, idle_ke
     task whose key has no idle worker starts one (its imports and its spec's again) and, at the pool's limit, ends
     an idle worker of another key that a later task of that key then starts again. Tasks of one order are ready
     alike (a library's numerics checks, its runtime checks), so taking one of them first costs no other a place;
-    a `ranked` head (CheckTask.ranked) keeps its place, as does one expected to take KEEPS_PLACE_S or more."""
+    a `ranked` head (CheckTask.ranked) keeps its place."""
     head = pending[at][1]
     if head.ranked or not head.worker or head.worker in idle_keys or not idle_keys:
-        return at
-    if head.expected_s is not None and head.expected_s >= KEEPS_PLACE_S:
         return at
     for later in range(at + 1, min(len(pending), at + 1 + IDLE_WORKER_LOOKAHEAD)):
         task = pending[later][1]

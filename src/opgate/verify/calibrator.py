@@ -810,7 +810,9 @@ class Calibrator(threading.Thread):
 
         if self.expectations is None or task.stage != check_seconds.STAGE:
             return task
-        return dataclasses.replace(task, expected_s=self.expectations.of(task.check_id))
+        expected = self.expectations.of(task.check_id)
+        long = expected is not None and expected >= check_seconds.LONG_CHECK_S
+        return dataclasses.replace(task, expected_s=expected, ranked=task.ranked or long)
 
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:
@@ -819,8 +821,7 @@ class Calibrator(threading.Thread):
         items, stored = self.resumed.take(items)
         self.results += preset + stored
         single = next(iter(plan.plans)) if len(plan.plans) == 1 else None
-        if self.expectations is not None:
-            items = [(order, self._expected(task)) for order, task in items]
+        items = [(order, self._expected(task)) for order, task in items]
         for order, task in items:
             self.task_keys[task.check_id] = (order, op_index, len(self.task_keys))
             if single is not None:

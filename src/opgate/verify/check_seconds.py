@@ -14,7 +14,7 @@ at 358.6 s (370 s by those of a run whose compile-ahead tasks ran otherwise).
 So each run keeps its numerics checks' seconds in opgate's cache folder (check-seconds.json: "<scope> <check id>" ->
 seconds; the scope is the budget and whether a GPU ran it, since a quick run's or a CPU run's seconds say nothing of
 a default run on a GPU; a replay, which runs one case, keeps none). The next run's calibrator hands each numerics
-task over with the seconds its check took before (CheckTask.expected_s); a check not seen before gets the median of
+task over with the seconds its check took before (CheckTask.expected_s), ranked where it is long (LONG_CHECK_S); a check not seen before gets the median of
 those known, so it neither jumps the queue nor waits behind it. The runner queues a ready check before the waiting
 ones of its order expected to take less (runner._arrival_position). Without a history every expectation is None
 and nothing changes: a first run, and a run with the cache off (OPGATE_CACHE=0). The seconds only order the queue;
@@ -38,6 +38,10 @@ FORMAT = 1
 STAGE = "numerics"
 # At most this many checks are kept (the most recent win): a cache folder shared by many libraries stays small.
 MOST_KEPT = 20000
+# A check expected to take this long or longer is handed over `ranked` (CheckTask.ranked): it keeps its place against
+# the runner's idle-worker lookahead, since starting a warm worker for it (its imports, seconds) costs less than the
+# minute a long check queued behind shorter ones can add to the run's end. A margin, not a measurement.
+LONG_CHECK_S = 30.0
 
 
 def _path() -> Path | None:

@@ -660,7 +660,7 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
     checked: list[RunReport] = []  # the report once the checks have ended, then as it is finished
     try:
         report = _judge_checks(request, console, resumed, keep, checked)
-        _keep_check_seconds(request, report)
+        _keep_check_seconds(report)
         return report
     except KeyboardInterrupt as stop:
         if isinstance(stop, RunInterrupted) or not checked:
@@ -682,17 +682,17 @@ def _stop_with(report: RunReport, keep: Callable[[RunReport], RunReport] | None,
     emit_interrupted(report)
     if keep is not None:  # what was judged is stored at once (verify/verdict_reuse.py)
         report = keep(report)
-    _keep_check_seconds(None, report)
+    _keep_check_seconds(report)
     raise RunInterrupted(results, not_run, report=report) from None
 
 
-def _keep_check_seconds(request: VerifyRequest | None, report: RunReport) -> None:
+def _keep_check_seconds(report: RunReport) -> None:
     """The numerics checks' seconds of this run, for the next one's order (verify/check_seconds.py); none of a
-    replay, which runs one case."""
+    replay (its report names the token), which runs one case."""
     from opgate.verify import check_seconds
 
     extra = report.extra or {}
-    if extra.get("replay") or (request is not None and request.replay):
+    if extra.get("replay"):
         return
     check_seconds.record(report.results, check_seconds.scope(str(extra.get("budget")), bool(extra.get("gpu"))))
 
