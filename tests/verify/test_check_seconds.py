@@ -114,3 +114,17 @@ def test_a_run_keeps_its_seconds_and_the_next_orders_by_them(tmp_path: Path, mon
     assert second.extra["engine"]["numerics_order"] == {
         "by": "earlier runs' seconds, longest first", "known": len(numerics), "unknown_given_the_median": 0,
         "median_s": pytest.approx(check_seconds.Expectations(kept, "quick:cpu").prior, abs=1e-3)}
+
+
+def test_a_replay_keeps_no_seconds_and_a_run_keeps_them_in_its_scope(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay runs one case: its check's seconds would say nothing of the whole check."""
+    from opgate.model.results import RunReport
+    from opgate.verify.engine import _keep_check_seconds
+
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path))
+    results = (_result("verify.a.t.float32", 12.5),)
+    _keep_check_seconds(RunReport("verify", results, "", 1.0, extra={"replay": "ogv1.x", "budget": "quick"}))
+    assert check_seconds.load() == {}
+    _keep_check_seconds(RunReport("verify", results, "", 1.0, extra={"replay": None, "budget": "quick", "gpu": True}))
+    assert check_seconds.load() == {"quick:gpu verify.a.t.float32": 12.5}
