@@ -128,3 +128,71 @@ def test_a_replay_keeps_no_seconds_and_a_run_keeps_them_in_its_scope(tmp_path: P
     assert check_seconds.load() == {}
     _keep_check_seconds(RunReport("verify", results, "", 1.0, extra={"replay": None, "budget": "quick", "gpu": True}))
     assert check_seconds.load() == {"quick:gpu verify.a.t.float32": 12.5}
+
+
+WARM = "verify.op.t.float32.runtime_warm_up"
+
+
+def test_the_warm_ups_seconds_come_from_the_timeline_and_are_expected_apart(tmp_path: Path) -> None:
+    """A runtime warm-up reports no result: its seconds are its span in the report's timeline, kept beside the
+    numerics checks' and guessed with the median of the warm-ups' own."""
+    path = tmp_path / check_seconds.FILE
+    timeline = {WARM: [1.0, 41.0], "verify.op.grad.t.float32.runtime_warm_up": [41.0, 43.5],
+                "verify.cut.t.float32.runtime_warm_up": [50.0],  # still running at the stop: no end, not kept
+                "verify.op.t.float32.runtime": [60.0, 61.0]}  # a measurement: not ordered by this
+    assert check_seconds.record([_result("verify.op.t.float32", 12.5)], GPU, path, timeline=timeline) == 3
+    history = check_seconds.load(path)
+    assert history == {f"{GPU} verify.op.t.float32": 12.5, f"{GPU} {WARM}": 40.0,
+                       f"{GPU} verify.op.grad.t.float32.runtime_warm_up": 2.5}
+    warm_ups = check_seconds.Expectations(history, GPU, warm_ups=True)
+    assert warm_ups.of(WARM) == 40.0 and warm_ups.of("verify.new.t.float32.runtime_warm_up") == pytest.approx(21.25)
+    numerics = check_seconds.Expectations(history, GPU)
+    assert numerics.of("verify.new.t.float32") == 12.5  # the numerics' median, not the warm-ups'
+    long = warm_ups.applied(_task(WARM, order=42))
+    assert long.expected_s == 40.0 and long.ranked  # LONG_CHECK_S or more keeps its place
+    assert not warm_ups.applied(_task("verify.op.grad.t.float32.runtime_warm_up", order=42)).ranked
+    unchanged = _task(WARM, order=42)
+    assert check_seconds.Expectations({}, GPU, warm_ups=True).applied(unchanged) is unchanged
+    assert check_seconds.Expectations({}, GPU, warm_ups=True).summary() == {
+        "by": "queued as planned (no earlier run's seconds)"}
+
+
+def test_the_tasks_queued_at_the_start_go_longest_expected_first_within_their_order() -> None:
+    """verify.engine.queued: by stage order, then the longest expected warm-up first; without expectations the
+    operators' order, as before."""
+    from opgate.verify.engine import queued
+
+    keyed = [((42, 0, 0), _task("w0", 42, 3.0)), ((42, 1, 1), _task("w1", 42, 40.0)), ((30, 2, 2), _task("s", 30)),
+             ((42, 2, 3), _task("w2", 42, 9.0)), ((50, 0, 4), _task("m", 50))]
+    assert [t.check_id for t in queued(keyed)] == ["s", "w1", "w2", "w0", "m"]
+    plain = [((42, k, k), _task(f"w{k}", 42)) for k in (2, 0, 1)]
+    assert [t.check_id for t in queued(plain)] == ["w0", "w1", "w2"]
+
+
+def test_a_gpu_run_queues_its_warm_ups_by_the_seconds_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare_run on a host taken for a GPU one: the runtime stage's warm-ups (ids ending WARM_UP_SUFFIX) come
+    queued longest first by the history, the long one ranked, and the report says how; without a history, in the
+    dtypes' order."""
+    from opgate.verify import builtin_stages, engine
+
+    monkeypatch.setattr(engine, "_gpu_present", lambda: True)
+    monkeypatch.setattr(builtin_stages.SanitizerStage, "find_tool", lambda self, tool: "/bin/true")
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    gelu = ROOT / "examples" / "ops" / "gelu.py"
+    request = engine.VerifyRequest(spec_file=gelu, impls=("triton",), stages=("numerics", "runtime"))
+
+    def warm_ups() -> tuple[list[CheckTask], dict]:
+        prepared = engine.prepare_run(request, tmp_path / "work")
+        queued = [t for t in prepared.tasks if t.check_id.endswith(check_seconds.WARM_UP_SUFFIX)]
+        return queued, prepared.info["engine"]["warm_up_order"]
+
+    first, order = warm_ups()
+    assert [t.check_id.split(".")[3] for t in first] == ["float32", "float16", "bfloat16"]
+    assert order == {"by": "queued as planned (no earlier run's seconds)"}
+    timeline = {t.check_id: [0.0, seconds] for t, seconds in zip(first, (3.0, 45.0))}  # bfloat16's not seen
+    check_seconds.record([], check_seconds.scope("standard", True), timeline=timeline)
+    again, order = warm_ups()
+    assert [(t.check_id.split(".")[3], t.expected_s, t.ranked) for t in again] == [
+        ("float16", 45.0, True), ("bfloat16", 24.0, False), ("float32", 3.0, False)]  # not seen: the median
+    assert order == {"by": "earlier runs' seconds, longest first", "known": 2, "unknown_given_the_median": 1,
+                     "median_s": 24.0}

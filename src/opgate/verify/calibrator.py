@@ -9,7 +9,6 @@ calibration reaches them, after the operator's other cases.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
 import time
@@ -810,9 +809,7 @@ class Calibrator(threading.Thread):
 
         if self.expectations is None or task.stage != check_seconds.STAGE:
             return task
-        expected = self.expectations.of(task.check_id)
-        long = expected is not None and expected >= check_seconds.LONG_CHECK_S
-        return dataclasses.replace(task, expected_s=expected, ranked=task.ranked or long)
+        return self.expectations.applied(task)
 
     def _hand_over(self, op_index: int, plan: OperatorPlan, stages: Sequence[Stage]) -> None:
         if not stages:

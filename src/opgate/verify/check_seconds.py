@@ -20,6 +20,15 @@ ones of its order expected to take less (runner._arrival_position). Without a hi
 and nothing changes: a first run, and a run with the cache off (OPGATE_CACHE=0). The seconds only order the queue;
 they never change a verdict.
 
+The runtime stage's warm-ups (verify/builtin_stages.RuntimeStage: a call at the timing size that compiles and
+autotunes, side by side, before each exclusive timing) are ordered the same way. They are all queued when the run
+starts, in the operators' order, and take two slots of sixteen while the numerics run; the runtime checks wait for
+the last of them. With the numerics ordered by their history, the warm-ups ended 36 s after the last numerics check
+on an H100 (fifty-sixth session: fla's global cumsum's three warm-ups, 33 s each, begun after it); queued longest
+first by an earlier run's seconds, the same slots would have ended them 17-20 s sooner (that run and the one before,
+replayed: benchmarks/warm_up_queue_replay.py). A warm-up reports no result, so its seconds come from the report's
+timeline (extra.timeline: check id -> [start, end]).
+
 Where this helps is a library judged again in full (after an upgrade of torch, Triton or opgate every stored verdict
 is stale and Triton compiles every kernel again, as in a first run), and a run resumed after a CI time limit.
 """
@@ -29,13 +38,18 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from opgate.model.results import CheckResult, Outcome
+
+if TYPE_CHECKING:
+    from opgate.engine.runner import CheckTask
 
 FILE = "check-seconds.json"
 FORMAT = 1
 STAGE = "numerics"
+# A runtime warm-up's check id ends so: "<its runtime check's id>_warm_up" (verify/builtin_stages.RuntimeStage).
+WARM_UP_SUFFIX = "_warm_up"
 # At most this many checks are kept (the most recent win): a cache folder shared by many libraries stays small.
 MOST_KEPT = 20000
 # A check expected to take this long or longer is handed over `ranked` (CheckTask.ranked): it keeps its place against
@@ -72,18 +86,25 @@ def scope(budget: str, gpu: bool) -> str:
     return f"{budget}:{'gpu' if gpu else 'cpu'}"
 
 
-def measured(results: Iterable[CheckResult], where: str) -> dict[str, float]:
-    """The numerics checks' seconds worth keeping, keyed within `where` (scope()): those that ran to a verdict (not
-    an error, not skipped)."""
-    return {f"{where} {r.check_id}": round(float(r.duration_s), 3) for r in results
+def measured(results: Iterable[CheckResult], where: str,
+             timeline: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The seconds worth keeping, keyed within `where` (scope()): the numerics checks that ran to a verdict (not an
+    error, not skipped), and the runtime warm-ups that ended, from the report's `timeline` (id -> [start, end])."""
+    kept = {f"{where} {r.check_id}": round(float(r.duration_s), 3) for r in results
             if r.stage == STAGE and r.outcome not in (Outcome.ERROR, Outcome.SKIPPED) and r.duration_s > 0}
+    for check_id, span in (timeline or {}).items():
+        if (str(check_id).endswith(WARM_UP_SUFFIX) and isinstance(span, (list, tuple)) and len(span) >= 2
+                and all(isinstance(t, (int, float)) for t in span[:2]) and span[1] > span[0]):
+            kept[f"{where} {check_id}"] = round(float(span[1]) - float(span[0]), 3)
+    return kept
 
 
-def record(results: Iterable[CheckResult], where: str, path: Path | None = None) -> int:
-    """Merge this run's numerics seconds (`where`: scope()) into the file, atomically; how many were recorded (0
+def record(results: Iterable[CheckResult], where: str, path: Path | None = None,
+           timeline: Mapping[str, Any] | None = None) -> int:
+    """Merge this run's seconds (`where`: scope(); measured()) into the file, atomically; how many were recorded (0
     where the cache is off or cannot be written: the history only orders, so a failure to keep it is silent)."""
     path = path if path is not None else _path()
-    new = measured(results, where)
+    new = measured(results, where, timeline)
     if path is None or not new:
         return 0
     merged = {k: v for k, v in load(path).items() if k not in new}
@@ -102,12 +123,15 @@ def record(results: Iterable[CheckResult], where: str, path: Path | None = None)
 
 
 class Expectations:
-    """What a run expects of its numerics checks' seconds, from the recorded history (`seconds`, as load() gives
-    it) of the runs of its scope (`where`: scope())."""
+    """What a run expects of its checks' seconds, from the recorded history (`seconds`, as load() gives it) of the
+    runs of its scope (`where`: scope()): of its numerics checks, or of its runtime warm-ups (`warm_ups`), each kind
+    with the median of its own as the guess for a check not seen before."""
 
-    def __init__(self, seconds: Mapping[str, float], where: str) -> None:
+    def __init__(self, seconds: Mapping[str, float], where: str, warm_ups: bool = False) -> None:
         prefix = f"{where} "
-        self.seconds = {key.removeprefix(prefix): value for key, value in seconds.items() if key.startswith(prefix)}
+        self.warm_ups = warm_ups
+        self.seconds = {key.removeprefix(prefix): value for key, value in seconds.items()
+                        if key.startswith(prefix) and key.endswith(WARM_UP_SUFFIX) == warm_ups}
         self.prior = statistics.median(self.seconds.values()) if self.seconds else None
         self.known = 0
         self.unknown = 0
@@ -123,9 +147,20 @@ class Expectations:
         self.unknown += 1
         return self.prior
 
+    def applied(self, task: CheckTask) -> CheckTask:
+        """`task` with the seconds its check is expected to take (CheckTask.expected_s), and `ranked` where that is
+        LONG_CHECK_S or more; unchanged without a history."""
+        import dataclasses
+
+        expected = self.of(task.check_id)
+        if expected is None:
+            return task
+        return dataclasses.replace(task, expected_s=expected, ranked=task.ranked or expected >= LONG_CHECK_S)
+
     def summary(self) -> dict[str, object]:
-        """For the report (extra.engine.numerics_order): how the ready numerics checks were ordered."""
+        """For the report (extra.engine.numerics_order, .warm_up_order): how the checks of its kind were ordered."""
         if self.prior is None:
-            return {"by": "plan written (no earlier run's seconds)"}
+            return {"by": "queued as planned (no earlier run's seconds)" if self.warm_ups
+                    else "plan written (no earlier run's seconds)"}
         return {"by": "earlier runs' seconds, longest first", "known": self.known,
                 "unknown_given_the_median": self.unknown, "median_s": round(self.prior, 3)}

@@ -434,6 +434,12 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     if pool is not None and token is None:
         _prestart_workers(pool, selections, request, gpu)
     unmet = {stage.name: stage.unmet(gpu) for stage in stages}
+    # each numerics check's and runtime warm-up's seconds in earlier runs order them, longest first (none for a
+    # replay: verify/check_seconds.py)
+    history = {} if token else check_seconds.load()
+    where = check_seconds.scope(budget_name, gpu)
+    expectations = None if token else check_seconds.Expectations(history, where)
+    warm_up_expectations = check_seconds.Expectations(history, where, warm_ups=True)
     at_once = [s for s in stages if not s.needs.calibration]
     calibrated = [s for s in stages if s.needs.calibration]
     per_dtype_only = all(s.per_dtype_plans for s in calibrated)
@@ -447,6 +453,8 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
 
         items, stage_preset = stage_tasks(make_plan({}), at_once, unmet)
         items, stored = resumed.take(items)
+        items = [(order, warm_up_expectations.applied(task) if task.check_id.endswith(check_seconds.WARM_UP_SUFFIX)
+                  else task) for order, task in items]
         keyed += [((order, op_index, len(keyed) + k), task) for k, (order, task) in enumerate(items)]
         preset += stage_preset + stored
         if sel.op.name in resumed.settled:  # calibrated and judged before: its stored results stand for it
@@ -471,7 +479,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                 keyed += [((task.order, op_index, len(keyed) + k), task) for k, task in enumerate(ahead)]
             else:  # the calibrator feeds them once it has ranked the plans, the latest plans' first
                 ahead_of_job[len(jobs) - 1] = ahead
-    tasks = [task for _, task in sorted(keyed, key=lambda entry: entry[0])]
+    tasks = queued(keyed)
     if gpu and token is None:
         tasks = fan_out_gpu_stages(tasks, {s.name for s in stages if s.needs.gpu}, *_visible_gpus())
         if os.environ.get("OPGATE_SANITIZER_RUNS", "shared") != "each":  # "each": one child per check, as before
@@ -481,20 +489,27 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     feed = TaskFeed(upcoming_order=min((s.order for s in calibrated), default=0),
                     groups={str(job.spec_file.resolve()) for job in jobs})  # OperatorPlan.spec_file's
     plans = sum(len(job.dtypes) for job in jobs)
-    # the numerics checks' seconds in earlier runs order the ready ones, longest first (none for a replay)
-    expectations = None if token else check_seconds.Expectations(check_seconds.load(),
-                                                                  check_seconds.scope(budget_name, gpu))
     calibrator = Calibrator(jobs, calibrated, unmet, feed, budget_name, request.seed, workdir, token, info,
                             pool=calibration_pool if plans > 1 else None, resumed=resumed, ahead=ahead_of_job,
                             expectations=expectations)
     info["engine"] = {"jobs": request.jobs, "warm_workers": True, "stages": [s.name for s in stages],
                       "spec_load_s": round(spec_loaded - t0, 2),
-                      "prepare_s": round(time.perf_counter() - t0, 2)}
+                      "prepare_s": round(time.perf_counter() - t0, 2),
+                      **({"warm_up_order": warm_up_expectations.summary()}
+                         if any(t.check_id.endswith(check_seconds.WARM_UP_SUFFIX) for t in tasks) else {})}
     spec_of_op = {sel.op.name: str(sel.spec_file) for sel in selections}
     names = {sel.op.name for sel in selections}
     return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed}, spec_of_op,
                        settled_before=names & resumed.settled,
                        settled_dtypes_before={op: set(d) for op, d in resumed.settled_dtypes.items() if op in names})
+
+
+def queued(keyed: Sequence[tuple[tuple[int, int, int], CheckTask]]) -> list[CheckTask]:
+    """The tasks that need no calibration as the run queues them: by stage order, within an order longest expected
+    first where earlier runs' seconds are known (the runtime warm-ups: verify/check_seconds.py), else in the
+    operators' order (the report's order, `keyed`'s keys, stays that)."""
+    return [task for _, task in sorted(keyed, key=lambda entry: (entry[0][0], -(entry[1].expected_s or 0.0),
+                                                                 *entry[0][1:]))]
 
 
 def _bytecode_folder(run_folder: Path) -> Path:
@@ -687,14 +702,15 @@ def _stop_with(report: RunReport, keep: Callable[[RunReport], RunReport] | None,
 
 
 def _keep_check_seconds(report: RunReport) -> None:
-    """The numerics checks' seconds of this run, for the next one's order (verify/check_seconds.py); none of a
-    replay (its report names the token), which runs one case."""
+    """The numerics checks' and runtime warm-ups' seconds of this run, for the next one's order
+    (verify/check_seconds.py); none of a replay (its report names the token), which runs one case."""
     from opgate.verify import check_seconds
 
     extra = report.extra or {}
     if extra.get("replay"):
         return
-    check_seconds.record(report.results, check_seconds.scope(str(extra.get("budget")), bool(extra.get("gpu"))))
+    check_seconds.record(report.results, check_seconds.scope(str(extra.get("budget")), bool(extra.get("gpu"))),
+                         timeline=extra.get("timeline"))
 
 
 def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks | None,
@@ -766,7 +782,7 @@ def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks |
                 report = dataclasses.replace(report, extra={
                     **report.extra, "settled_operators": prepared.settled_operators(report.results),
                     "settled_dtypes": prepared.settled_dtypes(report.results)})
-            checked[:] = [report]
+            checked.append(report)  # finished: an interrupt from here on finds it second (_judge)
         finally:
             if interrupted:  # the empty-case probes' children first: their threads are joined at exit
                 from opgate.engine.children import kill_all_children
