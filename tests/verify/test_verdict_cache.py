@@ -414,3 +414,41 @@ def test_a_run_given_a_time_limit_stops_itself_there_keeps_what_it_judged_and_sa
     bad = subprocess.run([sys.executable, "-m", "opgate", "verify", str(specs), "--time-limit", "0"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--time-limit" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_time_limit_that_comes_while_the_run_closes_leaves_its_finished_report_complete(tmp_path, monkeypatch):
+    """Every check ended and the report was finished when the --time-limit came (the run was closing its workers):
+    that report is the run's verdict, not an interrupted one; an interrupt before the report was finished, or a
+    SIGTERM from outside, still ends the run as interrupted."""
+    from opgate.cli.main import make_console
+    from opgate.engine import children, interrupts
+    from opgate.model.results import ExitCode, RunReport
+    from opgate.verify import engine
+
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    passed = RunReport("verify", (_result("verify.relu.torch.float32", Outcome.PASSED, tmp_path / "ops.py"),), "", 5.0,
+                       extra={"budget": "quick", "gpu": False})
+
+    def closing_interrupted(reports: int):
+        def judged(request, console, resumed, keep, checked):
+            checked.extend([passed] * reports)  # the session's report, then the finished one
+            raise KeyboardInterrupt  # what raise_interrupt raises on the limit's SIGTERM
+        return judged
+
+    request = engine.VerifyRequest(spec_file=tmp_path / "ops.py")
+    try:
+        monkeypatch.setattr(interrupts, "_TIME_LIMIT", [30.0])
+        monkeypatch.setattr(engine, "_judge_checks", closing_interrupted(2))
+        report = engine._judge(request, make_console())
+        assert not report.extra.get("interrupted") and report.extra["time_limit_met_while_closing_s"] == 30.0
+        assert report.exit_code == ExitCode.OK
+        monkeypatch.setattr(engine, "_judge_checks", closing_interrupted(1))  # the report not yet finished
+        with pytest.raises(interrupts.RunInterrupted) as stopped:
+            engine._judge(request, make_console())
+        assert stopped.value.report.extra["interrupted"] and stopped.value.report.exit_code == ExitCode.INTERNAL_ERROR
+        monkeypatch.setattr(interrupts, "_TIME_LIMIT", [])  # a SIGTERM from outside, not the run's own limit
+        monkeypatch.setattr(engine, "_judge_checks", closing_interrupted(2))
+        with pytest.raises(interrupts.RunInterrupted):
+            engine._judge(request, make_console())
+    finally:
+        children.start_afresh()

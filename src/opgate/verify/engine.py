@@ -669,10 +669,12 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
     """_judge_checks, and a report even where an interrupt (SIGTERM, --time-limit) comes after every check has ended,
     while the run closes its workers and finishes the report: that interrupt lost the whole report once (a run
     with measurement windows on the H200 ended its 84 checks and met its --time-limit while it closed: "interrupted
-    before any check finished", no report; thirty-fifth session)."""
-    from opgate.engine.interrupts import RunInterrupted
+    before any check finished", no report; thirty-fifth session). Where it is the run's own --time-limit and the
+    report was finished, the run judged everything in time: its report is complete, not interrupted
+    (_finished_before_the_limit)."""
+    from opgate.engine.interrupts import RunInterrupted, time_limit_reached
 
-    checked: list[RunReport] = []  # the report once the checks have ended, then as it is finished
+    checked: list[RunReport] = []  # the report once the checks have ended, then also as it was finished
     try:
         report = _judge_checks(request, console, resumed, keep, checked)
         _keep_check_seconds(report)
@@ -680,9 +682,29 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
     except KeyboardInterrupt as stop:
         if isinstance(stop, RunInterrupted) or not checked:
             raise
+        if len(checked) == 2 and time_limit_reached() is not None:
+            return _finished_before_the_limit(checked[-1], console)
         report = checked[-1]
         report = dataclasses.replace(report, extra={**report.extra, "interrupted": True, "not_run": []})
         _stop_with(report, keep, list(report.results), [])
+
+
+def _finished_before_the_limit(report: RunReport, console: Any) -> RunReport:
+    """The finished report of a run whose --time-limit came while it closed its workers: every check had ended and
+    the report was complete, so it stands as the run's verdict (its exit code the verdicts', its files stored whole),
+    not as an interrupted run's (exit 3 where nothing failed, its files kept in part). An H100 library run ended
+    its 986 tasks 1-2 s before its limit and was reported interrupted (fifty-sixth session). The children the
+    closing had not stopped yet are stopped here."""
+    from opgate.engine.children import kill_all_children
+    from opgate.engine.interrupts import time_limit_reached
+
+    kill_all_children()
+    limit = time_limit_reached()
+    console.print(f"opgate: --time-limit {limit:g} s came while the run closed its workers, after every check had "
+                  "ended: the report is complete", highlight=False)
+    report = dataclasses.replace(report, extra={**report.extra, "time_limit_met_while_closing_s": limit})
+    _keep_check_seconds(report)
+    return report
 
 
 def _stop_with(report: RunReport, keep: Callable[[RunReport], RunReport] | None, results: list[CheckResult],
