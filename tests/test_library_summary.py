@@ -221,3 +221,12 @@ def test_a_timing_run_twice_names_the_give_backs_of_gpu_memory_beside_it(tmp_pat
     assert ("  verify.swish.swish.float16.runtime: medians 330.0 us kept, 1352.0 us not; 1 give-backs of GPU memory "
             "beside it (verify.cumsum.cumsum.float32.runtime_warm_up)") in lines
     assert "  baseline: 1 of 2 runtime checks had a give-back beside them" in lines
+
+
+def test_the_warm_up_order_and_a_limit_met_while_closing_are_said(tmp_path: Path) -> None:
+    report = _report()
+    report["extra"]["engine"]["warm_up_order"] = {"by": "earlier runs' seconds, longest first", "known": 3}
+    report["extra"]["time_limit_met_while_closing_s"] = 581.0
+    lines = _summary_lines(tmp_path, report)
+    assert "warm-up order: {'by': \"earlier runs' seconds, longest first\", 'known': 3}" in lines
+    assert "--time-limit 581 s came while the run closed its workers, after every check had ended" in lines

@@ -63,6 +63,11 @@ def summary(report: dict, host_speed: dict | None = None, give_backs: list[dict]
         lines.append(f"compile-ahead queue: {engine['compile_ahead_queue']}")
     if engine.get("numerics_order"):  # by plan written, or by an earlier run's seconds (verify/check_seconds.py)
         lines.append(f"numerics order: {engine['numerics_order']}")
+    if engine.get("warm_up_order"):  # the runtime warm-ups': as planned, or by an earlier run's seconds
+        lines.append(f"warm-up order: {engine['warm_up_order']}")
+    if extra_.get("time_limit_met_while_closing_s"):  # verify/engine._finished_before_the_limit: a complete report
+        lines.append(f"--time-limit {extra_['time_limit_met_while_closing_s']:g} s came while the run closed its "
+                     "workers, after every check had ended")
     if engine.get("warm_ups"):  # the runtime warm-ups' steps, compiles and autotuning (verify/runtime.py)
         lines.append(f"runtime warm-ups: {json.dumps(engine['warm_ups'])[:900]}")
     ends = sorted(span[1] for span in engine.get("calibration_spans_s", {}).values())
