@@ -14,8 +14,6 @@ check runs gives them). The slots' times do not move with the order, so it compa
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -60,53 +58,21 @@ def replay(checks: list[NumericsCheck], first: Callable[[NumericsCheck], float])
     return end
 
 
-USAGE = "python3 benchmarks/numerics_queue_replay.py REPORT.json [--history EARLIER_REPORT.json]"
-
-
-def _checks_of(path: Path) -> list[NumericsCheck] | str:
-    """The report's numerics checks, or the one line that says why there are none."""
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return f"{path}: not a readable JSON report ({exc.__class__.__name__})"
-    checks = numerics_checks(report) if isinstance(report, dict) else []
-    return checks or (f"{path}: no numerics check with a timeline and a plan time; give a GPU library run's report "
-                      "(opgate verify --json)")
-
-
-def by_history(history: list[NumericsCheck]) -> Callable[[NumericsCheck], float]:
-    """Longest first by the seconds each check took in an earlier run; a check it lacks gets their median."""
-    seconds = {check["id"]: check["seconds"] for check in history}
-    prior = statistics.median(seconds.values())
-    return lambda check: -seconds.get(check["id"], prior)
 
 
 def main(argv: list[str]) -> int:
-    history_path = None
-    if len(argv) == 3 and argv[1] == "--history":
-        history_path = Path(argv[2])
-    elif len(argv) != 1:
-        print(f"numerics_queue_replay.py: give one report, and optionally --history EARLIER_REPORT.json: {USAGE}",
-              file=sys.stderr)
-        return 2
-    checks = _checks_of(Path(argv[0]))
-    history = _checks_of(history_path) if history_path is not None else []
-    for found in (checks, history):
-        if isinstance(found, str):
-            print(f"numerics_queue_replay.py: {found}", file=sys.stderr)
-            return 2
-    assert isinstance(checks, list) and isinstance(history, list)
-    ran = max(check["start"] + check["seconds"] for check in checks)
-    print(f"{len(checks)} numerics checks; the run's last ended at {ran:.1f} s")
+    from queue_replay_cli import main as replay_main, reader
+
+    def heading(checks: list[NumericsCheck]) -> str:
+        ran = max(check["start"] + check["seconds"] for check in checks)
+        return f"{len(checks)} numerics checks; the run's last ended at {ran:.1f} s"
+
     orders = [("first come, first served (the runner's)", lambda c: c["ready"]),
               ("last written first", lambda c: -c["ready"]),
               ("longest first, knowing each check's seconds", lambda c: -c["seconds"])]
-    if history:
-        known = len({c["id"] for c in checks} & {c["id"] for c in history})
-        orders.append((f"longest first by the earlier run's ({known} of {len(checks)} known)", by_history(history)))
-    for name, first in orders:
-        print(f"  {name:<52} {replay(checks, first):7.1f} s")
-    return 0
+    read = reader(numerics_checks, "no numerics check with a timeline and a plan time; give a GPU library run's report "
+                  "(opgate verify --json)")
+    return replay_main(argv, "numerics_queue_replay.py", read, heading, orders, replay)
 
 
 if __name__ == "__main__":

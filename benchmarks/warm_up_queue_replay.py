@@ -14,15 +14,11 @@ it compares orders, not runs.
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 WARM_UP_SUFFIX = "_warm_up"  # verify/check_seconds.WARM_UP_SUFFIX
 GRAD = ".grad."  # a gradient twin's operator is "<forward>.grad"
-USAGE = "python3 benchmarks/warm_up_queue_replay.py REPORT.json [--history EARLIER_REPORT.json]"
 
 WarmUp = dict[str, Any]
 
@@ -60,49 +56,18 @@ def replay(runs: list[WarmUp], first: Callable[[WarmUp], float]) -> float:
     return max(ended.values())
 
 
-def by_history(history: list[WarmUp]) -> Callable[[WarmUp], float]:
-    """Longest first by the seconds each warm-up took in an earlier run; one it lacks gets their median."""
-    seconds = {w["id"]: w["seconds"] for w in history}
-    prior = statistics.median(seconds.values())
-    return lambda w: -seconds.get(w["id"], prior)
-
-
-def _warm_ups_of(path: Path) -> list[WarmUp] | str:
-    """The report's warm-ups, or the one line that says why there are none."""
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return f"{path}: not a readable JSON report ({exc.__class__.__name__})"
-    found = warm_ups(report) if isinstance(report, dict) else []
-    return found or (f"{path}: no runtime warm-up with a start and an end in its timeline; give a GPU library run's "
-                     "report (opgate verify --json) with the runtime stage")
-
-
 def main(argv: list[str]) -> int:
-    history_path = None
-    if len(argv) == 3 and argv[1] == "--history":
-        history_path = Path(argv[2])
-    elif len(argv) != 1:
-        print(f"warm_up_queue_replay.py: give one report, and optionally --history EARLIER_REPORT.json: {USAGE}",
-              file=sys.stderr)
-        return 2
-    runs = _warm_ups_of(Path(argv[0]))
-    history = _warm_ups_of(history_path) if history_path is not None else []
-    for found in (runs, history):
-        if isinstance(found, str):
-            print(f"warm_up_queue_replay.py: {found}", file=sys.stderr)
-            return 2
-    assert isinstance(runs, list) and isinstance(history, list)
-    ran = max(w["start"] + w["seconds"] for w in runs)
-    print(f"{len(runs)} runtime warm-ups; the run's last ended at {ran:.1f} s")
+    from queue_replay_cli import main as replay_main, reader
+
+    def heading(runs: list[WarmUp]) -> str:
+        ran = max(w["start"] + w["seconds"] for w in runs)
+        return f"{len(runs)} runtime warm-ups; the run's last ended at {ran:.1f} s"
+
     orders = [("in the run's order", lambda w: w["start"]),
               ("longest first, knowing each warm-up's seconds", lambda w: -w["seconds"])]
-    if history:
-        known = len({w["id"] for w in runs} & {w["id"] for w in history})
-        orders.append((f"longest first by the earlier run's ({known} of {len(runs)} known)", by_history(history)))
-    for name, first in orders:
-        print(f"  {name:<52} {replay(runs, first):7.1f} s")
-    return 0
+    read = reader(warm_ups, "no runtime warm-up with a start and an end in its timeline; give a GPU library run's "
+                  "report (opgate verify --json) with the runtime stage")
+    return replay_main(argv, "warm_up_queue_replay.py", read, heading, orders, replay)
 
 
 if __name__ == "__main__":
