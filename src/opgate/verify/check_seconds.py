@@ -25,9 +25,10 @@ autotunes, side by side, before each exclusive timing) are ordered the same way.
 starts, in the operators' order, and take two slots of sixteen while the numerics run; the runtime checks wait for
 the last of them. With the numerics ordered by their history, the warm-ups ended 36 s after the last numerics check
 on an H100 (fifty-sixth session: fla's global cumsum's three warm-ups, 33 s each, begun after it); queued longest
-first by an earlier run's seconds, the same slots would have ended them 17-20 s sooner (that run and the one before,
+first by an earlier run's seconds, the same slots would have ended them 17-21 s sooner (that run and two before it,
 replayed: benchmarks/warm_up_queue_replay.py). A warm-up reports no result, so its seconds come from the report's
-timeline (extra.timeline: check id -> [start, end]).
+timeline (extra.timeline: check id -> [start, end]); they include any wait for GPU memory, which holds the slot
+too. On a host of several GPUs the fan-out (verify/gpu_fanout.py) orders each GPU's queue by its own rule instead.
 
 Where this helps is a library judged again in full (after an upgrade of torch, Triton or opgate every stored verdict
 is stale and Triton compiles every kernel again, as in a first run), and a run resumed after a CI time limit.
