@@ -30,4 +30,7 @@ for limit in ${LIMITS:-${FIRST_S:-330} ${AGAIN_S:-90}}; do
   tail -5 "$LOG"
   [[ -s "$OUT/library/run$run.json" ]] && python3 scripts/gpu/library_summary.py "$OUT/library/run$run.json" >> "$LOG" 2>&1
 done
+# the runs' numerics and warm-up seconds (verify/check_seconds.py) come back in the tarball: the next arm of an A/B of
+# the order by history names them (library_ab.sh SECONDS_FROM=...), carried, if the next call lands on another host
+cp "$OPGATE_CACHE_DIR/check-seconds.json" "$OUT/library/" 2>/dev/null
 tar -czf "$OUT/library_rerun.tgz" -C "$OUT" library
