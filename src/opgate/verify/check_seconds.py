@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from opgate.model.results import CheckResult, Outcome
+from opgate.verify.resumed import WARM_UP_SUFFIX  # a runtime warm-up's id: "<its runtime check's id>_warm_up"
 
 if TYPE_CHECKING:
     from opgate.engine.runner import CheckTask
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 FILE = "check-seconds.json"
 FORMAT = 1
 STAGE = "numerics"
-# A runtime warm-up's check id ends so: "<its runtime check's id>_warm_up" (verify/builtin_stages.RuntimeStage).
-WARM_UP_SUFFIX = "_warm_up"
 # At most this many checks are kept (the most recent win): a cache folder shared by many libraries stays small.
 MOST_KEPT = 20000
 # A check expected to take this long or longer is handed over `ranked` (CheckTask.ranked): it keeps its place against
