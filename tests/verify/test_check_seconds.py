@@ -133,6 +133,13 @@ def test_a_replay_keeps_no_seconds_and_a_run_keeps_them_in_its_scope(tmp_path: P
 WARM = "verify.op.t.float32.runtime_warm_up"
 
 
+def _warm_up(name: str) -> CheckTask:
+    """A runtime warm-up task as the runtime stage makes it (named by its target)."""
+    from opgate.verify.resume import WARM_UP_TARGET
+
+    return dataclasses.replace(_task(name, order=42), target=WARM_UP_TARGET)
+
+
 def test_the_warm_ups_seconds_come_from_the_timeline_and_are_expected_apart(tmp_path: Path) -> None:
     """A runtime warm-up reports no result: its seconds are its span in the report's timeline, kept beside the
     numerics checks' and guessed with the median of the warm-ups' own."""
@@ -148,10 +155,12 @@ def test_the_warm_ups_seconds_come_from_the_timeline_and_are_expected_apart(tmp_
     assert warm_ups.of(WARM) == 40.0 and warm_ups.of("verify.new.t.float32.runtime_warm_up") == pytest.approx(21.25)
     numerics = check_seconds.Expectations(history, GPU)
     assert numerics.of("verify.new.t.float32") == 12.5  # the numerics' median, not the warm-ups'
-    long = warm_ups.applied(_task(WARM, order=42))
+    long = warm_ups.applied(_warm_up(WARM))
     assert long.expected_s == 40.0 and long.ranked  # LONG_CHECK_S or more keeps its place
-    assert not warm_ups.applied(_task("verify.op.grad.t.float32.runtime_warm_up", order=42)).ranked
-    unchanged = _task(WARM, order=42)
+    assert not warm_ups.applied(_warm_up("verify.op.grad.t.float32.runtime_warm_up")).ranked
+    other = dataclasses.replace(_task("verify.op.t.float32"), stage="numerics")
+    assert warm_ups.applied(other) is other and numerics.applied(_warm_up(WARM)).expected_s is None  # not its kind
+    unchanged = _warm_up(WARM)
     assert check_seconds.Expectations({}, GPU, warm_ups=True).applied(unchanged) is unchanged
     assert check_seconds.Expectations({}, GPU, warm_ups=True).summary() == {
         "by": "queued as planned (no earlier run's seconds)"}

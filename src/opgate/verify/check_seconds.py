@@ -147,11 +147,21 @@ class Expectations:
         self.unknown += 1
         return self.prior
 
+    def applies_to(self, task: CheckTask) -> bool:
+        """Whether `task` is of this history's kind: a numerics check, or a runtime warm-up (named by its target)."""
+        if not self.warm_ups:
+            return task.stage == STAGE
+        from opgate.verify.resume import WARM_UP_TARGET
+
+        return task.target == WARM_UP_TARGET
+
     def applied(self, task: CheckTask) -> CheckTask:
         """`task` with the seconds its check is expected to take (CheckTask.expected_s), and `ranked` where that is
-        LONG_CHECK_S or more; unchanged without a history."""
+        LONG_CHECK_S or more; unchanged without a history or where it is not of this history's kind."""
         import dataclasses
 
+        if not self.applies_to(task):
+            return task
         expected = self.of(task.check_id)
         if expected is None:
             return task

@@ -403,7 +403,6 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
     calibration thread (not yet started) with the feed that will bring the numerics tasks. `resumed`: the stored
     results of checks an earlier run finished (verify/resumed.py), reported instead of run."""
     from opgate.verify import check_seconds, compile_ahead
-    from opgate.verify.resume import WARM_UP_TARGET
 
     resumed = resumed if resumed is not None else ResumedChecks()
     t0 = time.perf_counter()
@@ -454,8 +453,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
 
         items, stage_preset = stage_tasks(make_plan({}), at_once, unmet)
         items, stored = resumed.take(items)
-        items = [(order, warm_up_expectations.applied(task) if task.target == WARM_UP_TARGET else task)
-                 for order, task in items]
+        items = [(order, warm_up_expectations.applied(task)) for order, task in items]
         keyed += [((order, op_index, len(keyed) + k), task) for k, (order, task) in enumerate(items)]
         preset += stage_preset + stored
         if sel.op.name in resumed.settled:  # calibrated and judged before: its stored results stand for it
@@ -497,7 +495,7 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
                       "spec_load_s": round(spec_loaded - t0, 2),
                       "prepare_s": round(time.perf_counter() - t0, 2),
                       **({"warm_up_order": warm_up_expectations.summary()}
-                         if any(t.target == WARM_UP_TARGET for t in tasks) else {})}
+                         if any(warm_up_expectations.applies_to(t) for t in tasks) else {})}
     spec_of_op = {sel.op.name: str(sel.spec_file) for sel in selections}
     names = {sel.op.name for sel in selections}
     return PreparedRun(tasks, preset, info, feed, calibrator, {t.check_id: key for key, t in keyed}, spec_of_op,
