@@ -430,8 +430,9 @@ def test_a_time_limit_that_comes_while_the_run_closes_leaves_its_finished_report
                        extra={"budget": "quick", "gpu": False})
 
     def closing_interrupted(reports: int):
-        def judged(request, console, resumed, keep, checked):
-            checked.extend([passed] * reports)  # the session's report, then the finished one
+        def judged(request, console, resumed, keep, so_far):
+            so_far.ended = passed  # the session's report, then the finished one
+            so_far.finished = passed if reports == 2 else None
             raise KeyboardInterrupt  # what raise_interrupt raises on the limit's SIGTERM
         return judged
 

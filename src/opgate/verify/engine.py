@@ -663,6 +663,15 @@ def run_verify(request: VerifyRequest, console: Any) -> RunReport:
     return verdict_reuse.run_with_cache(request, console, cache, _judge)
 
 
+@dataclass
+class JudgedSoFar:
+    """The run's report once its checks have ended, and once it was finished: what _judge keeps where an interrupt
+    comes after every check, while the run closes its workers."""
+
+    ended: RunReport | None = None
+    finished: RunReport | None = None
+
+
 def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None = None,
            keep: Callable[[RunReport], RunReport] | None = None) -> RunReport:
     """_judge_checks, and a report even where an interrupt (SIGTERM, --time-limit) comes after every check has ended,
@@ -673,17 +682,17 @@ def _judge(request: VerifyRequest, console: Any, resumed: ResumedChecks | None =
     (_finished_before_the_limit)."""
     from opgate.engine.interrupts import RunInterrupted, time_limit_reached
 
-    checked: list[RunReport] = []  # the report once the checks have ended, then also as it was finished
+    judged = JudgedSoFar()
     try:
-        report = _judge_checks(request, console, resumed, keep, checked)
+        report = _judge_checks(request, console, resumed, keep, judged)
         _keep_check_seconds(report)
         return report
     except KeyboardInterrupt as stop:
-        if isinstance(stop, RunInterrupted) or not checked:
+        if isinstance(stop, RunInterrupted) or judged.ended is None:
             raise
-        if len(checked) == 2 and time_limit_reached() is not None:
-            return _finished_before_the_limit(checked[-1], console)
-        report = checked[-1]
+        if judged.finished is not None and time_limit_reached() is not None:
+            return _finished_before_the_limit(judged.finished, console)
+        report = judged.finished or judged.ended
         report = dataclasses.replace(report, extra={**report.extra, "interrupted": True, "not_run": []})
         _stop_with(report, keep, list(report.results), [])
 
@@ -735,7 +744,7 @@ def _keep_check_seconds(report: RunReport) -> None:
 
 
 def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks | None,
-                  keep: Callable[[RunReport], RunReport] | None, checked: list[RunReport]) -> RunReport:
+                  keep: Callable[[RunReport], RunReport] | None, judged: JudgedSoFar) -> RunReport:
     """Load the spec and start the checks that need no calibration; calibrate in a thread meanwhile, each dtype's
     numerics checks joining the run as soon as its plan is written; whole-spec stages (opgate analyze's) after."""
     from opgate.engine.interrupts import RunInterrupted
@@ -784,7 +793,7 @@ def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks |
             try:
                 report = run_session("verify", prepared.tasks, console, jobs=request.jobs, extra={},
                                      follow_up=follow_ups, pool=pool, feed=prepared.feed)
-                checked[:] = [report]
+                judged.ended = report
             except RunInterrupted as stop:  # the report so far keeps the calibration results that were in
                 interrupted = True
                 report = _with_worker_stats(prepared.finish(stop.report), pool)
@@ -803,7 +812,7 @@ def _judge_checks(request: VerifyRequest, console: Any, resumed: ResumedChecks |
                 report = dataclasses.replace(report, extra={
                     **report.extra, "settled_operators": prepared.settled_operators(report.results),
                     "settled_dtypes": prepared.settled_dtypes(report.results)})
-            checked.append(report)  # finished: an interrupt from here on finds it second (_judge)
+            judged.finished = report
         finally:
             if interrupted:  # the empty-case probes' children first: their threads are joined at exit
                 from opgate.engine.children import kill_all_children
