@@ -34,10 +34,15 @@ def by_history(history: Items) -> Order:
     return lambda item: -seconds.get(item["id"], prior)
 
 
+BY_HISTORY = (("longest first by the earlier run's", by_history),)
+
+
 def main(argv: Sequence[str], script: str, read: Callable[[Path], Items | str], heading: Callable[[Items], str],
-         orders: Sequence[tuple[str, Order]], replay: Callable[[Items, Order], float]) -> int:
+         orders: Sequence[tuple[str, Order]], replay: Callable[[Items, Order], float],
+         history_orders: Sequence[tuple[str, Callable[[Items], Order]]] = BY_HISTORY) -> int:
     """`read` gives a report's items (each with an "id") or the one line that says why there are none; `orders`
-    are replayed on them, and longest first by an earlier run's seconds where --history names that run's report."""
+    are replayed on them, and `history_orders` (longest first by its seconds) by an earlier run's seconds where
+    --history names that run's report."""
     history_path = None
     if len(argv) == 3 and argv[1] == "--history":
         history_path = Path(argv[2])
@@ -56,7 +61,7 @@ def main(argv: Sequence[str], script: str, read: Callable[[Path], Items | str], 
     replayed = list(orders)
     if history:
         known = len({item["id"] for item in items} & {item["id"] for item in history})
-        replayed.append((f"longest first by the earlier run's ({known} of {len(items)} known)", by_history(history)))
+        replayed += [(f"{name} ({known} of {len(items)} known)", order_by(history)) for name, order_by in history_orders]
     for name, first in replayed:
         print(f"  {name:<52} {replay(items, first):7.1f} s")
     return 0

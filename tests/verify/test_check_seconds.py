@@ -178,6 +178,22 @@ def test_the_tasks_queued_at_the_start_go_longest_expected_first_within_their_or
     assert [t.check_id for t in queued(plain)] == ["w0", "w1", "w2"]
 
 
+def test_a_short_warm_up_that_a_long_one_starts_after_is_queued_by_their_chain() -> None:
+    """A gradient twin's warm-up starts after its operator's own (CheckTask.after): the short forward one is weighed
+    with its long gradient's seconds (check_seconds.chained_seconds), so it goes before a warm-up longer than itself
+    but shorter than the two, and both of the chain are ranked; a task none waits for keeps its own seconds."""
+    from opgate.verify.engine import queued
+
+    forward = _task("f", 42, 3.0)
+    gradient = dataclasses.replace(_task("g", 42, 32.0), after=("f",))
+    other = _task("w", 42, 20.0)
+    keyed = [((42, 0, 0), other), ((42, 1, 1), gradient), ((42, 2, 2), forward)]
+    assert check_seconds.chained_seconds(t for _, t in keyed) == {"w": 20.0, "g": 32.0, "f": 35.0}
+    assert [(t.check_id, t.ranked) for t in queued(keyed)] == [("f", True), ("g", True), ("w", False)]
+    unknown = [((42, 0, 0), _task("g0", 42)), ((42, 1, 1), dataclasses.replace(_task("g1", 42), after=("g0",)))]
+    assert [(t.check_id, t.ranked) for t in queued(unknown)] == [("g0", False), ("g1", False)]
+
+
 def test_a_gpu_run_queues_its_warm_ups_by_the_seconds_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """prepare_run on a host taken for a GPU one: the runtime stage's warm-ups (ids ending WARM_UP_SUFFIX) come
     queued longest first by the history, the long one ranked, and the report says how; without a history, in the

@@ -122,6 +122,32 @@ def record(results: Iterable[CheckResult], where: str, path: Path | None = None,
     return len(new)
 
 
+def chained_seconds(tasks: Iterable[CheckTask]) -> dict[str, float]:
+    """Each task's expected seconds (CheckTask.expected_s; 0 where not known) with those of the longest chain of the
+    tasks that start after it (CheckTask.after): what a queue ordered longest first must weigh it by. A gradient
+    twin's warm-up starts after its operator's own, which is short (fla's l2norm: 11 s, then 32 s for its gradient's),
+    so queued by its own seconds it came late and held its long one back to the end: on an H100 (fifty-seventh
+    session) FlagGems' layer-norm and fla's l2norm gradient warm-ups, 18-32 s each, began at 309-343 s, as the numerics
+    ended. Without a history every task weighs 0 and the queue keeps the operators' order."""
+    tasks = list(tasks)
+    waiting_for: dict[str, list[CheckTask]] = {}
+    for task in tasks:
+        for before in task.after:
+            waiting_for.setdefault(before, []).append(task)
+    chained: dict[str, float] = {}
+
+    def weigh(task: CheckTask, seen: frozenset[str]) -> float:
+        if task.check_id not in chained:
+            later = [weigh(t, seen | {task.check_id}) for t in waiting_for.get(task.check_id, ())
+                     if t.check_id not in seen]  # a cycle (none is made) would only end the chain
+            chained[task.check_id] = (task.expected_s or 0.0) + max(later, default=0.0)
+        return chained[task.check_id]
+
+    for task in tasks:
+        weigh(task, frozenset())
+    return chained
+
+
 class Expectations:
     """What a run expects of its checks' seconds, from the recorded history (`seconds`, as load() gives it) of the
     runs of its scope (`where`: scope()): of its numerics checks, or of its runtime warm-ups (`warm_ups`), each kind

@@ -505,10 +505,16 @@ def prepare_run(request: VerifyRequest, workdir: Path, pool: WarmPool | None = N
 
 def queued(keyed: Sequence[tuple[tuple[int, int, int], CheckTask]]) -> list[CheckTask]:
     """The tasks that need no calibration as the run queues them: by stage order, within an order longest expected
-    first where earlier runs' seconds are known (the runtime warm-ups: verify/check_seconds.py), else in the
-    operators' order (the report's order, `keyed`'s keys, stays that)."""
-    return [task for _, task in sorted(keyed, key=lambda entry: (entry[0][0], -(entry[1].expected_s or 0.0),
-                                                                 *entry[0][1:]))]
+    first where earlier runs' seconds are known (the runtime warm-ups: verify/check_seconds.py), each weighed with the
+    tasks that start after it (check_seconds.chained_seconds) and `ranked` where that is long; else in the operators'
+    order (the report's order, `keyed`'s keys, stays that)."""
+    from opgate.verify import check_seconds
+
+    chained = check_seconds.chained_seconds(task for _, task in keyed)
+    ordered = [task for _, task in sorted(keyed, key=lambda entry: (entry[0][0], -chained[entry[1].check_id],
+                                                                    *entry[0][1:]))]
+    return [dataclasses.replace(task, ranked=True)
+            if not task.ranked and chained[task.check_id] >= check_seconds.LONG_CHECK_S else task for task in ordered]
 
 
 def _bytecode_folder(run_folder: Path) -> Path:
