@@ -24,11 +24,14 @@ The runtime stage's warm-ups (verify/builtin_stages.RuntimeStage: a call at the 
 autotunes, side by side, before each exclusive timing) are ordered the same way. They are all queued when the run
 starts, in the operators' order, and take two slots of sixteen while the numerics run; the runtime checks wait for
 the last of them. With the numerics ordered by their history, the warm-ups ended 36 s after the last numerics check
-on an H100 (fifty-sixth session: fla's global cumsum's three warm-ups, 33 s each, begun after it); queued longest
-first by an earlier run's seconds, the same slots would have ended them 17-21 s sooner (that run and two before it,
-replayed: benchmarks/warm_up_queue_replay.py). A warm-up reports no result, so its seconds come from the report's
-timeline (extra.timeline: check id -> [start, end]); they include any wait for GPU memory, which holds the slot
-too. On a host of several GPUs the fan-out (verify/gpu_fanout.py) orders each GPU's queue by its own rule instead.
+on an H100 (fifty-sixth session: fla's global cumsum's three warm-ups, 33 s each, begun after it). They are queued
+longest first by an earlier run's seconds too, each weighed with the warm-ups that start after it (chained_seconds):
+a gradient twin's warm-up waits for its operator's, which is short, and queued by its own seconds alone that one
+came late and held the long one back (fifty-seventh session, an H100: gradient warm-ups of 18-32 s began at
+309-343 s, as the numerics ended at 326 s). On the slots three earlier runs gave their warm-ups, the chain order by
+another run's seconds ends them 8-16 s before the run's own order and 0.4-8.6 s before longest first by the same
+seconds (benchmarks/warm_up_queue_replay.py). A warm-up reports no result, so its seconds come from the report's timeline
+(extra.timeline: check id -> [start, end]); they include any wait for GPU memory, which holds the slot too. On a host of several GPUs the fan-out (verify/gpu_fanout.py) orders each GPU's queue by its own rule instead.
 
 Where this helps is a library judged again in full (after an upgrade of torch, Triton or opgate every stored verdict
 is stale and Triton compiles every kernel again, as in a first run), and a run resumed after a CI time limit.
