@@ -4,12 +4,13 @@ what opgate does where it has an earlier run's seconds; a check that run lacks g
 
     python3 benchmarks/numerics_queue_replay.py REPORT.json [--history EARLIER_REPORT.json]
 
-The runner takes ready numerics checks first come, first served (their plans' order). Each numerics start of the
-run is taken as a slot given at that time; at each, the replay starts the ready check (its plan written:
+The runner takes ready numerics checks first come, first served (their plans' order). The replay gives the numerics
+checks as many slots at each time as the run gave them (as many as ran at once until its last numerics check began,
+then the most that ran at once); whenever one is free it starts the ready check (its plan written:
 extra.engine.calibration_spans_s) that an order puts first, for the seconds it took in the run (extra.timeline). It
 prints when the last would end: in the run's order (the replay's own error against the run shows beside it), last
 written first, and longest first knowing each check's seconds (the best an order can do; no predictor made before a
-check runs gives them). The slots' times do not move with the order, so it compares orders, not runs.
+check runs gives them). The slots do not move with the order, so it compares orders, not runs.
 """
 
 from __future__ import annotations
@@ -40,24 +41,11 @@ def numerics_checks(report: dict[str, Any]) -> list[NumericsCheck]:
 
 
 def replay(checks: list[NumericsCheck], first: Callable[[NumericsCheck], float]) -> float:
-    """When the last check ends if each slot the run gave goes to the ready check that `first` ranks lowest."""
-    grants = sorted(check["start"] for check in checks)
-    arriving = sorted(checks, key=lambda check: check["ready"])
-    ready: list[NumericsCheck] = []
-    end, k = 0.0, 0
-    for grant in grants:
-        while k < len(arriving) and arriving[k]["ready"] <= grant:
-            ready.append(arriving[k])
-            k += 1
-        if not ready:  # a slot before any plan is ready: the next plan's check takes it when written
-            ready.append(arriving[k])
-            k += 1
-        chosen = min(ready, key=first)
-        ready.remove(chosen)
-        end = max(end, max(grant, chosen["ready"]) + chosen["seconds"])
-    return end
+    """When the last check ends if, whenever the run had a slot for a numerics check, the ready one (its plan
+    written) that `first` ranks first starts (queue_replay_cli.replay_on_slots)."""
+    from queue_replay_cli import replay_on_slots
 
-
+    return replay_on_slots(checks, first, lambda check, _ended: check["ready"], [c["ready"] for c in checks])
 
 
 def main(argv: list[str]) -> int:

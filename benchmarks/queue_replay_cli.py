@@ -1,8 +1,10 @@
-"""The command line the queue replays share (numerics_queue_replay.py, warm_up_queue_replay.py): one report, and
-optionally --history EARLIER_REPORT.json; each order's replayed end printed; bad input one line and exit 2."""
+"""What the queue replays share (numerics_queue_replay.py, warm_up_queue_replay.py): the replay on the slots a run
+gave its tasks, and the command line: one report, and optionally --history EARLIER_REPORT.json; each order's
+replayed end printed; bad input one line and exit 2."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import statistics
 import sys
@@ -11,6 +13,50 @@ from typing import Any, Callable, Sequence
 
 Items = list[dict[str, Any]]
 Order = Callable[[dict[str, Any]], float]
+
+
+def slots(items: Items) -> tuple[Callable[[float], int], list[float]]:
+    """The slots the run gave its tasks of the kind (each item's "start" and "seconds") at each time: as many as ran at
+    once then, until the last of them began; after it, the most that ran at once (what was left had the free slots).
+    Also the times that count changes."""
+    spans = [(item["start"], item["start"] + item["seconds"]) for item in items]
+    last_start = max(start for start, _ in spans)
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+
+    def at(t: float) -> int:
+        return most if t >= last_start else sum(1 for s, e in spans if s <= t < e)
+
+    return at, sorted({t for span in spans for t in span})
+
+
+def replay_on_slots(items: Items, first: Order, ready_at: Callable[[dict[str, Any], dict[str, float]], float],
+                    arrivals: Sequence[float] = ()) -> float:
+    """When the last item ends if, whenever the run had a slot for one (slots()), the first in `first`'s order that
+    is ready starts, for the seconds it took in the run. `ready_at(item, ended)`: when it may start, given the ends so
+    far (id -> end; inf while it waits for one); `arrivals`: the times items become ready that are no end. A replay
+    that counts slots, not the run's start instants: given each start instant, a reordered run could hold more slots
+    at once than the run had (the fifty-sixth session's replays did)."""
+    at, changes = slots(items)
+    events = sorted(set(changes) | set(arrivals))
+    waiting = sorted(items, key=first)
+    ended: dict[str, float] = {}
+    running: list[tuple[float, str]] = []
+    now = min(events)
+    while waiting or running:
+        while running and running[0][0] <= now:
+            end, done = heapq.heappop(running)
+            ended[done] = end
+        while len(running) < at(now):
+            ready = next((item for item in waiting if ready_at(item, ended) <= now), None)
+            if ready is None:
+                break
+            waiting.remove(ready)
+            heapq.heappush(running, (now + ready["seconds"], ready["id"]))
+        upcoming = ([running[0][0]] if running else []) + [t for t in events if t > now][:1]
+        if not upcoming:
+            break
+        now = min(upcoming)
+    return max(ended.values())
 
 
 def reader(items_of: Callable[[dict[str, Any]], Items], none_found: str) -> Callable[[Path], Items | str]:

@@ -51,48 +51,18 @@ def by_chain(history: list[WarmUp]) -> Callable[[WarmUp], float]:
     return lambda w: -(seconds.get(w["id"], prior) + (seconds[gradient[w["id"]]] if w["id"] in gradient else 0.0))
 
 
-def slots(runs: list[WarmUp]) -> tuple[Callable[[float], int], list[float]]:
-    """The slots the run gave its warm-ups at each time: as many as ran at once then, until its last warm-up began
-    (2 of 16 while a library's numerics backlog lasted); after it, the most that ran at once (what was left had the
-    free slots). Also the times that count changes."""
-    spans = [(w["start"], w["start"] + w["seconds"]) for w in runs]
-    last_start = max(start for start, _ in spans)
-    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
-
-    def at(t: float) -> int:
-        return most if t >= last_start else sum(1 for s, e in spans if s <= t < e)
-
-    return at, sorted({t for span in spans for t in span})
-
-
 def replay(runs: list[WarmUp], first: Callable[[WarmUp], float]) -> float:
-    """When the last warm-up ends if, whenever the run had a slot for a warm-up (slots()), the first in `first`'s
-    order whose forward's warm-up has ended starts, for the seconds it took in the run."""
-    import heapq
+    """When the last warm-up ends if, whenever the run had a slot for a warm-up, the first in `first`'s order whose
+    forward's warm-up has ended starts, for the seconds it took in the run (queue_replay_cli.replay_on_slots)."""
+    from queue_replay_cli import replay_on_slots
 
-    at, changes = slots(runs)
     ids = {w["id"] for w in runs}
-    waiting = sorted(runs, key=first)
-    ended: dict[str, float] = {}
-    running: list[tuple[float, str]] = []
-    now = min(w["start"] for w in runs)
-    while waiting or running:
-        while running and running[0][0] <= now:
-            end, done = heapq.heappop(running)
-            ended[done] = end
-        while len(running) < at(now):
-            ready = next((w for w in waiting if forward_of(w["id"]) not in ids
-                          or ended.get(forward_of(w["id"]) or "", float("inf")) <= now), None)
-            if ready is None:
-                break
-            waiting.remove(ready)
-            heapq.heappush(running, (now + ready["seconds"], ready["id"]))
-        upcoming = [running[0][0]] if running else []
-        upcoming += [t for t in changes if t > now][:1]
-        if not upcoming:
-            break
-        now = min(upcoming)
-    return max(ended.values())
+
+    def ready_at(w: WarmUp, ended: dict[str, float]) -> float:
+        forward = forward_of(w["id"])
+        return ended.get(forward, float("inf")) if forward in ids else float("-inf")
+
+    return replay_on_slots(runs, first, ready_at)
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "warm_up_queue_replay.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from warm_up_queue_replay import by_chain, replay, slots, warm_ups  # noqa: E402
+from queue_replay_cli import slots  # noqa: E402
+from warm_up_queue_replay import by_chain, replay, warm_ups  # noqa: E402
 
 
 def _report() -> dict:

@@ -5,11 +5,12 @@ written. Their plans come faster than the slots free (a library's calibration ru
 waits in a backlog: a median 74 s from its plan to its start on the H100 host (fifty-fifth session). A check that
 is long and whose plan comes late then ends the numerics alone: FlagGems' rms_norm.grad, whose plans were written at
 251 s, began at 334 s and compiled one kernel for 59-67 s, and the numerics ended at 426 s. Started longest first, the
-same checks in the same slots would have ended at 358 s, replayed offline from that run
+same checks on the slots the run gave them would have ended at 376 s, replayed offline from that run
 (benchmarks/numerics_queue_replay.py). Nothing known when a plan is written predicts a check's length (its cases,
 shapes, sizes, the reference's time, the calibration's: correlations of 0.35 at best), but the same check's length
 in an earlier run does: ordered by the seconds of an earlier run of the same code on another H100, the replay ends
-at 358.6 s (370 s by those of a run whose compile-ahead tasks ran otherwise).
+at 380 s (395 s by those of a run whose compile-ahead tasks ran otherwise); over five runs, 41-54 s before first
+come, first served.
 
 So each run keeps its numerics checks' seconds in opgate's cache folder (check-seconds.json: "<scope> <check id>" ->
 seconds; the scope is the budget and whether a GPU ran it, since a quick run's or a CPU run's seconds say nothing of
