@@ -55,9 +55,10 @@ def main(argv: list[str]) -> int:
         ran = max(check["start"] + check["seconds"] for check in checks)
         return f"{len(checks)} numerics checks; the run's last ended at {ran:.1f} s"
 
-    orders = [("first come, first served (the runner's)", lambda c: c["ready"]),
-              ("last written first", lambda c: -c["ready"]),
-              ("longest first, knowing each check's seconds", lambda c: -c["seconds"])]
+    def orders(_checks: list[NumericsCheck]) -> list[tuple[str, Callable[[NumericsCheck], float]]]:
+        return [("first come, first served (the runner's)", lambda c: c["ready"]),
+                ("last written first", lambda c: -c["ready"]),
+                ("longest first, knowing each check's seconds", lambda c: -c["seconds"])]
     read = reader(numerics_checks, "no numerics check with a timeline and a plan time; give a GPU library run's report "
                   "(opgate verify --json)")
     return replay_main(argv, "numerics_queue_replay.py", read, heading, orders, replay)

@@ -84,11 +84,11 @@ BY_HISTORY = (("longest first by the earlier run's", by_history),)
 
 
 def main(argv: Sequence[str], script: str, read: Callable[[Path], Items | str], heading: Callable[[Items], str],
-         orders: Sequence[tuple[str, Order]], replay: Callable[[Items, Order], float],
+         orders: Callable[[Items], Sequence[tuple[str, Order]]], replay: Callable[[Items, Order], float],
          history_orders: Sequence[tuple[str, Callable[[Items], Order]]] = BY_HISTORY) -> int:
     """`read` gives a report's items (each with an "id") or the one line that says why there are none; `orders`
-    are replayed on them, and `history_orders` (longest first by its seconds) by an earlier run's seconds where
-    --history names that run's report."""
+    (given the items) are replayed on them, and `history_orders` (longest first by its seconds) by an earlier run's
+    seconds where --history names that run's report."""
     history_path = None
     if len(argv) == 3 and argv[1] == "--history":
         history_path = Path(argv[2])
@@ -104,10 +104,11 @@ def main(argv: Sequence[str], script: str, read: Callable[[Path], Items | str], 
             return 2
     assert isinstance(items, list) and isinstance(history, list)
     print(heading(items))
-    replayed = list(orders)
+    replayed = list(orders(items))
     if history:
         known = len({item["id"] for item in items} & {item["id"] for item in history})
-        replayed += [(f"{name} ({known} of {len(items)} known)", order_by(history)) for name, order_by in history_orders]
+        replayed += [(f"{name} ({known} of {len(items)} known)", order_by(history))
+                     for name, order_by in history_orders]
     for name, first in replayed:
         print(f"  {name:<52} {replay(items, first):7.1f} s")
     return 0

@@ -17,7 +17,6 @@ prints when the last would end. The slots do not move with the order, so it comp
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 WARM_UP_SUFFIX = "_warm_up"  # verify/check_seconds.WARM_UP_SUFFIX
@@ -72,15 +71,13 @@ def main(argv: list[str]) -> int:
         ran = max(w["start"] + w["seconds"] for w in runs)
         return f"{len(runs)} runtime warm-ups; the run's last ended at {ran:.1f} s"
 
-    def orders_knowing_each(runs: list[WarmUp]) -> list[tuple[str, Callable[[WarmUp], float]]]:
+    def orders(runs: list[WarmUp]) -> list[tuple[str, Callable[[WarmUp], float]]]:
         return [("in the run's order", lambda w: w["start"]),
                 ("longest first, knowing each warm-up's seconds", lambda w: -w["seconds"]),
                 ("longest chain first, knowing each warm-up's", by_chain(runs))]
 
     read = reader(warm_ups, "no runtime warm-up with a start and an end in its timeline; give a GPU library run's "
                   "report (opgate verify --json) with the runtime stage")
-    runs = read(Path(argv[0])) if len(argv) in (1, 3) else []
-    orders = orders_knowing_each(runs) if isinstance(runs, list) and runs else []
     return replay_main(argv, "warm_up_queue_replay.py", read, heading, orders, replay,
                        history_orders=(*BY_HISTORY, ("longest chain first by the earlier run's", by_chain)))
 

@@ -31,8 +31,9 @@ a gradient twin's warm-up waits for its operator's, which is short, and queued b
 came late and held the long one back (fifty-seventh session, an H100: gradient warm-ups of 18-32 s began at
 309-343 s, as the numerics ended at 326 s). On the slots three earlier runs gave their warm-ups, the chain order by
 another run's seconds ends them 8-16 s before the run's own order and 0.4-8.6 s before longest first by the same
-seconds (benchmarks/warm_up_queue_replay.py). A warm-up reports no result, so its seconds come from the report's timeline
-(extra.timeline: check id -> [start, end]); they include any wait for GPU memory, which holds the slot too. On a host of several GPUs the fan-out (verify/gpu_fanout.py) orders each GPU's queue by its own rule instead.
+seconds (benchmarks/warm_up_queue_replay.py). A warm-up reports no result, so its seconds come from the report's
+timeline (extra.timeline: check id -> [start, end]); they include any wait for GPU memory, which holds the slot too.
+On a host of several GPUs the fan-out (verify/gpu_fanout.py) orders each GPU's queue by its own rule instead.
 
 Where this helps is a library judged again in full (after an upgrade of torch, Triton or opgate every stored verdict
 is stale and Triton compiles every kernel again, as in a first run), and a run resumed after a CI time limit.
