@@ -221,3 +221,28 @@ def test_a_gpu_run_queues_its_warm_ups_by_the_seconds_kept(tmp_path: Path, monke
         ("float16", 45.0, True), ("bfloat16", 24.0, False), ("float32", 3.0, False)]  # not seen: the median
     assert order == {"by": "earlier runs' seconds, longest first", "known": 2, "unknown_given_the_median": 1,
                      "median_s": 24.0}
+
+
+def test_a_gpu_run_queues_a_short_forward_warm_up_before_the_long_gradient_one_that_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare_run on a host taken for a GPU one, with a history: layer_norm's own warm-up is short and its gradient
+    twin's (which starts after it) long, so the two go first, before cross-entropy's, and both are ranked."""
+    from opgate.verify import builtin_stages, engine
+
+    monkeypatch.setattr(engine, "_gpu_present", lambda: True)
+    monkeypatch.setattr(builtin_stages.SanitizerStage, "find_tool", lambda self, tool: "/bin/true")
+    monkeypatch.setenv("OPGATE_CACHE_DIR", str(tmp_path / "cache"))
+    spec = ROOT / "tests" / "data" / "verify" / "gradients_spec.py"
+    request = engine.VerifyRequest(spec_file=spec, impls=("triton",), stages=("numerics", "runtime"),
+                                   dtypes=("float32",))
+
+    def warm_ups() -> list[CheckTask]:
+        prepared = engine.prepare_run(request, tmp_path / "work")
+        return [t for t in prepared.tasks if t.check_id.endswith(check_seconds.WARM_UP_SUFFIX)]
+
+    operator = {t.check_id: t.check_id.split(".triton.")[0].removeprefix("verify.") for t in warm_ups()}
+    assert sorted(operator.values()) == ["cross_entropy", "cross_entropy.grad", "layer_norm", "layer_norm.grad"]
+    seconds = {"cross_entropy": 25.0, "cross_entropy.grad": 3.0, "layer_norm": 2.0, "layer_norm.grad": 40.0}
+    check_seconds.record([], GPU, timeline={check_id: [0.0, seconds[op]] for check_id, op in operator.items()})
+    assert [(operator[t.check_id], t.ranked) for t in warm_ups()] == [
+        ("layer_norm", True), ("layer_norm.grad", True), ("cross_entropy", False), ("cross_entropy.grad", False)]
