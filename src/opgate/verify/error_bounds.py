@@ -205,11 +205,19 @@ class RowTerms:
     def charged(cls, count: int, magnitude: float, mean: float, spread: float, first: int,
                 roundoff: float) -> "RowTerms":
         before = first - 1  # additions 1 .. first-1 are exact: charge only the rest
-        modelled = roundoff * ((count * (count + 1) - before * (before + 1)) / 2 * abs(mean)
-                               + SPREAD_SIGMAS * (2.0 / 3.0) * (count**1.5 - before**1.5) * spread
-                               + EXTRA_OPERATIONS * magnitude)
+        modelled = roundoff * modelled_units(count, abs(mean), spread, magnitude, before)
         rigorous = gamma(count - before + EXTRA_OPERATIONS, roundoff) * magnitude
         return cls(count, magnitude, min(modelled, rigorous))
+
+
+def modelled_units(count: int, mean_abs: Any, spread: Any, magnitude: Any, before: int = 0,
+                   extra: int = EXTRA_OPERATIONS) -> Any:
+    """The modelled bound of a sum of `count` terms (mean |m|, spread s, sum of |terms| `magnitude`) in units of the
+    roundoff: a constant row's systematic growth, random-sign partial sums' SPREAD_SIGMAS sqrt(i) s, and `extra`
+    operations beyond the sum. Plain arithmetic: floats, or tensors of per-row figures (_decomposed_norm)."""
+    return ((count * (count + 1) - before * (before + 1)) / 2 * mean_abs
+            + SPREAD_SIGMAS * (2.0 / 3.0) * (count**1.5 - before**1.5) * spread
+            + extra * magnitude)
 
 
 # _quantum is the expensive part of row_bound (a gradient's element depends on millions of terms: fla's linear
@@ -258,7 +266,9 @@ def _first_inexact_in(parts: Sequence[Any], count: int, mean_abs: float, spread:
 # own computation: sum_k u |t_k| |dy_i/dt_k| over its intermediate values t_k (Higham, ch. 2-3). opgate records the
 # reference's intermediates (the outputs of the torch functions it calls, less those that only move or select
 # values: views, copies, indexing, max, where ...) and takes dy_i/dt_k in the same reverse pass as the Jacobian row.
-# A reference written as one op (F.softplus, F.layer_norm, a @ b) has no intermediates: nothing changes there.
+# A reference written as one op (F.softplus, a @ b) has no intermediates: nothing changes there. Two kinds of one-op
+# call hide a statistic every kernel rounds, and are decomposed so that it becomes one: a log-softmax or
+# cross-entropy's row logsumexp (LOGSPACE_FUNCTIONS) and a layer or group norm's mean (NORM_FUNCTIONS).
 EXACT_FUNCTIONS = frozenset({
     "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "t",
     "permute", "movedim", "swapaxes", "swapdims", "expand", "expand_as", "broadcast_to", "contiguous", "clone",
@@ -279,6 +289,17 @@ MAX_INTERMEDIATES = 256
 # intermediate of its own (fla's soft-capped z-loss cross-entropy at V = 1, library corpus): such an output is
 # charged at the magnitude |L| (reduced as the function reduces), not at its own.
 LOGSPACE_FUNCTIONS = frozenset({"cross_entropy", "log_softmax"})
+# Norms that subtract a mean before they scale by 1/sqrt(var + eps). A float32 kernel's mean is a float32 sum, off by
+# a few ulp of the row's values, and x - mean carries that error wholesale: in a (near-)constant row it is all of
+# x - mean, multiplied by 1/sqrt(eps) (316 at eps = 1e-5). The inputs' first-order terms cannot show it (a norm is
+# shift-invariant: its Jacobian sends a uniform shift to 0), and it stays hidden while the norm is the output, whose
+# own terms are larger; a layer norm followed by a linear layer was failed on such a row (held-out corpus,
+# mamba-ssm's layer_norm_linear_fn: 1.8x its budget, as a textbook float32 layer norm is in half such rows). The
+# mean is charged with what a float32 sum of its n terms x/n may lose in any order (modelled_units, the inputs' own
+# model) and MEAN_EXTRA_OPERATIONS roundings more, not with one rounding. The variance's rounding is relative to
+# itself and is not amplified: not charged.
+NORM_FUNCTIONS = frozenset({"layer_norm", "group_norm"})
+MEAN_EXTRA_OPERATIONS = 2  # the division by n and the subtraction x - mean
 
 
 def _recording_intermediates() -> Any:
@@ -303,6 +324,14 @@ def _recording_intermediates() -> Any:
                 if decomposed is not None:  # the same values, formed from an explicit row statistic L
                     result, statistic = decomposed
                     self.tensors.append(statistic)
+                    self.tensors.append(result)
+                    return result
+            if name in NORM_FUNCTIONS:
+                normalised = _decomposed_norm(name, result, args, kwargs or {})
+                if normalised is not None:  # the same values, with the mean a node of their graph
+                    result, mean, charged = normalised
+                    self.tensors.append(mean)
+                    self.magnitudes[id(mean)] = charged
                     self.tensors.append(result)
                     return result
             for value in (result if isinstance(result, (tuple, list)) else (result,)):
@@ -373,6 +402,60 @@ def _decomposed_logspace(name: str, result: Any, args: Sequence[Any], kwargs: di
             value.detach(), result.detach(), rtol=1e-10, atol=1e-12, equal_nan=True):
         return None
     return value, statistic
+
+
+def _decomposed_norm(name: str, result: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any | None:
+    """(the call's output with its mean made a node of the graph, that mean, what its rounding is charged at) for a
+    plain F.layer_norm or F.group_norm call (NORM_FUNCTIONS); None for any other form, or when the values recomputed
+    from the mean differ from the call's own.
+
+    The output stays the call's own, bit for bit, and so does its Jacobian with respect to the inputs: the mean is a
+    separate leaf joined by a term that is zero in value, -(m - m) rstd w, whose derivative with respect to m is the
+    norm's own, -rstd w (the variance's derivative with respect to the mean is 0 at the exact mean)."""
+    import torch
+
+    x = _argument(args, kwargs, 0, "input", None)
+    if (not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or x.numel() == 0
+            or not isinstance(result, torch.Tensor) or result.shape != x.shape):
+        return None
+    weight = _argument(args, kwargs, 2, "weight", None)
+    bias = _argument(args, kwargs, 3, "bias", None)
+    eps = _argument(args, kwargs, 4, "eps", 1e-5)
+    try:
+        with torch.no_grad():
+            if name == "layer_norm":
+                shape = _argument(args, kwargs, 1, "normalized_shape", None)
+                shape = (shape,) if isinstance(shape, int) else tuple(shape)
+                rows, affine_shape = x.detach(), tuple(x.shape[x.dim() - len(shape):])
+            else:  # group_norm: (N, C, *) in G groups of C/G channels, weight and bias per channel
+                groups = _argument(args, kwargs, 1, "num_groups", None)
+                if not isinstance(groups, int) or x.dim() < 2 or groups <= 0 or x.shape[1] % groups:
+                    return None
+                rows = x.detach().reshape(x.shape[0], groups, -1)
+                shape, affine_shape = (rows.shape[-1],), (x.shape[1],) + (1,) * (x.dim() - 2)
+            dims = tuple(range(-len(shape), 0))
+            mean = rows.mean(dims, keepdim=True)
+            rstd = torch.rsqrt(((rows - mean) ** 2).mean(dims, keepdim=True) + eps)
+            scale = (weight.detach().reshape(affine_shape) if weight is not None
+                     else torch.ones((), dtype=x.dtype))
+            shift = torch.zeros((), dtype=x.dtype) if bias is None else bias.detach().reshape(affine_shape)
+            recomputed = ((rows - mean) * rstd).reshape(x.shape) * scale + shift
+            if not bool(torch.isfinite(rstd).all()) or not torch.allclose(
+                    recomputed, result.detach(), rtol=1e-8,
+                    atol=1e-10 + 2.0**-40 * float(x.abs().max() * rstd.max() * scale.abs().max()), equal_nan=True):
+                return None  # a misread argument is off by the values themselves; eps = 0 on a constant row
+            count = math.prod(int(rows.shape[d]) for d in dims)
+            mean_abs = rows.abs().mean(dims, keepdim=True)
+            spread = rows.std(dims, correction=0, keepdim=True) if count > 1 else torch.zeros_like(mean_abs)
+            # the terms x_j / n of the mean, in units of the roundoff: the lesser of the model and gamma's n + extra
+            charged = torch.minimum(modelled_units(count, mean.abs() / count, spread / count, mean_abs,
+                                                   extra=MEAN_EXTRA_OPERATIONS),
+                                    (count + MEAN_EXTRA_OPERATIONS) * mean_abs)
+        node = mean.clone().requires_grad_(True)
+        zero = ((node - node.detach()) * rstd).expand(rows.shape).reshape(x.shape) * scale
+        return result - zero, node, charged
+    except Exception:  # an argument form the decomposition does not know: the call's own result stays
+        return None
 
 
 def _logspace_magnitude(name: str, output: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any | None:
