@@ -769,8 +769,10 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
                out_dtypes: Sequence[str], baseline_lost: Sequence[Any | None],
                quantized: Mapping[str, Any] | None = None, unwritten: Sequence[int] | None = None,
                undefined: Sequence[Any | None] | None = None, nan_policy: str = "propagate",
-               extra_atol: float = 0.0, unwritten_spans: Sequence[tuple[int, int]] | None = None) -> CaseVerdict:
-    """Compare every output of one case with the truth and judge it against its budget."""
+               extra_atol: float = 0.0, unwritten_spans: Sequence[tuple[int, int]] | None = None,
+               opposite_infinities: bool = False) -> CaseVerdict:
+    """Compare every output of one case with the truth and judge it against its budget (opposite_infinities:
+    compare_output's)."""
     import dataclasses
 
     names = output_names(len(truths))
@@ -786,7 +788,8 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
         truth = on_device_of(cand, truth)
         stats = compare_output(cand, truth, out_dtype, name, baseline_lost=baseline_lost[i], quantized=q,
                                unwritten=(unwritten[i] if unwritten else 0),
-                               undefined=(undefined[i] if undefined else None), nan_policy=nan_policy)
+                               undefined=(undefined[i] if undefined else None), nan_policy=nan_policy,
+                               opposite_infinities=opposite_infinities)
         if extra_atol and not budget.is_override:  # the FTZ re-judgement's allowance (deviations.py)
             budget = dataclasses.replace(budget, rmse=budget.rmse + extra_atol, quantile=budget.quantile + extra_atol)
         label = "" if len(truths) == 1 else f"{name}: "
@@ -814,7 +817,7 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
             reasons.append(f"{label}{computed_nonfinite} NaN/Inf where the truth is finite")
         if stats.nonfinite_missed:
             reasons.append(f"{label}{stats.nonfinite_missed} element(s) where the truth is NaN/Inf (or overflows "
-                           f"{out_dtype}) and the result is not")
+                           f"{out_dtype}) and the result is not the same (NaN for NaN, an infinity of its sign)")
         if stats.unwritten or stats.nonfinite_unexpected or stats.nonfinite_missed:
             ratios.append(math.inf)
         if budget.is_override:
