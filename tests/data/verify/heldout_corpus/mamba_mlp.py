@@ -9,13 +9,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch.nn.functional as F
 
 import opgate
 
-import _mamba_env  # noqa: F401  (bare mamba_ssm package and CUDA-query shims on a CPU machine)
-from mamba_ssm.ops.triton.k_activations import swiglu
-from mamba_ssm.ops.triton.layer_norm import layer_norm_linear_fn
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the spec's folder: _mamba_env.py
+import _mamba_env  # noqa: E402, F401  (bare mamba_ssm package and CUDA-query shims on a CPU machine)
+from mamba_ssm.ops.triton.k_activations import swiglu  # noqa: E402
+from mamba_ssm.ops.triton.layer_norm import layer_norm_linear_fn  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16"]
 

@@ -18,14 +18,18 @@ negative (-exp(A_log), A_log initialised from log U[1, 16]); dt_bias is the inve
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
 import opgate
 
-import _mamba_env  # noqa: F401  (bare mamba_ssm package and CUDA-query shims on a CPU machine)
-from mamba_ssm.ops.triton.selective_state_update import selective_state_update
-from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the spec's folder: _mamba_env.py
+import _mamba_env  # noqa: E402, F401  (bare mamba_ssm package and CUDA-query shims on a CPU machine)
+from mamba_ssm.ops.triton.selective_state_update import selective_state_update  # noqa: E402
+from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
