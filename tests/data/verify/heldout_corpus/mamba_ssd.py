@@ -81,7 +81,7 @@ def _chunk_scan_ref(x, dt, A, B, C, D, dt_bias):
     decay = torch.exp(seg.masked_fill(~causal, float("-inf")))
     cb = torch.einsum("btn,bsn->bts", C[:, :, 0], B[:, :, 0])         # (batch, t, s), one group
     weights = decay * cb[:, None] * step.transpose(1, 2)[:, :, None, :]  # (batch, H, t, s)
-    y = torch.einsum("bhts,bshp->bthp", weights, x) + D[:, None] * x
+    y = torch.einsum("bhts,bshp->bthp", weights.to(x.dtype), x) + D[:, None] * x  # einsum needs one dtype
     return y.to(x.dtype)
 
 
