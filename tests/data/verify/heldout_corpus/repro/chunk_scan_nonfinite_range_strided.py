@@ -3,7 +3,8 @@
 1. [nonfinite] (float32, bfloat16): NaN/Inf injected into x, batch=1, L=65, H=1, P=4, N=2: opgate saw NaN where
    the float64 truth is -Inf. Shown with +Inf and -Inf in one column of x: the library's output, the spec's
    quadratic reference in float64 (C.B first, then times x), and the same sum associated as a state recurrence
-   (the state B x^T first, then C.state), in float64.
+   (the state B x^T first, then C.state), in float64. The bfloat16 line is void: Triton 3.9's interpreter gets
+   tl.dot of bfloat16 operands wrong (repro/interpreter_bf16_dot.py).
 2. [range] (float16): NaN where the truth is finite, at inputs scaled to |x| ~ 75 (opgate's bisected 74.5; its
    "large" regime scales float16 inputs by 64). Shown: each input alone scaled by s, and all together, in float16
    against the same values in float32.
