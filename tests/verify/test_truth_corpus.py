@@ -166,3 +166,5 @@ def test_the_library_corpus_manifest_loads_with_opgates_own_classes() -> None:
     runner = _runner()
     rows = runner.load_manifest(REPO / "tests" / "data" / "verify" / "library_corpus" / "manifest.toml")
     assert any(row.expect == "warn:layout_limit" for row in rows)
+    held_out = runner.load_manifest(REPO / "tests" / "data" / "verify" / "heldout_corpus" / "manifest.toml")
+    assert len(held_out) == 7 and all(row.device == "cpu" for row in held_out)
