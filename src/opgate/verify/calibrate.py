@@ -770,8 +770,8 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
                quantized: Mapping[str, Any] | None = None, unwritten: Sequence[int] | None = None,
                undefined: Sequence[Any | None] | None = None, nan_policy: str = "propagate",
                extra_atol: float = 0.0, unwritten_spans: Sequence[tuple[int, int]] | None = None,
-               opposite_infinities: bool = False) -> CaseVerdict:
-    """Compare every output of one case with the truth and judge it against its budget (opposite_infinities:
+               nan_for_infinity: bool = False) -> CaseVerdict:
+    """Compare every output of one case with the truth and judge it against its budget (nan_for_infinity:
     compare_output's)."""
     import dataclasses
 
@@ -789,7 +789,7 @@ def judge_case(candidates: Sequence[Any], truths: Sequence[Any], budgets: Sequen
         stats = compare_output(cand, truth, out_dtype, name, baseline_lost=baseline_lost[i], quantized=q,
                                unwritten=(unwritten[i] if unwritten else 0),
                                undefined=(undefined[i] if undefined else None), nan_policy=nan_policy,
-                               opposite_infinities=opposite_infinities)
+                               nan_for_infinity=nan_for_infinity)
         if extra_atol and not budget.is_override:  # the FTZ re-judgement's allowance (deviations.py)
             budget = dataclasses.replace(budget, rmse=budget.rmse + extra_atol, quantile=budget.quantile + extra_atol)
         label = "" if len(truths) == 1 else f"{name}: "

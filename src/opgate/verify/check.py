@@ -29,7 +29,7 @@ from opgate.verify.calibrate import (
     K_QUANTILE, K_RMSE, CalibrationError, CaseVerdict, OutputBudget, budgets_for_case, judge_case,
     output_names, truth_and_baseline,
 )
-from opgate.verify.compare import OutputStats, opposite_infinities
+from opgate.verify.compare import OutputStats
 from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.deviations import (
     ELEMENTWISE_CAUSE, ELEMENTWISE_REMEDY, FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED,
@@ -660,7 +660,7 @@ class VerifyImplementationCheck(Check):
         return judge_case(output.outputs, truth, budgets, out_dtypes, masks, op.quantized, output.unwritten,
                           undefined=undefined_masks(op, case, dtype, out_dtypes, truth), nan_policy=op.nan_policy,
                           extra_atol=extra_atol, unwritten_spans=output.unwritten_spans,
-                          opposite_infinities=case.regime == "nonfinite" and opposite_infinities(generated.truth))
+                          nan_for_infinity=case.regime == "nonfinite")
 
     def _deferred_budgets(self, op: Operator, plan: PlanFile, index: int) -> tuple[list[OutputBudget], list[Any]]:
         """A case's budgets the calibration deferred, with the plan's pooled figures (as a shrunk case's), kept in
