@@ -618,7 +618,8 @@ class VerifyImplementationCheck(Check):
             except Exception as exc:  # a kernel written for the dtype alone: no evidence either way
                 return f"raised {type(exc).__name__}"
             verdict = judge_case(output.outputs, plan.truths[index], plan.budgets[index], out_dtypes,
-                                 plan.masks[index], op.quantized, output.unwritten, nan_policy=op.nan_policy)
+                                 plan.masks[index], op.quantized, output.unwritten, nan_policy=op.nan_policy,
+                                 nan_for_infinity=record.case.regime == "nonfinite")
             if not verdict.passed:
                 return "fails"
         return "passes"

@@ -437,8 +437,9 @@ def _decomposed_norm(name: str, result: Any, args: Sequence[Any], kwargs: dict[s
             mean = rows.mean(dims, keepdim=True)
             rstd = torch.rsqrt(((rows - mean) ** 2).mean(dims, keepdim=True) + eps)
             scale = (weight.detach().reshape(affine_shape) if weight is not None
-                     else torch.ones((), dtype=x.dtype))
-            shift = torch.zeros((), dtype=x.dtype) if bias is None else bias.detach().reshape(affine_shape)
+                     else torch.ones((), dtype=x.dtype, device=x.device))
+            shift = (torch.zeros((), dtype=x.dtype, device=x.device) if bias is None
+                     else bias.detach().reshape(affine_shape))
             recomputed = ((rows - mean) * rstd).reshape(x.shape) * scale + shift
             if not bool(torch.isfinite(rstd).all()) or not torch.allclose(
                     recomputed, result.detach(), rtol=1e-8,
