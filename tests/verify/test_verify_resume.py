@@ -537,3 +537,38 @@ def test_a_warm_up_marks_nothing_inside_an_open_check_journal(tmp_path, monkeypa
     finally:
         resume.compile_finished()
         journal.close()
+
+
+def _journal_with_crashes(tmp_path, count: int):
+    import json as _json
+
+    from opgate.verify.inputs import Case
+    from opgate.verify.resume import CaseJournal, CrashEntry
+
+    folder = tmp_path / "work" / "journal"
+    folder.mkdir(parents=True)
+    entries = [CrashEntry(k, "case", Case.make({"L": 0}, k).to_dict(), Case.make({"L": 0}, k).label(),
+                          "killed its process with SIGSEGV", "").to_dict() for k in range(count)]
+    (folder / "crashes.json").write_text(_json.dumps({"crashes": entries, "stop": count >= MAX_CRASHES}))
+    return CaseJournal.open({"workdir": str(tmp_path / "work")})
+
+
+def test_cases_the_time_budget_capped_are_not_counted_as_stopped_by_crashes(tmp_path):
+    """mamba-ssm's chunk scan crashed on one case (L=0) and the CPU budget capped 34-77 others: the report said
+    those "not run: opgate stops restarting an implementation after 3 crashes", twice counted and wrongly blamed."""
+    journal = _journal_with_crashes(tmp_path, 1)
+    capped = {"budget_s": 18.8, "capped": [{"case": f"c{k}", "predicted_s": 4.0} for k in range(5)]}
+    result = CheckResult("verify.x.y.float32", "x", Outcome.WARNED, "ok; 5 case(s) not run: they did not fit",
+                         extra={"time_budget": capped})
+    merged = journal.annotate(result, planned=10, judged=4, token_for=lambda case: "ogv1.x", spec_name="s.py")
+    assert merged.outcome is Outcome.FAILED and merged.extra["cases_not_run"] == 0
+    assert "stops restarting" not in merged.reason
+    assert not any(f.name == "cases not run" for f in merged.figures)
+
+
+def test_after_the_crash_bound_the_cases_left_are_counted_as_not_run(tmp_path):
+    journal = _journal_with_crashes(tmp_path, MAX_CRASHES)
+    result = CheckResult("verify.x.y.float32", "x", Outcome.PASSED, "ok")
+    merged = journal.annotate(result, planned=10, judged=4, token_for=lambda case: "ogv1.x", spec_name="s.py")
+    assert merged.extra["cases_not_run"] == 10 - 4 - MAX_CRASHES
+    assert f"{10 - 4 - MAX_CRASHES} case(s) not run: opgate stops restarting" in merged.reason

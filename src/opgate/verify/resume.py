@@ -295,8 +295,12 @@ class CaseJournal:
         # a hung compile is a case not judged; a case out of memory ran again or is not judged (its record says which)
         crashes = [c for c in self.crashes if c.kind == "crash"]
         stalled = [c for c in self.crashes if c.kind == "compile"]
+        # the time budget's capped cases are said by the result already (check._with_capped_cases): counted here
+        # too, they read as stopped by crashes (mamba's chunk scan: 1 crash, 34-77 capped, "not run: opgate stops
+        # restarting an implementation after 3 crashes")
+        capped = len(result.extra.get("time_budget", {}).get("capped", ()))
         if not crashes:
-            not_run = planned - judged - len(stalled)
+            not_run = planned - judged - len(stalled) - capped
             if not (self.stopped and not_run > 0):
                 return result
             return dataclasses.replace(  # MAX_CRASHES hung compiles: the restarts stopped
@@ -314,7 +318,7 @@ class CaseJournal:
             entry["stderr_excerpt"] = stderr_excerpt(crash.stderr_tail)
             entries.append(entry)
         in_plan = [c for c in crashes if c.phase != "shrink"]
-        not_run = planned - judged - len(in_plan) - len(stalled)
+        not_run = planned - judged - len(in_plan) - len(stalled) - capped if self.stopped else 0
         first = entries[0]
         crash_text = (f"the implementation {first['status']} on {first['label']}"
                       + (" (a case opgate tried while narrowing down a failure)" if first["phase"] == "shrink" else ""))
