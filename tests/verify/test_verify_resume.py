@@ -557,12 +557,14 @@ def test_cases_the_time_budget_capped_are_not_counted_as_stopped_by_crashes(tmp_
     """mamba-ssm's chunk scan crashed on one case (L=0) and the CPU budget capped 34-77 others: the report said
     those "not run: opgate stops restarting an implementation after 3 crashes", twice counted and wrongly blamed."""
     journal = _journal_with_crashes(tmp_path, 1)
-    capped = {"budget_s": 18.8, "capped": [{"case": f"c{k}", "predicted_s": 4.0} for k in range(5)]}
+    capped = {"budget_s": 18.8, "capped": [{"case": f"c{k}", "predicted_s": 4.0} for k in range(5)],
+              "reason": "5 case(s) not run: they did not fit the 18.8 s time budget"}
     result = CheckResult("verify.x.y.float32", "x", Outcome.WARNED, "ok; 5 case(s) not run: they did not fit",
                          extra={"time_budget": capped})
     merged = journal.annotate(result, planned=10, judged=4, token_for=lambda case: "ogv1.x", spec_name="s.py")
     assert merged.outcome is Outcome.FAILED and merged.extra["cases_not_run"] == 0
     assert "stops restarting" not in merged.reason
+    assert merged.reason.endswith("; 5 case(s) not run: they did not fit the 18.8 s time budget")  # still said
     assert not any(f.name == "cases not run" for f in merged.figures)
 
 

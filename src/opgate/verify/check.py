@@ -135,6 +135,8 @@ def _with_capped_cases(result: CheckResult, fitter: CasePlanFitter, started_afte
                     Threshold(capped["budget_s"], ">=", "seconds of numerics this implementation x dtype may take "
                                                         "(a share of the operator's --time-budget)"),
                     key="verify.numerics.cases_capped_by_the_time_budget")
+    # kept whole beside the figures: a crash's verdict replaces a passing reason and says this again
+    capped["reason"] = note.removeprefix("; ")
     return dataclasses.replace(result, reason=result.reason + note, figures=tuple(result.figures) + (figure,),
                                extra={**result.extra, "time_budget": capped})
 

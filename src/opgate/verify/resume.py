@@ -333,6 +333,8 @@ class CaseJournal:
             rest = f"the other {judged} case(s) ran in fresh processes and are within budget"
         else:
             rest = "no other case was judged"
+        if not others and result.extra.get("time_budget", {}).get("reason"):
+            rest += "; " + result.extra["time_budget"]["reason"]  # the passing reason it replaces said it
         if not_run > 0:
             rest += (f"; {not_run} case(s) not run: opgate stops restarting an implementation after "
                      f"{MAX_CRASHES} crashes")
