@@ -1,6 +1,6 @@
 """Shared set-up for the held-out corpus's mamba-ssm spec files (imported by them; defines no operator).
 
-Two shims, both only where there is no GPU:
+Shims, only where there is no GPU (the first also on a GPU host whose install skipped the CUDA extension):
 
 - mamba_ssm's package `__init__` imports the compiled CUDA extension (`import selective_scan_cuda`, absent from a
   `MAMBA_SKIP_CUDA_BUILD=TRUE` install) and the model classes (tilelang, quack). Its Triton ops live in
@@ -96,7 +96,8 @@ try:
     _HAS_GPU = torch.cuda.is_available()
 except ImportError:
     _HAS_GPU = False
+if not _HAS_GPU or importlib.util.find_spec("selective_scan_cuda") is None:
+    bare_package()  # on a GPU too where the CUDA extension was not built (MAMBA_SKIP_CUDA_BUILD=TRUE)
 if not _HAS_GPU:
-    bare_package()
     cuda_queries()
 interpreter_autotune_first_config()
