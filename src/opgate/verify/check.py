@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 import time
 import traceback
@@ -198,6 +199,32 @@ def _refuses_layout(record: "CaseRecord") -> bool:
     return record.case.layout != "contiguous" and bool(reasons) and all(_is_layout_refusal(r) for r in reasons)
 
 
+def _raise_signature(reason: str) -> str:
+    """An error's type and message without its numbers: the same error at other sizes reads the same."""
+    return re.sub(r"\d+", "#", reason)[:120]
+
+
+def _size_limited(failing: Sequence["CaseRecord"], records: Sequence["CaseRecord"],
+                  dims: Mapping[str, Sequence[int]]) -> list["CaseRecord"]:
+    """The failing cases a size limit explains: each only raised, on a size opgate added (empty, or above every
+    declared size of a dimension), and not for a reason other than its size. The reason is another when the same
+    error (its words, numbers aside) fails a case of a smaller size, or when the case's layout is not contiguous and
+    a contiguous case of the same sizes passed: unsloth's cross-entropy raised "view size is not compatible" on
+    transposed labels at B=2, S=2, V=1 (a crash) and at B=3, S=13, V=192 (then excused as a size limit)."""
+    declared_max = {dim: max(sizes) for dim, sizes in dims.items()}
+
+    def raised_only(record: "CaseRecord") -> bool:
+        return bool(record.verdict.reasons) and all(x.startswith("raised") for x in record.verdict.reasons)
+
+    candidates = [r for r in failing if raised_only(r) and r.case.origin != "declared"
+                  and any(size > declared_max.get(dim, size) or size == 0 for dim, size in r.case.dims)]
+    at_other_sizes = {_raise_signature(x) for r in failing if r not in candidates for x in r.verdict.reasons}
+    passed_contiguous = {r.case.dims for r in records if r.verdict.passed and r.case.layout == "contiguous"}
+    return [r for r in candidates
+            if not any(_raise_signature(x) in at_other_sizes for x in r.verdict.reasons)
+            and not (r.case.layout != "contiguous" and r.case.dims in passed_contiguous)]
+
+
 def _limitation_deviations(limited: Sequence["CaseRecord"], n_cases: int) -> list[Deviation]:
     """One deviation per class of backend limitation, naming its first construct and how many cases it stopped."""
     by_class: dict[str, list[BackendLimitation]] = {}
@@ -305,7 +332,7 @@ class VerifyImplementationCheck(Check):
         artefacts = self._artefacts(prepared, Path(task.artefact_dir))
         failing = [r for r in records if not r.verdict.passed and not r.verdict.not_judged]
         kept, rerunnable = self.journal.split_failing(failing)  # a crashed case is never run again in-process
-        remaining, deviations, range_note = self._explain_deviations(op, prepared, plan, rerunnable)
+        remaining, deviations, range_note = self._explain_deviations(op, prepared, plan, rerunnable, records)
         failing = kept + remaining
         deviations = deviations + _output_dtype_deviations(records, plan.out_dtypes)
         clock.lap("deviations")
@@ -408,8 +435,10 @@ class VerifyImplementationCheck(Check):
 
     # -- deviations -----------------------------------------------------------------------------------
     def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
-                            failing: list[CaseRecord]) -> tuple[list[CaseRecord], list[Deviation], str]:
-        """Take out of `failing` what a documented deviation explains; say what remains a range bug."""
+                            failing: list[CaseRecord], records: Sequence[CaseRecord] = ()
+                            ) -> tuple[list[CaseRecord], list[Deviation], str]:
+        """Take out of `failing` what a documented deviation explains; say what remains a range bug. `records`: every
+        case judged (the size limit asks whether a contiguous case of the same sizes passed)."""
         deviations: list[Deviation] = []
         if not failing:
             return failing, deviations, ""
@@ -428,10 +457,7 @@ class VerifyImplementationCheck(Check):
                 f"interpreter, which cannot compute {', '.join(limitations)} in {plan.dtype} exactly; not judged "
                 "here: the GPU run decides")))
             return [], deviations, ""
-        declared_max = {dim: max(sizes) for dim, sizes in op.dims.items()}
-        too_big = [r for r in failing if r.verdict.reasons and all(x.startswith("raised") for x in r.verdict.reasons)
-                   and r.case.origin != "declared"
-                   and any(size > declared_max.get(dim, size) or size == 0 for dim, size in r.case.dims)]
+        too_big = _size_limited(failing, records, op.dims)
         if too_big:
             deviations.append(Deviation("size_limit", (
                 f"raises on {len(too_big)} size(s) opgate added (empty tensors, or above every declared size), where "

@@ -14,7 +14,8 @@ legitimate production choices or limits, and are reported as `warned` with what 
   reports arithmetic it could not make exact, or a case that raised on a construct the interpreter cannot run
   (backends/triton_interpreter_gaps.py); the GPU run decides.
 * an unsupported size (`size_limit`): the implementation raises (cleanly) only on sizes opgate added above every
-  declared size.
+  declared size, for the size's sake: not with an error a smaller case fails with too, nor on a non-contiguous case
+  whose contiguous twin of the same sizes passed (check._size_limited).
 * an unsupported layout (`layout_limit`): the implementation refuses a non-contiguous layout opgate chose with an
   error that names it ("must be contiguous", a stride check) while contiguous cases run; a wrong answer or any other
   error on such a layout stays a `layout` (or `crash`) failure. TensorSpec(contiguous=True) declares the need.
