@@ -2,7 +2,8 @@
 CPU interpreter; prints, per kernel, what opgate.verify.backends.triton_interpreter_gaps.interpreter_gap makes of the
 exception (JSON: name -> the limitation's text, or null for the implementation's own error).
 
-Valid Triton the interpreter cannot run: a float argument's .to, a constexpr expression's .to, inline asm, libdevice.
+Valid Triton the interpreter cannot run: a float argument's .to, a constexpr expression's .to, inline asm, libdevice,
+an alias of a tl builtin.
 The kernel's own errors: a shape error, a typo on a tl.tensor, and the wrapper's own
 AttributeError (no kernel involved)."""
 
@@ -56,6 +57,16 @@ def libdevice_in_a_helper(x_ptr, y_ptr, N, B: tl.constexpr):
     tl.store(y_ptr + o, _libdevice_tanh(x) + 1.0, mask=o < N)
 
 
+cast_alias = tl.cast  # unsloth's kernels/utils.py: triton_cast = tl.cast
+
+
+@triton.jit
+def builtin_alias(x_ptr, y_ptr, N, B: tl.constexpr):
+    o = tl.arange(0, B)
+    x = tl.load(x_ptr + o, mask=o < N)
+    tl.store(y_ptr + o, cast_alias(x, tl.float32) + 1.0, mask=o < N)
+
+
 @triton.jit
 def shape_error(x_ptr, y_ptr, N, B: tl.constexpr):
     o = tl.arange(0, B)
@@ -82,6 +93,7 @@ def main() -> None:
         "constexpr_expression_to": lambda: constexpr_expression_to[(1,)](x, y, 8, B=8, CAP=3.0),
         "inline_asm": lambda: inline_asm[(1,)](x, y, 8, B=8),
         "libdevice_in_a_helper": lambda: libdevice_in_a_helper[(1,)](x, y, 8, B=8),
+        "builtin_alias": lambda: builtin_alias[(1,)](x, y, 8, B=8),
         "shape_error": lambda: shape_error[(1,)](x, y, 8, B=8),
         "typo_on_a_tensor": lambda: typo_on_a_tensor[(1,)](x, y, 8, B=8),
         "wrapper_attribute_error": lambda: wrapper_attribute_error(x, y),

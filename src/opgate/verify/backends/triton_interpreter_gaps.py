@@ -9,7 +9,11 @@ and runs on a GPU (Triton 3.9; each reproduced by tests/data/verify/interpreter_
 * `tl.inline_asm_elementwise` raises `NotImplementedError('inline_asm not supported in interpreter mode')`;
 * `triton.language.extra.libdevice`'s functions are stubs the compiler replaces; the interpreter calls them and gets
   None, which fails at its first use (`TypeError: unsupported operand type(s) for +: 'NoneType' and 'float'`);
-  `triton.language.extra.cuda.libdevice` raises `NotImplementedError` (extern_elementwise).
+  `triton.language.extra.cuda.libdevice` raises `NotImplementedError` (extern_elementwise);
+* an alias of a `triton.language` builtin kept in a module global (unsloth's kernels/utils.py: `triton_cast =
+  tl.cast`): the interpreter patches the builtins it reaches through `tl`, not the alias, which raises `ValueError:
+  Did you forget to add @triton.jit ? (`_semantic` argument must be provided outside of JIT functions.)`; compiled,
+  the code generator calls any builtin it finds with its semantic.
 
 The interpreter wraps whatever the kernel body raises in `InterpreterError` (triton/runtime/errors.py) with the
 original as its cause. A limitation is told from the kernel's own error by that original: NotImplementedError, or an
@@ -34,6 +38,8 @@ DEVIATION = "interpreter"
 _SUBSTITUTE_OBJECT = re.compile(r"'(float|int|bool|numpy\.[\w.]+|ndarray|InterpreterBuilder)' object"
                                 r"|of type <class '(float|int|bool|numpy\.[\w.]+)'>|'NoneType'")
 _INTERPRETER_FILE = ("runtime", "interpreter.py")
+# What triton.language's builtin wrapper raises when called without the semantic the interpreter patches into tl
+_UNPATCHED_BUILTIN = "`_semantic` argument must be provided outside of JIT functions"
 
 
 def _interpreted_cause(exc: BaseException) -> BaseException | None:
@@ -93,7 +99,8 @@ def interpreter_gap(exc: BaseException) -> BackendLimitation | None:
     libraries = (_package_dir("triton"), _package_dir("opgate"))
     raised_in_interpreter = bool(frames) and Path(frames[-1].filename).parts[-2:] == _INTERPRETER_FILE
     message = str(inner)
-    if not (isinstance(inner, NotImplementedError)
+    unpatched_alias = isinstance(inner, ValueError) and _UNPATCHED_BUILTIN in message
+    if not (isinstance(inner, NotImplementedError) or unpatched_alias
             or (isinstance(inner, (AttributeError, TypeError))
                 and (raised_in_interpreter or _SUBSTITUTE_OBJECT.search(message)))):
         return None
@@ -108,5 +115,8 @@ def interpreter_gap(exc: BaseException) -> BackendLimitation | None:
     error = " ".join(f"{type(inner).__name__}: {message}".split())[:200]
     if "'NoneType'" in message and frame is not None and "libdevice" in "".join(linecache.getlines(frame.filename)):
         error += "; triton.language.extra.libdevice's functions are stubs that return None in the interpreter"
+    if unpatched_alias:
+        error += ("; a triton.language builtin called through an alias kept outside `tl` (such as `cast = tl.cast`), "
+                  "which the interpreter does not patch")
     return BackendLimitation(DEVIATION, f"Triton's CPU interpreter does not support{where}{location} ({error})",
                              "run on a GPU to judge it")
