@@ -24,6 +24,11 @@ Without a GPU (a CPU build of torch; Triton under TRITON_INTERPRET=1, which opga
   the backend's libdevice, and under the interpreter they return None (the soft-capped cross-entropy then raises
   "unsupported operand type(s) for *: 'int' and 'NoneType'"); the alias is answered with NumPy's tanh on the
   interpreter tensor's values, in their own dtype (float32 in these kernels). On a GPU nothing changes.
+- `cuda_queries()`: the cross-entropy's chunked forward (vocab > 65536) asks `torch.cuda.current_device()` for the
+  tensor's device index (kernels/cross_entropy_loss.py `_chunked_evict_policy`, through rope_embedding's
+  `_eviction_hints_ok`) even for a CPU tensor; a CPU build of torch raises "Torch not compiled with CUDA enabled".
+  It is answered with device 0, and `get_device_capability` with an H100's (9, 0), only where torch has no CUDA.
+  (Added after the first run of unsloth_losses.py, which reported the unanswered query: RESULTS.md.)
 """
 
 from __future__ import annotations
@@ -109,6 +114,29 @@ def interpreter_builtin_aliases() -> list[str]:
     return rebound
 
 
+_ORIGINAL_CUDA: dict = {}
+
+
+def cuda_queries() -> None:
+    """Answer the CUDA device queries of unsloth's host code on a CPU build of torch (docstring)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    _ORIGINAL_CUDA.setdefault("current_device", torch.cuda.current_device)
+    _ORIGINAL_CUDA.setdefault("get_device_capability", torch.cuda.get_device_capability)
+
+    def current_device() -> int:
+        return 0
+
+    def get_device_capability(device=None) -> tuple[int, int]:
+        return (9, 0)  # NVIDIA H100: compute capability 9.0
+
+    current_device._heldout_answer = True  # type: ignore[attr-defined]
+    torch.cuda.current_device = current_device  # type: ignore[assignment]
+    torch.cuda.get_device_capability = get_device_capability  # type: ignore[assignment]
+
+
 if _has_gpu():
     import unsloth  # noqa: F401  (the library as a GPU user imports it)
 else:
@@ -117,4 +145,5 @@ else:
     import unsloth_zoo  # noqa: F401  (its __init__ as unsloth's runs it)
 
     bare_packages()
+    cuda_queries()
     REBOUND = interpreter_builtin_aliases()

@@ -31,7 +31,9 @@ SOFTCAP = 30.0
 
 
 def every_third_token_ignored(labels):
-    labels = labels.clone()
+    # contiguous first: clone() keeps a transposed tensor's strides, and view(-1) then raises (the first run's
+    # spec bug, RESULTS.md); the library is handed contiguous labels, as a model's shifted labels are.
+    labels = labels.contiguous().clone()
     labels.view(-1)[::3] = -100
     return labels
 
