@@ -168,3 +168,5 @@ def test_the_library_corpus_manifest_loads_with_opgates_own_classes() -> None:
     assert any(row.expect == "warn:layout_limit" for row in rows)
     held_out = runner.load_manifest(REPO / "tests" / "data" / "verify" / "heldout_corpus" / "manifest.toml")
     assert len(held_out) == 7 and all(row.device == "cpu" for row in held_out)
+    unsloth = runner.load_manifest(REPO / "tests" / "data" / "verify" / "heldout_unsloth" / "manifest.toml")
+    assert len(unsloth) == 7 and all(row.expect == "pass" for row in unsloth)

@@ -37,6 +37,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 import types
 
 
@@ -142,6 +143,9 @@ if _has_gpu():
 else:
     os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
     os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
+    # unsloth_zoo writes generated source into ./unsloth_compiled_cache at import: not into the corpus folder
+    os.environ.setdefault("UNSLOTH_COMPILE_LOCATION",
+                          os.path.join(tempfile.gettempdir(), "heldout_unsloth_compiled_cache"))
     import unsloth_zoo  # noqa: F401  (its __init__ as unsloth's runs it)
 
     bare_packages()
