@@ -79,6 +79,9 @@ class AccumulationBound:
     # how many elements the output would have sampled, when slow reverse passes thinned them (OUTPUT_PASSES_S); 0
     # when every one was
     thinned_from: int = 0
+    # the reference is a norm alone (NORMALIZED_IN_DTYPE): a half-precision kernel may form its terms in the dtype,
+    # as the models' own definitions do (calibrate.FORMED_IN_DTYPE)
+    formed_in_dtype: bool = False
 
     @property
     def present(self) -> bool:
@@ -299,6 +302,12 @@ LOGSPACE_FUNCTIONS = frozenset({"cross_entropy", "log_softmax"})
 # model) and MEAN_EXTRA_OPERATIONS roundings more, not with one rounding. The variance's rounding is relative to
 # itself and is not amplified: not charged.
 NORM_FUNCTIONS = frozenset({"layer_norm", "group_norm"})
+# Norms whose normalized value the models that use them round to the activations' dtype before the affine:
+# transformers' LlamaRMSNorm returns weight * x_hat.to(dtype) (Llama's own definition, and T5's), and its eager
+# gradient multiplies the upstream gradient by that rounded x_hat in the dtype. A reference that is such a norm alone
+# (nothing else rounds in it) lets a half-precision kernel form each term once in the dtype; a fused F.rms_norm
+# rounds neither, and against it the formula's gradients failed in float16 (4.5x) and bfloat16 (4.9x).
+NORMALIZED_IN_DTYPE = frozenset({"layer_norm", "group_norm", "rms_norm"})
 MEAN_EXTRA_OPERATIONS = 2  # the division by n and the subtraction x - mean
 
 
@@ -313,6 +322,12 @@ def _recording_intermediates() -> Any:
             super().__init__()
             self.tensors: list[Any] = []
             self.magnitudes: dict[int, Any] = {}  # id(tensor) -> the magnitude its rounding scales with
+            self.norms = 0  # calls of NORMALIZED_IN_DTYPE functions
+            self.other_roundings = 0  # calls of any other function that rounds (not EXACT_FUNCTIONS)
+
+        @property
+        def norm_alone(self) -> bool:
+            return self.norms > 0 and self.other_roundings == 0
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             result = func(*args, **(kwargs or {}))
@@ -329,14 +344,19 @@ def _recording_intermediates() -> Any:
             if name in NORM_FUNCTIONS:
                 normalised = _decomposed_norm(name, result, args, kwargs or {})
                 if normalised is not None:  # the same values, with the mean a node of their graph
+                    self.norms += 1
                     result, mean, charged = normalised
                     self.tensors.append(mean)
                     self.magnitudes[id(mean)] = charged
                     self.tensors.append(result)
                     return result
+            if name in NORMALIZED_IN_DTYPE:
+                self.norms += 1
             for value in (result if isinstance(result, (tuple, list)) else (result,)):
                 if (isinstance(value, torch.Tensor) and value.dtype == torch.float64 and value.grad_fn is not None
                         and value.numel() > 0):
+                    if name not in NORMALIZED_IN_DTYPE and name != "grad":  # grad: a gradient twin's own outputs
+                        self.other_roundings += 1  # a value of the reference's graph formed by another function
                     self.tensors.append(value)
                     if name in LOGSPACE_FUNCTIONS:
                         magnitude = _logspace_magnitude(name, value, args, kwargs or {})
@@ -564,7 +584,8 @@ def accumulation_bounds(reference: Any, truth_inputs: Sequence[Any], truths: Seq
         if not (math.isfinite(rms) and math.isfinite(top)):
             bounds.append(AccumulationBound(fan_in=fan_in, roundoff=roundoff, thinned_from=thinned_from))
             continue
-        bounds.append(AccumulationBound(rms, top, fan_in, roundoff, tuple(elements), thinned_from))
+        bounds.append(AccumulationBound(rms, top, fan_in, roundoff, tuple(elements), thinned_from,
+                                        recorder.norm_alone))
     return bounds
 
 
