@@ -345,3 +345,36 @@ def test_llamas_own_rms_norm_formula_passes_in_half_precision_against_a_fused_re
             result = results[f"verify.{op}.llama_rms_norm_formula.{dtype}"]
             assert result["outcome"] == "passed", (op, dtype, result["reason"][:600])
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_the_dtype_formed_allowance_is_for_a_norm_alone():
+    """Allowed for every reference it hid the truth corpus's float16-accumulator matmul, low-precision-lse
+    cross-entropy and float16 split-row atomics: only a reference that is a layer, group or RMS norm alone (and its
+    gradient) gets it."""
+    from opgate.verify.error_bounds import accumulation_bounds
+    from opgate.verify.gradients import gradient_function
+
+    x = torch.randn(4, 8, dtype=torch.float64)
+    w = torch.rand(8, dtype=torch.float64) + 0.5
+
+    def rms(x, w):
+        return F.rms_norm(x, (8,), w, 1e-6)
+
+    def rms_then_scale(x, w):
+        return F.rms_norm(x, (8,), w, 1e-6) * 2.5 + x
+
+    def matmul(x, w):
+        return x @ w
+
+    def formed(reference, *args):
+        truths = reference(*args)
+        truths = list(truths) if isinstance(truths, (tuple, list)) else [truths]
+        return [b.formed_in_dtype for b in accumulation_bounds(reference, list(args), truths, "float16", 0)]
+
+    assert formed(rms, x, w) == [True]
+    assert formed(matmul, x, w) == [False]
+    assert formed(rms_then_scale, x, w) == [False]
+    op = opgate.Operator("rms", reference=rms, inputs=[opgate.TensorSpec("x", ("M", "N"), requires_grad=True),
+                                                       opgate.TensorSpec("w", ("N",), requires_grad=True)],
+                         dims={"M": [4], "N": [8]})
+    assert formed(gradient_function(rms, op, [0, 1], strict=False), x, w) == [True, True]
