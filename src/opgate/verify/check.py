@@ -435,7 +435,7 @@ class VerifyImplementationCheck(Check):
 
     # -- deviations -----------------------------------------------------------------------------------
     def _explain_deviations(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
-                            failing: list[CaseRecord], records: Sequence[CaseRecord] = ()
+                            failing: list[CaseRecord], records: Sequence[CaseRecord]
                             ) -> tuple[list[CaseRecord], list[Deviation], str]:
         """Take out of `failing` what a documented deviation explains; say what remains a range bug. `records`: every
         case judged (the size limit asks whether a contiguous case of the same sizes passed)."""
