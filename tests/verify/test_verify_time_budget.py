@@ -153,7 +153,7 @@ def test_a_budget_of_zero_caps_nothing():
 
 
 def test_an_operator_budget_is_shared_by_its_checks_jobs_at_a_time():
-    assert operator_seconds("standard", gpu=False, given=None) == 150.0
+    assert operator_seconds("standard", gpu=False, given=None) == 140.0
     assert operator_seconds("quick", gpu=True, given=33.0) == 33.0
     assert check_seconds(150.0, checks=6, jobs=2) == 50.0
     assert check_seconds(150.0, checks=1, jobs=16) == 150.0
@@ -202,14 +202,15 @@ def test_a_late_plans_numerics_task_carries_the_shortened_budget_and_what_it_nee
         [task] = NumericsStage().tasks(plan)
         return task.context.options
 
-    assert options()["time_budget_s"] == 75.0 and options()["operator_began_at"] == 0.0
+    # the CPU's default 140 s: three dtypes on 2 slots, 70 s each
+    assert options()["time_budget_s"] == 70.0 and options()["operator_began_at"] == 0.0
     late = options(began_at=1000.0)
     assert (late["time_budget_s"], late["share_s"], late["operator_budget_s"], late["operator_began_at"]) == (
-        75.0, 75.0, 150.0, 1000.0)
-    # the check that starts 35 s into the operator keeps its share; 119 s in, it gets what is left (31 s)
+        70.0, 70.0, 140.0, 1000.0)
+    # the check that starts 35 s into the operator keeps its share; 119 s in, it gets what is left (21 s)
     budget = (late["time_budget_s"], late["share_s"], late["operator_budget_s"], late["operator_began_at"])
-    assert budget_at_start(*budget, now=1035.0) == (75.0, 0.0)
-    assert budget_at_start(*budget, now=1119.0) == (31.0, 119.0)
+    assert budget_at_start(*budget, now=1035.0) == (70.0, 0.0)
+    assert budget_at_start(*budget, now=1119.0) == (21.0, 119.0)
 
 
 def test_a_check_that_waited_for_a_slot_takes_what_is_left_of_its_operators_budget_when_it_starts():
