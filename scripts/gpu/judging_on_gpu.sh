@@ -5,6 +5,8 @@
 #   heldout  the held-out mamba-ssm corpus, one `opgate verify DIR` run (needs .whl/mamba_ssm-*.whl and einops:
 #            carry .whl); its report and terminal output
 #   corpus   the GPU truth corpus (scripts/gpu/corpus.sh: CUDA C kernels through CuPy and nvcc cubins)
+#   unsloth  the held-out unsloth corpus with what is left of STEP_DEADLINE (needs .whl/unsloth-*.whl and
+#            unsloth_zoo-*.whl), one `opgate verify DIR` run
 # Everything lands in $OUT/judging.tgz plus $OUT/judging.log. STEP_DEADLINE (epoch seconds) ends it in time.
 #   OUT=/tmp/out STEP_DEADLINE=$(( $(date +%s) + 590 )) bash scripts/gpu/judging_on_gpu.sh
 set -u
@@ -31,5 +33,19 @@ if [ -n "$wheels" ]; then
     --json "$work/heldout.json" --time-limit 220
 fi
 step corpus 130 env OUT="$work" bash scripts/gpu/corpus.sh
+# the held-out unsloth corpus with what is left of the call: unsloth's and unsloth_zoo's wheels only (the host has
+# transformers, peft and accelerate, not bitsandbytes or xformers): where `import unsloth` fails, _unsloth_env.py
+# imports the kernels bare and says why on stderr
+usite=/tmp/judging-unsloth-site
+# shellcheck disable=SC2012  # plain wheel names
+uwheels=$(ls .whl/unsloth-*.whl .whl/unsloth_zoo-*.whl 2>/dev/null | tr '\n' ' ')
+if [ -n "$uwheels" ] && [ -n "${STEP_DEADLINE:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$usite" $uwheels >> "$LOG" 2>&1
+  left=$(( STEP_DEADLINE - $(date +%s) - 20 ))
+  if [ "$left" -ge 60 ]; then
+    step unsloth $((left + 15)) env PYTHONPATH="$usite:src" HF_HUB_OFFLINE=1 python3 -m opgate verify \
+      tests/data/verify/heldout_unsloth --json "$work/heldout_unsloth.json" --time-limit "$left"
+  fi
+fi
 for name in "${ORDER[@]}"; do echo "$name: ${STATUS[$name]}"; done | tee -a "$LOG"
 tar -czf "$OUT/judging.tgz" -C "$OUT" judging judging.log 2>/dev/null

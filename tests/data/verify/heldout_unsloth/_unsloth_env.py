@@ -1,7 +1,8 @@
 """Shared set-up for the held-out unsloth corpus's spec files (imported by them; defines no operator).
 
 On a GPU host nothing is shimmed: `import unsloth` runs as it does for any user (it needs its full dependency set
-there), and the specs import `unsloth.kernels.*` after it.
+there), and the specs import `unsloth.kernels.*` after it. Where that import fails (a host with only unsloth's and
+unsloth_zoo's wheels), the kernels import bare as below, without the CPU shims, and stderr says why.
 
 Without a GPU (a CPU build of torch; Triton under TRITON_INTERPRET=1, which opgate sets), three shims:
 
@@ -138,16 +139,31 @@ def cuda_queries() -> None:
     torch.cuda.get_device_capability = get_device_capability  # type: ignore[assignment]
 
 
-if _has_gpu():
-    import unsloth  # noqa: F401  (the library as a GPU user imports it)
-else:
-    os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
+def import_bare() -> None:
+    """unsloth_zoo's __init__ as unsloth's runs it, then the kernel packages bare (docstring)."""
     os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
     # unsloth_zoo writes generated source into ./unsloth_compiled_cache at import: not into the corpus folder
     os.environ.setdefault("UNSLOTH_COMPILE_LOCATION",
                           os.path.join(tempfile.gettempdir(), "heldout_unsloth_compiled_cache"))
-    import unsloth_zoo  # noqa: F401  (its __init__ as unsloth's runs it)
+    import unsloth_zoo  # noqa: F401
 
     bare_packages()
+
+
+# Why the full `import unsloth` did not run on this GPU host ("" where it ran, or on a CPU machine).
+FULL_IMPORT_FAILED = ""
+if _has_gpu():
+    try:
+        import unsloth  # noqa: F401  (the library as a GPU user imports it)
+    except Exception as error:  # noqa: BLE001  (a host without unsloth's model-patching dependency set)
+        # Added by the integrator (sixtieth session) for a GPU host that holds only unsloth's and unsloth_zoo's
+        # wheels: the kernels then import bare, as on a CPU machine, without the CPU shims.
+        FULL_IMPORT_FAILED = f"{type(error).__name__}: {error}"
+        print(f"_unsloth_env: `import unsloth` failed ({FULL_IMPORT_FAILED}); importing its kernels bare",
+              file=sys.stderr)
+        import_bare()
+else:
+    os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
+    import_bare()
     cuda_queries()
     REBOUND = interpreter_builtin_aliases()
