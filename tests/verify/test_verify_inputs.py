@@ -210,6 +210,21 @@ def test_peaked_and_mixed_regimes():
     assert bool((mixed.abs().amax(-1) > 1e7).all()) and bool((mixed.abs().amin(-1) < 10).all())
 
 
+def test_the_mixed_regimes_high_values_stay_within_a_declared_max_magnitude():
+    """A declared max_magnitude is the caller's contract: the mixed regime's high values sit at it, not at 1e8;
+    the kind's default promise (1e4 for logits) does not cap them."""
+    def mixed(**spec):
+        op = opgate.Operator("s", reference=lambda x: x, dims={"M": [64], "N": [32]},
+                             inputs=[opgate.TensorSpec("x", ("M", "N"), kind="logits", **spec)])
+        return make_inputs(op, Case.make({"M": 64, "N": 32}, 2, regime="mixed"), "bfloat16").truth[0]
+
+    capped = mixed(max_magnitude=16)
+    assert float(capped.abs().max()) <= 16 and bool((capped.abs().amax(-1) == 16).all())
+    assert bool((capped.abs().amin(-1) < 10).all())
+    assert bool((mixed().abs().amax(-1) > 1e7).all())
+    assert bool((mixed(max_magnitude=1e9).abs().amax(-1) > 1e7).all())
+
+
 def test_spec_rejects_bad_new_fields():
     with pytest.raises(SpecError, match="hits"):
         opgate.Operator("x", reference=lambda a, b: a, dims={"M": [4]},
