@@ -20,10 +20,14 @@ interpreter runs the backward at 3-9 s a call on 2 CPU cores.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
-import _cce_env  # noqa: F401  (interpreter libdevice shim; no-op on a GPU)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the spec's folder: _cce_env.py
+import _cce_env  # noqa: E402, F401  (interpreter libdevice shim; no-op on a GPU)
 import opgate
 from cut_cross_entropy import linear_cross_entropy
 
