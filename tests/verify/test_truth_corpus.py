@@ -170,3 +170,5 @@ def test_the_library_corpus_manifest_loads_with_opgates_own_classes() -> None:
     assert len(held_out) == 7 and all(row.device == "cpu" for row in held_out)
     unsloth = runner.load_manifest(REPO / "tests" / "data" / "verify" / "heldout_unsloth" / "manifest.toml")
     assert len(unsloth) == 7 and all(row.expect == "pass" for row in unsloth)
+    cce = runner.load_manifest(REPO / "tests" / "data" / "verify" / "heldout_cce" / "manifest.toml")
+    assert len(cce) == 6 and {row.expect for row in cce} == {"warn:range_limit", "warn:size_limit", "fail:crash"}
