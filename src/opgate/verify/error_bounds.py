@@ -307,7 +307,7 @@ NORM_FUNCTIONS = frozenset({"layer_norm", "group_norm"})
 # gradient multiplies the upstream gradient by that rounded x_hat in the dtype. A reference that is such a norm alone
 # (nothing else rounds in it) lets a half-precision kernel form each term once in the dtype; a fused F.rms_norm
 # rounds neither, and against it the formula's gradients failed in float16 (4.5x) and bfloat16 (4.9x).
-NORMALIZED_IN_DTYPE = frozenset({"layer_norm", "group_norm", "rms_norm"})
+NORMALIZED_IN_DTYPE = NORM_FUNCTIONS | {"rms_norm"}
 MEAN_EXTRA_OPERATIONS = 2  # the division by n and the subtraction x - mean
 
 
