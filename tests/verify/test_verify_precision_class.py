@@ -137,3 +137,34 @@ def test_an_elementwise_precision_loss_is_blamed_on_its_formula_not_on_a_reducti
     assert "elementwise formula" in bf16_formula and "rounded to bfloat16" not in bf16_formula
     assert "still fails" in bf16_formula
     assert "rounded to bfloat16" in _likely_cause("bfloat16", [], 1, "passes")  # float32 fine: the rounding is
+
+
+def test_a_failure_whose_error_falls_with_the_dtypes_precision_is_rounding_even_where_float32_fails_too() -> None:
+    """cut-cross-entropy's loss at V = 1 (eager exact: 0) is off by the target logit's bfloat16 products: in float32
+    the error falls 39-5000x yet stays over the budget. A wrong mask or formula keeps its error in float32."""
+    from opgate.verify.deviations import FLOAT32_SHRINK, _likely_cause, shrinks_in_float32
+
+    def stats(max_abs: float, rmse: float, **kw) -> OutputStats:
+        return OutputStats("out", 4, compared=4, max_abs=max_abs, rmse=rmse, **kw)
+
+    assert shrinks_in_float32([stats(24.4, 15.5)], [stats(0.62, 0.49)])  # 39x: float32's own accumulation stays
+    assert not shrinks_in_float32([stats(0.5, 0.3)], [stats(0.45, 0.3)])  # a mask's error: the same in float32
+    assert not shrinks_in_float32([stats(1.0, 1.0)], [stats(2 / FLOAT32_SHRINK, 0.01)])  # the largest error stays
+    assert not shrinks_in_float32([stats(1.0, 1.0)], [stats(0.0, 0.0, unwritten=3)])  # no rounding explains these
+    assert shrinks_in_float32([stats(1.0, 1.0), stats(0.0, 0.0)], [stats(0.01, 0.01), stats(0.0, 0.0)])
+    assert not shrinks_in_float32([], [])
+    cancels = _likely_cause("bfloat16", ["float32"], 256, "shrinks", eager_exact=True)
+    assert "one side of a difference where eager's roundings cancel" in cancels and "formula is right" in cancels
+    assert "reduction accumulated in bfloat16" in _likely_cause("bfloat16", [], 256, "shrinks")
+
+
+@pytest.mark.slow
+def test_a_target_logit_from_rounded_products_is_precision_not_a_tail_or_a_formula(precision_run):
+    _, results = precision_run
+    result = results["verify.target_loss.rounded_target.bfloat16"]
+    assert result["outcome"] == "failed" and result["extra"]["failure_class"] == "precision", result["reason"]
+    finding = result["extra"]["precision"]
+    assert finding["float32_rerun"] == "shrinks" and finding["factor_over_eager"] == "inf"
+    assert "where the truth is 0" in result["reason"] and "roundings cancel" in result["reason"]
+    assert "tail mask" not in result["remediation"] and "form both from the same float32 values" in result["remediation"]
+    assert results["verify.target_loss.torch.bfloat16"]["outcome"] == "passed"

@@ -34,7 +34,7 @@ from opgate.verify.compare import OutputStats
 from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.deviations import (
     ELEMENTWISE_CAUSE, ELEMENTWISE_REMEDY, FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED,
-    Deviation, PrecisionFinding,
+    ROUNDING_MISMATCH_CAUSE, ROUNDING_MISMATCH_REMEDY, Deviation, PrecisionFinding, shrinks_in_float32,
     bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
@@ -612,7 +612,11 @@ class VerifyImplementationCheck(Check):
         if not all(numeric_failure(r.verdict.reasons) for r in failing) or failure_class == "layout":
             return None
         rerun = self._float32_rerun(op, prepared, plan, failing)
-        if failure_class != "precision" and rerun != "passes":
+        # "shrinks": still over budget in float32 but by a small share of the dtype's error, so the failure is the
+        # dtype's rounding wherever the size rules blamed a tail mask or a formula (cut-cross-entropy's target logit
+        # from float16 products, against a float32 log-sum-exp: a loss of 3e-3 where V = 1 makes the truth 0)
+        if failure_class != "precision" and rerun != "passes" and not (
+                rerun == "shrinks" and failure_class in ("tail", "typical")):
             return None
         return precision_finding([(r.case, r.verdict) for r in failing], plan.cases, plan.dtype, plan.out_dtypes,
                                  op.dims, rerun)
@@ -620,8 +624,9 @@ class VerifyImplementationCheck(Check):
     def _float32_rerun(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
                        failing: list[CaseRecord]) -> str:
         """Run the worst failing case of each regime (MAX_FLOAT32_RERUNS at most) again on the same values upcast to
-        float32, judged against the same budgets: "passes", "fails", "raised <error>", or "" where the dtype is not
-        narrower than float32."""
+        float32, judged against the same budgets: "passes"; "shrinks" where some fail but each output's largest and
+        RMS error fall FLOAT32_SHRINK times or more below the dtype's in every case run (shrinks_in_float32);
+        "fails"; "raised <error>"; or "" where the dtype is not narrower than float32."""
         import torch
 
         if plan.dtype not in LOW_PRECISION_DTYPES:
@@ -634,6 +639,7 @@ class VerifyImplementationCheck(Check):
                 chosen.setdefault(record.case.regime, record)
         if not chosen:
             return ""
+        outcome = "passes"
         for record in list(chosen.values())[:MAX_FLOAT32_RERUNS]:
             index = plan.cases.index(record.case)
             generated = make_inputs(op, record.case, plan.dtype)
@@ -648,9 +654,12 @@ class VerifyImplementationCheck(Check):
             verdict = judge_case(output.outputs, plan.truths[index], plan.budgets[index], out_dtypes,
                                  plan.masks[index], op.quantized, output.unwritten, nan_policy=op.nan_policy,
                                  nan_for_infinity=record.case.regime == "nonfinite")
-            if not verdict.passed:
+            if verdict.passed:
+                continue
+            if not shrinks_in_float32(record.verdict.stats, verdict.stats):
                 return "fails"
-        return "passes"
+            outcome = "shrinks"
+        return outcome
 
     # -- running ------------------------------------------------------------------------------------
     def _run_case(self, op: Operator, prepared: PreparedImplementation, dtype: str, case: Case,
@@ -922,6 +931,8 @@ class VerifyImplementationCheck(Check):
         remediation = remediation_for(failing)
         if finding and ELEMENTWISE_CAUSE in finding:
             remediation = ELEMENTWISE_REMEDY
+        elif finding and ROUNDING_MISMATCH_CAUSE in finding:
+            remediation = ROUNDING_MISMATCH_REMEDY
         elif finding:
             remediation = ("a precision deficit against PyTorch eager, not a wrong formula: accumulate reductions in "
                            "float32 (tl.sum(x.to(tl.float32)), or dtype=tl.float32) and round once at the end, or "

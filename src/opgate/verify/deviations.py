@@ -325,10 +325,41 @@ REGIME_WORDS = {
     "magnitude": "scaled magnitudes",
 }
 MAX_FLOAT32_RERUNS = 3  # failing cases run again in float32 (the worst of each regime first)
+# A failing case whose error in float32 is this many times smaller than in its dtype fails by the dtype's rounding
+# even where float32 misses the budget too (eager exact there: a loss that must cancel to 0). float16's epsilon is
+# 8192x float32's and bfloat16's 65536x, but float32's own accumulation stays: a target logit from bfloat16 products
+# over 16385 equal terms (tests/data/verify/precision_spec.py, constant rows) fell only 39x. A wrong mask or formula
+# does not shrink at all (its error is the same in each dtype).
+FLOAT32_SHRINK = 16.0
 ELEMENTWISE_CAUSE = "an elementwise formula that loses digits eager keeps"
 ELEMENTWISE_REMEDY = ("a precision deficit against PyTorch eager, not a wrong formula: rewrite where it cancels "
                       "(log1p(exp(-|x|)) for log(1 + exp(-|x|)), expm1(x) for exp(x) - 1, sigmoid(-x) for "
                       "1 - sigmoid(x)) or use the exact function instead of an approximate one, or accept it knowingly")
+
+
+ROUNDING_MISMATCH_CAUSE = "where eager's roundings cancel"
+ROUNDING_MISMATCH_REMEDY = (
+    "a precision deficit against PyTorch eager, not a wrong formula: eager is exact in the failing cases and the "
+    "error falls with the dtype's precision, so two values that should cancel are rounded differently (e.g. one "
+    "side of a difference from products rounded to the input dtype, the other from a float32 dot); form both from "
+    "the same float32 values, or accept it knowingly")
+
+
+def shrinks_in_float32(narrow: Sequence[Any], wide: Sequence[Any]) -> bool:
+    """Whether every output's largest and RMS error in float32 (`wide`, OutputStats) are FLOAT32_SHRINK times or
+    more below its own in the narrow dtype (`narrow`): whatever still fails is a share of the narrow dtype's rounding.
+    The largest error, not a quantile: a componentwise failure can rest on one element. An output with no error in
+    the narrow dtype has nothing to shrink. False where an output is not comparable, or float32 gives NaN/Inf or
+    unwritten elements (no rounding explains those)."""
+    if not narrow or len(narrow) != len(wide):
+        return False
+    for low, high in zip(narrow, wide):
+        if low.problem or high.problem or high.nonfinite_unexpected or high.nonfinite_missed or high.unwritten:
+            return False
+        if high.max_abs * FLOAT32_SHRINK > low.max_abs or high.rmse * FLOAT32_SHRINK > low.rmse:
+            if high.max_abs > 0:
+                return False
+    return True
 
 
 def numeric_failure(reasons: Sequence[str]) -> bool:
@@ -365,8 +396,9 @@ class PrecisionFinding:
         else:
             factor = (f"{self.figure} {self.factor_over_eager:.3g}x eager's error in the same case "
                       f"({self.budget_ratio:.3g}x its budget")
-        return (f"rounding, not a wrong formula: {factor}, RMSE {self.relative_rmse:.2g} of the output's RMS)"
-                f"{self._where()}; {self.cause}")
+        relative = (f", RMSE {self.relative_rmse:.2g} of the output's RMS" if math.isfinite(self.relative_rmse)
+                    else ", where the truth is 0")
+        return f"rounding, not a wrong formula: {factor}{relative}){self._where()}; {self.cause}"
 
     def _where(self) -> str:
         if self.above_declared_only:
@@ -385,7 +417,8 @@ class PrecisionFinding:
     def to_dict(self) -> dict[str, Any]:
         return {"failing": self.failing, "cases": self.cases,
                 "factor_over_eager": self.factor_over_eager if math.isfinite(self.factor_over_eager) else "inf",
-                "factor_note": self.factor_note, "figure": self.figure, "budget_ratio": self.budget_ratio, "relative_rmse": self.relative_rmse,
+                "factor_note": self.factor_note, "figure": self.figure, "budget_ratio": self.budget_ratio,
+                "relative_rmse": self.relative_rmse if math.isfinite(self.relative_rmse) else "inf",
                 "concentrated": [list(c) for c in self.concentrated], "above_declared_only": self.above_declared_only,
                 "cause": self.cause, "float32_rerun": self.float32_rerun}
 
@@ -404,7 +437,7 @@ def precision_finding(failing: Sequence[tuple[Case, Any]], planned: Sequence[Cas
         for stats, budget in zip(verdict.stats, verdict.budgets):
             if budget.is_override or not math.isfinite(budget.rmse):
                 continue
-            relative = stats.rmse / stats.truth_rms if stats.truth_rms > 0 else 0.0
+            relative = stats.rmse / stats.truth_rms if stats.truth_rms > 0 else math.inf if stats.rmse > 0 else 0.0
             for name, value, allowed, eager in (("RMSE", stats.rmse, budget.rmse, budget.baseline_rmse),
                                                 ("p99.9 |error|", stats.quantile_abs, budget.quantile,
                                                  budget.baseline_quantile)):
@@ -438,7 +471,8 @@ def precision_finding(failing: Sequence[tuple[Case, Any]], planned: Sequence[Cas
         failing=len(failing), cases=len(planned), factor_over_eager=factor, factor_note=factor_note, figure=figure,
         budget_ratio=ratio, relative_rmse=relative, concentrated=concentrated,
         above_declared_only=all(_above_declared(c, declared) for c, _ in failing),
-        cause=_likely_cause(dtype, wider, fan_in, float32_rerun), float32_rerun=float32_rerun)
+        cause=_likely_cause(dtype, wider, fan_in, float32_rerun, eager_exact=not math.isfinite(factor)),
+        float32_rerun=float32_rerun)
 
 
 def _elementwise_cause(dtype: str) -> str:
@@ -447,7 +481,8 @@ def _elementwise_cause(dtype: str) -> str:
             f"function; the error is relative to the output, in {dtype}")
 
 
-def _likely_cause(dtype: str, wider_outputs: Sequence[str], fan_in: int, float32_rerun: str) -> str:
+def _likely_cause(dtype: str, wider_outputs: Sequence[str], fan_in: int, float32_rerun: str,
+                  eager_exact: bool = False) -> str:
     if dtype in LOW_PRECISION_DTYPES and fan_in == 1 and float32_rerun == "fails":
         # an elementwise output wrong in float32 too: the formula loses the digits, not a bfloat16 rounding (fla's
         # logsigmoid in bfloat16 returned 0 for x >= 13.1, as its float32 does: library corpus RESULTS.md)
@@ -459,6 +494,13 @@ def _likely_cause(dtype: str, wider_outputs: Sequence[str], fan_in: int, float32
         if float32_rerun == "passes":
             return (f"likely cause: {what} (eager accumulates in float32); the same implementation on the same values "
                     "in float32 passes these cases, so its formula is right")
+        shrinks = (f"in float32 the same implementation's error falls {FLOAT32_SHRINK:g}x or more, so its formula is "
+                   "right")
+        if float32_rerun == "shrinks" and eager_exact:
+            return (f"likely cause: values rounded to {dtype} on one side of a difference {ROUNDING_MISMATCH_CAUSE} "
+                    f"({shrinks})")
+        if float32_rerun == "shrinks":
+            return f"likely cause: {what} ({shrinks})"
         if float32_rerun == "fails":
             return (f"likely cause: an intermediate kept in low precision whatever the input dtype (in float32 the "
                     f"same implementation still fails these cases), e.g. {what}")

@@ -12,6 +12,12 @@ kl_div (bfloat16 inputs, a float32 per-row divergence computed in float32, as ea
   bf16_sum                       sums the float32 terms in the inputs' dtype, bfloat16, and returns the sum as
                                  float32: hundreds of times eager's error, yet the formula is right. [precision]
   wrong_sign                     sum p (log q - log p): the divergence negated. [typical]
+target_loss (bfloat16, a float32 cross-entropy of target 0: logsumexp of e @ c.T minus the first logit):
+  torch                          correct
+  rounded_target                 the log-sum-exp from a float32 matmul, the target logit from products rounded to
+                                 bfloat16 (cut-cross-entropy 25.1.1's indexed dot): the two do not cancel at V = 1,
+                                 where eager's loss is exactly 0, an edge size opgate adds. A rounding, not a tail
+                                 mask: its error falls thousands of times in float32. [precision]
 """
 
 from __future__ import annotations
@@ -115,3 +121,30 @@ def kl_div_bf16_sum(logp, logq):
 @kl_div.implementation("wrong_sign", backend="torch")
 def kl_div_wrong_sign(logp, logq):
     return -_terms(logp, logq).sum(-1)
+
+
+# -- a loss whose two terms are rounded differently -----------------------------------------------------------------
+
+def _target_loss(e: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    logits = (e @ c.T).to(torch.promote_types(e.dtype, torch.float32))
+    return torch.logsumexp(logits, dim=-1) - logits[:, 0]
+
+
+target_loss = opgate.Operator(
+    "target_loss",
+    reference=_target_loss,
+    inputs=[opgate.TensorSpec("e", ("M", "D")), opgate.TensorSpec("c", ("V", "D"))],
+    dims={"M": [4], "V": [5, 37], "D": [256]},
+    dtypes=["bfloat16"],
+)
+
+
+@target_loss.implementation("torch")
+def target_loss_torch(e, c):
+    return _target_loss(e, c)
+
+
+@target_loss.implementation("rounded_target", backend="torch")
+def target_loss_rounded_target(e, c):
+    lse = torch.logsumexp(e.float() @ c.float().T, dim=-1)
+    return lse - (e * c[0]).float().sum(-1)  # each product rounded to bfloat16 before the float32 sum
