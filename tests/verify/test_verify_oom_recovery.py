@@ -110,3 +110,27 @@ def test_a_retry_that_needed_everything_freed_is_said() -> None:
     freed = OomTrial(1, True, 139.3, "oom", True, 0.25, "", freed_all=True)
     outcome, reason = judge([_trial(0), freed])
     assert outcome is Outcome.PASSED and "1 of them ran out of memory again" in reason
+
+
+def test_an_answer_within_the_implementations_own_run_to_run_spread_is_the_same() -> None:
+    """cut-cross-entropy's backward adds partial gradients under a lock in float16: two calls differ, and on an H100
+    its recovery trials failed although every call with the GPU full succeeded. The second call with memory free
+    measures that spread; a broken state still differs by far more."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from opgate.gpu.probes.oom import SPREAD_MARGIN, run_to_run_spread
+
+    no_gpu = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None), isfinite=torch.isfinite)
+    base = torch.linspace(-1.0, 1.0, 1000, dtype=torch.float16)
+    base[0] = 0.0
+    calls = iter([base + (0.004 * (torch.arange(1000) % 3 == 1)).half()])
+    spread = run_to_run_spread(no_gpu, lambda: (next(calls), torch.tensor([1, 2])), (), (base, torch.tensor([1, 2])))
+    assert spread[0] == pytest.approx(0.004, abs=0.001) and spread[1] == 0.0
+    after = base.clone()
+    after[0] = 0.006  # where the truth is 0, no relative tolerance covers it: the spread does
+    assert "differs" in same_answer(torch, base, after)
+    assert same_answer(torch, (base, torch.tensor([1, 2])), (after, torch.tensor([1, 2])), spread) == ""
+    broken = base.clone()
+    broken[0] = SPREAD_MARGIN * spread[0] * 2
+    assert "by more than 4x its run-to-run spread (0.00" in same_answer(torch, base, broken, spread[:1])

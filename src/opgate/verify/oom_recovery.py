@@ -1,6 +1,8 @@
 """`opgate verify --stages recovery`: does an implementation's process survive running out of GPU memory?
 
-Per trial, in the check's own process: the implementation runs once (its answer before), GPU memory is
+Before the trials, in the check's own process, the implementation runs twice with memory free: its answer before,
+and how far a second answer lies from it (0 unless its summation order changes per call, as lock- or atomic-added
+partial sums do), the margin every later comparison allows. Per trial: GPU memory is
 filled with PyTorch allocations until the allocator refuses even 2 MiB, the implementation is called with
 the GPU full (it should raise `torch.cuda.OutOfMemoryError`, or succeed when it needs no memory), the filler
 is freed (all but what the trials keep: room enough for twice the first call's peak, or everything where
@@ -18,7 +20,7 @@ from dataclasses import asdict
 from typing import Any, Sequence
 
 from opgate.model.errors import SkipCheck
-from opgate.gpu.probes.oom import OomTrial, first_call, run_trial
+from opgate.gpu.probes.oom import SPREAD_MARGIN, OomTrial, first_call, run_to_run_spread, run_trial
 from opgate.model.results import CheckResult, Figure, Outcome, Threshold
 from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.runtime import GpuStageCheck, cuda_inputs, load_implementation, one_config_per_autotune_key
@@ -67,14 +69,19 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
         with one_config_per_autotune_key():
             before, filler = first_call(torch, fn, args)
             clock.lap("first_call")
+            spread = run_to_run_spread(torch, fn, args, before)  # a second call with memory free: what varies anyway
+            clock.lap("second_call")
             try:
-                trials = [run_trial(torch, fn, args, before, index, filler) for index in range(options.trials)]
+                trials = [run_trial(torch, fn, args, before, index, filler, spread) for index in range(options.trials)]
             finally:
                 filler.release(torch)
             clock.lap("trials")
         outcome, reason = judge(trials)
         if outcome is Outcome.SKIPPED:
             raise SkipCheck(reason)
+        if any(spread):  # say what "the same answer" meant for an implementation whose answers vary anyway
+            reason += (f"; its answers differ between two calls with memory free by up to {max(spread):.3g}, so an "
+                       f"answer within {SPREAD_MARGIN:g}x that counts as the same")
         reached = [t for t in trials if t.oom_hit]
         figures = [
             Figure("trials reaching out-of-memory", f"{len(reached)}/{len(trials)}",
@@ -89,7 +96,8 @@ class VerifyOomRecoveryCheck(GpuStageCheck):
             Figure("call with the GPU full", ", ".join(sorted({t.call_while_full for t in reached})) or "-",
                    key="verify.recovery.call_with_the_gpu_full"),
         ]
-        extra = {"trials": [asdict(t) for t in trials], "phase_s": clock.laps, "room_bytes": filler.room_bytes}
+        extra = {"trials": [asdict(t) for t in trials], "phase_s": clock.laps, "room_bytes": filler.room_bytes,
+                 "run_to_run_spread": spread}
         remediation = ("Free what the failed call allocated (no tensors kept in globals or caches across the "
                        "error), then retry; do not swallow OutOfMemoryError into another exception type."
                        if outcome in (Outcome.FAILED, Outcome.WARNED) else "")
