@@ -587,3 +587,34 @@ def test_the_dry_runs_counts_are_dropped_once_one_disagrees_with_its_real_call()
     assert fitter.timer.programs_trusted and fitter.predict(2) > 100.0
     fitter.observe(1, 2.0, programs=800)  # a wrapper whose grid follows what its kernels wrote: not a count to use
     assert not fitter.timer.programs_trusted and fitter.predict(2) < 10.0
+
+
+def test_shrinking_stops_starting_attempts_when_the_budget_is_spent() -> None:
+    """cut-cross-entropy's failing float16 gradient check spent 47 s shrinking under the interpreter after 44 s of
+    cases: the shrink gets what is left of the budget (at least SHRINK_MIN_SECONDS) and keeps the smallest failing
+    case found by then."""
+    import time
+
+    import pytest
+
+    from opgate.core.spec import Operator, TensorSpec
+    from opgate.verify.shrink import shrink_case
+    from opgate.verify.time_budget import SHRINK_MIN_SECONDS, CasePlanFitter, CaseSize
+
+    op = Operator("op", reference=lambda x: x, inputs=[TensorSpec("x", ("N",))], dims={"N": [1000]})
+    calls = []
+
+    def fails(case: Case) -> bool:
+        calls.append(case)
+        return True
+
+    whole = shrink_case(op, Case.make({"N": 1000}, 0, "large"), fails)
+    assert whole.case.dims_dict == {"N": 1} and whole.case.regime == "typical"
+    calls.clear()
+    stopped = shrink_case(op, Case.make({"N": 1000}, 0, "large"), fails, time_up=lambda: len(calls) >= 1)
+    assert len(calls) == 1 and stopped.case.dims_dict == {"N": 1} and stopped.case.regime == "large"
+    spent = CasePlanFitter(budget_s=5.0, cases=[Case.make({"N": 8}, 0)], sizes=[CaseSize(8, 1)],
+                           clock=lambda: 100.0)
+    spent.started = 90.0  # 10 s of a 5 s budget gone
+    assert spent.shrink_deadline() - time.monotonic() == pytest.approx(SHRINK_MIN_SECONDS, abs=1.0)
+    assert CasePlanFitter(budget_s=0.0, cases=[], sizes=[], clock=time.monotonic).shrink_deadline() is None

@@ -338,7 +338,7 @@ class VerifyImplementationCheck(Check):
         clock.lap("deviations")
         shrunk = None
         if remaining and task.shrink:
-            shrunk = self._shrink(op, prepared, plan, remaining)
+            shrunk = self._shrink(op, prepared, plan, remaining, fitter.shrink_deadline())
             clock.lap("shrink")
         failure_class = classify_failure([(r.case, r.verdict.reasons, r.verdict.stats)
                                           for r in self.journal.not_crashed(failing)], op.dims) if failing else ""
@@ -755,9 +755,12 @@ class VerifyImplementationCheck(Check):
                                                                      f"{verdict.detail}")
 
     def _shrink(self, op: Operator, prepared: PreparedImplementation, plan: PlanFile,
-                failing: list[CaseRecord]) -> dict[str, Any]:
+                failing: list[CaseRecord], deadline: float | None = None) -> dict[str, Any]:
+        """The smallest failing case from the smallest one that failed, attempts starting until `deadline`
+        (time.monotonic(); None: no limit)."""
         start = min(failing, key=lambda r: (math.prod(v for _, v in r.case.dims), r.case.seed))
-        result = shrink_case(op, start.case, lambda c: self._case_fails(op, prepared, plan, c))
+        result = shrink_case(op, start.case, lambda c: self._case_fails(op, prepared, plan, c),
+                             time_up=lambda: deadline is not None and time.monotonic() >= deadline)
         case = result.case
         if case is start.case:
             verdict = start.verdict

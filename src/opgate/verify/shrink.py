@@ -34,17 +34,19 @@ def candidate_sizes(op: Operator, dim: str, current: int) -> list[int]:
     return sorted(sizes)
 
 
-def shrink_case(op: Operator, case: Case, still_fails: Callable[[Case], bool], max_attempts: int = 40) -> ShrinkResult:
-    """Greedy shrink; `still_fails(case)` runs the implementation and judges it."""
+def shrink_case(op: Operator, case: Case, still_fails: Callable[[Case], bool], max_attempts: int = 40,
+                time_up: Callable[[], bool] = lambda: False) -> ShrinkResult:
+    """Greedy shrink; `still_fails(case)` runs the implementation and judges it. Once `time_up()` says so, no attempt
+    starts: the smallest failing case found so far stands (every attempt's case failed, so any is a true repro)."""
     best = case
     attempts = 0
     steps: list[str] = []
     changed = True
-    while changed and attempts < max_attempts:
+    while changed and attempts < max_attempts and not time_up():
         changed = False
         for dim, size in best.dims:
             for smaller in candidate_sizes(op, dim, size):
-                if attempts >= max_attempts:
+                if attempts >= max_attempts or time_up():
                     break
                 trial = best.with_dims({**best.dims_dict, dim: smaller}, origin="shrunk")
                 attempts += 1
@@ -54,7 +56,7 @@ def shrink_case(op: Operator, case: Case, still_fails: Callable[[Case], bool], m
                     changed = True
                     break
     for attr, simple in (("layout", "contiguous"), ("regime", "typical")):
-        if getattr(best, attr) != simple and attempts < max_attempts:
+        if getattr(best, attr) != simple and attempts < max_attempts and not time_up():
             trial = Case(best.dims, best.seed, simple if attr == "regime" else best.regime,
                          simple if attr == "layout" else best.layout, "shrunk")
             attempts += 1
