@@ -356,9 +356,8 @@ def shrinks_in_float32(narrow: Sequence[Any], wide: Sequence[Any]) -> bool:
     for low, high in zip(narrow, wide):
         if low.problem or high.problem or high.nonfinite_unexpected or high.nonfinite_missed or high.unwritten:
             return False
-        if high.max_abs * FLOAT32_SHRINK > low.max_abs or high.rmse * FLOAT32_SHRINK > low.rmse:
-            if high.max_abs > 0:
-                return False
+        if high.max_abs > 0 and (high.max_abs * FLOAT32_SHRINK > low.max_abs or high.rmse * FLOAT32_SHRINK > low.rmse):
+            return False
     return True
 
 

@@ -3,7 +3,7 @@
 Dims are shrunk one at a time toward small sizes (trying the smallest first, so a tail bug lands on
 the first size that has a tail), for as long as the case still fails; then the layout is simplified
 to contiguous and the regime to typical when the failure survives that. Every attempt is a real
-run of the implementation, bounded by `max_attempts`.
+run of the implementation, bounded by `max_attempts` and by the check's time budget (`time_up`).
 """
 
 from __future__ import annotations
