@@ -273,7 +273,7 @@ def verify(
     time_budget: Optional[float] = typer.Option(None, "--time-budget", min=0.0, help="Seconds of numerics per "
                                                 "operator: cases that do not fit the backend's measured speed are "
                                                 "not run, and the report names them (declared sizes always run). "
-                                                "Default: 90/150/900 s by budget without a GPU, 120/240/1200 s "
+                                                "Default: 90/140/900 s by budget without a GPU, 120/240/1200 s "
                                                 "with one; 0: no cap."),
     changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="GIT_REF", help="Verify only "
                                                 "the spec files whose file, or a module inside the repository it "
