@@ -33,8 +33,8 @@ from opgate.verify.calibrate import (
 from opgate.verify.compare import OutputStats
 from opgate.verify.phase_clock import PhaseClock
 from opgate.verify.deviations import (
-    ELEMENTWISE_CAUSE, ELEMENTWISE_REMEDY, FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED,
-    ROUNDING_MISMATCH_CAUSE, ROUNDING_MISMATCH_REMEDY, Deviation, PrecisionFinding, shrinks_in_float32,
+    FLUSH_THRESHOLD, LOW_PRECISION_DTYPES, MAX_FLOAT32_RERUNS, NOT_REPRODUCED, Deviation, PrecisionFinding,
+    shrinks_in_float32,
     bisect_breaking_scale, classify_failure, ftz_allowance, ftz_truth, input_magnitude, numeric_failure, precision_finding,
     PROMISED_MIN_MAGNITUDE, promised_magnitude, undefined_masks,
 )
@@ -351,8 +351,7 @@ class VerifyImplementationCheck(Check):
         elif failing and gradient_failure_class(op):
             failure_class = gradient_failure_class(op)  # a derived <op>.grad (verify/gradients.py): a wrong backward
         result = apply_probe(self._result(op, choice, prepared, plan, records, failing, shrunk, artefacts, task,
-                                          deviations, failure_class, range_note,
-                                          precision.text() if precision else ""), gaming)
+                                          deviations, failure_class, range_note, precision), gaming)
         if precision is not None:
             result = dataclasses.replace(result, extra={**result.extra, "precision": precision.to_dict()})
         result = dataclasses.replace(result, extra={**result.extra, "phase_s": clock.laps,
@@ -788,7 +787,8 @@ class VerifyImplementationCheck(Check):
     def _result(self, op: Operator, choice: ImplementationChoice, prepared: PreparedImplementation, plan: PlanFile,
                 records: list[CaseRecord], failing: list[CaseRecord], shrunk: dict[str, Any] | None,
                 artefacts: list[str], task: NumericsPayload, deviations: Sequence[Deviation] = (),
-                failure_class: str = "", range_note: str = "", finding: str = "") -> CheckResult:
+                failure_class: str = "", range_note: str = "",
+                precision: PrecisionFinding | None = None) -> CheckResult:
         n = len(records)
         unjudged = [r for r in records if r.verdict.not_judged]
         stalled_labels = getattr(self.journal, "stalled_labels", set())
@@ -908,7 +908,8 @@ class VerifyImplementationCheck(Check):
             extra["replay"] = token
             reason = (f"{len(failing)}/{n} cases fail; first: {first.case.label()}: {first.verdict.reasons[0]}; "
                       f"replay: opgate verify {Path(task.spec_file).name} --replay {token}")
-        reason = f"[{failure_class}] {finding}; {reason}" if finding else f"[{failure_class}] {reason}"
+        reason = (f"[{failure_class}] {precision.text()}; {reason}" if precision is not None
+                  else f"[{failure_class}] {reason}")
         noted = next((r for r in failing if getattr(r, "backend_note", "")), None)
         if noted is not None:  # one config per autotune key (verify/backends/autotune_choice.py): say which one
             reason = (f"{reason}; {noted.case.label()} ran the autotuned config {noted.backend_note} "
@@ -932,15 +933,8 @@ class VerifyImplementationCheck(Check):
                             "or the backend deviates (e.g. computes in the low precision); the case is named so "
                             "it can be replayed")
         remediation = remediation_for(failing)
-        if finding and ELEMENTWISE_CAUSE in finding:
-            remediation = ELEMENTWISE_REMEDY
-        elif finding and ROUNDING_MISMATCH_CAUSE in finding:
-            remediation = ROUNDING_MISMATCH_REMEDY
-        elif finding:
-            remediation = ("a precision deficit against PyTorch eager, not a wrong formula: accumulate reductions in "
-                           "float32 (tl.sum(x.to(tl.float32)), or dtype=tl.float32) and round once at the end, or "
-                           f"accept it knowingly; budgets: {K_RMSE:g}x/{K_QUANTILE:g}x the eager baseline "
-                           "(docs/verify-method.md)")
+        if precision is not None:
+            remediation = precision.remedy()
         elif failure_class == gradient_failure_class(op) != "":  # a derived <op>.grad: what to fix in the backward
             remediation = f"{gradient_remediation(' '.join(' '.join(r.verdict.reasons) for r in failing))}; {remediation}"
         return self.failed(reason, figures=figures, remediation=remediation, extra=extra)

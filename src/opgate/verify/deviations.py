@@ -399,6 +399,18 @@ class PrecisionFinding:
                     else ", where the truth is 0")
         return f"rounding, not a wrong formula: {factor}{relative}){self._where()}; {self.cause}"
 
+    def remedy(self) -> str:
+        """What to do about it, by the likely cause this finding names."""
+        if ELEMENTWISE_CAUSE in self.cause:
+            return ELEMENTWISE_REMEDY
+        if ROUNDING_MISMATCH_CAUSE in self.cause:
+            return ROUNDING_MISMATCH_REMEDY
+        from opgate.verify.calibrate import K_QUANTILE, K_RMSE
+
+        return ("a precision deficit against PyTorch eager, not a wrong formula: accumulate reductions in float32 "
+                "(tl.sum(x.to(tl.float32)), or dtype=tl.float32) and round once at the end, or accept it knowingly; "
+                f"budgets: {K_RMSE:g}x/{K_QUANTILE:g}x the eager baseline (docs/verify-method.md)")
+
     def _where(self) -> str:
         if self.above_declared_only:
             return "; only at sizes above the declared ones"

@@ -69,8 +69,8 @@ KIND_OVERRUN_SHARE = 0.25
 
 # Shrinking a failing case (verify/shrink.py) runs the implementation up to 40 times more. Under Triton's interpreter
 # cut-cross-entropy's failing float16 gradient check spent 47 s on it, after 44 s of cases (sixty-first session):
-# the shrink gets what is left of the check's budget, and never less than this. It changes no verdict (every case it
-# tries failed or not on its own; the one it ends on still fails), only how small the named failing case is.
+# the shrink gets what is left of the check's budget, and never less than this. It changes no verdict, only how small
+# the named failing case is (the one it ends on still fails).
 SHRINK_MIN_SECONDS = 10.0
 
 
